@@ -1,0 +1,43 @@
+# The README's two promises: `make run` and `make test`, on a fresh Debian 12 as root.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+# Debian packages: the tools tailgate reads from and the real servers/peers the tests use.
+APT_RUN  := ethtool iproute2 bpftrace
+APT_TEST := $(APT_RUN) nginx-light wrk prometheus-node-exporter gcc libc6-dev liburing-dev
+
+.PHONY: run test venv apt-run apt-test lint bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+# Installs only what is missing; needs root (as the README says).
+apt-%:
+	@missing=""; for p in $(APT_$(shell echo $* | tr a-z A-Z)); do \
+	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "apt-get install$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+# Inspect this host: pyramid report on the terminal, JSON in report.json.
+# Exit status 1 (a red line crossed) is a result, not a failure of `make run`.
+run: venv apt-run
+	$(VENV)/bin/tailgate inspect --json report.json; rc=$$?; [ $$rc -le 1 ]
+
+lint: venv
+	$(VENV)/bin/ruff check src tests benchmarks
+
+test: venv apt-test lint
+	$(PY) -m pytest
+
+bench: venv apt-test
+	$(PY) benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info report.json

@@ -1,0 +1,131 @@
+"""`tailgate inspect`: collect -> judge -> verdict -> render, and the CI exit status."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from ..cli import UsageError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "inspect",
+        help="inspect a host against the red lines (pyramid report, JSON, JUnit, HTML)",
+        description="Inspect this host (or a host root, or a saved snapshot) against the red "
+        "lines of every layer and name the lowest failing layer: fix that one first.",
+    )
+    p.add_argument("--pid", action="append", default=[], metavar="PID",
+                   help="a latency-critical process (repeatable)")
+    p.add_argument("--cgroup", metavar="PATH",
+                   help="the service's cgroup: a directory, or a path inside the cpu hierarchy")
+    p.add_argument("--iface", action="append", default=[], metavar="IFACE",
+                   help="the service's network interface (repeatable; default: all non-loopback)")
+    p.add_argument("--interval", type=float, default=5.0, metavar="SECONDS",
+                   help="seconds between the two counter samples (default 5)")
+    p.add_argument("--baseline", metavar="FILE", help="YAML file overriding red lines per id")
+    p.add_argument("--root", metavar="DIR", default="/",
+                   help="read a host root mounted here instead of / (captured command "
+                   "outputs under DIR/commands/)")
+    p.add_argument("--save", metavar="FILE", help="write the collected snapshot as JSON")
+    p.add_argument("--from", dest="from_file", metavar="FILE",
+                   help="judge a saved snapshot instead of collecting")
+    p.add_argument("--json", metavar="FILE|-", help="write the JSON report ('-' for stdout)")
+    p.add_argument("--junit", metavar="FILE", help="write JUnit XML (one testcase per finding)")
+    p.add_argument("--html", metavar="FILE", help="write a self-contained HTML report")
+    p.add_argument("--fail-on", choices=("fail", "warn"), default="fail",
+                   help="exit 1 when any finding is at or above this status (default fail)")
+    p.add_argument("--quiet", action="store_true", help="no terminal report")
+    p.set_defaults(func=run)
+
+
+def _write(path: str, text: str) -> None:
+    if path == "-":
+        sys.stdout.write(text)
+        return
+    try:
+        Path(path).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from exc
+
+
+def _target(args: argparse.Namespace, host):
+    from ..collect import Target
+    from ..host import valid_iface, valid_pid
+    from ..sources.cgroup import resolve_cgroup
+
+    try:
+        pids = tuple(valid_pid(p) for p in args.pid)
+        ifaces = tuple(valid_iface(i) for i in args.iface)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    for pid in pids:
+        if not host.exists(f"/proc/{pid}"):
+            raise UsageError(f"no such process: --pid {pid}")
+    cgroup = None
+    if args.cgroup:
+        cgroup = resolve_cgroup(host, args.cgroup)
+        if cgroup is None:
+            raise UsageError(f"no such cgroup: --cgroup {args.cgroup}")
+    return Target(pids=pids, cgroup=cgroup, ifaces=ifaces)
+
+
+def snapshot_for(args: argparse.Namespace):
+    from ..model import Snapshot
+
+    if args.from_file:
+        try:
+            data = json.loads(Path(args.from_file).read_text(encoding="utf-8"))
+            return Snapshot.from_json(data)
+        except OSError as exc:
+            raise UsageError(f"cannot read {args.from_file}: {exc.strerror or exc}") from exc
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise UsageError(f"{args.from_file}: {exc}") from exc
+
+    from ..collect import collect
+    from ..host import Host
+
+    if args.interval < 0:
+        raise UsageError("--interval must be >= 0")
+    if not os.path.isdir(args.root):
+        raise UsageError(f"--root {args.root}: not a directory")
+    host = Host(args.root)
+    return collect(host, _target(args, host), args.interval)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..baseline import BaselineError, default_baseline, load_baseline
+    from ..judge import judge
+    from ..verdict import build_report, exit_status
+
+    try:
+        baseline = load_baseline(args.baseline) if args.baseline else default_baseline()
+    except BaselineError as exc:
+        raise UsageError(str(exc)) from exc
+
+    snap = snapshot_for(args)
+    if args.save:
+        _write(args.save, json.dumps(snap.to_json(), indent=1, sort_keys=True) + "\n")
+
+    report = build_report(snap, judge(snap, baseline))
+
+    if args.json:
+        from ..report.json_report import render_json
+
+        _write(args.json, render_json(report))
+    if args.junit:
+        from ..report.junit import render_junit
+
+        _write(args.junit, render_junit(report))
+    if args.html:
+        from ..report.html import render_html
+
+        _write(args.html, render_html(report))
+    if not args.quiet and args.json != "-":
+        from ..report.terminal import print_report
+
+        print_report(report)
+    return exit_status(report, args.fail_on)

@@ -1,0 +1,3 @@
+"""netdev facts."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""process facts."""
+
+from __future__ import annotations

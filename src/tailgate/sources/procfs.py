@@ -1,0 +1,3 @@
+"""procfs facts."""
+
+from __future__ import annotations

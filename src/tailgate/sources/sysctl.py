@@ -1,0 +1,3 @@
+"""sysctl facts."""
+
+from __future__ import annotations
