@@ -25,6 +25,7 @@ CHECK_MODULES = (
     "tailgate.checks.l2_kernel",
     "tailgate.checks.l3_dataplane",
     "tailgate.checks.l4_inference",
+    "tailgate.checks.probed",
 )
 
 CheckFn = Callable[[Snapshot, dict[str, Any]], "Result | list[Result]"]

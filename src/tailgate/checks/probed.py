@@ -1,0 +1,3 @@
+"""Checks judged from eBPF probe evidence (tailgate probe / inspect --probe-window)."""
+
+from __future__ import annotations
