@@ -1,3 +1,376 @@
-"""Checks of layer 2. See SPEC.md; each function is registered under its id."""
+"""Layer 2: kernel scheduling and I/O stack. Pure functions of (snapshot, params).
+
+(`l2.sched.runqlat`, `l2.tcp.rcvbuf_lock` and `l2.net.syscall_batching` are judged
+from eBPF evidence in checks/probed.py.)
+"""
 
 from __future__ import annotations
+
+from ..judge import Unknown, check, need
+from ..model import Result, Snapshot
+from ..sources.sysctl import knob_name, parse_ints
+
+MIN_RATE_INTERVAL_S = 0.5
+
+
+def _cpus(cpus: list[int]) -> str:
+    """Compact cpulist: [0,1,2,5] -> '0-2,5'."""
+    out, run = [], []
+    for c in sorted(cpus):
+        if run and c == run[-1] + 1:
+            run.append(c)
+            continue
+        if run:
+            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+        run = [c]
+    if run:
+        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ",".join(out)
+
+
+def _rate_window(snap: Snapshot) -> float:
+    if snap.interval_s < MIN_RATE_INTERVAL_S:
+        raise Unknown(f"a rate needs two samples apart: interval was {snap.interval_s:.2f} s "
+                      f"(use --interval >= {MIN_RATE_INTERVAL_S:g})")
+    return snap.interval_s
+
+
+def _delta(snap: Snapshot, name: str) -> tuple[object, object]:
+    return need(snap, name, before=True), need(snap, name)
+
+
+def _pids(snap: Snapshot) -> list[int]:
+    return [int(p) for p in snap.target.get("pids") or []]
+
+
+# -- cgroup ------------------------------------------------------------------------------------
+
+@check("l2.cgroup.throttling")
+def cgroup_throttling(snap: Snapshot, p: dict) -> list[Result]:
+    names = [n for n in snap.facts if n.startswith("cgroup.")]
+    if not names:
+        return [Result("skip", reason="no service cgroup given (use --cgroup or --pid)")]
+    results = []
+    for name in sorted(names):
+        fact = snap.fact(name)
+        subject = name.removeprefix("cgroup.").replace("target", "cgroup").replace("pid.", "pid ")
+        if not fact.ok:
+            results.append(Result("unknown", subject=subject, reason=fact.missing))
+            continue
+        now = fact.value
+        subject = now["path"]
+        then = snap.before_fact(name)
+        stat, quota, period = now["stat"], now.get("quota_us"), now.get("period_us")
+        evidence = {"path": now["path"], "cgroup_version": now["version"], "quota_us": quota,
+                    "period_us": period, "cpu.stat": stat}
+        if "nr_throttled" not in stat:
+            if now.get("controller") is False or quota is None:
+                results.append(Result("pass", subject=subject, observed=0, evidence=evidence,
+                                      reason="no cpu bandwidth controller on this cgroup"))
+            else:
+                results.append(Result("unknown", subject=subject, evidence=evidence,
+                                      reason="cpu.stat has no nr_throttled"))
+            continue
+        if not then.ok or snap.interval_s <= 0:
+            results.append(Result("unknown", subject=subject, evidence=evidence,
+                                  reason="needs two samples (--interval > 0)"))
+            continue
+        old = then.value["stat"]
+        throttled = stat["nr_throttled"] - old.get("nr_throttled", 0)
+        periods = stat.get("nr_periods", 0) - old.get("nr_periods", 0)
+        if "throttled_time" in stat:  # v1, ns
+            t_ms = (stat["throttled_time"] - old.get("throttled_time", 0)) / 1e6
+        else:  # v2, us
+            t_ms = (stat.get("throttled_usec", 0) - old.get("throttled_usec", 0)) / 1e3
+        evidence.update(interval_s=snap.interval_s, periods_in_interval=periods,
+                        throttled_ms_in_interval=round(t_ms, 3))
+        quota_text = (f"hard CPU quota {quota / 1000:g} ms per {period / 1000:g} ms "
+                      f"({quota / period:.2f} CPU)" if quota else "")
+        if throttled > p["limit"]:
+            results.append(Result(
+                "fail", subject=subject, observed=throttled, evidence=evidence,
+                reason=f"throttled in {throttled} of {periods} periods over {snap.interval_s:.1f} s "
+                       f"({t_ms:.1f} ms stalled); {quota_text}".rstrip("; ")))
+        elif quota:
+            results.append(Result("warn", subject=subject, observed=throttled, evidence=evidence,
+                                  reason=f"{quota_text}: not throttled in the interval, "
+                                         f"but a burst will be"))
+        else:
+            results.append(Result("pass", subject=subject, observed=throttled, evidence=evidence,
+                                  reason="no CPU quota, no throttling in the interval"))
+    return results
+
+
+# -- NUMA and IRQ placement -------------------------------------------------------------------
+
+def _service_and_nics(snap: Snapshot) -> tuple[list[tuple[int, dict]], list[dict], list[Result]]:
+    """(pid, status) pairs and NIC infos, plus unknowns for what could not be read."""
+    problems: list[Result] = []
+    procs = []
+    for pid in _pids(snap):
+        fact = snap.fact(f"proc.{pid}.status")
+        if fact.ok:
+            procs.append((pid, fact.value))
+        else:
+            problems.append(Result("unknown", subject=f"pid {pid}", reason=fact.missing))
+    nics = []
+    for iface in need(snap, "nic"):
+        fact = snap.fact(f"nic.{iface}")
+        if not fact.ok:
+            problems.append(Result("unknown", subject=iface, reason=fact.missing))
+        elif not fact.value.get("virtual"):
+            nics.append(fact.value)
+    return procs, nics, problems
+
+
+@check("l2.numa.affinity")
+def numa_affinity(snap: Snapshot, p: dict) -> list[Result]:
+    if not _pids(snap):
+        return [Result("skip", reason="no service process given (use --pid)")]
+    procs, nics, results = _service_and_nics(snap)
+    if not nics and not results:
+        return [Result("skip", reason="no physical network interface on this host")]
+    nodes = need(snap, "numa.nodes")
+    for pid, st in procs:
+        for nic in nics:
+            subject = f"pid {pid} / {nic['iface']}"
+            ev = {"pid": pid, "process": st["name"], "cpus_allowed": _cpus(st["cpus_allowed"]),
+                  "mems_allowed": _cpus(st["mems_allowed"]), "nic_numa_node": nic["numa_node"],
+                  "nic_local_cpus": _cpus(nic.get("local_cpus") or []), "numa_nodes": _cpus(nodes)}
+            if len(nodes) <= 1:
+                results.append(Result("pass", subject=subject, observed=nodes[0] if nodes else 0,
+                                      evidence=ev, reason="single NUMA node: everything is local"))
+                continue
+            if nic["numa_node"] is None or nic["numa_node"] < 0:
+                results.append(Result("unknown", subject=subject, evidence=ev,
+                                      reason="the NIC reports no NUMA node (numa_node -1)"))
+                continue
+            remote_cpus = sorted(set(st["cpus_allowed"]) - set(nic.get("local_cpus") or []))
+            remote_mems = sorted(set(st["mems_allowed"]) - {nic["numa_node"]})
+            if remote_cpus:
+                results.append(Result(
+                    "fail", subject=subject, observed=_cpus(remote_cpus), evidence=ev,
+                    reason=f"may run on CPUs {_cpus(remote_cpus)} off the NIC's node "
+                           f"{nic['numa_node']}",
+                    remedy=f"taskset -pc {_cpus(nic.get('local_cpus') or [])} {pid}; "
+                           f"numactl --membind={nic['numa_node']} for new processes"))
+            elif remote_mems:
+                results.append(Result(
+                    "warn", subject=subject, observed=_cpus(st["mems_allowed"]), evidence=ev,
+                    reason=f"CPUs are local but memory may come from nodes {_cpus(remote_mems)}"))
+            else:
+                results.append(Result("pass", subject=subject, observed=nic["numa_node"],
+                                      evidence=ev, reason="CPUs and memory on the NIC's node"))
+    return results
+
+
+@check("l2.irq.isolation")
+def irq_isolation(snap: Snapshot, p: dict) -> list[Result]:
+    if not _pids(snap):
+        return [Result("skip", reason="no service process given (use --pid)")]
+    procs, nics, results = _service_and_nics(snap)
+    if not nics and not results:
+        return [Result("skip", reason="no physical network interface on this host")]
+    softirqs = snap.fact("proc.softirqs")
+    before = snap.before_fact("proc.softirqs")
+    net_rx = None
+    if softirqs.ok and before.ok and "NET_RX" in softirqs.value:
+        net_rx = [a - b for a, b in zip(softirqs.value["NET_RX"], before.value.get("NET_RX", []),
+                                        strict=False)]
+    for nic in nics:
+        if not nic["irqs"]:
+            results.append(Result("unknown", subject=nic["iface"],
+                                  reason="no IRQs found for this interface"))
+            continue
+        unreadable = [i for i, cpus in nic["irq_affinity"].items() if cpus is None]
+        irq_cpus = sorted({c for cpus in nic["irq_affinity"].values() if cpus for c in cpus})
+        for pid, st in procs:
+            subject = f"pid {pid} / {nic['iface']}"
+            shared = sorted(set(irq_cpus) & set(st["cpus_allowed"]))
+            ev = {"pid": pid, "process": st["name"], "service_cpus": _cpus(st["cpus_allowed"]),
+                  "nic_irqs": nic["irq_names"] if "irq_names" in nic else nic["irqs"],
+                  "irq_cpus": _cpus(irq_cpus),
+                  "irq_affinity": {k: _cpus(v) if v else None for k, v in nic["irq_affinity"].items()}}
+            if net_rx is not None:
+                ev["net_rx_softirqs_in_interval_per_cpu"] = net_rx
+            if shared:
+                results.append(Result(
+                    "fail", subject=subject, observed=_cpus(shared), evidence=ev,
+                    reason=f"NIC IRQs may run on the service's CPUs {_cpus(shared)}",
+                    remedy="echo CPUS > /proc/irq/N/smp_affinity_list for each NIC IRQ (and ban "
+                           "them in irqbalance); pin the service to the other CPUs"))
+            elif unreadable:
+                results.append(Result("unknown", subject=subject, evidence=ev,
+                                      reason=f"affinity of IRQs {','.join(unreadable)} unreadable"))
+            else:
+                results.append(Result("pass", subject=subject, observed="", evidence=ev,
+                                      reason=f"NIC IRQs on CPUs {_cpus(irq_cpus)}, service elsewhere"))
+    return results
+
+
+# -- TCP/IP ------------------------------------------------------------------------------------
+
+@check("l2.net.congestion_control")
+def congestion_control(snap: Snapshot, p: dict) -> Result:
+    algo = need(snap, knob_name("net/ipv4/tcp_congestion_control"))
+    avail_fact = snap.fact(knob_name("net/ipv4/tcp_available_congestion_control"))
+    evidence = {"tcp_congestion_control": algo,
+                "available": avail_fact.value if avail_fact.ok else avail_fact.missing}
+    if algo in p["preferred"]:
+        if algo != "bbr":
+            return Result("pass", subject="default", observed=algo, evidence=evidence)
+        bbr = snap.fact("kernel.tcp_bbr")
+        version = bbr.value.get("version") if bbr.ok else None
+        evidence["bbr"] = bbr.value if bbr.ok else bbr.missing
+        if version and str(version).split(".")[0] == "3":
+            return Result("pass", subject="default", observed="bbr v3", evidence=evidence)
+        return Result("pass", subject="default", observed="bbr v1", evidence=evidence,
+                      reason="BBR v1 (the kernel declares no module version 3); v3 is preferred")
+    hint = "bbr is available" if "bbr" in str(evidence["available"]).split() else \
+        "bbr is not available (modprobe tcp_bbr)"
+    return Result("fail", subject="default", observed=algo, evidence=evidence,
+                  reason=f"loss-based {algo} is the default; {hint}")
+
+
+def _sum_dev(dev: dict, field: str) -> int:
+    return sum(row[field] for row in dev.values())
+
+
+@check("l2.net.drop_rate")
+def drop_rate(snap: Snapshot, p: dict) -> Result:
+    window = _rate_window(snap)
+    dev0, dev1 = _delta(snap, "net.dev")
+    snmp0, snmp1 = _delta(snap, "net.snmp")
+    soft0, soft1 = _delta(snap, "net.softnet")
+    common = sorted(set(dev0) & set(dev1))
+    d0 = {k: dev0[k] for k in common}
+    d1 = {k: dev1[k] for k in common}
+    packets = sum(_sum_dev(d1, f) - _sum_dev(d0, f) for f in ("rx_packets", "tx_packets"))
+    parts = {
+        "interface_drops": sum(_sum_dev(d1, f) - _sum_dev(d0, f) for f in ("rx_drop", "tx_drop")),
+        "interface_fifo": sum(_sum_dev(d1, f) - _sum_dev(d0, f) for f in ("rx_fifo", "tx_fifo")),
+        "softnet_backlog_drops": sum(r["dropped"] for r in soft1) - sum(r["dropped"] for r in soft0),
+        "ip_in_discards": snmp1["Ip"]["InDiscards"] - snmp0["Ip"]["InDiscards"],
+        "ip_out_discards": snmp1["Ip"]["OutDiscards"] - snmp0["Ip"]["OutDiscards"],
+    }
+    if "Udp" in snmp1 and "RcvbufErrors" in snmp1["Udp"]:
+        parts["udp_rcvbuf_errors"] = snmp1["Udp"]["RcvbufErrors"] - snmp0["Udp"]["RcvbufErrors"]
+    drops = sum(parts.values())
+    evidence = {"interval_s": window, "packets": packets, **parts,
+                "softnet_time_squeeze": sum(r["time_squeeze"] for r in soft1)
+                - sum(r["time_squeeze"] for r in soft0),
+                "per_interface": {k: {f: d1[k][f] - d0[k][f] for f in
+                                      ("rx_packets", "tx_packets", "rx_drop", "tx_drop")}
+                                  for k in common}}
+    if packets <= 0:
+        raise Unknown(f"no packets in the {window:.1f} s interval: the drop rate is undefined")
+    rate = 100.0 * drops / packets
+    status = "fail" if rate >= p["limit"] else "pass"
+    worst = max(parts, key=parts.get)
+    reason = (f"{drops} drops in {packets} packets over {window:.1f} s (mostly {worst})"
+              if drops else f"no drops in {packets} packets over {window:.1f} s")
+    return Result(status, subject="host", observed=round(rate, 6), evidence=evidence, reason=reason)
+
+
+@check("l2.net.retransmit_rate")
+def retransmit_rate(snap: Snapshot, p: dict) -> Result:
+    window = _rate_window(snap)
+    s0, s1 = _delta(snap, "net.snmp")
+    out_segs = s1["Tcp"]["OutSegs"] - s0["Tcp"]["OutSegs"]
+    retrans = s1["Tcp"]["RetransSegs"] - s0["Tcp"]["RetransSegs"]
+    evidence: dict = {"interval_s": window, "OutSegs": out_segs, "RetransSegs": retrans}
+    nst = snap.fact("net.netstat")
+    nst0 = snap.before_fact("net.netstat")
+    if nst.ok and nst0.ok and "TcpExt" in nst.value:
+        for key in ("TCPTimeouts", "TCPLostRetransmit", "TCPFastRetrans", "TCPSynRetrans"):
+            if key in nst.value["TcpExt"]:
+                evidence[key] = nst.value["TcpExt"][key] - nst0.value["TcpExt"].get(key, 0)
+    if out_segs <= 0:
+        raise Unknown(f"no TCP segments sent in the {window:.1f} s interval")
+    rate = 100.0 * retrans / out_segs
+    return Result("fail" if rate > p["limit"] else "pass", subject="host",
+                  observed=round(rate, 6), evidence=evidence,
+                  reason=f"{retrans} of {out_segs} segments retransmitted over {window:.1f} s")
+
+
+@check("l2.tcp.moderate_rcvbuf")
+def moderate_rcvbuf(snap: Snapshot, p: dict) -> Result:
+    raw = need(snap, knob_name("net/ipv4/tcp_moderate_rcvbuf"))
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise Unknown(f"tcp_moderate_rcvbuf is not an integer: {raw!r}") from exc
+    ok = value == p["limit"]
+    return Result("pass" if ok else "fail", subject="net.ipv4.tcp_moderate_rcvbuf", observed=value,
+                  reason="" if ok else "receive-buffer autotuning is off")
+
+
+@check("l2.tcp.mem_sizing")
+def mem_sizing(snap: Snapshot, p: dict) -> Result:
+    try:
+        tcp_mem = parse_ints(need(snap, knob_name("net/ipv4/tcp_mem")), 3)
+        tcp_rmem = parse_ints(need(snap, knob_name("net/ipv4/tcp_rmem")), 3)
+    except ValueError as exc:
+        raise Unknown(str(exc)) from exc
+    page = need(snap, "hw.page_size")
+    total = need(snap, "proc.meminfo")["MemTotal"]
+    cap = tcp_mem[2] * page
+    frac = cap / total
+    windows = cap / tcp_rmem[2] if tcp_rmem[2] else float("inf")
+    evidence = {"tcp_mem_pages": tcp_mem, "page_size": page, "tcp_mem_max_bytes": cap,
+                "mem_total_bytes": total, "tcp_rmem": tcp_rmem,
+                "full_receive_windows_within_tcp_mem": round(windows, 1)}
+    observed = round(100 * frac, 2)
+    if frac > p["max_fraction"]:
+        return Result("fail", subject="tcp_mem", observed=observed, evidence=evidence,
+                      reason=f"TCP may take {100 * frac:.1f} % of RAM before pressure: a "
+                             f"connection burst can reach the OOM killer first "
+                             f"(limit {100 * p['max_fraction']:g} %)")
+    if frac < p["min_fraction"]:
+        return Result("warn", subject="tcp_mem", observed=observed, evidence=evidence,
+                      reason=f"tcp_mem max is only {100 * frac:.2f} % of RAM: TCP enters "
+                             "memory pressure early and shrinks every window")
+    if windows < p["min_full_windows"]:
+        return Result("warn", subject="tcp_rmem", observed=observed, evidence=evidence,
+                      reason=f"only {windows:.0f} sockets can reach tcp_rmem max "
+                             f"({tcp_rmem[2]} B) within tcp_mem (want {p['min_full_windows']})")
+    return Result("pass", subject="tcp_mem", observed=observed, evidence=evidence,
+                  reason=f"tcp_mem max {cap / 2**20:.0f} MiB = {100 * frac:.1f} % of RAM; "
+                         f"{windows:.0f} full receive windows fit")
+
+
+# -- io_uring ----------------------------------------------------------------------------------
+
+@check("l2.io.io_uring")
+def io_uring(snap: Snapshot, p: dict) -> list[Result]:
+    pids = _pids(snap)
+    if not pids:
+        return [Result("skip", reason="no service process given (use --pid)")]
+    disabled = snap.fact(knob_name("kernel/io_uring_disabled"))
+    if disabled.ok and disabled.value.strip() == "2":
+        return [Result("skip", reason="io_uring is disabled on this kernel (io_uring_disabled=2)")]
+    results = []
+    for pid in pids:
+        fact = snap.fact(f"proc.{pid}.io_uring")
+        subject = f"pid {pid}"
+        if not fact.ok:
+            results.append(Result("unknown", subject=subject, reason=fact.missing))
+            continue
+        rings = fact.value
+        ev = {"rings": rings}
+        if not rings:
+            results.append(Result("warn", subject=subject, observed=0, evidence=ev,
+                                  reason="no io_uring ring: every I/O is a syscall"))
+            continue
+        lacking = []
+        if not all(r["sqpoll"] for r in rings):
+            lacking.append("SQPOLL")
+        if not all(r["user_bufs"] for r in rings):
+            lacking.append("registered buffers")
+        if lacking:
+            results.append(Result("warn", subject=subject, observed=len(rings), evidence=ev,
+                                  reason=f"{len(rings)} ring(s) without {' and '.join(lacking)}"))
+        else:
+            results.append(Result("pass", subject=subject, observed=len(rings), evidence=ev,
+                                  reason=f"{len(rings)} ring(s) with SQPOLL and registered buffers"))
+    return results

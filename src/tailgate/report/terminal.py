@@ -1,51 +1,103 @@
-"""The pyramid report in the terminal, bottom-up L1 -> L4 (rich)."""
+"""The pyramid report in the terminal: findings bottom-up L1 -> L4, then the pyramid.
+
+One line per finding (status, id, subject, observed vs limit), its reason
+indented below, so it reads the same in an 80-column CI log as in a wide
+terminal. The closing pyramid puts L1 at the base and marks the layer to fix first.
+"""
 
 from __future__ import annotations
 
+import textwrap
+from collections import Counter
+
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
-from ..model import LAYERS, Report
+from ..model import LAYERS, Finding, Report
 
-STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "skip": "dim", "unknown": "magenta"}
-NAMES = {"L1": "physical interconnect and hardware clocks", "L2": "kernel scheduling and I/O stack",
-         "L3": "user-space data plane and runtime", "L4": "inference engine and operator scheduling"}
-
-
-def _observed(f) -> str:
-    if f.observed is None:
-        return ""
-    value = f"{f.observed:.4g}" if isinstance(f.observed, float) else str(f.observed)
-    return f"{value} {f.unit}".strip() if f.unit not in ("", "''") else value
+STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "skip": "dim",
+         "unknown": "magenta"}
+NAMES = {"L1": "physical interconnect and hardware clocks",
+         "L2": "kernel scheduling and I/O stack",
+         "L3": "user-space data plane and runtime",
+         "L4": "inference engine and operator scheduling"}
 
 
-def print_report(report: Report, console: Console | None = None) -> None:
-    console = console or Console(highlight=False)
+def _value(v: object) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def _measure(f: Finding) -> str:
+    unit = "" if f.unit in ("", "''") else f" {f.unit}"
+    if f.observed is None or f.observed == "":
+        return "" if f.limit is None else f"limit {_value(f.limit)}{unit}"
+    limit = "" if f.limit is None else f" (limit {_value(f.limit)})"
+    return f"{_value(f.observed)}{unit}{limit}"
+
+
+def _line(f: Finding) -> Text:
+    line = Text("  ")
+    line.append(f"{f.status.upper():<7}", style=STYLE[f.status])
+    line.append(f" {f.id:<27}", style="bold" if f.status == "fail" else "")
+    line.append(f" {f.subject}")
+    measure = _measure(f)
+    if measure:
+        line.append(f"  {measure}", style="cyan")
+    return line
+
+
+def _wrapped(text: str, width: int) -> Text:
+    indent = " " * 11
+    return Text(textwrap.fill(text, max(40, width - 1), initial_indent=indent,
+                              subsequent_indent=indent))
+
+
+def _layer_status(findings: list[Finding]) -> str:
+    statuses = {f.status for f in findings}
+    for s in ("fail", "warn", "unknown", "pass"):
+        if s in statuses:
+            return s
+    return "skip"
+
+
+def print_report(report: Report, console: Console | None = None, verbose: bool = False) -> None:
+    console = console or Console(highlight=False, soft_wrap=False)
     host = report.host
-    console.print(f"[bold]tailgate inspect[/] {host.get('hostname')}  kernel {host.get('kernel')}  "
-                  f"interval {report.interval_s:.2f} s")
+    console.print(Text.assemble(("tailgate inspect ", "bold"), str(host.get("hostname")),
+                                f"  kernel {host.get('kernel')}  interval {report.interval_s:.2f} s"))
+    by_layer = {layer: [f for f in report.findings if f.layer == layer] for layer in LAYERS}
     for layer in LAYERS:
-        findings = [f for f in report.findings if f.layer == layer]
-        worst = ("fail" if any(f.status == "fail" for f in findings) else
-                 "warn" if any(f.status == "warn" for f in findings) else "pass")
-        table = Table(title=Text(f"{layer}  {NAMES[layer]}", style=STYLE[worst]),
-                      title_justify="left", expand=True, show_edge=False, pad_edge=False)
-        table.add_column("status", width=7)
-        table.add_column("check", no_wrap=True)
-        table.add_column("subject", max_width=18)
-        table.add_column("observed", max_width=18)
-        table.add_column("limit", max_width=10)
-        table.add_column("reason", ratio=1)
+        findings = by_layer[layer]
+        console.print()
+        console.print(Text(f"{layer}  {NAMES[layer]}", style="bold " + STYLE[_layer_status(findings)]))
         for f in findings:
-            table.add_row(Text(f.status, style=STYLE[f.status]), f.id, f.subject, _observed(f),
-                          "" if f.limit is None else str(f.limit), f.reason)
-        console.print(table)
+            console.print(_line(f))
+            if f.reason and (verbose or f.status != "pass" or len(f.reason) < 70):
+                console.print(_wrapped(f.reason, console.width), style="dim")
+            if f.status in ("fail", "warn") and f.remedy:
+                console.print(_wrapped("remedy: " + f.remedy, console.width), style="italic")
+    console.print()
+    _pyramid(report, by_layer, console)
+
+
+def _pyramid(report: Report, by_layer: dict[str, list[Finding]], console: Console) -> None:
+    first = report.verdict.first_failing_layer
+    width = 44
+    for i, layer in enumerate(reversed(LAYERS)):  # L4 at the top, L1 the base
+        counts = Counter(f.status for f in by_layer[layer])
+        summary = " ".join(f"{counts[s]}{s[0]}" for s in ("fail", "warn", "pass", "unknown", "skip")
+                           if counts[s])
+        label = f"{layer} {_layer_status(by_layer[layer]).upper():<7}"
+        box = label.center(width - 2 * (len(LAYERS) - 1 - i) * 4)
+        line = Text(" " * ((len(LAYERS) - 1 - i) * 4))
+        line.append(f"[{box}]", style=STYLE[_layer_status(by_layer[layer])])
+        line.append(f"  {summary}")
+        if layer == first:
+            line.append("  <- fix first", style="bold red")
+        console.print(line)
     v = report.verdict
-    counts = "  ".join(f"{k} {n}" for k, n in v.counts.items())
-    if v.first_failing_layer:
-        console.print(Text(f"verdict: FAIL — fix {v.first_failing_layer} first "
-                           f"({NAMES[v.first_failing_layer]})", style="bold red"))
+    if first:
+        console.print(Text(f"verdict: FAIL - fix {first} ({NAMES[first]}) first", style="bold red"))
     else:
         console.print(Text(f"verdict: {v.status.upper()}", style=STYLE[v.status]))
-    console.print(counts)
+    console.print(Text("(f fail, w warn, p pass, u unknown, s skip)", style="dim"))

@@ -1,7 +1,141 @@
-"""cgroup facts."""
+"""CPU bandwidth control of the service's cgroup, on cgroup v1 and v2.
+
+v1: ``cpu.stat`` has nr_periods, nr_throttled, throttled_time (ns); the quota is
+``cpu.cfs_quota_us`` (-1 = none) per ``cpu.cfs_period_us``.
+v2: ``cpu.stat`` has nr_periods, nr_throttled, throttled_usec once the cpu
+controller is enabled (only usage_usec/user_usec/system_usec without it); the
+quota is ``cpu.max`` (``max 100000`` = none).
+"""
 
 from __future__ import annotations
 
+import posixpath
 
-def resolve_cgroup(host, spec):  # replaced below with the real resolver
-    return spec if host.exists(spec) else None
+from ..collect import Target, collector
+from ..host import Host
+from ..model import Fact, ParseError, SourceError
+
+
+def parse_cpu_stat(text: str) -> dict[str, int]:
+    out = {}
+    for line in text.splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        parts = line.split()
+        if len(parts) != 2:
+            raise ParseError(f"cpu.stat: malformed line {line!r}")
+        try:
+            out[parts[0]] = int(parts[1])
+        except ValueError as exc:
+            raise ParseError(f"cpu.stat {parts[0]}: not an integer: {parts[1]!r}") from exc
+    return out
+
+
+def parse_cpu_max(text: str) -> tuple[int | None, int]:
+    """cgroup v2 cpu.max: ``$MAX $PERIOD``; MAX is ``max`` when unlimited."""
+    parts = text.split()
+    if len(parts) not in (1, 2):
+        raise ParseError(f"cpu.max: malformed {text.strip()!r}")
+    try:
+        quota = None if parts[0] == "max" else int(parts[0])
+        period = int(parts[1]) if len(parts) == 2 else 100000
+    except ValueError as exc:
+        raise ParseError(f"cpu.max: malformed {text.strip()!r}") from exc
+    return quota, period
+
+
+def parse_mounts(text: str) -> list[tuple[str, str, list[str]]]:
+    """(mount point, fstype, options) of cgroup and cgroup2 mounts in /proc/mounts."""
+    out = []
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) >= 4 and parts[2] in ("cgroup", "cgroup2"):
+            out.append((parts[1], parts[2], parts[3].split(",")))
+    return out
+
+
+def parse_proc_cgroup(text: str) -> dict[str, str]:
+    """/proc/PID/cgroup -> {controller: path}; the v2 entry is keyed ''."""
+    out = {}
+    for line in text.splitlines():
+        parts = line.strip().split(":", 2)
+        if len(parts) != 3:
+            continue
+        for ctrl in parts[1].split(",") if parts[1] else [""]:
+            out[ctrl] = parts[2]
+    return out
+
+
+def _cpu_mounts(host: Host) -> list[str]:
+    """Mount points where cpu bandwidth files can live: v1 `cpu` first, then cgroup2."""
+    try:
+        mounts = parse_mounts(host.read("/proc/mounts"))
+    except SourceError:
+        return []
+    v1 = [m for m, fs, opts in mounts if fs == "cgroup" and "cpu" in opts]
+    v2 = [m for m, fs, _ in mounts if fs == "cgroup2"]
+    return v1 + v2
+
+
+def resolve_cgroup(host: Host, spec: str) -> str | None:
+    """An absolute cgroup directory for ``spec``: a directory as given, or a path inside
+    a cpu (v1) or unified (v2) hierarchy. None when nothing matches."""
+    if spec.startswith("/") and host.exists(posixpath.join(spec, "cgroup.procs")):
+        return posixpath.normpath(spec)
+    for mount in _cpu_mounts(host):
+        candidate = posixpath.normpath(posixpath.join(mount, spec.lstrip("/")))
+        if host.exists(posixpath.join(candidate, "cgroup.procs")):
+            return candidate
+    return None
+
+
+def cgroup_of_pid(host: Host, pid: int) -> str:
+    groups = parse_proc_cgroup(host.read(f"/proc/{pid}/cgroup"))
+    mounts = parse_mounts(host.read("/proc/mounts"))
+    for ctrl, fstype in (("cpu", "cgroup"), ("", "cgroup2")):
+        if ctrl not in groups:
+            continue
+        for mount, fs, opts in mounts:
+            if fs == fstype and (ctrl == "" or ctrl in opts):
+                path = posixpath.normpath(posixpath.join(mount, groups[ctrl].lstrip("/")))
+                if host.exists(path):
+                    return path
+    raise SourceError(f"pid {pid}: its cpu cgroup is not mounted under {host.root}")
+
+
+def read_cpu_bandwidth(host: Host, path: str) -> dict[str, object]:
+    stat = parse_cpu_stat(host.read(posixpath.join(path, "cpu.stat")))
+    info: dict[str, object] = {"path": path, "stat": stat}
+    if host.exists(posixpath.join(path, "cpu.cfs_quota_us")):
+        quota = int(host.read(posixpath.join(path, "cpu.cfs_quota_us")).strip())
+        info.update(version=1, quota_us=None if quota < 0 else quota,
+                    period_us=int(host.read(posixpath.join(path, "cpu.cfs_period_us")).strip()))
+    elif host.exists(posixpath.join(path, "cpu.max")):
+        quota, period = parse_cpu_max(host.read(posixpath.join(path, "cpu.max")))
+        info.update(version=2, quota_us=quota, period_us=period)
+    else:
+        # cgroup v2 without the cpu controller: no bandwidth control is possible here.
+        info.update(version=2, quota_us=None, period_us=None, controller=False)
+    return info
+
+
+def target_cgroups(host: Host, target: Target) -> dict[str, str]:
+    """Fact name -> cgroup path for --cgroup and every --pid."""
+    out = {}
+    if target.cgroup:
+        out["cgroup.target"] = target.cgroup
+    for pid in target.pids:
+        out[f"cgroup.pid.{pid}"] = f"pid:{pid}"
+    return out
+
+
+@collector("cgroup.cpu", counter=True, multi=True)
+def cgroup_cpu(host: Host, target: Target) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for name, spec in target_cgroups(host, target).items():
+        try:
+            path = cgroup_of_pid(host, int(spec[4:])) if spec.startswith("pid:") else spec
+            out[name] = read_cpu_bandwidth(host, path)
+        except (SourceError, ValueError) as exc:
+            out[name] = Fact(missing=str(exc))
+    return out

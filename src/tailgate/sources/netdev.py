@@ -1,3 +1,117 @@
-"""netdev facts."""
+"""Network interfaces in sysfs: driver, NUMA locality and the IRQs that serve them.
+
+A NIC's IRQs are found two ways and merged: the PCI function's ``msi_irqs``
+directory (exact, any driver), and the action names in /proc/interrupts, which
+each driver spells its own way:
+
+=========  =============================================
+virtio     ``virtio2-input.0``, ``virtio2-output.0`` (the virtio device name)
+mlx5       ``mlx5_comp3@pci:0000:08:00.0`` (the PCI address)
+ixgbe/i40e/ice/bnxt  ``eth0-TxRx-3`` (the interface name)
+ena        ``eth0-Tx-Rx-3``; gve ``gve-ntfy-blk3@pci:0000:00:04.0``
+=========  =============================================
+"""
 
 from __future__ import annotations
+
+import posixpath
+
+from ..collect import Target, collector
+from ..host import Host
+from ..model import Fact, SourceError
+from .process import parse_cpulist
+from .procfs import parse_interrupts
+
+_PCI_ADDR_LEN = len("0000:00:00.0")
+
+
+def _is_pci_addr(name: str) -> bool:
+    return len(name) == _PCI_ADDR_LEN and name[4] == ":" and name[7] == ":" and name[10] == "."
+
+
+def interfaces(host: Host, target: Target) -> list[str]:
+    """--iface, else every interface backed by a device (not lo, bridges, veths)."""
+    if target.ifaces:
+        return list(target.ifaces)
+    return [n for n in host.listdir("/sys/class/net") if host.exists(f"/sys/class/net/{n}/device")]
+
+
+def irq_matches(name: str, iface: str, devname: str, pci: str | None) -> bool:
+    if name.startswith(iface + "-"):
+        return True
+    if devname.startswith("virtio") and name.startswith(devname + "-"):
+        return not name.endswith("-config")  # configuration changes, not packets
+    return pci is not None and name.endswith("@pci:" + pci)
+
+
+def nic_info(host: Host, iface: str, interrupts: dict | None) -> dict[str, object]:
+    base = f"/sys/class/net/{iface}"
+    if not host.exists(base):
+        raise SourceError(f"interface {iface}: absent")
+    if not host.exists(f"{base}/device"):
+        return {"iface": iface, "virtual": True}
+    target = posixpath.normpath(posixpath.join(base, host.readlink(f"{base}/device")))
+    devname = posixpath.basename(target)
+    # virtio-net sits on a virtio device whose parent is the PCI function.
+    pci_dir = target if _is_pci_addr(devname) else posixpath.dirname(target)
+    pci = posixpath.basename(pci_dir) if _is_pci_addr(posixpath.basename(pci_dir)) else None
+    info: dict[str, object] = {"iface": iface, "virtual": False, "device": devname, "pci": pci}
+    try:
+        info["driver"] = posixpath.basename(host.readlink(f"{target}/driver"))
+    except SourceError:
+        info["driver"] = None
+    numa = None
+    for d in (target, pci_dir):
+        try:
+            numa = int(host.read(f"{d}/numa_node").strip())
+            info["local_cpus"] = parse_cpulist(host.read(f"{d}/local_cpulist"))
+            break
+        except (SourceError, ValueError):
+            continue
+    info["numa_node"] = numa
+    irqs: set[int] = set()
+    try:
+        irqs.update(int(i) for i in host.listdir(f"{pci_dir}/msi_irqs"))
+    except (SourceError, ValueError):
+        pass
+    if interrupts is not None:
+        for irq, row in interrupts["irqs"].items():
+            if any(irq_matches(n, iface, devname, pci) for n in row["names"]):
+                irqs.add(int(irq))
+            elif int(irq) in irqs and all(n.endswith("-config") for n in row["names"]):
+                irqs.discard(int(irq))
+    affinity: dict[str, object] = {}
+    for irq in sorted(irqs):
+        for fname in ("effective_affinity_list", "smp_affinity_list"):
+            try:
+                affinity[str(irq)] = parse_cpulist(host.read(f"/proc/irq/{irq}/{fname}"))
+                break
+            except SourceError:
+                continue
+        else:
+            affinity[str(irq)] = None
+    info["irqs"] = sorted(irqs)
+    info["irq_affinity"] = affinity
+    if interrupts is not None:
+        info["irq_names"] = {str(i): interrupts["irqs"].get(str(i), {}).get("names", [])
+                             for i in sorted(irqs)}
+    return info
+
+
+@collector("nic", multi=True)
+def nics(host: Host, target: Target) -> dict[str, object]:
+    try:
+        names = interfaces(host, target)
+    except SourceError as exc:
+        return {"nic": Fact(missing=str(exc))}
+    try:
+        interrupts = parse_interrupts(host.read("/proc/interrupts"))
+    except SourceError:
+        interrupts = None
+    out: dict[str, object] = {"nic": names}
+    for iface in names:
+        try:
+            out[f"nic.{iface}"] = nic_info(host, iface, interrupts)
+        except SourceError as exc:
+            out[f"nic.{iface}"] = Fact(missing=str(exc))
+    return out

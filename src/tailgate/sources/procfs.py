@@ -1,3 +1,224 @@
-"""procfs facts."""
+"""Host-wide /proc files: network counters, memory, pressure, interrupts, softirqs.
+
+Each file has a pure parser (text -> value, :class:`ParseError` on a malformed
+known line; unknown lines ignored) and a collector that reads it through the Host.
+"""
 
 from __future__ import annotations
+
+from ..collect import Target, collector
+from ..host import Host
+from ..model import ParseError
+
+
+def _int(token: str, what: str) -> int:
+    try:
+        return int(token)
+    except ValueError as exc:
+        raise ParseError(f"{what}: not an integer: {token!r}") from exc
+
+
+def _lines(text: str) -> list[str]:
+    """Non-empty lines, without a provenance comment (fixture files carry one)."""
+    return [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
+
+
+def parse_snmp(text: str) -> dict[str, dict[str, int]]:
+    """/proc/net/snmp and /proc/net/netstat: pairs of ``Proto: names`` / ``Proto: values`` lines."""
+    out: dict[str, dict[str, int]] = {}
+    lines = _lines(text)
+    if len(lines) % 2:
+        raise ParseError("odd number of lines: a header without its values")
+    for head, vals in zip(lines[::2], lines[1::2], strict=True):
+        proto, _, names = head.partition(":")
+        proto2, _, values = vals.partition(":")
+        if not proto or proto != proto2:
+            raise ParseError(f"header {proto!r} followed by values of {proto2!r}")
+        keys, nums = names.split(), values.split()
+        if len(keys) != len(nums):
+            raise ParseError(f"{proto}: {len(keys)} names but {len(nums)} values")
+        out[proto] = {k: _int(v, f"{proto}.{k}") for k, v in zip(keys, nums, strict=True)}
+    if not out:
+        raise ParseError("no counters found")
+    return out
+
+
+def parse_softnet(text: str) -> list[dict[str, int]]:
+    """/proc/net/softnet_stat: one hex row per CPU; processed, dropped, time_squeeze first.
+
+    Kernels since 4.x append cpu_collision, received_rps, flow_limit_count,
+    backlog length and (5.10+) the CPU index; only the stable first three and
+    the index (column 13, when present) are kept.
+    """
+    rows = []
+    for i, line in enumerate(_lines(text)):
+        cols = line.split()
+        if len(cols) < 3:
+            raise ParseError(f"softnet_stat row {i}: {len(cols)} columns, expected at least 3")
+        try:
+            vals = [int(c, 16) for c in cols]
+        except ValueError as exc:
+            raise ParseError(f"softnet_stat row {i}: not hexadecimal") from exc
+        rows.append({"cpu": vals[12] if len(vals) >= 13 else i, "processed": vals[0],
+                     "dropped": vals[1], "time_squeeze": vals[2]})
+    if not rows:
+        raise ParseError("softnet_stat is empty")
+    return rows
+
+
+_NET_DEV_FIELDS = ("bytes", "packets", "errs", "drop", "fifo", "frame", "compressed", "multicast")
+_NET_DEV_TX = ("bytes", "packets", "errs", "drop", "fifo", "colls", "carrier", "compressed")
+
+
+def parse_net_dev(text: str) -> dict[str, dict[str, int]]:
+    """/proc/net/dev: per-interface rx_*/tx_* counters."""
+    out: dict[str, dict[str, int]] = {}
+    for line in _lines(text):
+        if "|" in line:  # the two header lines
+            continue
+        name, sep, rest = line.partition(":")
+        if not sep:
+            raise ParseError(f"net/dev line without ':': {line!r}")
+        cols = rest.split()
+        if len(cols) != 16:
+            raise ParseError(f"net/dev {name.strip()}: {len(cols)} columns, expected 16")
+        vals = [_int(c, name.strip()) for c in cols]
+        row = {f"rx_{k}": v for k, v in zip(_NET_DEV_FIELDS, vals[:8], strict=True)}
+        row.update({f"tx_{k}": v for k, v in zip(_NET_DEV_TX, vals[8:], strict=True)})
+        out[name.strip()] = row
+    return out
+
+
+def parse_meminfo(text: str) -> dict[str, int]:
+    """/proc/meminfo in bytes (the file says kB, meaning KiB)."""
+    out = {}
+    for line in _lines(text):
+        key, _, rest = line.partition(":")
+        parts = rest.split()
+        if not parts:
+            raise ParseError(f"meminfo {key}: no value")
+        scale = 1024 if len(parts) > 1 and parts[1] == "kB" else 1
+        out[key.strip()] = _int(parts[0], key) * scale
+    if "MemTotal" not in out:
+        raise ParseError("meminfo has no MemTotal")
+    return out
+
+
+def parse_pressure(text: str) -> dict[str, dict[str, float]]:
+    """/proc/pressure/{cpu,io,memory}: ``some``/``full`` lines of avg10/avg60/avg300/total."""
+    out: dict[str, dict[str, float]] = {}
+    for line in _lines(text):
+        kind, *pairs = line.split()
+        if kind not in ("some", "full"):
+            continue
+        row: dict[str, float] = {}
+        for pair in pairs:
+            key, sep, value = pair.partition("=")
+            if not sep:
+                raise ParseError(f"pressure {kind}: malformed field {pair!r}")
+            try:
+                row[key] = int(value) if key == "total" else float(value)
+            except ValueError as exc:
+                raise ParseError(f"pressure {kind}.{key}: not a number: {value!r}") from exc
+        out[kind] = row
+    if "some" not in out:
+        raise ParseError("no 'some' line")
+    return out
+
+
+def parse_interrupts(text: str) -> dict[str, object]:
+    """/proc/interrupts: per numbered IRQ its per-CPU counts, chip text and action name(s).
+
+    Names are whatever the driver registered: ``virtio2-input.0``,
+    ``mlx5_comp3@pci:0000:08:00.0``, ``eth0-TxRx-3``; shared IRQs list several,
+    separated by ``, ``.
+    """
+    lines = _lines(text)
+    if not lines or not lines[0].split() or not lines[0].split()[0].startswith("CPU"):
+        raise ParseError("no CPU header line")
+    cpus = [_int(c[3:], "CPU header") for c in lines[0].split()]
+    irqs: dict[str, dict[str, object]] = {}
+    for line in lines[1:]:
+        head, sep, rest = line.partition(":")
+        if not sep:
+            raise ParseError(f"interrupts line without ':': {line!r}")
+        irq = head.strip()
+        if not irq.isdigit():
+            continue  # NMI, LOC, ... (architecture counters)
+        tokens = rest.split()
+        counts = [_int(t, f"irq {irq}") for t in tokens[: len(cpus)]]
+        if len(counts) != len(cpus):
+            raise ParseError(f"irq {irq}: {len(counts)} counts for {len(cpus)} CPUs")
+        desc = rest.split(None, len(cpus))[-1] if len(tokens) > len(cpus) else ""
+        # The action names follow the chip and hwirq columns; shared IRQs join them with ", ".
+        names_part = desc.split(None, 2)[-1] if len(desc.split()) >= 3 else desc
+        names = [n.strip() for n in names_part.split(", ") if n.strip()]
+        irqs[irq] = {"counts": counts, "desc": desc.strip(), "names": names}
+    return {"cpus": cpus, "irqs": irqs}
+
+
+def parse_softirqs(text: str) -> dict[str, list[int]]:
+    """/proc/softirqs: per softirq kind (NET_RX, TIMER, ...) its per-CPU counts."""
+    lines = _lines(text)
+    if not lines:
+        raise ParseError("softirqs is empty")
+    ncpu = len(lines[0].split())
+    out = {}
+    for line in lines[1:]:
+        name, _, rest = line.partition(":")
+        vals = [_int(t, name.strip()) for t in rest.split()]
+        if len(vals) != ncpu:
+            raise ParseError(f"softirqs {name.strip()}: {len(vals)} counts for {ncpu} CPUs")
+        out[name.strip()] = vals
+    return out
+
+
+@collector("net.snmp", counter=True)
+def net_snmp(host: Host, target: Target) -> dict:
+    return parse_snmp(host.read("/proc/net/snmp"))
+
+
+@collector("net.netstat", counter=True)
+def net_netstat(host: Host, target: Target) -> dict:
+    return parse_snmp(host.read("/proc/net/netstat"))
+
+
+@collector("net.softnet", counter=True)
+def net_softnet(host: Host, target: Target) -> list:
+    return parse_softnet(host.read("/proc/net/softnet_stat"))
+
+
+@collector("net.dev", counter=True)
+def net_dev(host: Host, target: Target) -> dict:
+    return parse_net_dev(host.read("/proc/net/dev"))
+
+
+@collector("proc.softirqs", counter=True)
+def softirqs(host: Host, target: Target) -> dict:
+    return parse_softirqs(host.read("/proc/softirqs"))
+
+
+@collector("proc.interrupts", counter=True)
+def interrupts(host: Host, target: Target) -> dict:
+    return parse_interrupts(host.read("/proc/interrupts"))
+
+
+@collector("proc.meminfo")
+def meminfo(host: Host, target: Target) -> dict:
+    return parse_meminfo(host.read("/proc/meminfo"))
+
+
+@collector("pressure", multi=True)
+def pressure(host: Host, target: Target) -> dict:
+    """PSI per resource; absent without CONFIG_PSI (or psi=0 on the kernel command line)."""
+    from ..model import Fact, SourceError
+
+    out: dict[str, object] = {}
+    for res in ("cpu", "io", "memory"):
+        try:
+            out[f"pressure.{res}"] = parse_pressure(host.read(f"/proc/pressure/{res}"))
+        except ParseError as exc:
+            out[f"pressure.{res}"] = Fact(missing=f"/proc/pressure/{res}: {exc}")
+        except SourceError as exc:
+            out[f"pressure.{res}"] = Fact(missing=f"{exc} (needs CONFIG_PSI)")
+    return out
