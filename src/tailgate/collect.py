@@ -33,6 +33,7 @@ SOURCE_MODULES = (
     "tailgate.sources.cgroup",
     "tailgate.sources.process",
     "tailgate.sources.netdev",
+    "tailgate.sources.engine",
     # helpers add their source modules here (one line each)
 )
 

@@ -39,6 +39,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fail-on", choices=("fail", "warn"), default="fail",
                    help="exit 1 when any finding is at or above this status (default fail)")
     p.add_argument("--quiet", action="store_true", help="no terminal report")
+    p.add_argument("--engine", metavar="URL",
+                   help="an inference engine's Prometheus endpoint (vLLM, SGLang), e.g. "
+                   "http://127.0.0.1:8000/metrics, scraped at both ends of the interval; "
+                   "or a saved scrape file")
+    p.add_argument("--memory-stats", metavar="FILE",
+                   help="torch.cuda.memory_stats() dumped as JSON, for GPU memory fragmentation")
     p.set_defaults(func=run)
 
 
@@ -70,7 +76,14 @@ def _target(args: argparse.Namespace, host):
         cgroup = resolve_cgroup(host, args.cgroup)
         if cgroup is None:
             raise UsageError(f"no such cgroup: --cgroup {args.cgroup}")
-    return Target(pids=pids, cgroup=cgroup, ifaces=ifaces)
+    options = {}
+    if getattr(args, "engine", None):
+        if not args.engine.startswith(("http://", "https://")) and not os.path.isfile(args.engine):
+            raise UsageError(f"--engine {args.engine}: not an http(s):// URL nor a file")
+        options["engine"] = args.engine
+    if getattr(args, "memory_stats", None):
+        options["memory_stats"] = os.path.abspath(args.memory_stats)
+    return Target(pids=pids, cgroup=cgroup, ifaces=ifaces, options=options)
 
 
 def snapshot_for(args: argparse.Namespace):

@@ -1,0 +1,141 @@
+"""Inference-engine facts: a Prometheus ``/metrics`` scrape and an allocator dump.
+
+``tailgate inspect --engine URL`` scrapes the engine's metrics endpoint (vLLM,
+SGLang) at t0 and t1, so checks judge counters over the window. ``URL`` may
+also be the path of a saved scrape (one sample only: checks then fall back to
+the totals since the engine started, and say so). ``--memory-stats FILE`` is a
+JSON dump of PyTorch's ``torch.cuda.memory_stats()``.
+
+Reading (``fetch``) and parsing (``parse_exposition``) are separate: the parser
+is pure text in, samples out, and raises :class:`ParseError` on a body that is
+not the Prometheus text exposition format (an HTML error page, JSON, ...).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import urllib.error
+import urllib.request
+from typing import Any
+
+from ..collect import Target, collector
+from ..host import Host
+from ..model import ParseError, SourceError
+
+# Only the engines' own series are kept in the snapshot (a vLLM scrape also has
+# ~100 process/http series that no check reads).
+ENGINE_PREFIXES = ("vllm:", "sglang:")
+MAX_BODY = 16 * 1024 * 1024  # a /metrics body larger than this is not an engine's
+
+
+def parse_exposition(text: str) -> list[list[Any]]:
+    """Parse Prometheus text exposition into ``[[name, labels, value], ...]``.
+
+    Uses ``prometheus_client``'s parser. Raises :class:`ParseError` when the
+    body is not in that format or holds no sample at all.
+    """
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        families = list(text_string_to_metric_families(text))
+    except (ValueError, TypeError, IndexError) as exc:
+        first = text.strip().splitlines()[0][:80] if text.strip() else ""
+        raise ParseError(
+            f"not Prometheus text exposition format ({exc}); body starts {first!r}"
+        ) from exc
+    samples: list[list[Any]] = []
+    for fam in families:
+        for s in fam.samples:
+            value = float(s.value)
+            # NaN never helps a judgment; +Inf buckets are kept (le label, not value).
+            if math.isnan(value):
+                continue
+            samples.append([s.name, dict(s.labels), value])
+    if not samples:
+        raise ParseError("the body holds no metric samples")
+    return samples
+
+
+def engine_samples(samples: list[list[Any]]) -> list[list[Any]]:
+    """Keep the inference engines' series (``vllm:*``, ``sglang:*``)."""
+    return [s for s in samples if s[0].startswith(ENGINE_PREFIXES)]
+
+
+def fetch(url: str, timeout_s: float) -> str:
+    """GET ``url`` (http/https) or read a saved scrape; every failure is a SourceError."""
+    if not url.startswith(("http://", "https://")):
+        path = url.removeprefix("file://")
+        try:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                return fh.read(MAX_BODY)
+        except OSError as exc:
+            raise SourceError(f"{path}: cannot read saved scrape: {exc.strerror or exc}") from exc
+    req = urllib.request.Request(url, headers={"Accept": "text/plain;version=0.0.4"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+            return resp.read(MAX_BODY).decode("utf-8", errors="replace")
+    except urllib.error.HTTPError as exc:
+        raise SourceError(f"{url}: HTTP {exc.code} {exc.reason}") from exc
+    except urllib.error.URLError as exc:
+        raise SourceError(f"{url}: unreachable ({exc.reason})") from exc
+    except TimeoutError as exc:
+        raise SourceError(f"{url}: no answer within {timeout_s:g} s") from exc
+    except OSError as exc:
+        raise SourceError(f"{url}: {exc.strerror or exc}") from exc
+
+
+@collector("engine.metrics", counter=True)
+def engine_metrics(host: Host, target: Target) -> dict[str, Any]:
+    url = target.options.get("engine")
+    if not url:
+        raise SourceError("no inference engine given (--engine URL)")
+    samples = parse_exposition(fetch(str(url), host.timeout_s))
+    kept = engine_samples(samples)
+    if not kept:
+        raise ParseError(f"{url}: Prometheus metrics, but none from vLLM or SGLang "
+                         f"({len(samples)} other samples)")
+    return {"url": str(url), "samples": kept}
+
+
+def parse_memory_stats(text: str) -> dict[str, dict[str, float]]:
+    """Parse a JSON dump of ``torch.cuda.memory_stats()``.
+
+    Accepts the flat mapping torch returns (``{"reserved_bytes.all.current": ...}``)
+    or a mapping of devices to such mappings (``{"cuda:0": {...}, "cuda:1": {...}}``).
+    Returns ``{device: {key: number}}`` (device ``"device"`` for a flat dump).
+    """
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise ParseError(f"memory stats: not JSON ({exc})") from exc
+    if not isinstance(data, dict) or not data:
+        raise ParseError("memory stats: expected a JSON object of torch.cuda.memory_stats()")
+
+    def numbers(d: dict[str, Any]) -> dict[str, float]:
+        return {k: float(v) for k, v in d.items()
+                if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+    if all(isinstance(v, dict) for v in data.values()):
+        devices = {str(k): numbers(v) for k, v in data.items()}
+    else:
+        devices = {"device": numbers(data)}
+    for name, stats in devices.items():
+        if "reserved_bytes.all.current" not in stats:
+            raise ParseError(f"memory stats ({name}): no 'reserved_bytes.all.current' key; "
+                             "is this torch.cuda.memory_stats() output?")
+    return devices
+
+
+@collector("engine.memory_stats")
+def engine_memory_stats(host: Host, target: Target) -> dict[str, dict[str, float]]:
+    path = target.options.get("memory_stats")
+    if not path:
+        raise SourceError("no allocator statistics given (--memory-stats FILE with "
+                          "torch.cuda.memory_stats() as JSON)")
+    try:
+        with open(str(path), encoding="utf-8") as fh:
+            text = fh.read(MAX_BODY)
+    except OSError as exc:
+        raise SourceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    return parse_memory_stats(text)

@@ -1,0 +1,295 @@
+"""Engine /metrics: scraping, parsing and the L4 judgments, on real captured scrapes
+(tests/fixtures/llm, from shared/corpus/llm) and real HTTP servers on loopback."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tailgate.baseline import default_baseline
+from tailgate.collect import Target, collectors, run_collector
+from tailgate.host import Host
+from tailgate.judge import checks, run_check
+from tailgate.llm import engine_metrics as em
+from tailgate.llm import specdec
+from tailgate.model import Fact, ParseError, Snapshot
+from tailgate.sources.engine import parse_exposition, parse_memory_stats
+
+FIX = Path(__file__).parent / "fixtures" / "llm"
+VLLM = FIX / "vllm_0.32.0_cpu_metrics_real.prom"
+VLLM_SPEC = FIX / "vllm_0.32.0_cpu_metrics_real_specdecode_ngram.prom"
+SGLANG = FIX / "sglang_metrics_docs_example.prom"
+L4 = ("l4.prefix_cache.hit_rate", "l4.prefix_cache.match_time", "l4.memory.fragmentation",
+      "l4.specdec.acceptance", "l4.kv.quantization")
+
+
+def snapshot(target: Target, interval: float = 0.0, between=None) -> Snapshot:
+    """Run the engine collectors as `inspect` does: counters at t0, all at t1."""
+    host = Host("/")
+    cs = {n: c for n, c in collectors().items() if n.startswith("engine.")}
+    before: dict[str, Fact] = {}
+    for c in cs.values():
+        if c.counter:
+            before.update(run_collector(c, host, target))
+    if between:
+        between()
+    time.sleep(interval)
+    facts: dict[str, Fact] = {}
+    for c in cs.values():
+        facts.update(run_collector(c, host, target))
+    return Snapshot(host={}, target=target.to_json(), interval_s=interval, taken_at=0.0,
+                    facts=facts, before=before)
+
+
+def judge(snap: Snapshot) -> dict:
+    base = default_baseline()
+    reg = checks()
+    out = {}
+    for cid in L4:
+        out[cid] = run_check(cid, reg.get(cid), snap, base.get(cid))
+    return out
+
+
+# -- the parser on real scrapes ----------------------------------------------------
+
+
+def test_parser_reads_every_real_scrape():
+    for path in (VLLM, VLLM_SPEC, SGLANG):
+        samples = parse_exposition(path.read_text())
+        names = {s[0] for s in samples}
+        assert any(n.startswith(("vllm:", "sglang:")) for n in names), path
+    vllm = parse_exposition(VLLM.read_text())
+    assert em.total(vllm, "vllm:prefix_cache_hits_total") == 14976.0
+    assert em.total(vllm, "vllm:prefix_cache_queries_total") == 16130.0
+
+
+@pytest.mark.parametrize("body", ['{"object": "list", "data": []}',
+                                  "<html><body>Not Found</body></html>", "", "Not Found"])
+def test_parser_rejects_what_is_not_exposition_format(body):
+    with pytest.raises(ParseError):
+        parse_exposition(body)
+
+
+def test_histogram_quantile_stays_inside_its_bucket():
+    samples = parse_exposition(VLLM_SPEC.read_text())
+    buckets = em.histogram(samples, "vllm:time_to_first_token_seconds")
+    assert buckets[-1][1] == 36
+    value, lo, hi = em.quantile(buckets, 0.99)
+    assert lo <= value <= hi and (lo, hi) == (0.75, 1.0)
+    # SGLang's TTFT: most samples are in the +Inf bucket: only a lower bound is known.
+    sg = parse_exposition(SGLANG.read_text())
+    ev = em.latency_evidence(None, sg)
+    assert ev["ttft"]["p50_ms"] is None and ev["ttft"]["p50_bucket_ms"] == [30000.0, None]
+    assert ev["ttft"]["p999_ms"] is None and "P999" in ev["warning"]
+
+
+# -- speculative decoding arithmetic ----------------------------------------------
+
+
+def test_alpha_inverts_the_expected_tokens_per_step():
+    for alpha in (0.0, 0.3, 0.6, 0.8, 0.95):
+        for k in (1, 3, 5):
+            tau = specdec.expected_tokens_per_step(alpha, k)
+            assert abs(specdec.alpha_from_tau(tau, k) - alpha) < 1e-9
+
+
+def test_acceptance_rate_is_at_most_alpha():
+    # With k = 1 the two coincide; with longer drafts the engine's rate falls below alpha.
+    s1 = specdec.from_counts(drafts=100, draft_tokens=100, accepted=70)
+    assert abs(s1.alpha - 0.7) < 1e-9 and abs(s1.acceptance_rate - 0.7) < 1e-12
+    s4 = specdec.from_counts(drafts=100, draft_tokens=400, accepted=200)
+    assert s4.acceptance_rate == 0.5 and s4.alpha > 0.5
+    assert abs(specdec.expected_tokens_per_step(s4.alpha, 4) - 3.0) < 1e-9
+
+
+def test_sglang_gauges_give_both_figures():
+    # rate 0.6 with 4-token drafts: 2.4 accepted + the bonus token = 3.4 per step.
+    s = specdec.from_rate_and_length(0.6, 3.4)
+    assert abs(s.draft_length - 4.0) < 1e-9 and s.alpha > 0.6
+    with pytest.raises(ValueError):
+        specdec.from_rate_and_length(0.0, 1.0)
+
+
+# -- judgments on real scrapes (a saved scrape: one sample, totals since start) -----
+
+
+def test_vllm_prefix_cache_and_kv_dtype_from_real_scrape():
+    res = judge(snapshot(Target(options={"engine": str(VLLM)})))
+    hit = res["l4.prefix_cache.hit_rate"][0]
+    assert hit.status == "pass" and hit.observed == pytest.approx(100 * 14976 / 16130, abs=1e-3)
+    assert "since the engine started" in hit.reason
+    lat = hit.evidence["engine_latency"]
+    assert lat["ttft"]["count"] == 60 and lat["itl"]["metric"] == "vllm:inter_token_latency_seconds"
+    kv = res["l4.kv.quantization"][0]
+    assert kv.status == "fail" and kv.observed == "auto"
+    assert res["l4.specdec.acceptance"][0].status == "skip"
+    assert res["l4.prefix_cache.match_time"][0].status == "unknown"
+    frag = res["l4.memory.fragmentation"][0]
+    assert frag.status == "unknown" and "--memory-stats" in frag.reason
+
+
+def test_vllm_ngram_specdec_from_real_scrape():
+    res = judge(snapshot(Target(options={"engine": str(VLLM_SPEC)})))
+    f = res["l4.specdec.acceptance"][0]
+    assert f.observed == pytest.approx(100 * 1217 / 1449, abs=1e-3)
+    assert f.status == "pass"  # 84 % >= 75 %
+    ev = f.evidence
+    assert ev["drafts"] == 524 and ev["draft_tokens"] == 1449 and ev["accepted_tokens"] == 1217
+    assert ev["alpha"] > ev["acceptance_rate"]
+    tau = 1 + 1217 / 524
+    assert ev["mean_acceptance_length"] == pytest.approx(tau)
+    assert specdec.expected_tokens_per_step(ev["alpha"], 1449 / 524) == pytest.approx(tau)
+    assert ev["per_position_acceptance"][0] == pytest.approx(471 / 524)
+    assert "judged on the engine's acceptance rate" in f.reason
+
+
+def test_sglang_hit_rate_gauge_fails_and_says_it_is_a_gauge():
+    res = judge(snapshot(Target(options={"engine": str(SGLANG)})))
+    f = res["l4.prefix_cache.hit_rate"][0]
+    assert f.status == "fail" and f.observed == pytest.approx(0.751, abs=1e-3)
+    assert "gauge" in f.reason
+    assert res["l4.kv.quantization"][0].status == "unknown"
+
+
+def test_without_engine_l4_is_skipped():
+    res = judge(snapshot(Target()))
+    for cid in L4:
+        assert res[cid][0].status == "skip", cid
+
+
+# -- real HTTP: a live exposition that changes during the window --------------------
+
+
+def _serve(handler_cls):
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler_cls)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    return srv
+
+
+def test_window_is_the_difference_of_two_live_scrapes():
+    from prometheus_client import CollectorRegistry, Counter, generate_latest
+
+    reg = CollectorRegistry()
+    labels = ["engine", "model_name"]
+    hits = Counter("vllm:prefix_cache_hits", "hits", labels, registry=reg)
+    queries = Counter("vllm:prefix_cache_queries", "queries", labels, registry=reg)
+    # History before the window: a poor hit rate (10 %).
+    hits.labels("0", "m").inc(100)
+    queries.labels("0", "m").inc(1000)
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = generate_latest(reg)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    srv = _serve(H)
+    try:
+        url = f"http://127.0.0.1:{srv.server_port}/metrics"
+
+        def traffic():  # during the window: 950 of 1000 tokens hit
+            hits.labels("0", "m").inc(950)
+            queries.labels("0", "m").inc(1000)
+
+        res = judge(snapshot(Target(options={"engine": url}), interval=0.1, between=traffic))
+    finally:
+        srv.shutdown()
+    f = res["l4.prefix_cache.hit_rate"][0]
+    assert f.status == "pass" and f.observed == pytest.approx(95.0)
+    assert f.evidence["windowed"] is True and f.evidence["queried_tokens"] == 1000
+
+
+def test_unreachable_and_non_prometheus_endpoints_are_unknown():
+    class Html(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            code = 404 if self.path == "/missing" else 200
+            body = b"<html><body>hello</body></html>"
+            self.send_response(code)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    srv = _serve(Html)
+    port = srv.server_port
+    try:
+        html = judge(snapshot(Target(options={"engine": f"http://127.0.0.1:{port}/metrics"})))
+        missing = judge(snapshot(Target(options={"engine": f"http://127.0.0.1:{port}/missing"})))
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    refused = judge(snapshot(Target(options={"engine": f"http://127.0.0.1:{port}/metrics"})))
+    for res, words in ((html, "not Prometheus"), (missing, "HTTP 404"), (refused, "unreachable")):
+        for cid in ("l4.prefix_cache.hit_rate", "l4.specdec.acceptance", "l4.kv.quantization"):
+            f = res[cid][0]
+            assert f.status == "unknown" and words in f.reason, (cid, f.reason)
+
+
+# -- allocator dump --------------------------------------------------------------
+
+
+def _stats(reserved: int, allocated: int, inactive: int, requested: int) -> dict:
+    # The keys torch.cuda.memory_stats() returns (flat, "<stat>.<pool>.<metric>").
+    return {"reserved_bytes.all.current": reserved, "allocated_bytes.all.current": allocated,
+            "active_bytes.all.current": allocated, "requested_bytes.all.current": requested,
+            "inactive_split_bytes.all.current": inactive, "num_alloc_retries": 0,
+            "num_ooms": 0, "reserved_bytes.all.peak": reserved}
+
+
+def test_fragmentation_formula_and_devices(tmp_path):
+    gib = 1 << 30
+    dump = {"cuda:0": _stats(40 * gib, 30 * gib, gib // 2, 30 * gib - 4096),
+            "cuda:1": _stats(40 * gib, 20 * gib, 4 * gib, 20 * gib)}
+    path = tmp_path / "mem.json"
+    path.write_text(json.dumps(dump))
+    res = judge(snapshot(Target(options={"memory_stats": str(path)})))
+    by_dev = {f.subject: f for f in res["l4.memory.fragmentation"]}
+    assert by_dev["cuda:0"].status == "pass" and by_dev["cuda:0"].observed == pytest.approx(1.25)
+    assert by_dev["cuda:1"].status == "fail" and by_dev["cuda:1"].observed == pytest.approx(10.0)
+    assert by_dev["cuda:1"].evidence["cached_free_pct"] == pytest.approx(50.0)
+
+
+def test_fragmentation_unknown_for_bad_dumps(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("OrderedDict([('active.all.allocated', 0)])")
+    with pytest.raises(ParseError):
+        parse_memory_stats(bad.read_text())
+    res = judge(snapshot(Target(options={"memory_stats": str(bad)})))
+    assert res["l4.memory.fragmentation"][0].status == "unknown"
+    empty = tmp_path / "empty.json"
+    empty.write_text(json.dumps(_stats(0, 0, 0, 0)))
+    f = judge(snapshot(Target(options={"memory_stats": str(empty)})))["l4.memory.fragmentation"][0]
+    assert f.status == "unknown" and "holds no memory" in f.reason
+
+
+# -- the command line ----------------------------------------------------------------
+
+
+def test_inspect_cli_judges_a_saved_scrape(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "tailgate", "inspect", "--engine", str(VLLM_SPEC), "--interval",
+         "0", "--json", "-", "--quiet"], check=False, capture_output=True, text=True, timeout=120)
+    assert out.returncode in (0, 1), out.stderr
+    report = json.loads(out.stdout)
+    found = {f["id"]: f for f in report["findings"] if f["layer"] == "L4"}
+    assert found["l4.specdec.acceptance"]["status"] == "pass"
+    assert report["target"]["engine"] == str(VLLM_SPEC)
+    bad = subprocess.run([sys.executable, "-m", "tailgate", "inspect", "--engine", "ftp://x"],
+                         check=False, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--engine" in bad.stderr
