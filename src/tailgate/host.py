@@ -23,6 +23,7 @@ from pathlib import Path
 from .model import SourceError
 
 DEFAULT_TIMEOUT_S = 5.0
+TIMEOUT_ENV = "TAILGATE_COMMAND_TIMEOUT"  # seconds; for slow hosts and for tests of hung commands
 _IFACE_RE = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")
 
 
@@ -34,7 +35,10 @@ def valid_iface(name: str) -> str:
 
 
 def valid_pid(value: object) -> int:
-    pid = int(str(value), 10)
+    text = str(value)
+    if not text.isdigit():
+        raise ValueError(f"invalid pid: {value!r}")
+    pid = int(text, 10)
     if pid <= 0:
         raise ValueError(f"invalid pid: {value!r}")
     return pid
@@ -58,9 +62,11 @@ def _reason(exc: OSError, what: str) -> str:
 
 
 class Host:
-    def __init__(self, root: str | os.PathLike[str] = "/", timeout_s: float = DEFAULT_TIMEOUT_S):
+    def __init__(self, root: str | os.PathLike[str] = "/", timeout_s: float | None = None):
         self.root = Path(root)
         self.live = self.root.resolve() == Path("/")
+        if timeout_s is None:
+            timeout_s = float(os.environ.get(TIMEOUT_ENV) or DEFAULT_TIMEOUT_S)
         self.timeout_s = timeout_s
 
     def path(self, path: str) -> Path:

@@ -23,11 +23,13 @@ def parse_cpu_stat(text: str) -> dict[str, int]:
             continue
         parts = line.split()
         if len(parts) != 2:
-            raise ParseError(f"cpu.stat: malformed line {line!r}")
+            continue  # not a "key value" line (a captured prompt, a future format)
         try:
             out[parts[0]] = int(parts[1])
         except ValueError as exc:
             raise ParseError(f"cpu.stat {parts[0]}: not an integer: {parts[1]!r}") from exc
+    if "usage_usec" not in out and "nr_periods" not in out:
+        raise ParseError("cpu.stat has neither usage_usec nor nr_periods")
     return out
 
 

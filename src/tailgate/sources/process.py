@@ -104,13 +104,21 @@ def parse_io_uring_fdinfo(text: str) -> dict[str, object]:
     }
 
 
+def read_status(host: Host, pid: int) -> dict[str, str]:
+    """/proc/PID/status of a live process; a zombie has exited and says so."""
+    st = parse_status(host.read(f"/proc/{pid}/status"))
+    if st.get("State", "").startswith(("Z", "X")):
+        raise SourceError(f"pid {pid} has exited ({st['State']})")
+    return st
+
+
 @collector("proc.pid.status", multi=True)
 def pid_status(host: Host, target: Target) -> dict[str, object]:
     out: dict[str, object] = {}
     for pid in target.pids:
         name = f"proc.{pid}.status"
         try:
-            st = parse_status(host.read(f"/proc/{pid}/status"))
+            st = read_status(host, pid)
             out[name] = {"name": st.get("Name"), "cpus_allowed": parse_cpulist(st["Cpus_allowed_list"]),
                          "mems_allowed": parse_cpulist(st.get("Mems_allowed_list", "")),
                          "threads": int(st.get("Threads", "0") or 0)}
@@ -137,6 +145,7 @@ def pid_io_uring(host: Host, target: Target) -> dict[str, object]:
     for pid in target.pids:
         name = f"proc.{pid}.io_uring"
         try:
+            read_status(host, pid)
             rings = []
             for fd in host.listdir(f"/proc/{pid}/fd"):
                 try:

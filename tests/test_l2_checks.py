@@ -1,0 +1,212 @@
+"""L2 judgments: pure checks on snapshots built from real captured values."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tailgate.baseline import default_baseline
+from tailgate.judge import judge
+from tailgate.model import Fact, Snapshot
+from tailgate.sources.procfs import parse_snmp, parse_softnet
+
+FIX = Path(__file__).parent / "fixtures" / "host"
+BASE = default_baseline()
+
+
+def snap(facts: dict, before: dict | None = None, interval: float = 5.0, **target) -> Snapshot:
+    return Snapshot(host={"hostname": "t"}, target={"pids": [], **target}, interval_s=interval,
+                    taken_at=0.0, facts={k: v if isinstance(v, Fact) else Fact(value=v)
+                                         for k, v in facts.items()},
+                    before={k: Fact(value=v) for k, v in (before or {}).items()})
+
+
+def findings(s: Snapshot, check_id: str):
+    return [f for f in judge(s, BASE) if f.id == check_id]
+
+
+def one(s: Snapshot, check_id: str):
+    (f,) = findings(s, check_id)
+    return f
+
+
+def bump(snmp: dict, proto: str, **inc) -> dict:
+    out = {k: dict(v) for k, v in snmp.items()}
+    for key, n in inc.items():
+        out[proto][key] += n
+    return out
+
+
+SNMP = parse_snmp((FIX / "vm-proc-net-snmp.txt").read_text())
+SOFTNET = parse_softnet((FIX / "vm-proc-net-softnet_stat.txt").read_text())
+DEV = {"eth0": {"rx_packets": 1000, "tx_packets": 1000, "rx_drop": 0, "tx_drop": 0,
+                "rx_fifo": 0, "tx_fifo": 0}}
+
+
+def dev_after(rx: int, tx: int, drops: int = 0) -> dict:
+    return {"eth0": {**DEV["eth0"], "rx_packets": 1000 + rx, "tx_packets": 1000 + tx,
+                     "rx_drop": drops}}
+
+
+def test_retransmit_rate_fail_and_pass():
+    bad = snap({"net.snmp": bump(SNMP, "Tcp", OutSegs=10000, RetransSegs=5)}, {"net.snmp": SNMP})
+    f = one(bad, "l2.net.retransmit_rate")
+    assert f.status == "fail" and f.observed == 0.05 and f.evidence["RetransSegs"] == 5
+    good = snap({"net.snmp": bump(SNMP, "Tcp", OutSegs=10000)}, {"net.snmp": SNMP})
+    assert one(good, "l2.net.retransmit_rate").status == "pass"
+
+
+def test_retransmit_without_traffic_is_unknown_not_pass():
+    s = snap({"net.snmp": SNMP}, {"net.snmp": SNMP})
+    f = one(s, "l2.net.retransmit_rate")
+    assert f.status == "unknown" and "no TCP segments" in f.reason
+
+
+def test_rates_need_an_interval():
+    s = snap({"net.snmp": bump(SNMP, "Tcp", OutSegs=10)}, {"net.snmp": SNMP}, interval=0.0)
+    f = one(s, "l2.net.retransmit_rate")
+    assert f.status == "unknown" and "interval" in f.reason
+
+
+def test_drop_rate_counts_every_stage():
+    soft_after = [dict(r) for r in SOFTNET]
+    soft_after[1]["dropped"] += 1
+    facts = {"net.snmp": bump(SNMP, "Ip", InDiscards=1), "net.softnet": soft_after,
+             "net.dev": dev_after(10000, 9999, drops=1)}
+    before = {"net.snmp": SNMP, "net.softnet": SOFTNET, "net.dev": DEV}
+    f = one(snap(facts, before), "l2.net.drop_rate")
+    assert f.status == "fail"
+    assert f.evidence["packets"] == 19999
+    assert f.evidence["interface_drops"] == 1 and f.evidence["softnet_backlog_drops"] == 1
+    assert f.evidence["ip_in_discards"] == 1
+    assert abs(f.observed - 100 * 3 / 19999) < 1e-5
+
+
+def test_drop_rate_clean_passes():
+    facts = {"net.snmp": SNMP, "net.softnet": SOFTNET, "net.dev": dev_after(500000, 500000)}
+    before = {"net.snmp": SNMP, "net.softnet": SOFTNET, "net.dev": DEV}
+    f = one(snap(facts, before), "l2.net.drop_rate")
+    assert f.status == "pass" and f.observed == 0
+
+
+def test_missing_counter_is_unknown_with_the_reason():
+    s = snap({"net.snmp": Fact(missing="/proc/net/snmp: permission denied (run as root)")},
+             {"net.snmp": SNMP})
+    f = one(s, "l2.net.retransmit_rate")
+    assert f.status == "unknown" and "permission denied" in f.reason
+
+
+def test_congestion_control():
+    k = "sysctl.net.ipv4.tcp_congestion_control"
+    a = "sysctl.net.ipv4.tcp_available_congestion_control"
+    cubic = one(snap({k: "cubic", a: "reno bbr cubic"}), "l2.net.congestion_control")
+    assert cubic.status == "fail" and "bbr is available" in cubic.reason
+    v1 = one(snap({k: "bbr", a: "reno bbr cubic", "kernel.tcp_bbr": {"version": None}}),
+             "l2.net.congestion_control")
+    assert v1.status == "pass" and v1.observed == "bbr v1"
+    v3 = one(snap({k: "bbr", a: "bbr", "kernel.tcp_bbr": {"version": "3"}}),
+             "l2.net.congestion_control")
+    assert v3.observed == "bbr v3"
+
+
+def test_mem_sizing_rule():
+    gib = 2**30
+    base = {"sysctl.net.ipv4.tcp_rmem": "4096\t131072\t6291456", "hw.page_size": 4096}
+
+    def judge_mem(tcp_mem_max_pages: int, total: int):
+        return one(snap({**base, "sysctl.net.ipv4.tcp_mem": f"1 2 {tcp_mem_max_pages}",
+                         "proc.meminfo": {"MemTotal": total}}), "l2.tcp.mem_sizing")
+
+    assert judge_mem(gib // 4096 * 2, 24 * gib).status == "pass"  # 2 GiB of 24
+    over = judge_mem(gib // 4096 * 12, 24 * gib)  # half of RAM
+    assert over.status == "fail" and over.observed == 50.0
+    tiny = judge_mem(1000, 24 * gib)
+    assert tiny.status == "warn"
+    few = one(snap({**base, "sysctl.net.ipv4.tcp_rmem": "4096 131072 268435456",
+                    "sysctl.net.ipv4.tcp_mem": f"1 2 {gib // 4096 * 2}",
+                    "proc.meminfo": {"MemTotal": 24 * gib}}), "l2.tcp.mem_sizing")
+    assert few.status == "warn" and "sockets can reach" in few.reason
+
+
+def test_moderate_rcvbuf():
+    k = "sysctl.net.ipv4.tcp_moderate_rcvbuf"
+    assert one(snap({k: "1"}), "l2.tcp.moderate_rcvbuf").status == "pass"
+    assert one(snap({k: "0"}), "l2.tcp.moderate_rcvbuf").status == "fail"
+    assert one(snap({k: "x"}), "l2.tcp.moderate_rcvbuf").status == "unknown"
+
+
+def _cg(nr_throttled: int, t_ns: int, quota: int | None) -> dict:
+    return {"path": "/sys/fs/cgroup/cpu/svc", "version": 1, "quota_us": quota,
+            "period_us": 100000,
+            "stat": {"nr_periods": 50 + nr_throttled, "nr_throttled": nr_throttled,
+                     "throttled_time": t_ns}}
+
+
+def test_cgroup_throttling_growth_fails_quota_warns():
+    grew = snap({"cgroup.target": _cg(12, 900_000_000, 10000)},
+                {"cgroup.target": _cg(2, 100_000_000, 10000)})
+    f = one(grew, "l2.cgroup.throttling")
+    assert f.status == "fail" and f.observed == 10
+    assert f.evidence["throttled_ms_in_interval"] == 800.0
+    quiet = snap({"cgroup.target": _cg(2, 0, 10000)}, {"cgroup.target": _cg(2, 0, 10000)})
+    assert one(quiet, "l2.cgroup.throttling").status == "warn"
+    free = snap({"cgroup.target": _cg(0, 0, None)}, {"cgroup.target": _cg(0, 0, None)})
+    assert one(free, "l2.cgroup.throttling").status == "pass"
+    assert one(snap({}), "l2.cgroup.throttling").status == "skip"
+
+
+def _nic(numa: int, local: list[int], irq_cpus: dict[str, list[int]]) -> dict:
+    return {"iface": "eth0", "virtual": False, "device": "0000:08:00.0", "pci": "0000:08:00.0",
+            "driver": "mlx5_core", "numa_node": numa, "local_cpus": local,
+            "irqs": [int(i) for i in irq_cpus], "irq_affinity": irq_cpus,
+            "irq_names": {i: [f"mlx5_comp{i}@pci:0000:08:00.0"] for i in irq_cpus}}
+
+
+def _proc(cpus: list[int], mems: list[int]) -> dict:
+    return {"name": "svc", "cpus_allowed": cpus, "mems_allowed": mems, "threads": 4}
+
+
+def test_numa_affinity_two_nodes():
+    base = {"nic": ["eth0"], "numa.nodes": [0, 1],
+            "nic.eth0": _nic(1, list(range(8, 16)), {"98": [8]})}
+    remote = one(snap({**base, "proc.7.status": _proc(list(range(0, 16)), [0, 1])}, pids=[7]),
+                 "l2.numa.affinity")
+    assert remote.status == "fail" and remote.observed == "0-7"
+    local = one(snap({**base, "proc.7.status": _proc([9, 10], [1])}, pids=[7]),
+                "l2.numa.affinity")
+    assert local.status == "pass"
+    mem = one(snap({**base, "proc.7.status": _proc([9, 10], [0, 1])}, pids=[7]),
+              "l2.numa.affinity")
+    assert mem.status == "warn"
+
+
+def test_irq_isolation():
+    base = {"nic": ["eth0"], "numa.nodes": [0],
+            "nic.eth0": _nic(0, [0, 1, 2, 3], {"98": [0], "99": [1]})}
+    shared = one(snap({**base, "proc.7.status": _proc([1, 2, 3], [0])}, pids=[7]),
+                 "l2.irq.isolation")
+    assert shared.status == "fail" and shared.observed == "1"
+    apart = one(snap({**base, "proc.7.status": _proc([2, 3], [0])}, pids=[7]),
+                "l2.irq.isolation")
+    assert apart.status == "pass"
+    gone = one(snap({**base, "proc.7.status": Fact(missing="pid 7: absent")}, pids=[7]),
+               "l2.irq.isolation")
+    assert gone.status == "unknown" and "absent" in gone.reason
+
+
+def test_io_uring_judgment():
+    ring = {"fd": 3, "sqpoll": True, "sq_thread": 12, "sq_thread_cpu": 1, "user_bufs": 2,
+            "user_files": 1}
+    good = one(snap({"proc.7.io_uring": [ring]}, pids=[7]), "l2.io.io_uring")
+    assert good.status == "pass"
+    nosq = one(snap({"proc.7.io_uring": [{**ring, "sqpoll": False}]}, pids=[7]), "l2.io.io_uring")
+    assert nosq.status == "warn" and "SQPOLL" in nosq.reason
+    none = one(snap({"proc.7.io_uring": []}, pids=[7]), "l2.io.io_uring")
+    assert none.status == "warn"
+    assert one(snap({}), "l2.io.io_uring").status == "skip"
+
+
+def test_every_catalog_id_appears_even_on_an_empty_snapshot():
+    from tailgate.baseline import catalog
+
+    ids = {f.id for f in judge(snap({}), BASE)}
+    assert ids == set(catalog())
