@@ -29,6 +29,10 @@ def run_checks(args: argparse.Namespace) -> int:
     return 0
 
 
+def _wrap(text: str) -> str:
+    return textwrap.fill(text, 88, initial_indent="  ", subsequent_indent="  ")
+
+
 def run_explain(args: argparse.Namespace) -> int:
     from ..baseline import catalog
 
@@ -37,12 +41,11 @@ def run_explain(args: argparse.Namespace) -> int:
         close = [i for i in catalog() if args.id in i]
         hint = f" (did you mean {', '.join(close)}?)" if close else " (see `tailgate checks`)"
         raise UsageError(f"unknown check id {args.id!r}{hint}")
-    wrap = lambda s: textwrap.fill(s, 88, initial_indent="  ", subsequent_indent="  ")
     print(f"{entry.id}  ({entry.layer})\n  red line: {entry.title}\n")
     if entry.params:
         print("default baseline: " + ", ".join(f"{k}={v!r}" for k, v in entry.params.items())
               + (f"  [{entry.unit}]" if entry.unit else "") + "\n")
     for head, body in (("why", entry.rationale), ("how it is measured", entry.measure),
                        ("remedy", entry.remedy)):
-        print(f"{head}:\n{wrap(body)}\n")
+        print(f"{head}:\n{_wrap(body)}\n")
     return 0
