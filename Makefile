@@ -6,15 +6,24 @@ PY     := $(VENV)/bin/python
 APT_RUN  := ethtool iproute2 bpftrace
 APT_TEST := $(APT_RUN) nginx-light wrk prometheus-node-exporter gcc libc6-dev liburing-dev
 
-.PHONY: run test venv apt-run apt-test lint bench clean
+.PHONY: run test venv venv-test apt-run apt-test lint bench clean
 
-$(VENV)/.installed: pyproject.toml
+$(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+
+# tailgate and its runtime dependencies (what `make run` needs)
+$(VENV)/.installed-run: pyproject.toml | $(PY)
+	$(PY) -m pip install -q -e .
 	touch $@
 
-venv: $(VENV)/.installed
+# plus what the tests need (pytest, hypothesis, ruff, the LLM test server, ...)
+$(VENV)/.installed-test: pyproject.toml | $(PY)
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@ $(VENV)/.installed-run
+
+venv: $(VENV)/.installed-run
+venv-test: $(VENV)/.installed-test
 
 # Installs only what is missing; needs root (as the README says).
 apt-%:
@@ -30,13 +39,13 @@ apt-%:
 run: venv apt-run
 	$(VENV)/bin/tailgate inspect --json report.json; rc=$$?; [ $$rc -le 1 ]
 
-lint: venv
+lint: venv-test
 	$(VENV)/bin/ruff check src tests benchmarks
 
-test: venv apt-test lint
+test: venv-test apt-test lint
 	$(PY) -m pytest
 
-bench: venv apt-test
+bench: venv-test apt-test
 	$(PY) benchmarks/run_all.py
 
 clean:

@@ -1,0 +1,42 @@
+"""l2.io.io_uring on real rings: a C program holds a ring open, inspect --pid judges it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).parent / "support" / "uring_ring.c"
+
+
+@pytest.fixture(scope="module")
+def uring_ring(tmp_path_factory) -> Path:
+    exe = tmp_path_factory.mktemp("uring") / "uring_ring"
+    subprocess.run(["gcc", "-O1", "-o", str(exe), str(SRC), "-luring"], check=True)
+    return exe
+
+
+@pytest.mark.parametrize("mode,status,words", [
+    ("sqpoll", "pass", "SQPOLL and registered buffers"),
+    ("plain", "warn", "without SQPOLL"),
+    ("none", "warn", "no io_uring ring"),
+])
+def test_io_uring_rings_judged_from_fdinfo(uring_ring, mode, status, words):
+    proc = subprocess.Popen([str(uring_ring), mode, "20"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        out = subprocess.run([sys.executable, "-m", "tailgate", "inspect", "--pid", str(proc.pid),
+                              "--interval", "0", "--json", "-"], capture_output=True, text=True,
+                             timeout=60, check=False)
+    finally:
+        proc.kill()
+        proc.wait()
+    rep = json.loads(out.stdout)
+    (f,) = [f for f in rep["findings"] if f["id"] == "l2.io.io_uring"]
+    assert f["status"] == status and words in f["reason"], f
+    if mode != "none":
+        (ring,) = f["evidence"]["rings"]
+        assert ring["user_bufs"] == 2 and ring["sqpoll"] is (mode == "sqpoll")
