@@ -20,6 +20,7 @@ import platform
 import socket
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +35,11 @@ SOURCE_MODULES = (
     "tailgate.sources.process",
     "tailgate.sources.netdev",
     "tailgate.sources.engine",
+    "tailgate.sources.ethtool",
+    "tailgate.sources.pci",
+    "tailgate.sources.ptp",
+    "tailgate.sources.qdisc",
+    "tailgate.sources.probes",
     # helpers add their source modules here (one line each)
 )
 
@@ -93,9 +99,12 @@ def run_collector(c: Collector, host: Host, target: Target) -> dict[str, Fact]:
 
 
 def _sample(host: Host, target: Target, chosen: list[Collector]) -> dict[str, Fact]:
+    """Run collectors concurrently: most wait on a file or a command (ethtool, pmc), so a
+    sample takes as long as its slowest source rather than the sum of all of them."""
     facts: dict[str, Fact] = {}
-    for c in chosen:
-        facts.update(run_collector(c, host, target))
+    with ThreadPoolExecutor(max_workers=8, thread_name_prefix="collect") as pool:
+        for part in pool.map(lambda c: run_collector(c, host, target), chosen):
+            facts.update(part)
     return facts
 
 
