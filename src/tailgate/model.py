@@ -62,6 +62,10 @@ class Snapshot:
     facts: dict[str, Fact] = field(default_factory=dict)
     before: dict[str, Fact] = field(default_factory=dict)
     version: str = ""
+    # Counters of the last stored run of this host (history.py) and when they were
+    # sampled: the long window for per-hour rates. Empty on a first run.
+    earlier: dict[str, Fact] = field(default_factory=dict)
+    earlier_at: float | None = None
 
     def fact(self, name: str) -> Fact:
         return self.facts.get(name) or Fact(missing=f"fact {name!r} was not collected")
@@ -79,6 +83,8 @@ class Snapshot:
             "taken_at": self.taken_at,
             "facts": {k: v.to_json() for k, v in sorted(self.facts.items())},
             "before": {k: v.to_json() for k, v in sorted(self.before.items())},
+            "earlier": {k: v.to_json() for k, v in sorted(self.earlier.items())},
+            "earlier_at": self.earlier_at,
         }
 
     @classmethod
@@ -93,6 +99,9 @@ class Snapshot:
             facts={k: Fact.from_json(v) for k, v in (data.get("facts") or {}).items()},
             before={k: Fact.from_json(v) for k, v in (data.get("before") or {}).items()},
             version=str(data.get("version") or ""),
+            earlier={k: Fact.from_json(v) for k, v in (data.get("earlier") or {}).items()},
+            earlier_at=(float(data["earlier_at"]) if data.get("earlier_at") is not None
+                        else None),
         )
 
 

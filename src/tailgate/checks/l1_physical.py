@@ -1,3 +1,442 @@
-"""Checks of layer 1. See SPEC.md; each function is registered under its id."""
+"""Layer 1: physical interconnect and hardware clocks. Pure functions of (snapshot, params).
+
+Counters (FEC blocks, AER errors, replays) are judged on their growth over a
+window: since the last stored run of this host (the history store), else over
+this run's --interval. The window's length is in every finding's evidence.
+"""
 
 from __future__ import annotations
+
+from typing import Any
+
+from ..history import Growth, NoWindow, growth
+from ..judge import Unknown, check, need
+from ..model import Result, Snapshot
+from ..sources.ethtool import DRIVER_FEC, LOS_DBM
+
+ESCALATED_FEC_REMEDY = (
+    "More than {limit:g} uncorrectable blocks per hour: a dirty fiber end face or an "
+    "aging laser. Isolate the port (drain it), clean both end faces, and replace the "
+    "optic or the fiber if the count keeps growing.")
+
+
+def _ifaces(snap: Snapshot, index: str) -> list[str]:
+    names = need(snap, index)
+    if not isinstance(names, list):
+        raise Unknown(f"{index}: not a list of interfaces")
+    return names
+
+
+def _no_ifaces() -> list[Result]:
+    return [Result("skip", reason="no network interface backed by a device (use --iface)")]
+
+
+def _driver(snap: Snapshot, iface: str) -> str | None:
+    info = snap.fact(f"ethtool.info.{iface}")
+    return info.value.get("driver") if info.ok and isinstance(info.value, dict) else None
+
+
+def _window_evidence(g: Growth) -> dict[str, Any]:
+    return {"window_s": round(g.window_s, 3), "window": g.describe()}
+
+
+# -- FEC -----------------------------------------------------------------------------------------
+
+def _fec_source(snap: Snapshot, iface: str) -> tuple[str, str, Any] | Result:
+    """(fact name, description, pick) for this port's uncorrectable count, or a final Result."""
+    fec = snap.fact(f"ethtool.fec.{iface}")
+    driver = _driver(snap, iface)
+    if fec.ok and fec.value.get("supported") and "uncorrectable_blocks" in fec.value.get("stats", {}):
+        return (f"ethtool.fec.{iface}", "ethtool -I --show-fec uncorrectable_blocks",
+                lambda v: v["stats"]["uncorrectable_blocks"]["total"])
+    names = DRIVER_FEC.get(driver or "")
+    phy = snap.fact(f"ethtool.phy.{iface}")
+    if names and phy.ok and names["uncorrectable"] in phy.value:
+        counter = names["uncorrectable"]
+        return (f"ethtool.phy.{iface}", f"ethtool -S {counter} ({driver})", lambda v: v[counter])
+    if not fec.ok:
+        return Result("unknown", subject=iface, reason=fec.missing)
+    if not fec.value.get("supported"):
+        return Result("skip", subject=iface,
+                      reason=f"no FEC on this port ({driver or 'driver unknown'}: "
+                      f"{fec.value.get('reason')})")
+    active = str(fec.value.get("active") or "")
+    if active.lower() in ("off", "none"):
+        return Result("skip", subject=iface, evidence={"active_fec": active},
+                      reason=f"FEC is off on this link (Active FEC encoding: {active})")
+    return Result("unknown", subject=iface, evidence={"active_fec": active or None},
+                  reason=f"the driver ({driver or 'unknown'}) reports no uncorrectable-block "
+                  f"counter (generic FEC statistics absent; driver counters known for "
+                  f"{', '.join(sorted(DRIVER_FEC))})")
+
+
+@check("l1.fec.uncorrectable")
+def fec_uncorrectable(snap: Snapshot, p: dict) -> list[Result]:
+    ifaces = _ifaces(snap, "ethtool.fec")
+    if not ifaces:
+        return _no_ifaces()
+    limit, escalate = float(p.get("limit", 0.0)), float(p.get("escalate_above", 10.0))
+    results = []
+    for iface in ifaces:
+        src = _fec_source(snap, iface)
+        if isinstance(src, Result):
+            results.append(src)
+            continue
+        name, what, pick = src
+        evidence: dict[str, Any] = {"source": what, "total": pick(snap.facts[name].value)}
+        fec = snap.fact(f"ethtool.fec.{iface}")
+        if fec.ok and fec.value.get("stats"):
+            evidence["fec_stats"] = fec.value["stats"]
+            evidence["active_fec"] = fec.value.get("active")
+        try:
+            g = growth(snap, name, pick)
+        except NoWindow as exc:
+            results.append(Result("unknown", subject=iface, reason=str(exc), evidence=evidence))
+            continue
+        grown = sum(g.deltas.values())
+        rate = grown * 3600.0 / g.window_s
+        evidence.update(_window_evidence(g), grown=grown)
+        observed = round(rate, 3)
+        if rate <= limit:
+            results.append(Result("pass", subject=iface, observed=observed, evidence=evidence,
+                                  reason=f"no uncorrectable FEC blocks in a {g.window_s:.1f} s window"))
+        elif rate > escalate:
+            results.append(Result(
+                "fail", subject=iface, observed=observed, evidence=evidence,
+                reason=f"{grown:g} uncorrectable blocks in {g.window_s:.1f} s = {rate:.1f}/h "
+                f"(above {escalate:g}/h)", remedy=ESCALATED_FEC_REMEDY.format(limit=escalate)))
+        else:
+            results.append(Result("fail", subject=iface, observed=observed, evidence=evidence,
+                                  reason=f"{grown:g} uncorrectable blocks in {g.window_s:.1f} s "
+                                  f"= {rate:.2f}/h"))
+    return results
+
+
+# -- optics --------------------------------------------------------------------------------------
+
+def _module(snap: Snapshot, iface: str) -> dict[str, Any] | Result:
+    mod = snap.fact(f"ethtool.module.{iface}")
+    if not mod.ok:
+        return Result("unknown", subject=iface, reason=mod.missing)
+    if not mod.value.get("supported"):
+        return Result("skip", subject=iface, reason=f"no pluggable module EEPROM on this port "
+                      f"({_driver(snap, iface) or 'driver unknown'}: {mod.value.get('reason')})")
+    return mod.value
+
+
+def _module_id(m: dict[str, Any]) -> dict[str, Any]:
+    return {k: m.get(k) for k in ("identifier", "vendor", "part", "transmitter_technology",
+                                  "media", "cable_length_m")}
+
+
+@check("l1.optics.rx_power")
+def optics_rx_power(snap: Snapshot, p: dict) -> list[Result]:
+    ifaces = _ifaces(snap, "ethtool.module")
+    if not ifaces:
+        return _no_ifaces()
+    limit = float(p.get("limit", -10.0))
+    results = []
+    for iface in ifaces:
+        m = _module(snap, iface)
+        if isinstance(m, Result):
+            results.append(m)
+            continue
+        evidence = {"module": _module_id(m), "lanes": m["rx_power"]}
+        if m["media"] == "copper":
+            results.append(Result("skip", subject=iface, evidence=evidence,
+                                  reason="copper cable: no optical power to measure"))
+            continue
+        if not m["rx_power"]:
+            results.append(Result("unknown", subject=iface, evidence=evidence,
+                                  reason="the module reports no received power (no digital "
+                                  "diagnostics)"))
+            continue
+        dark = [ln for ln in m["rx_power"] if ln["dbm"] is None or ln["dbm"] <= LOS_DBM]
+        low = [ln for ln in m["rx_power"] if ln not in dark and ln["dbm"] < limit]
+        worst = min((ln["dbm"] if ln["dbm"] is not None else float("-inf"))
+                    for ln in m["rx_power"])
+        observed = "-inf" if worst == float("-inf") else worst
+        if dark:
+            lanes = ", ".join(f"lane {ln['lane']} ({'-inf' if ln['dbm'] is None else ln['dbm']} dBm)"
+                              for ln in dark)
+            results.append(Result("fail", subject=iface, observed=observed, evidence=evidence,
+                                  reason=f"loss of signal (no light) on {lanes}"))
+        elif low:
+            lanes = ", ".join(f"lane {ln['lane']} {ln['dbm']} dBm" for ln in low)
+            results.append(Result("fail", subject=iface, observed=observed, evidence=evidence,
+                                  reason=f"received power below {limit:g} dBm: {lanes}"))
+        else:
+            results.append(Result("pass", subject=iface, observed=observed, evidence=evidence,
+                                  reason=f"{len(m['rx_power'])} lane(s), weakest {worst} dBm"))
+    return results
+
+
+# -- cabling -------------------------------------------------------------------------------------
+
+@check("l1.cable.copper_in_rack")
+def copper_in_rack(snap: Snapshot, p: dict) -> list[Result]:
+    ifaces = _ifaces(snap, "ethtool.module")
+    if not ifaces:
+        return _no_ifaces()
+    in_rack = {str(i) for i in p.get("in_rack") or []}
+    max_len = float(p.get("limit", 2.0))
+    results = []
+    for iface in ifaces:
+        m = _module(snap, iface)
+        if isinstance(m, Result):
+            results.append(m)
+            continue
+        evidence = {"module": _module_id(m), "in_rack_list": sorted(in_rack),
+                    "transceiver_types": m.get("transceiver_types")}
+        length = m.get("cable_length_m")
+        marked = iface in in_rack
+        short = length is not None and length <= max_len
+        if m["media"] == "copper":
+            results.append(Result("pass", subject=iface, observed=length, evidence=evidence,
+                                  reason=f"copper cable ({m.get('transmitter_technology') or 'DAC'}"
+                                  f"{f', {length:g} m' if length is not None else ''})"))
+        elif m["media"] == "optical" and (marked or short):
+            why = "marked in-rack" if marked else f"an attached {length:g} m optical cable"
+            results.append(Result("warn", subject=iface, observed=length, evidence=evidence,
+                                  reason=f"optical module on an in-rack link ({why}): "
+                                  "copper (DAC/ACC) saves the electro-optical conversion"))
+        elif m["media"] == "optical":
+            results.append(Result("skip", subject=iface, observed=length, evidence=evidence,
+                                  reason="optical, but not an in-rack link (not in the baseline's "
+                                  "in_rack list, and no cable length at or under "
+                                  f"{max_len:g} m)"))
+        else:
+            results.append(Result("unknown", subject=iface, evidence=evidence,
+                                  reason="media type not recognised from the module EEPROM"))
+    return results
+
+
+# -- PCIe ----------------------------------------------------------------------------------------
+
+def _devices(snap: Snapshot) -> dict[str, dict[str, Any]]:
+    devices = need(snap, "pci.devices")
+    if not isinstance(devices, dict):
+        raise Unknown("pci.devices: not a mapping")
+    return devices
+
+
+def _subject(bdf: str, entry: dict[str, Any]) -> str:
+    if entry.get("kind") == "upstream":
+        return f"{bdf} (upstream port of {', '.join(entry.get('serves', []))})"
+    return f"{bdf} ({entry.get('kind')}{', ' + entry['driver'] if entry.get('driver') else ''})"
+
+
+def _aer_growth(snap: Snapshot, bdf: str, names: tuple[str, ...]) -> tuple[Growth, dict]:
+    aer = snap.facts["pci.aer"].value["counters"][bdf]
+    g = growth(snap, "pci.aer", lambda v: {n: v["counters"][bdf][n] for n in names if n in aer})
+    return g, {n: aer.get(n) for n in names}
+
+
+@check("l1.pcie.bad_tlp")
+def pcie_bad_tlp(snap: Snapshot, p: dict) -> list[Result]:
+    devices = _devices(snap)
+    if not devices:
+        return [Result("skip", reason="no PCI NIC, GPU or accelerator on this host")]
+    aer = need(snap, "pci.aer")
+    counters, errors = aer.get("counters", {}), aer.get("errors", {})
+    limit = float(p.get("limit", 0))
+    results = [Result("unknown", subject=_subject(b, devices.get(b, {})), reason=r)
+               for b, r in sorted(errors.items())]
+    for bdf in sorted(counters):
+        subject = _subject(bdf, devices.get(bdf, {}))
+        if "BadTLP" not in counters[bdf]:
+            results.append(Result("unknown", subject=subject, reason="no BadTLP counter"))
+            continue
+        try:
+            g, totals = _aer_growth(snap, bdf, ("BadTLP",))
+        except NoWindow as exc:
+            results.append(Result("unknown", subject=subject, reason=str(exc),
+                                  evidence={"since_boot": counters[bdf]}))
+            continue
+        grown = sum(g.deltas.values())
+        evidence = {"since_boot": counters[bdf], **_window_evidence(g)}
+        status = "fail" if grown > limit else "pass"
+        results.append(Result(status, subject=subject, observed=grown, evidence=evidence,
+                              reason=f"BadTLP grew by {grown:g} in {g.window_s:.1f} s"))
+    if not results:
+        judged = ", ".join(sorted(devices))
+        return [Result("unknown", evidence={"devices": devices},
+                       reason=f"no AER counters for {judged} (aer_dev_correctable absent: AER "
+                       "not supported here, as in VMs, or disabled by firmware or pci=noaer)")]
+    return results
+
+
+def _mlx5_ifaces(snap: Snapshot) -> dict[str, str]:
+    """PCI address -> interface, for NICs whose ethtool -S has PCIe signal-integrity counters."""
+    out = {}
+    names = snap.fact("ethtool.phy")
+    for iface in names.value if names.ok and isinstance(names.value, list) else []:
+        info, phy = snap.fact(f"ethtool.info.{iface}"), snap.fact(f"ethtool.phy.{iface}")
+        if info.ok and phy.ok and "rx_pci_signal_integrity" in phy.value:
+            bus = info.value.get("bus-info")
+            if bus:
+                out[bus.lower()] = iface
+    return out
+
+
+@check("l1.pcie.link_recovery")
+def pcie_link_recovery(snap: Snapshot, p: dict) -> list[Result]:
+    devices = _devices(snap)
+    if not devices:
+        return [Result("skip", reason="no PCI NIC, GPU or accelerator on this host")]
+    limit = float(p.get("limit", 0))
+    aer_f, replay_f = snap.fact("pci.aer"), snap.fact("pci.replay")
+    aer = aer_f.value.get("counters", {}) if aer_f.ok else {}
+    replay = replay_f.value if replay_f.ok else {"counters": {}, "sources": {}, "errors": {}}
+    mlx5 = _mlx5_ifaces(snap)
+    results = []
+    for bdf in sorted(devices):
+        subject = _subject(bdf, devices[bdf])
+        # (description of the stand-in, fact, pick) for every counter this device exposes.
+        stand_ins: list[tuple[str, str, Any]] = []
+        if bdf in aer and {"Rollover", "Timeout"} & set(aer[bdf]):
+            stand_ins.append(("AER Rollover (REPLAY_NUM rollover) + Timeout (replay timer)",
+                              "pci.aer", lambda v, b=bdf: {n: v["counters"][b][n]
+                                                           for n in ("Rollover", "Timeout")
+                                                           if n in v["counters"][b]}))
+        if bdf in replay.get("counters", {}):
+            stand_ins.append((replay.get("sources", {}).get(bdf, "vendor replay counter"),
+                              "pci.replay", lambda v, b=bdf: v["counters"][b]))
+        if bdf in mlx5:
+            i = mlx5[bdf]
+            stand_ins.append((f"mlx5 {i} rx/tx_pci_signal_integrity (transitions to recovery)",
+                              f"ethtool.phy.{i}",
+                              lambda v: {n: v[n] for n in ("rx_pci_signal_integrity",
+                                                           "tx_pci_signal_integrity") if n in v}))
+        if not stand_ins:
+            continue
+        evidence: dict[str, Any] = {"stand_ins": [s[0] for s in stand_ins], "grown": {}}
+        total, unknown, window = 0.0, [], None
+        for what, name, pick in stand_ins:
+            try:
+                g = growth(snap, name, pick)
+            except NoWindow as exc:
+                unknown.append(f"{what}: {exc}")
+                continue
+            evidence["grown"][what] = g.deltas
+            window = g if window is None or g.window_s < window.window_s else window
+            total += sum(g.deltas.values())
+        if window is not None:
+            evidence.update(_window_evidence(window))
+        if total > limit:
+            results.append(Result("fail", subject=subject, observed=total, evidence=evidence,
+                                  reason=f"{total:g} link replay/recovery events in the window"))
+        elif unknown:
+            results.append(Result("unknown", subject=subject, evidence=evidence,
+                                  reason="; ".join(unknown)))
+        else:
+            results.append(Result("pass", subject=subject, observed=total, evidence=evidence,
+                                  reason="no replay or recovery events in the window"))
+    if not results:
+        reasons = [f"pci.aer: {aer_f.missing}"] if not aer_f.ok else []
+        reasons += [f"{k}: {v}" for k, v in replay.get("errors", {}).items()]
+        return [Result("unknown", evidence={"devices": sorted(devices)},
+                       reason="no stand-in for LTSSM recovery on " + ", ".join(sorted(devices))
+                       + ": no AER Rollover/Timeout counters, no vendor replay counter "
+                       "(NVIDIA, amdgpu) and no mlx5 PCIe signal-integrity counter"
+                       + (f" ({'; '.join(reasons)})" if reasons else ""))]
+    return results
+
+
+# -- clock ---------------------------------------------------------------------------------------
+
+def _ts_evidence(snap: Snapshot) -> tuple[list[str], dict[str, Any]]:
+    hw, ev = [], {}
+    names = snap.fact("ethtool.ts")
+    for iface in names.value if names.ok and isinstance(names.value, list) else []:
+        f = snap.fact(f"ethtool.ts.{iface}")
+        if f.ok:
+            ev[iface] = {"hardware": f.value["hardware"], "phc_index": f.value["phc_index"]}
+            if f.value["hardware"]:
+                hw.append(iface)
+        else:
+            ev[iface] = {"missing": f.missing}
+    return hw, ev
+
+
+def _judge_offsets(offsets: dict[str, int | float], limit: float, evidence: dict,
+                   how: str) -> Result:
+    worst_src, worst = max(offsets.items(), key=lambda kv: abs(kv[1]))
+    evidence["offsets_ns"] = offsets
+    if abs(worst) <= limit:
+        return Result("pass", observed=worst, evidence=evidence,
+                      reason=f"{how}: worst offset {worst:g} ns ({worst_src})")
+    return Result("fail", observed=worst, evidence=evidence,
+                  reason=f"{how}: offset {worst:g} ns ({worst_src}) exceeds +-{limit:g} ns")
+
+
+@check("l1.clock.ptp")
+def clock_ptp(snap: Snapshot, p: dict) -> Result:
+    limit = float(p.get("limit", 5.0))
+    hw, ts = _ts_evidence(snap)
+    evidence: dict[str, Any] = {"hardware_timestamping": hw, "interfaces": ts}
+    pmc, log, chrony = snap.fact("ptp.pmc"), snap.fact("ptp.log"), snap.fact("chrony.tracking")
+    recent: dict[str, int] = {}
+    unlocked = []
+    if log.ok:
+        for prog in ("ptp4l", "phc2sys"):
+            samples = [s for s in log.value["samples"] if s["prog"] == prog][-10:]
+            if samples and samples[-1]["state"] in ("s0", "s1"):
+                unlocked.append(f"{prog} {samples[-1]['state']} (not locked)")
+            for i, s in enumerate(samples):
+                if s["state"] not in ("s0", "s1"):
+                    recent[f"{prog} sample {i - len(samples)}"] = s["offset_ns"]
+    if pmc.ok and pmc.value["time_status"]:
+        evidence["ptp4l"] = pmc.value
+        soft = [pp for pp in pmc.value["ports"] if pp.get("timestamping") == "SOFTWARE"]
+        if soft:
+            return Result("fail", evidence=evidence,
+                          reason="ptp4l uses software timestamping on "
+                          + ", ".join(str(pp.get("interface") or pp["port"]) for pp in soft)
+                          + ": not hardware PTP")
+        synced = [s for s in pmc.value["time_status"] if s["gm_present"]]
+        if not synced:
+            return Result("fail", evidence=evidence,
+                          reason="ptp4l answers but has no grandmaster (this clock is its own "
+                          "master): not synchronised")
+        if unlocked:
+            return Result("fail", evidence=evidence, reason="; ".join(unlocked))
+        offsets = {f"ptp4l {s['port']} master_offset": s["master_offset_ns"] for s in synced}
+        return _judge_offsets({**offsets, **recent}, limit, evidence, "PTP")
+    if log.ok and log.value["samples"]:
+        evidence["log_tail"] = log.value["samples"][-10:]
+        if unlocked:
+            return Result("fail", evidence=evidence, reason="; ".join(unlocked))
+        if recent:
+            return _judge_offsets(recent, limit, evidence, "PTP (journal)")
+    if chrony.ok:
+        c = chrony.value
+        evidence["chrony"] = c
+        if c["kind"] == "ntp":
+            return Result("fail", observed=c["offset_ns"], evidence=evidence,
+                          reason=f"software NTP: chrony follows {c['ref_name'] or c['ref_id']} over "
+                          "the network; asymmetric network jitter produces false latency spikes")
+        if not c["synchronised"] or c["kind"] in ("none", "local"):
+            return Result("fail", evidence=evidence,
+                          reason=f"chrony is not synchronised to a reference ({c['leap'] or c['kind']})")
+        return _judge_offsets({f"chrony {c['ref_name']}": c["offset_ns"]}, limit, evidence,
+                              f"chrony on hardware reference clock {c['ref_name']}")
+    evidence["missing"] = {n: f.missing for n, f in
+                           (("ptp.pmc", pmc), ("ptp.log", log), ("chrony.tracking", chrony))
+                           if not f.ok}
+    pmc_empty = pmc.ok and not pmc.value["time_status"]
+    if ts and not hw and any("missing" not in v for v in ts.values()):
+        return Result("fail", evidence=evidence,
+                      reason="no interface timestamps in hardware ("
+                      + ", ".join(f"{i}: software only" for i, v in ts.items() if "missing" not in v)
+                      + "), so hardware PTP is impossible; "
+                      + ("ptp4l is not running (pmc: no answer)" if pmc_empty
+                         else f"pmc: {pmc.missing}")
+                      + f"; chrony: {chrony.missing}")
+    if pmc_empty:
+        return Result("fail", evidence=evidence,
+                      reason=f"no PTP daemon answers (pmc: no answer from ptp4l) although "
+                      f"{', '.join(hw) or 'no interface'} can timestamp in hardware; "
+                      f"chrony: {chrony.missing}")
+    raise Unknown("cannot tell how the clock is synchronised: "
+                  + "; ".join(f"{k}: {v}" for k, v in evidence["missing"].items()))

@@ -26,10 +26,19 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the service's network interface (repeatable; default: all non-loopback)")
     p.add_argument("--interval", type=float, default=5.0, metavar="SECONDS",
                    help="seconds between the two counter samples (default 5)")
+    p.add_argument("--probe-window", type=float, metavar="SECONDS",
+                   help="also run the eBPF probes (runqlat, sockopt, mmsg, malloc for --pid, "
+                   "softirq) for this many seconds and judge from them (root, bpftrace)")
     p.add_argument("--baseline", metavar="FILE", help="YAML file overriding red lines per id")
     p.add_argument("--root", metavar="DIR", default="/",
                    help="read a host root mounted here instead of / (captured command "
                    "outputs under DIR/commands/)")
+    p.add_argument("--state", metavar="DIR",
+                   help="directory of the counter history (default: the XDG state directory, "
+                   "~/.local/state/tailgate): each run's counters are kept there and per-hour "
+                   "rates are computed against the last run of the same host")
+    p.add_argument("--no-history", action="store_true",
+                   help="neither read nor store the counter history (rates over --interval only)")
     p.add_argument("--save", metavar="FILE", help="write the collected snapshot as JSON")
     p.add_argument("--from", dest="from_file", metavar="FILE",
                    help="judge a saved snapshot instead of collecting")
@@ -83,6 +92,11 @@ def _target(args: argparse.Namespace, host):
         options["engine"] = args.engine
     if getattr(args, "memory_stats", None):
         options["memory_stats"] = os.path.abspath(args.memory_stats)
+    window = getattr(args, "probe_window", None)
+    if window is not None:
+        if not 0 < window <= 3600:
+            raise UsageError("--probe-window must be between 0 and 3600 seconds")
+        options["probe_window"] = window
     return Target(pids=pids, cgroup=cgroup, ifaces=ifaces, options=options)
 
 
@@ -106,7 +120,15 @@ def snapshot_for(args: argparse.Namespace):
     if not os.path.isdir(args.root):
         raise UsageError(f"--root {args.root}: not a directory")
     host = Host(args.root)
-    return collect(host, _target(args, host), args.interval)
+    snap = collect(host, _target(args, host), args.interval)
+    if not args.no_history:
+        from ..history import HistoryError, attach_history
+
+        try:
+            attach_history(snap, args.state)
+        except HistoryError as exc:
+            raise UsageError(f"counter history: {exc}") from exc
+    return snap
 
 
 def run(args: argparse.Namespace) -> int:

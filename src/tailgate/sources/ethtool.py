@@ -1,0 +1,417 @@
+"""ethtool: driver info, FEC statistics, module EEPROM, RSS, rings, timestamping.
+
+Each output has a pure parser (text in, value out) tested on real captures from
+``shared/corpus/host``; the collectors only run ``ethtool`` through the Host.
+A driver that does not implement an operation (virtio has no FEC, no module
+EEPROM) is data, not a failure: the value says ``supported: False`` and why,
+so the check can say "not applicable" instead of "could not read".
+
+Formats read (ethtool 5.13 .. 6.x):
+
+* ``-I --show-fec``: ``Statistics:`` then ``  corrected_blocks: N`` with optional
+  ``    Lane K: N`` lines (ethtool netlink/fec.c).
+* ``-S``: ``     name: value`` under ``NIC statistics:``.
+* ``-m``: ``Field   : value`` lines; field names differ between SFF-8472 (SFP),
+  SFF-8636 (QSFP) and CMIS (QSFP-DD/OSFP) decoders and across ethtool versions
+  (``Rcvr signal avg optical power(Channel 1)`` vs ``... (Channel 1)``).
+* ``-x``: indirection table, ``RSS hash key:`` as colon-separated hex, the hash
+  functions, and since ethtool 6.8 ``RSS input transformation: symmetric-xor``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from ..collect import Target, collector
+from ..host import Host
+from ..model import Fact, ParseError, SourceError
+
+UNSUPPORTED = "Operation not supported"
+
+# Driver counters that stand in for the generic FEC statistics, per driver.
+# mlx5: rx_symbol_err_phy counts symbol errors FEC could not correct (or FEC off);
+#   rx_corrected_bits_phy the bits it corrected; rx_err_lane_N_phy raw pre-FEC errors.
+# bnxt_en: rx_fec_uncorrectable_blocks / rx_fec_corrected_blocks (port stats ext).
+DRIVER_FEC = {
+    "mlx5_core": {"uncorrectable": "rx_symbol_err_phy", "corrected": "rx_corrected_bits_phy"},
+    "bnxt_en": {"uncorrectable": "rx_fec_uncorrectable_blocks",
+                "corrected": "rx_fec_corrected_blocks"},
+}
+# Counters kept from `ethtool -S` (the rest is not ours to store): FEC and lane
+# errors, and mlx5's PCIe signal-integrity counters (PCIe PHY errors seen by the NIC).
+_PHY_COUNTER_RE = re.compile(
+    r"fec|symbol_err|corrected_bits|err_lane_\d+|pci_signal_integrity|outbound_pci_stalled"
+)
+
+
+def interfaces(host: Host, target: Target) -> list[str]:
+    """--iface, else every interface backed by a device (not lo, bridges, veths, ifb)."""
+    if target.ifaces:
+        return list(target.ifaces)
+    return [n for n in host.listdir("/sys/class/net") if host.exists(f"/sys/class/net/{n}/device")]
+
+
+def _unsupported(text: str) -> bool:
+    return UNSUPPORTED in text
+
+
+# ---------------------------------------------------------------- parsers
+
+
+def parse_driver_info(text: str) -> dict[str, str]:
+    """``ethtool -i``: ``key: value`` lines."""
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() and " " not in key.strip():
+            out[key.strip()] = value.strip()
+    if "driver" not in out:
+        raise ParseError("ethtool -i: no 'driver:' line")
+    return out
+
+
+_STAT_RE = re.compile(r"^\s*([^:\s][^:]*):\s*(-?\d+)\s*$")
+
+
+def parse_stats(text: str) -> dict[str, int]:
+    """``ethtool -S``: ``name: integer`` lines; other lines are ignored."""
+    out: dict[str, int] = {}
+    header = False
+    for line in text.splitlines():
+        if line.strip() == "NIC statistics:":
+            header = True
+            continue
+        m = _STAT_RE.match(line)
+        if m:
+            out[m.group(1).strip()] = int(m.group(2))
+    if not out and not header:
+        raise ParseError("ethtool -S: no statistics")
+    return out
+
+
+def phy_counters(stats: dict[str, int]) -> dict[str, int]:
+    return {k: v for k, v in stats.items() if _PHY_COUNTER_RE.search(k)}
+
+
+_FEC_STATS = ("corrected_blocks", "uncorrectable_blocks", "corrected_bits")
+_FEC_STAT_RE = re.compile(r"^  (\w+):\s+(\d+)\s*$")
+_FEC_LANE_RE = re.compile(r"^\s+Lane (\d+):\s+(\d+)\s*$")
+
+
+def parse_fec(text: str) -> dict[str, Any]:
+    """``ethtool -I --show-fec``: encodings and (when the driver reports them) statistics.
+
+    ``stats`` maps ``corrected_blocks``/``uncorrectable_blocks``/``corrected_bits`` to
+    ``{"total": N, "lanes": {"0": N, ...}}``; it is empty when the driver reports none.
+    """
+    if _unsupported(text) and "FEC parameters" not in text:
+        return {"supported": False, "reason": f"ethtool --show-fec: {UNSUPPORTED}"}
+    if "FEC parameters" not in text:
+        raise ParseError("ethtool --show-fec: no 'FEC parameters' header")
+    out: dict[str, Any] = {"supported": True, "configured": None, "active": None, "stats": {}}
+    in_stats = False
+    current: str | None = None
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        k = key.strip()
+        if k in ("Configured FEC encodings", "Supported/Configured FEC encodings"):
+            out["configured"] = value.split()
+        elif k == "Active FEC encoding":
+            out["active"] = value.strip() or None
+        elif k == "Statistics" and not value.strip():
+            in_stats = True
+        elif in_stats:
+            m = _FEC_STAT_RE.match(line)
+            lane = _FEC_LANE_RE.match(line)
+            if m:
+                current = m.group(1)
+                out["stats"][current] = {"total": int(m.group(2)), "lanes": {}}
+            elif lane and current is not None:
+                out["stats"][current]["lanes"][lane.group(1)] = int(lane.group(2))
+            elif k in _FEC_STATS:
+                raise ParseError(f"ethtool --show-fec: {k}: not a count: {value.strip()!r}")
+    return out
+
+
+_FIELD_RE = re.compile(r"^\s*([A-Za-z][^:]*?)\s*:\s?(.*)$")
+_RX_POWER_RE = re.compile(
+    r"^(Rcvr signal avg optical power|Receiver signal average optical power|"
+    r"Receiver signal OMA|Rcvr signal OMA)\s*(?:\((?:Channel|Chan) (\d+)\))?$"
+)
+_POWER_VALUE_RE = re.compile(r"^([0-9.]+)\s*mW\s*/\s*(-inf|[-+]?[0-9.]+)\s*dBm")
+# ethtool prints 0.0001 mW (-40 dBm) for the smallest non-zero reading: no light.
+LOS_DBM = -40.0
+
+
+def _length_m(value: str) -> float | None:
+    m = re.match(r"^\s*([0-9.]+)\s*(km|m)\b", value)
+    if not m:
+        return None
+    return float(m.group(1)) * (1000.0 if m.group(2) == "km" else 1.0)
+
+
+def parse_module(text: str) -> dict[str, Any]:
+    """``ethtool -m``: identity, media, cable length and per-lane received power.
+
+    ``rx_power`` is a list of ``{"lane", "mw", "dbm", "kind"}``; ``dbm`` is None for
+    ``-inf`` (no light). ``media`` is ``copper``, ``optical`` or ``unknown``;
+    ``cable_length_m`` is the attached cable's length (copper or active cables only).
+    """
+    if _unsupported(text) and "Identifier" not in text:
+        return {"supported": False, "reason": f"ethtool -m: {UNSUPPORTED}"}
+    fields: dict[str, list[str]] = {}
+    rx: list[dict[str, Any]] = []
+    for line in text.splitlines():
+        m = _FIELD_RE.match(line)
+        if not m:
+            continue
+        name, value = m.group(1).strip(), m.group(2).strip()
+        pm = _RX_POWER_RE.match(name)
+        if pm:
+            v = _POWER_VALUE_RE.match(value)
+            if not v:
+                raise ParseError(f"ethtool -m: {name}: not a power reading: {value!r}")
+            mw = float(v.group(1))
+            dbm = None if v.group(2) == "-inf" else float(v.group(2))
+            if dbm is not None and not math.isfinite(dbm):
+                raise ParseError(f"ethtool -m: {name}: bad dBm {v.group(2)!r}")
+            rx.append({
+                "lane": int(pm.group(2)) if pm.group(2) else 1,
+                "mw": mw,
+                "dbm": dbm,
+                "kind": "oma" if "OMA" in pm.group(1) else "avg",
+            })
+            continue
+        fields.setdefault(name, []).append(value)
+    if "Identifier" not in fields:
+        raise ParseError("ethtool -m: no 'Identifier' field")
+
+    def first(name: str) -> str | None:
+        vals = fields.get(name)
+        return vals[0] if vals else None
+
+    tech = first("Transmitter technology")
+    connector = first("Connector") or ""
+    types = fields.get("Transceiver type", [])
+    copper = (
+        (tech is not None and "copper" in tech.lower())
+        or "copper pigtail" in connector.lower()
+        or any("passive cable" in t.lower() or "active cable" in t.lower() for t in types)
+    )
+    optical = not copper and (
+        tech is not None
+        or "Laser wavelength" in fields
+        or any(re.search(r"Base-(SR|LR|ER|ZR|DR|FR|LX|SX)", t) for t in types)
+    )
+    attached = "no separable connector" in connector.lower() or "copper pigtail" in connector.lower()
+    cable = first("Length (Copper or Active cable)") or first("Length (Copper)")
+    lengths = {k[len("Length ("):-1]: v[0] for k, v in fields.items()
+               if k.startswith("Length (") and k.endswith(")")}
+    return {
+        "supported": True,
+        "identifier": first("Identifier"),
+        "connector": connector or None,
+        "transmitter_technology": tech,
+        "transceiver_types": types,
+        "media": "copper" if copper else "optical" if optical else "unknown",
+        # An optical module without a separable connector is an active optical cable.
+        "attached_cable": attached,
+        "cable_length_m": _length_m(cable) if (cable and (copper or attached)) else None,
+        "lengths": lengths,
+        "vendor": first("Vendor name"),
+        "part": first("Vendor PN"),
+        "rx_power": rx,
+    }
+
+
+_RINGS_RE = re.compile(r"^\s*(RX|RX Mini|RX Jumbo|TX)\s*:\s*(\S+)\s*$")
+
+
+def parse_rings(text: str) -> dict[str, dict[str, int | None]]:
+    """``ethtool -g``: pre-set maximums and current ring sizes (None for n/a)."""
+    out: dict[str, dict[str, int | None]] = {}
+    section = None
+    for line in text.splitlines():
+        s = line.strip()
+        if s.startswith("Pre-set maximums"):
+            section = "max"
+            continue
+        if s.startswith("Current hardware settings"):
+            section = "current"
+            continue
+        m = _RINGS_RE.match(line)
+        if m and section:
+            value = m.group(2)
+            if value == "n/a":
+                out.setdefault(section, {})[m.group(1)] = None
+            elif value.isdigit():
+                out.setdefault(section, {})[m.group(1)] = int(value)
+            else:
+                raise ParseError(f"ethtool -g: {m.group(1)}: not a size: {value!r}")
+    if "current" not in out:
+        raise ParseError("ethtool -g: no 'Current hardware settings'")
+    return out
+
+
+def parse_timestamping(text: str) -> dict[str, Any]:
+    """``ethtool -T``: capabilities, PHC index, hardware modes. ``hardware`` says whether
+    the NIC timestamps in hardware and exposes a PTP hardware clock (what ptp4l needs)."""
+    caps: list[str] = []
+    tx: list[str] = []
+    rxf: list[str] = []
+    phc: int | None = None
+    phc_seen = False
+    section: list[str] | None = None
+    for line in text.splitlines():
+        s = line.strip()
+        if not s:
+            continue
+        key, sep, value = s.partition(":")
+        if s.startswith("Capabilities:"):
+            section = caps
+        elif s.startswith("Hardware Transmit Timestamp Modes:"):
+            section = tx
+            if value.strip() == "none":
+                section = None
+        elif s.startswith("Hardware Receive Filter Modes:"):
+            section = rxf
+            if value.strip() == "none":
+                section = None
+        elif key in ("PTP Hardware Clock", "Hardware timestamp provider index"):
+            phc_seen = True
+            v = value.strip()
+            if v.lstrip("-").isdigit() and int(v) >= 0:
+                phc = int(v)
+            elif v not in ("none", "-1"):
+                raise ParseError(f"ethtool -T: {key}: {v!r}")
+            section = None
+        elif s.startswith("Time stamping parameters"):
+            section = None
+        elif sep and value.strip() and not line[:1].isspace():
+            section = None  # another header we do not read
+        elif section is not None and line[:1].isspace():
+            section.append(s.split()[0])
+    if not phc_seen:
+        raise ParseError("ethtool -T: no 'PTP Hardware Clock' line")
+    hardware = "hardware-transmit" in caps and "hardware-receive" in caps and phc is not None
+    return {"capabilities": caps, "phc_index": phc, "tx_modes": tx, "rx_filters": rxf,
+            "hardware": hardware}
+
+
+_RSS_HEADER_RE = re.compile(r"with (\d+) RX ring\(s\)")
+_KEY_RE = re.compile(r"^\s*([0-9a-fA-F]{2}(?::[0-9a-fA-F]{2})+)\s*$")
+_TABLE_RE = re.compile(r"^\s*\d+:\s+((?:\d+\s*)+)$")
+_ONOFF_RE = re.compile(r"^\s*([\w-]+):\s*(on|off)\s*$")
+
+
+def parse_rss(text: str) -> dict[str, Any]:
+    """``ethtool -x``: RX rings, indirection table, key bytes (hex, or None when the
+    driver does not expose it), hash functions and input transformations."""
+    rings = None
+    table: list[int] = []
+    key: str | None = None
+    functions: dict[str, bool] = {}
+    transforms: dict[str, bool] = {}
+    section = None
+    for line in text.splitlines():
+        s = line.strip()
+        m = _RSS_HEADER_RE.search(line)
+        if m and "indirection table" in line:
+            rings = int(m.group(1))
+            section = "table"
+            continue
+        if s.startswith("RSS hash key:"):
+            section = "key"
+            continue
+        if s.startswith("RSS hash function:"):
+            section = "functions"
+            continue
+        if s.startswith("RSS input transformation:"):
+            section = "transforms"
+            continue
+        if section == "table" and _TABLE_RE.match(line):
+            table += [int(x) for x in line.split(":", 1)[1].split()]
+        elif section == "key" and _KEY_RE.match(line):
+            key = s.replace(":", "").lower()
+        elif section in ("functions", "transforms"):
+            o = _ONOFF_RE.match(line)
+            if o:
+                (functions if section == "functions" else transforms)[o.group(1)] = (
+                    o.group(2) == "on")
+    if rings is None:
+        raise ParseError("ethtool -x: no 'RX flow hash indirection table ... RX ring(s)' header")
+    return {"rings": rings, "table": table, "key": key, "functions": functions,
+            "transforms": transforms}
+
+
+# ---------------------------------------------------------------- collectors
+
+
+def per_iface(prefix: str, host: Host, target: Target, fn) -> dict[str, object]:
+    try:
+        names = interfaces(host, target)
+    except SourceError as exc:
+        return {prefix: Fact(missing=str(exc))}
+    out: dict[str, object] = {prefix: names}
+    for iface in names:
+        try:
+            out[f"{prefix}.{iface}"] = fn(iface)
+        except SourceError as exc:
+            out[f"{prefix}.{iface}"] = Fact(missing=str(exc))
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            out[f"{prefix}.{iface}"] = Fact(missing=f"parse error: {exc}")
+    return out
+
+
+def _run_or_unsupported(host: Host, argv: list[str]) -> str:
+    """Run ethtool; an 'Operation not supported' exit becomes that text, not an error."""
+    try:
+        return host.run(argv)
+    except SourceError as exc:
+        if UNSUPPORTED in str(exc):
+            return f"netlink error: {UNSUPPORTED}"
+        raise
+
+
+@collector("ethtool.info", multi=True)
+def ethtool_info(host: Host, target: Target) -> dict[str, object]:
+    return per_iface("ethtool.info", host, target,
+                      lambda i: parse_driver_info(host.run(["ethtool", "-i", i])))
+
+
+@collector("ethtool.fec", counter=True, multi=True)
+def ethtool_fec(host: Host, target: Target) -> dict[str, object]:
+    return per_iface("ethtool.fec", host, target, lambda i: parse_fec(
+        _run_or_unsupported(host, ["ethtool", "-I", "--show-fec", i])))
+
+
+@collector("ethtool.phy", counter=True, multi=True)
+def ethtool_phy(host: Host, target: Target) -> dict[str, object]:
+    return per_iface("ethtool.phy", host, target,
+                      lambda i: phy_counters(parse_stats(host.run(["ethtool", "-S", i]))))
+
+
+@collector("ethtool.module", multi=True)
+def ethtool_module(host: Host, target: Target) -> dict[str, object]:
+    return per_iface("ethtool.module", host, target,
+                      lambda i: parse_module(_run_or_unsupported(host, ["ethtool", "-m", i])))
+
+
+@collector("ethtool.rss", multi=True)
+def ethtool_rss(host: Host, target: Target) -> dict[str, object]:
+    return per_iface("ethtool.rss", host, target,
+                      lambda i: parse_rss(host.run(["ethtool", "-x", i])))
+
+
+@collector("ethtool.rings", multi=True)
+def ethtool_rings(host: Host, target: Target) -> dict[str, object]:
+    return per_iface("ethtool.rings", host, target,
+                      lambda i: parse_rings(host.run(["ethtool", "-g", i])))
+
+
+@collector("ethtool.ts", multi=True)
+def ethtool_ts(host: Host, target: Target) -> dict[str, object]:
+    return per_iface("ethtool.ts", host, target,
+                      lambda i: parse_timestamping(host.run(["ethtool", "-T", i])))

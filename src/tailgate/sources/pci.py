@@ -1,0 +1,235 @@
+"""PCIe health of NICs and GPUs: AER correctable-error counters and replay counters.
+
+* ``/sys/bus/pci/devices/BDF/aer_dev_correctable`` (Linux >= 4.19): one
+  ``name count`` line per correctable error. Current kernels print short names
+  (``RxErr BadTLP BadDLLP Rollover Timeout NonFatalErr CorrIntErr HeaderOF``,
+  drivers/pci/pcie/aer.c); the first version printed long ones (``Bad TLP``,
+  ``RELAY_NUM Rollover`` with the kernel's typo, ``Replay Timer Timeout``). Both
+  are read and normalised to the short names.
+* Linux has no generic LTSSM-recovery counter. What stands in for it, per device:
+  AER ``Rollover`` (REPLAY_NUM rollover: the link replayed a TLP 4 times and
+  retrained) and ``Timeout`` (replay timer timeout); NVIDIA's PCIe replay counter
+  (NVML ``nvmlDeviceGetPcieReplayCounter``, or ``Replays Since Reset`` in
+  ``nvidia-smi -q``); amdgpu's ``pcie_replay_count``; and on mlx5 NICs the
+  ``rx/tx_pci_signal_integrity`` counters of ``ethtool -S`` (read by sources.ethtool).
+
+The devices judged are NICs (class 0x02), GPUs (0x03) and accelerators (0x12),
+and every upstream port (bridge) between them and the root complex.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from typing import Any
+
+from ..collect import Target, collector
+from ..host import Host
+from ..model import ParseError, SourceError
+
+_BDF_RE = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
+KINDS = {"02": "nic", "03": "gpu", "12": "accelerator"}
+NVIDIA = "0x10de"
+
+# Long (v4.19) names -> the short names current kernels print.
+_AER_LONG = {
+    "Receiver Error": "RxErr",
+    "Bad TLP": "BadTLP",
+    "Bad DLLP": "BadDLLP",
+    "RELAY_NUM Rollover": "Rollover",
+    "REPLAY_NUM Rollover": "Rollover",
+    "Replay Timer Timeout": "Timeout",
+    "Advisory Non-Fatal": "NonFatalErr",
+    "Corrected Internal Error": "CorrIntErr",
+    "Header Log Overflow": "HeaderOF",
+}
+AER_CORRECTABLE = ("RxErr", "BadTLP", "BadDLLP", "Rollover", "Timeout", "NonFatalErr",
+                   "CorrIntErr", "HeaderOF", "TOTAL_ERR_COR")
+_AER_LINE_RE = re.compile(r"^(\S.*?)\s+(\S+)$")
+
+
+def parse_aer(text: str) -> dict[str, int]:
+    """``aer_dev_correctable`` (either format) -> ``{short name: count}``."""
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        m = _AER_LINE_RE.match(line.strip())
+        if not m:
+            continue
+        name = _AER_LONG.get(m.group(1), m.group(1))
+        if not m.group(2).isdigit():
+            if name in AER_CORRECTABLE:
+                raise ParseError(f"aer_dev_correctable: {name}: not a count: {m.group(2)!r}")
+            continue
+        if name in AER_CORRECTABLE or re.fullmatch(r"[A-Za-z_]+", name):
+            out[name] = int(m.group(2))
+    if not any(k in out for k in AER_CORRECTABLE):
+        raise ParseError("aer_dev_correctable: no known counter")
+    return out
+
+
+def parse_int_file(text: str, what: str) -> int:
+    s = text.strip()
+    if not s.isdigit():
+        raise ParseError(f"{what}: not a count: {s[:40]!r}")
+    return int(s)
+
+
+def _bdf(nvidia_bus_id: str) -> str:
+    """``00000000:00:04.0`` (nvidia-smi, 8-digit domain) -> ``0000:00:04.0``."""
+    dom, _, rest = nvidia_bus_id.strip().partition(":")
+    return f"{dom[-4:]}:{rest}".lower()
+
+
+def parse_nvidia_smi(text: str) -> dict[str, dict[str, int]]:
+    """``nvidia-smi -q``: per GPU, ``Replays Since Reset`` (older drivers: ``Replays since
+    reset``) and ``Replay Number Rollovers`` where printed."""
+    out: dict[str, dict[str, int]] = {}
+    gpu: str | None = None
+    for line in text.splitlines():
+        m = re.match(r"^GPU ([0-9A-Fa-f]+:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*$", line)
+        if m:
+            gpu = _bdf(m.group(1))
+            out[gpu] = {}
+            continue
+        key, sep, value = line.partition(":")
+        k, v = key.strip().lower(), value.strip()
+        if not sep or gpu is None:
+            continue
+        name = {"replays since reset": "replays",
+                "replay number rollovers": "replay_rollovers"}.get(k)
+        if name:
+            if v.isdigit():
+                out[gpu][name] = int(v)
+            elif v not in ("N/A", "[N/A]", "Unknown Error", "[Not Supported]"):
+                raise ParseError(f"nvidia-smi -q: {key.strip()}: not a count: {v!r}")
+    if not out:
+        raise ParseError("nvidia-smi -q: no 'GPU <bus id>' section")
+    return out
+
+
+def _read(host: Host, path: str) -> str | None:
+    try:
+        return host.read(path).strip()
+    except SourceError:
+        return None
+
+
+def device_path(host: Host, bdf: str) -> list[str]:
+    """BDFs from the root port down to ``bdf``, from the sysfs link's target."""
+    try:
+        link = host.readlink(f"/sys/bus/pci/devices/{bdf}")
+    except SourceError:
+        return [bdf]
+    parts = [p for p in posixpath.normpath(link).split("/") if _BDF_RE.match(p)]
+    return parts if parts and parts[-1] == bdf else [bdf]
+
+
+def pci_devices(host: Host) -> dict[str, dict[str, Any]]:
+    """The judged devices (NICs, GPUs, accelerators) and their upstream ports."""
+    out: dict[str, dict[str, Any]] = {}
+    for bdf in host.listdir("/sys/bus/pci/devices"):
+        cls = _read(host, f"/sys/bus/pci/devices/{bdf}/class") or ""
+        kind = KINDS.get(cls[2:4].lower()) if cls.startswith("0x") else None
+        if kind is None:
+            continue
+        chain = device_path(host, bdf)
+        out.setdefault(bdf, {}).update({
+            "kind": kind, "class": cls,
+            "vendor": _read(host, f"/sys/bus/pci/devices/{bdf}/vendor"),
+            "upstream": chain[:-1],
+        })
+        for up in chain[:-1]:
+            entry = out.setdefault(up, {"kind": "upstream", "upstream": []})
+            entry.setdefault("serves", []).append(bdf)
+    for bdf, entry in out.items():
+        base = f"/sys/bus/pci/devices/{bdf}"
+        try:
+            entry["driver"] = posixpath.basename(host.readlink(f"{base}/driver"))
+        except SourceError:
+            entry["driver"] = None
+        entry["aer"] = host.exists(f"{base}/aer_dev_correctable")
+        entry["amdgpu_replay"] = host.exists(f"{base}/pcie_replay_count")
+    return out
+
+
+@collector("pci.devices")
+def pci_devices_fact(host: Host, target: Target) -> dict[str, dict[str, Any]]:
+    return pci_devices(host)
+
+
+@collector("pci.aer", counter=True)
+def pci_aer(host: Host, target: Target) -> dict[str, Any]:
+    """``{"counters": {bdf: {name: n}}, "errors": {bdf: reason}}`` for devices with AER."""
+    counters: dict[str, dict[str, int]] = {}
+    errors: dict[str, str] = {}
+    for bdf, entry in pci_devices(host).items():
+        if not entry["aer"]:
+            continue
+        try:
+            counters[bdf] = parse_aer(host.read(f"/sys/bus/pci/devices/{bdf}/aer_dev_correctable"))
+        except SourceError as exc:
+            errors[bdf] = str(exc)
+    return {"counters": counters, "errors": errors}
+
+
+def _nvml_replays(bdfs: list[str]) -> dict[str, dict[str, int]]:
+    """Replay counters through NVML (the optional ``nvidia-ml-py`` extra)."""
+    try:
+        import pynvml  # type: ignore[import-not-found]
+    except ImportError as exc:
+        raise SourceError("nvidia-ml-py is not installed") from exc
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        raise SourceError(f"NVML: {exc}") from exc
+    out: dict[str, dict[str, int]] = {}
+    try:
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            bus = pynvml.nvmlDeviceGetPciInfo(h).busId
+            bdf = _bdf(bus.decode() if isinstance(bus, bytes) else bus)
+            if bdf in bdfs:
+                out[bdf] = {"replays": int(pynvml.nvmlDeviceGetPcieReplayCounter(h))}
+    except pynvml.NVMLError as exc:
+        raise SourceError(f"NVML: {exc}") from exc
+    finally:
+        pynvml.nvmlShutdown()
+    return out
+
+
+@collector("pci.replay", counter=True)
+def pci_replay(host: Host, target: Target) -> dict[str, Any]:
+    """Vendor replay counters: ``{"counters": {bdf: {...}}, "sources": {bdf: what},
+    "errors": {bdf or tool: reason}}``."""
+    devices = pci_devices(host)
+    counters: dict[str, dict[str, int]] = {}
+    sources: dict[str, str] = {}
+    errors: dict[str, str] = {}
+    for bdf, entry in devices.items():
+        if entry["amdgpu_replay"]:
+            try:
+                n = parse_int_file(host.read(f"/sys/bus/pci/devices/{bdf}/pcie_replay_count"),
+                                   "pcie_replay_count")
+                counters[bdf] = {"pcie_replay_count": n}
+                sources[bdf] = "amdgpu pcie_replay_count"
+            except SourceError as exc:
+                errors[bdf] = str(exc)
+    gpus = [b for b, e in devices.items() if e.get("vendor") == NVIDIA and e["kind"] == "gpu"]
+    if gpus:
+        got: dict[str, dict[str, int]] = {}
+        how = "nvidia-smi -q (Replays Since Reset)"
+        if host.live:
+            try:
+                got, how = _nvml_replays(gpus), "NVML nvmlDeviceGetPcieReplayCounter"
+            except SourceError as exc:
+                errors["nvml"] = str(exc)
+        if not got:
+            try:
+                got = parse_nvidia_smi(host.run(["nvidia-smi", "-q"], timeout_s=20))
+            except SourceError as exc:
+                errors["nvidia-smi"] = str(exc)
+        for bdf in gpus:
+            if got.get(bdf):
+                counters[bdf] = got[bdf]
+                sources[bdf] = how
+    return {"counters": counters, "sources": sources, "errors": errors}

@@ -1,0 +1,168 @@
+"""Clock synchronisation: linuxptp (pmc, ptp4l/phc2sys logs) and chrony.
+
+* ``pmc -u -b 0 'GET TIME_STATUS_NP'``: one response block per clock that answers,
+  headed ``<portIdentity> seq N RESPONSE MANAGEMENT TIME_STATUS_NP``, then
+  ``master_offset`` (ns), ``gmPresent`` and ``gmIdentity``. No block at all means
+  no ptp4l answered (pmc still exits 0). ``GET PORT_PROPERTIES_NP`` says whether
+  the port timestamps in ``HARDWARE`` or ``SOFTWARE``.
+* ptp4l/phc2sys log lines (journal): ``master offset -5 s2 freq ... path delay ...``,
+  ``CLOCK_REALTIME phc offset 25 s2 freq ... delay ...``, and with
+  ``summary_interval`` the ``rms N max N freq ... +/- ...`` form. ``s0`` is
+  unlocked, ``s1`` a clock step, ``s2`` locked (``s3`` in newer servo code).
+* ``chronyc tracking``: ``Reference ID : 50484330 (PHC0)`` names a reference clock
+  (the hex is the ASCII of the refclock name); an IPv4-looking hex with a host name
+  is a network NTP server; ``00000000`` is no reference at all.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ..collect import Target, collector
+from ..host import Host
+from ..model import ParseError
+
+_RESPONSE_RE = re.compile(r"^\s*(\S+)\s+seq\s+\d+\s+RESPONSE\s+MANAGEMENT\s+(\S+)")
+
+
+def parse_pmc(text: str) -> list[dict[str, Any]]:
+    """All management responses: ``[{"port", "message", "fields": {name: value}}]``."""
+    out: list[dict[str, Any]] = []
+    current: dict[str, Any] | None = None
+    for line in text.splitlines():
+        m = _RESPONSE_RE.match(line)
+        if m:
+            current = {"port": m.group(1), "message": m.group(2), "fields": {}}
+            out.append(current)
+            continue
+        if line.lstrip().startswith("sending:"):
+            current = None
+            continue
+        parts = line.split(None, 1)
+        if current is not None and len(parts) == 2 and line[:1].isspace():
+            current["fields"][parts[0]] = parts[1].strip()
+    return out
+
+
+def time_status(responses: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """TIME_STATUS_NP responses as ``{"port", "master_offset_ns", "gm_present", "gm"}``."""
+    out = []
+    for r in responses:
+        if r["message"] != "TIME_STATUS_NP":
+            continue
+        f = r["fields"]
+        try:
+            offset = int(f["master_offset"])
+        except (KeyError, ValueError) as exc:
+            raise ParseError(f"pmc TIME_STATUS_NP: bad master_offset {f.get('master_offset')!r}"
+                             ) from exc
+        gm = f.get("gmPresent")
+        if gm not in ("true", "false"):
+            raise ParseError(f"pmc TIME_STATUS_NP: bad gmPresent {gm!r}")
+        out.append({"port": r["port"], "master_offset_ns": offset, "gm_present": gm == "true",
+                    "gm": f.get("gmIdentity")})
+    return out
+
+
+def port_properties(responses: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"port": r["port"], "state": r["fields"].get("portState"),
+             "timestamping": r["fields"].get("timestamping"),
+             "interface": r["fields"].get("interface")}
+            for r in responses if r["message"] == "PORT_PROPERTIES_NP"]
+
+
+_PROG_RE = re.compile(r"\b(ptp4l|phc2sys)\[")
+_MASTER_RE = re.compile(
+    r"master offset\s+(-?\d+)\s+s(\d)\s+freq\s+([+-]?\d+)\s+path delay\s+(-?\d+)")
+_PHC_RE = re.compile(r"(?:phc|sys) offset\s+(-?\d+)\s+s(\d)\s+freq\s+([+-]?\d+)\s+delay\s+(-?\d+)")
+_RMS_RE = re.compile(r"\brms\s+(\d+)\s+max\s+(\d+)\s+freq\s+([+-]?\d+)\s+\+/-\s+(\d+)")
+
+
+def parse_ptp_log(text: str) -> dict[str, list[dict[str, Any]]]:
+    """ptp4l/phc2sys log lines -> offset samples and rms summaries, in log order."""
+    samples: list[dict[str, Any]] = []
+    summaries: list[dict[str, Any]] = []
+    for line in text.splitlines():
+        tag = _PROG_RE.search(line)
+        m = _MASTER_RE.search(line)
+        if m:
+            samples.append({"prog": tag.group(1) if tag else "ptp4l", "kind": "master",
+                            "offset_ns": int(m.group(1)), "state": f"s{m.group(2)}",
+                            "freq_ppb": int(m.group(3)), "delay_ns": int(m.group(4))})
+            continue
+        m = _PHC_RE.search(line)
+        if m:
+            samples.append({"prog": tag.group(1) if tag else "phc2sys", "kind": "phc",
+                            "offset_ns": int(m.group(1)), "state": f"s{m.group(2)}",
+                            "freq_ppb": int(m.group(3)), "delay_ns": int(m.group(4))})
+            continue
+        m = _RMS_RE.search(line)
+        if m:
+            summaries.append({"prog": tag.group(1) if tag else "ptp4l",
+                              "rms_ns": int(m.group(1)), "max_ns": int(m.group(2))})
+    return {"samples": samples, "summaries": summaries}
+
+
+_SYSTIME_RE = re.compile(r"^([0-9.]+) seconds (fast|slow) of NTP time$")
+
+
+def parse_chrony_tracking(text: str) -> dict[str, Any]:
+    """``chronyc tracking`` -> reference, its kind, stratum, system clock offset (ns)."""
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(" : ")
+        if sep:
+            fields[key.strip()] = value.strip()
+    if "Reference ID" not in fields or "System time" not in fields:
+        raise ParseError("chronyc tracking: no 'Reference ID' / 'System time' lines")
+    m = re.match(r"^([0-9A-Fa-f]{8})\s*\((.*)\)$", fields["Reference ID"])
+    if not m:
+        raise ParseError(f"chronyc tracking: bad Reference ID {fields['Reference ID']!r}")
+    ref_id, name = m.group(1).upper(), m.group(2)
+    t = _SYSTIME_RE.match(fields["System time"])
+    if not t:
+        raise ParseError(f"chronyc tracking: bad System time {fields['System time']!r}")
+    offset_ns = float(t.group(1)) * 1e9 * (1 if t.group(2) == "fast" else -1)
+    raw = bytes.fromhex(ref_id).rstrip(b"\0")
+    ascii_name = raw.decode("ascii") if raw and all(32 < c < 127 for c in raw) else None
+    if ref_id == "00000000":
+        kind = "none"
+    elif ref_id == "7F7F0101":
+        kind = "local"  # chrony's `local` directive: the host's own free-running clock
+    elif ascii_name is not None and name in (ascii_name, ""):
+        kind = "phc" if ascii_name.startswith("PHC") else "refclock"
+    else:
+        kind = "ntp"
+    try:
+        stratum = int(fields.get("Stratum", ""))
+    except ValueError as exc:
+        raise ParseError(f"chronyc tracking: bad Stratum {fields.get('Stratum')!r}") from exc
+    leap = fields.get("Leap status", "")
+    return {"ref_id": ref_id, "ref_name": name or ascii_name, "kind": kind, "stratum": stratum,
+            "offset_ns": round(offset_ns, 3), "leap": leap,
+            "synchronised": leap != "Not synchronised" and kind != "none"}
+
+
+# ---------------------------------------------------------------- collectors
+
+
+@collector("ptp.pmc")
+def ptp_pmc(host: Host, target: Target) -> dict[str, Any]:
+    status = parse_pmc(host.run(["pmc", "-u", "-b", "0", "GET TIME_STATUS_NP"]))
+    props = parse_pmc(host.run(["pmc", "-u", "-b", "0", "GET PORT_PROPERTIES_NP"]))
+    return {"time_status": time_status(status), "ports": port_properties(props)}
+
+
+@collector("ptp.log")
+def ptp_log(host: Host, target: Target) -> dict[str, Any]:
+    """The last five minutes of ptp4l/phc2sys journal lines (older lines say nothing
+    about the clock now)."""
+    text = host.run(["journalctl", "-q", "--no-pager", "-o", "short", "--since=-5min",
+                     "-t", "ptp4l", "-t", "phc2sys"])
+    return parse_ptp_log(text)
+
+
+@collector("chrony.tracking")
+def chrony_tracking(host: Host, target: Target) -> dict[str, Any]:
+    return parse_chrony_tracking(host.run(["chronyc", "tracking"]))

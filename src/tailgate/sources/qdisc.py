@@ -1,0 +1,130 @@
+"""Transmit side of a NIC: queue disciplines (``tc -j qdisc show``) and XPS maps.
+
+``tc -j qdisc show dev IF`` prints a JSON list of qdiscs, each with ``kind``,
+``handle``, ``root: true`` or ``parent``. A multiqueue NIC has a classful root
+(``mq``) whose children, one per transmit queue, do the queueing: those leaves
+are what drops packets on overflow, so they are what is judged.
+
+XPS: ``/sys/class/net/IF/queues/tx-N/xps_cpus`` is a CPU mask in comma-separated
+32-bit hex words, most significant first (``00000000,00000003`` = CPUs 0-1).
+The file is absent for a single-queue device or without CONFIG_XPS.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from ..collect import Target, collector
+from ..host import Host
+from ..model import ParseError, SourceError
+from .ethtool import per_iface
+
+# Active queue management: drops (or marks) early and by flow, not at the tail.
+AQM = frozenset({"fq_codel", "codel", "fq", "cake", "red", "gred", "choke", "pie", "fq_pie",
+                 "sfb", "hhf"})
+# Plain FIFOs and shapers that drop whatever arrives when full.
+TAIL_DROP = frozenset({"pfifo_fast", "pfifo", "bfifo", "pfifo_head_drop", "tbf", "plug"})
+CLASSFUL = frozenset({"mq", "mqprio", "multiq", "htb", "hfsc", "prio", "drr", "qfq", "ets",
+                      "cbq", "taprio", "atm"})
+INGRESS = frozenset({"ingress", "clsact"})
+
+
+def parse_tc_qdisc(text: str) -> list[dict[str, Any]]:
+    """``tc -j qdisc show dev IF`` -> ``[{"kind", "handle", "parent", "root"}]`` (egress only)."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ParseError(f"tc -j qdisc: not JSON: {exc.msg} at {exc.pos}") from exc
+    if not isinstance(data, list):
+        raise ParseError("tc -j qdisc: expected a JSON list")
+    out = []
+    for q in data:
+        if not isinstance(q, dict) or not isinstance(q.get("kind"), str):
+            raise ParseError(f"tc -j qdisc: entry without a kind: {q!r:.80}")
+        if q["kind"] in INGRESS:
+            continue
+        out.append({"kind": q["kind"], "handle": q.get("handle"),
+                    "parent": q.get("parent"), "root": bool(q.get("root"))})
+    return out
+
+
+def classify(qdiscs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Root kind and the leaves that queue, each tagged ``aqm``/``tail-drop``/``other``."""
+    roots = [q for q in qdiscs if q["root"]]
+    if not roots:
+        raise ParseError("tc -j qdisc: no root qdisc")
+    root = roots[0]
+    leaves = [q for q in qdiscs if q["kind"] not in CLASSFUL]
+    if not leaves and root["kind"] in CLASSFUL:
+        # Classes without an attached qdisc get the kernel's default pfifo.
+        leaves = [{"kind": "pfifo (default)", "handle": None, "parent": root["handle"],
+                   "root": False}]
+
+    def tag(kind: str) -> str:
+        if kind in AQM:
+            return "aqm"
+        if kind in TAIL_DROP or kind == "pfifo (default)":
+            return "tail-drop"
+        if kind == "noqueue":
+            return "noqueue"
+        return "other"
+
+    return {"root": root["kind"],
+            "leaves": [{"kind": q["kind"], "parent": q["parent"], "class": tag(q["kind"])}
+                       for q in leaves]}
+
+
+def parse_cpumask(text: str) -> list[int]:
+    """``00000000,0000000f`` -> ``[0, 1, 2, 3]``."""
+    s = text.strip()
+    if not re.fullmatch(r"[0-9a-fA-F]{1,8}(,[0-9a-fA-F]{1,8})*", s):
+        raise ParseError(f"not a CPU mask: {s[:40]!r}")
+    value = 0
+    for word in s.split(","):
+        value = (value << 32) | int(word, 16)
+    return [i for i in range(value.bit_length()) if value >> i & 1]
+
+
+def parse_cpulist(text: str) -> list[int]:
+    """``0-3,8`` -> ``[0, 1, 2, 3, 8]``."""
+    out: list[int] = []
+    s = text.strip()
+    if not s:
+        return out
+    for part in s.split(","):
+        lo, sep, hi = part.partition("-")
+        if not lo.isdigit() or (sep and not hi.isdigit()):
+            raise ParseError(f"not a CPU list: {s[:40]!r}")
+        out += range(int(lo), int(hi if sep else lo) + 1)
+    return out
+
+
+def xps_map(host: Host, iface: str) -> dict[str, Any]:
+    base = f"/sys/class/net/{iface}/queues"
+    queues = [q for q in host.listdir(base) if q.startswith("tx-")]
+    if not queues:
+        raise SourceError(f"{base}: no transmit queues")
+    maps: dict[str, list[int] | None] = {}
+    for q in sorted(queues, key=lambda n: int(n[3:]) if n[3:].isdigit() else 0):
+        path = f"{base}/{q}/xps_cpus"
+        try:
+            maps[q] = parse_cpumask(host.read(path))
+        except SourceError as exc:
+            # Single-queue devices list xps_cpus but reading it fails with ENOENT.
+            if not str(exc).endswith(": absent"):
+                raise
+            maps[q] = None
+    return {"queues": maps, "online": parse_cpulist(host.read("/sys/devices/system/cpu/online"))}
+
+
+@collector("tc.qdisc", multi=True)
+def tc_qdisc(host: Host, target: Target) -> dict[str, object]:
+    return per_iface("tc.qdisc", host, target, lambda i: classify(parse_tc_qdisc(
+        host.run(["tc", "-j", "qdisc", "show", "dev", i]))))
+
+
+@collector("xps", multi=True)
+def xps(host: Host, target: Target) -> dict[str, object]:
+    return per_iface("xps", host, target, lambda i: xps_map(host, i))
