@@ -58,3 +58,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("tailgate: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `tailgate ... | head`: the reader left, nothing more to say
+        sys.stderr.close()
+        return 0

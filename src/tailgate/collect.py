@@ -34,6 +34,7 @@ SOURCE_MODULES = (
     "tailgate.sources.cgroup",
     "tailgate.sources.process",
     "tailgate.sources.netdev",
+    "tailgate.sources.sockets",
     "tailgate.sources.engine",
     "tailgate.sources.ethtool",
     "tailgate.sources.pci",

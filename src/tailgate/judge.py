@@ -26,6 +26,7 @@ CHECK_MODULES = (
     "tailgate.checks.l3_dataplane",
     "tailgate.checks.l4_inference",
     "tailgate.checks.probed",
+    "tailgate.checks.l3_connections",
 )
 
 CheckFn = Callable[[Snapshot, dict[str, Any]], "Result | list[Result]"]

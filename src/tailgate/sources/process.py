@@ -104,6 +104,14 @@ def parse_io_uring_fdinfo(text: str) -> dict[str, object]:
     }
 
 
+def _kib(value: str | None) -> int | None:
+    """``1952 kB`` -> bytes; None when absent (kernel threads have no VmRSS)."""
+    if not value:
+        return None
+    number = value.split()[0]
+    return int(number) * 1024 if number.isdigit() else None
+
+
 def read_status(host: Host, pid: int) -> dict[str, str]:
     """/proc/PID/status of a live process; a zombie has exited and says so."""
     st = parse_status(host.read(f"/proc/{pid}/status"))
@@ -121,7 +129,8 @@ def pid_status(host: Host, target: Target) -> dict[str, object]:
             st = read_status(host, pid)
             out[name] = {"name": st.get("Name"), "cpus_allowed": parse_cpulist(st["Cpus_allowed_list"]),
                          "mems_allowed": parse_cpulist(st.get("Mems_allowed_list", "")),
-                         "threads": int(st.get("Threads", "0") or 0)}
+                         "threads": int(st.get("Threads", "0") or 0),
+                   "rss_bytes": _kib(st.get("VmRSS"))}
         except SourceError as exc:
             out[name] = Fact(missing=f"pid {pid}: {exc} (did the process exit?)")
     return out

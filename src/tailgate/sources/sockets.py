@@ -1,0 +1,84 @@
+"""Per-connection memory of a service: its established TCP sockets and their kernel cost.
+
+``ss -tmpin state established`` lists each socket with ``users:(("nginx",pid=N,fd=F))``
+and ``skmem:(r,rb,t,tb,f,w,o,bl,d)``: r/t are bytes queued for receive/transmit,
+f the forward-allocated quota, w queued for write, o option memory — what the
+socket holds beyond its fixed objects. The fixed objects (``tcp_sock``, the socket
+inode, the file) are slab objects whose sizes /proc/slabinfo gives (root only).
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..collect import Target, collector
+from ..host import Host
+from ..model import Fact, ParseError, SourceError
+
+_SKMEM_RE = re.compile(r"skmem:\(([^)]*)\)")
+_PID_RE = re.compile(r"pid=(\d+)")
+_SKMEM_KEYS = {"r": "rmem_alloc", "rb": "rcvbuf", "t": "wmem_alloc", "tb": "sndbuf",
+               "f": "fwd_alloc", "w": "wmem_queued", "o": "opt_mem", "bl": "backlog", "d": "drops"}
+SLABS = ("TCP", "TCPv6", "sock_inode_cache", "filp")
+
+
+def parse_ss(text: str) -> list[dict[str, object]]:
+    """`ss -tmpi` output: one dict per socket with its owning pids and skmem fields."""
+    sockets: list[dict[str, object]] = []
+    for line in text.splitlines():
+        if not line.strip() or line.startswith(("#", "State", "Recv-Q")):
+            continue
+        if not line[0].isspace():
+            sockets.append({"pids": sorted({int(p) for p in _PID_RE.findall(line)}),
+                            "local": line.split()[-3] if len(line.split()) >= 5 else None})
+            continue
+        if not sockets:
+            raise ParseError("socket details before any socket line")
+        m = _SKMEM_RE.search(line)
+        if m:
+            mem: dict[str, int] = {}
+            for item in m.group(1).split(","):
+                key = item.rstrip("0123456789")
+                digits = item[len(key):]
+                if key in _SKMEM_KEYS and digits:
+                    mem[_SKMEM_KEYS[key]] = int(digits)
+            sockets[-1]["skmem"] = mem
+    return sockets
+
+
+def parse_slabinfo(text: str) -> dict[str, int]:
+    """/proc/slabinfo 2.x: object size in bytes per cache name."""
+    out = {}
+    for line in text.splitlines():
+        if line.startswith(("slabinfo", "#")) or not line.strip():
+            continue
+        parts = line.split()
+        if len(parts) < 4:
+            raise ParseError(f"slabinfo: short line {line!r}")
+        try:
+            out[parts[0]] = int(parts[3])
+        except ValueError as exc:
+            raise ParseError(f"slabinfo {parts[0]}: objsize not an integer") from exc
+    return out
+
+
+@collector("sockets.pid", multi=True)
+def pid_sockets(host: Host, target: Target) -> dict[str, object]:
+    if not target.pids:
+        return {}
+    try:
+        sockets = parse_ss(host.run(["ss", "-tmpin", "state", "established"]))
+    except SourceError as exc:
+        return {f"sockets.{pid}": Fact(missing=str(exc)) for pid in target.pids}
+    out: dict[str, object] = {}
+    for pid in target.pids:
+        mine = [s for s in sockets if pid in s["pids"]]
+        out[f"sockets.{pid}"] = {"connections": len(mine),
+                                 "skmem": [s.get("skmem", {}) for s in mine]}
+    return out
+
+
+@collector("kernel.slabinfo")
+def slabinfo(host: Host, target: Target) -> dict[str, int]:
+    sizes = parse_slabinfo(host.read("/proc/slabinfo"))
+    return {k: v for k, v in sizes.items() if k in SLABS}
