@@ -214,7 +214,7 @@ def malloc(out: BpftraceOutput, pids: Collection[int] = (), keep: Keep = None,
 
     def row(pid: int) -> dict[str, Any]:
         return rows.setdefault(pid, {"calls": 0, "functions": {}, "bytes": 0, "per_s": None,
-                                     "top_stacks": []})
+                                     "callers": {}, "top_stacks": []})
 
     for pid in pids:
         row(pid)
@@ -236,6 +236,14 @@ def malloc(out: BpftraceOutput, pids: Collection[int] = (), keep: Keep = None,
     for pid, items in stacks.items():
         items.sort(key=lambda t: -t[0])
         row(pid)["top_stacks"] = [{"count": n, "frames": _frames(s)} for n, s in items[:top]]
+    callers: dict[int, dict[str, int]] = {}
+    for (who, caller), n in keyed(out.map("@callers"), 2):
+        pid = int_key(who)
+        if _kept(pid, keep):
+            by = callers.setdefault(pid, {})
+            by[caller.strip()] = by.get(caller.strip(), 0) + n
+    for pid, by in callers.items():
+        row(pid)["callers"] = dict(sorted(by.items(), key=lambda kv: -kv[1])[:top])
     if duration_s:
         for r in rows.values():
             r["per_s"] = round(r["calls"] / duration_s, 3)

@@ -8,8 +8,10 @@ bpftrace 0.17 prints one JSON object per line, with blank lines in between::
     {"type": "map", "data": {"@max": 7283}}
 
 A map with several keys joins them with commas into one string; a program here
-puts at most one string key (a comm or a stack, which may hold commas) and
-puts it last, so :func:`split_key` splits on the first ``n - 1`` commas.
+puts at most one string key (a comm or a stack, which may hold commas) and puts
+it last, so :func:`split_key` splits on the first ``n - 1`` commas. Two keys can
+print alike (two return addresses in one function, under ``usym``): their
+counts add up.
 Lines that are not JSON (warnings bpftrace prints on stdout) are kept apart,
 never guessed at.
 """
@@ -47,6 +49,18 @@ class BpftraceOutput:
         return int(value)
 
 
+def _merge_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """Keys that print alike (``usym`` of two addresses in one function) appear twice in
+    one map: their counts add up instead of the last one winning."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out and isinstance(value, int) and isinstance(out[key], int):
+            out[key] += value
+        else:
+            out[key] = value
+    return out
+
+
 def parse_output(text: str) -> BpftraceOutput:
     maps: dict[str, Any] = {}
     printf: list[str] = []
@@ -61,7 +75,7 @@ def parse_output(text: str) -> BpftraceOutput:
             other.append(line)
             continue
         try:
-            obj = json.loads(line)
+            obj = json.loads(line, object_pairs_hook=_merge_pairs)
         except json.JSONDecodeError as exc:
             raise ParseError(f"bpftrace printed malformed JSON: {line[:80]!r}: {exc}") from exc
         if not isinstance(obj, dict) or "type" not in obj:

@@ -1,0 +1,81 @@
+"""eBPF probe facts for ``inspect --probe-window SECONDS``.
+
+One collector runs every relevant probe at once over the same window (it
+blocks for it): ``probe.runqlat``, ``probe.sockopt``, ``probe.mmsg`` and
+``probe.softirq`` host-wide or for the target's processes, and
+``probe.malloc`` for ``--pid`` only. Without a window, or where probes cannot
+run (not root, no bpftrace, no tracefs, a host root), every fact is missing
+with that reason, so the checks report ``unknown`` and say why.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from typing import Any
+
+from ..collect import Target, collector
+from ..host import Host
+from ..model import Fact, SourceError
+
+FACTS = ("runqlat", "sockopt", "mmsg", "malloc", "softirq")
+
+
+def _cgroup_pids(host: Host, path: str) -> frozenset[int]:
+    text = host.read(posixpath.join(path, "cgroup.procs"))
+    return frozenset(int(line) for line in text.split() if line.strip().isdigit())
+
+
+def plan(target: Target, cgroup_pids: frozenset[int] | None = None) -> dict[str, Any]:
+    """Which request (or the reason there is none) per probe: pure, for tests."""
+    from ..probes import MAX_PIDS, Request
+
+    window = float(target.options["probe_window"])
+    pids = tuple(target.pids)
+    keep: frozenset[int] | None = None
+    if not pids and cgroup_pids is not None:
+        if len(cgroup_pids) <= MAX_PIDS:
+            pids = tuple(sorted(cgroup_pids))
+        keep = cgroup_pids
+    elif len(pids) > MAX_PIDS:
+        keep, pids = frozenset(pids), ()
+    out: dict[str, Any] = {}
+    for name in FACTS:
+        if name == "malloc":
+            if not pids:
+                out[name] = ("heap allocations are counted per process: give --pid "
+                             f"(at most {MAX_PIDS})")
+                continue
+            out[name] = Request(name, window, pids)
+        elif name == "softirq":
+            out[name] = Request(name, window)
+        else:
+            out[name] = Request(name, window, pids, keep)
+    return out
+
+
+@collector("probe", multi=True)
+def probe_facts(host: Host, target: Target) -> dict[str, Fact]:
+    window = target.options.get("probe_window")
+    names = [f"probe.{n}" for n in FACTS]
+    if not window:
+        return {n: Fact(missing="no probe window: run inspect --probe-window SECONDS "
+                        "(root, bpftrace)") for n in names}
+    from ..probes import driver, measure_many
+
+    reason = driver.unavailable(host)
+    if reason:
+        return {n: Fact(missing=reason) for n in names}
+    cgroup_pids = None
+    if target.cgroup and not target.pids:
+        try:
+            cgroup_pids = _cgroup_pids(host, target.cgroup)
+        except SourceError as exc:
+            return {n: Fact(missing=f"cgroup {target.cgroup}: {exc}") for n in names}
+    todo = plan(target, cgroup_pids)
+    requests = {k: v for k, v in todo.items() if not isinstance(v, str)}
+    results = measure_many(list(requests.values()))
+    facts = {f"probe.{k}": Fact(missing=v) for k, v in todo.items() if isinstance(v, str)}
+    for name, res in zip(requests, results, strict=True):
+        facts[f"probe.{name}"] = (Fact(missing=str(res)) if isinstance(res, SourceError)
+                                  else Fact(value=res))
+    return facts

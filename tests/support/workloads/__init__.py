@@ -1,0 +1,77 @@
+"""Small real programs for the probe tests, each ending by itself (30 s at most).
+
+C programs are compiled here with gcc (``-g`` so the malloc probe's stacks name
+their functions); :func:`start` runs one, waits for its ``ready`` line, and
+:func:`stopped` kills whatever is left when the test ends, so a failing test
+leaves no process behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+HERE = Path(__file__).parent
+# Frame pointers, so that bpftrace's ustack() can walk the workloads' stacks.
+CFLAGS = ("-O1", "-g", "-fno-omit-frame-pointer", "-pthread")
+_BUILD = (Path(tempfile.gettempdir())
+          / f"tailgate-workloads-{os.getuid()}-{zlib.crc32(' '.join(CFLAGS).encode()):08x}")
+
+
+def build(name: str) -> Path:
+    """Compile ``NAME.c`` once (again when the source is newer) and return the binary."""
+    src = HERE / f"{name}.c"
+    out = _BUILD / name
+    if not out.exists() or out.stat().st_mtime < src.stat().st_mtime:
+        _BUILD.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(f".{os.getpid()}.tmp")
+        subprocess.run([shutil.which("gcc") or "gcc", *CFLAGS, "-o", str(tmp), str(src)],
+                       check=True, capture_output=True, timeout=120)
+        tmp.replace(out)
+    return out
+
+
+def argv_for(name: str, *args: object) -> list[str]:
+    if (HERE / f"{name}.py").exists():
+        return [sys.executable, str(HERE / f"{name}.py"), *map(str, args)]
+    return [str(build(name)), *map(str, args)]
+
+
+def start(name: str, *args: object) -> subprocess.Popen:
+    """Start a workload and wait until it says ``ready`` (it is then in its loop)."""
+    proc = subprocess.Popen(argv_for(name, *args), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    line = proc.stdout.readline()
+    if line.strip() != "ready":
+        proc.kill()
+        raise RuntimeError(f"workload {name} did not start: {line!r} {proc.stderr.read()!r}")
+    return proc
+
+
+def finish(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait(timeout=10)
+    for stream in (proc.stdout, proc.stderr):
+        if stream:
+            stream.close()
+
+
+@contextlib.contextmanager
+def running(*specs: tuple) -> Iterator[list[subprocess.Popen]]:
+    """``with running(("spin", 3), ("spin", 3)) as procs:`` — all killed on exit."""
+    procs: list[subprocess.Popen] = []
+    try:
+        for spec in specs:
+            procs.append(start(*spec))
+        yield procs
+    finally:
+        for p in procs:
+            finish(p)
