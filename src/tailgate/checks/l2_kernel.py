@@ -212,7 +212,9 @@ def irq_isolation(snap: Snapshot, p: dict) -> list[Result]:
 
 @check("l2.net.congestion_control")
 def congestion_control(snap: Snapshot, p: dict) -> Result:
-    algo = need(snap, knob_name("net/ipv4/tcp_congestion_control"))
+    algo = need(snap, knob_name("net/ipv4/tcp_congestion_control")).strip()
+    if not algo:
+        raise Unknown("net.ipv4.tcp_congestion_control is empty")
     avail_fact = snap.fact(knob_name("net/ipv4/tcp_available_congestion_control"))
     evidence = {"tcp_congestion_control": algo,
                 "available": avail_fact.value if avail_fact.ok else avail_fact.missing}
