@@ -1,0 +1,316 @@
+"""A real OpenAI-compatible LLM server for tests: llama-cpp-python serving a tiny
+random-weight Llama that :func:`write_tiny_gguf` writes with the ``gguf`` package.
+
+The model is 2 layers, 64 wide, a 400-token vocabulary (about 0.5 MB):
+it writes nonsense, fast, which is all a load test needs. Every token decodes
+to printable ASCII (no byte-fallback tokens), so every generated token makes a
+non-empty text chunk. The end-of-sequence token's output row is zero while the
+others are scaled up, so generation runs to ``max_tokens`` in practice.
+
+llama-cpp-python's server streams its first chunk with empty text, sends no
+``usage`` chunk even when asked, and has no ``/metrics`` (MACHINE.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+MODEL_NAME = "tiny-random-llama"
+# Pieces a prompt of lower-case words tokenises into: "▁" + letter starts a word.
+_LETTERS = "abcdefghijklmnopqrstuvwxyz"
+
+
+def _vocab() -> tuple[list[str], list[float], list[int]]:
+    tokens = ["<unk>", "<s>", "</s>"]
+    types = [2, 3, 3]  # UNKNOWN, CONTROL, CONTROL
+    pieces = ["▁"] + [f"▁{c}" for c in _LETTERS] + list(_LETTERS) + list("0123456789.,?!")
+    pieces += [f"▁{a}{b}" for a in "etaoin" for b in "etaoinshr"]
+    tokens += pieces
+    types += [1] * len(pieces)  # NORMAL
+    scores = [0.0, 0.0, 0.0] + [-float(i) for i in range(len(pieces))]
+    # Byte fallback, so any prompt (a chat template's "[INST]") tokenises; the model
+    # never emits these (zero output rows), so its text stays printable ASCII.
+    tokens += [f"<0x{b:02X}>" for b in range(256)]
+    types += [6] * 256  # BYTE
+    scores += [0.0] * 256
+    return tokens, scores, types
+
+
+def write_tiny_gguf(path: str | os.PathLike[str], seed: int = 0) -> Path:
+    """Write the tiny random Llama GGUF to ``path`` and return it."""
+    import gguf
+
+    rng = np.random.default_rng(seed)
+    tokens, scores, types = _vocab()
+    n_vocab, n_embd, n_ff, n_layer, n_head = len(tokens), 64, 128, 2, 4
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_name(MODEL_NAME)
+    w.add_context_length(2048)
+    w.add_embedding_length(n_embd)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(n_ff)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_head)
+    w.add_rope_dimension_count(n_embd // n_head)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+    w.add_add_bos_token(True)
+
+    def rand(*shape: int, scale: float = 0.2) -> np.ndarray:
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    w.add_tensor("token_embd.weight", rand(n_vocab, n_embd, scale=1.0))
+    w.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
+    out = rand(n_vocab, n_embd, scale=3.0)
+    # Zero logit for </s> and the byte tokens, while the others spread over about +-60:
+    # they are never sampled, so generation runs to max_tokens in printable ASCII.
+    out[2] = 0.0
+    out[[i for i, t in enumerate(types) if t == 6]] = 0.0
+    w.add_tensor("output.weight", out)
+    for i in range(n_layer):
+        w.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(n_embd, dtype=np.float32))
+        for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
+            w.add_tensor(f"blk.{i}.{name}.weight", rand(n_embd, n_embd))
+        w.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(n_embd, dtype=np.float32))
+        w.add_tensor(f"blk.{i}.ffn_gate.weight", rand(n_ff, n_embd))
+        w.add_tensor(f"blk.{i}.ffn_up.weight", rand(n_ff, n_embd))
+        w.add_tensor(f"blk.{i}.ffn_down.weight", rand(n_embd, n_ff))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return Path(path)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def llama_cpp_available() -> str | None:
+    """None when llama-cpp-python's server can be imported, else the reason."""
+    try:
+        import llama_cpp.server  # noqa: F401
+    except ImportError as exc:
+        return f"llama-cpp-python[server] is not installed ({exc}); `make test` installs it"
+    return None
+
+
+@contextlib.contextmanager
+def llama_server(tmpdir: str | os.PathLike[str], startup_s: float = 120.0) -> Iterator[str]:
+    """Start llama-cpp-python's OpenAI server on loopback; yield its base URL (``…/v1``)."""
+    model = write_tiny_gguf(Path(tmpdir) / "tiny.gguf")
+    port = free_port()
+    log = open(Path(tmpdir) / "llama-server.log", "w")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1",
+         "--port", str(port), "--interrupt_requests", "False", "--n_ctx", "2048",
+         "--n_threads", "1", "--model_alias", MODEL_NAME, "--seed", "1"],
+        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + startup_s
+        while True:
+            if proc.poll() is not None:
+                log.flush()
+                raise RuntimeError("llama server exited: "
+                                   + (Path(tmpdir) / "llama-server.log").read_text()[-2000:])
+            try:
+                with urllib.request.urlopen(base + "/models", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"llama server not up within {startup_s:g} s")
+            time.sleep(0.2)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+        log.close()
+
+
+# -- a small scripted OpenAI-compatible server: real sockets, chosen faults ---------
+
+FAULTS = ("ok", "status_500", "status_404", "reset_mid_stream", "bad_json", "bad_sse_line",
+          "no_token", "hang", "error_object", "not_event_stream", "close_without_done")
+
+
+class ScriptedServer:
+    """An asyncio HTTP/1.1 server on loopback speaking just enough of the OpenAI API.
+
+    Request *n* (in order of arrival) gets behaviour ``modes[n % len(modes)]``;
+    ``"ok"`` streams ``max_tokens`` content chunks ``gap_s`` apart (plus a usage
+    chunk when ``stream_options.include_usage`` is asked). Every request body is
+    kept in ``bodies`` so a test can check what the client sent. It runs its own
+    event loop in a thread; use it as a context manager.
+    """
+
+    def __init__(self, modes: tuple[str, ...] = ("ok",), gap_s: float = 0.001,
+                 usage: bool = True, first_empty: bool = False) -> None:
+        import threading
+
+        self.modes = modes
+        self.gap_s = gap_s
+        self.usage = usage
+        self.first_empty = first_empty
+        self.bodies: list[dict] = []
+        self.send_ns: list[list[int]] = []  # per ok request, when each content chunk was sent
+        self._n = 0
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._main, daemon=True)
+        self.port = 0
+
+    def __enter__(self) -> ScriptedServer:
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError("scripted server did not start")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(10)
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def _main(self) -> None:
+        import asyncio
+
+        async def main() -> None:
+            self._loop = asyncio.get_running_loop()
+            self._stop = asyncio.Event()
+            self._hung: list = []
+            srv = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+            self.port = srv.sockets[0].getsockname()[1]
+            self._ready.set()
+            await self._stop.wait()
+            for w in self._hung:
+                w.close()
+            srv.close()
+            await srv.wait_closed()
+
+        asyncio.run(main())
+
+    async def _handle(self, reader, writer) -> None:
+        import asyncio
+        import json as _json
+
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = 0
+            for line in head.split(b"\r\n"):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":", 1)[1])
+            body = _json.loads(await reader.readexactly(length)) if length else {}
+        except (asyncio.IncompleteReadError, ValueError, ConnectionError):
+            writer.close()
+            return
+        mode = self.modes[self._n % len(self.modes)]
+        self._n += 1
+        self.bodies.append(body)
+        chat = "messages" in body
+        n_tokens = int(body.get("max_tokens", 4))
+
+        def chunk(text: str | None, finish: str | None = None) -> bytes:
+            if chat:
+                delta = {} if text is None else {"content": text}
+                ch = {"index": 0, "delta": delta, "finish_reason": finish}
+            else:
+                ch = {"index": 0, "text": text or "", "finish_reason": finish}
+            obj = {"id": "x", "object": "chunk", "choices": [ch]}
+            return b"data: " + _json.dumps(obj).encode() + b"\n\n"
+
+        def head_(status: str, ctype: bytes = b"text/event-stream") -> bytes:
+            return (b"HTTP/1.1 " + status.encode() + b"\r\nContent-Type: " + ctype
+                    + b"\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n")
+
+        def piece(data: bytes) -> bytes:  # one HTTP chunk
+            return b"%x\r\n%s\r\n" % (len(data), data)
+
+        try:
+            if mode in ("status_500", "status_404"):
+                code = "500 Internal Server Error" if mode == "status_500" else "404 Not Found"
+                msg = b'{"error": {"message": "scripted failure"}}'
+                writer.write(b"HTTP/1.1 " + code.encode() + b"\r\nContent-Type: application/json"
+                             b"\r\nContent-Length: " + str(len(msg)).encode()
+                             + b"\r\nConnection: close\r\n\r\n" + msg)
+            elif mode == "hang":
+                writer.write(head_("200 OK"))
+                await writer.drain()
+                self._hung.append(writer)
+                await self._stop.wait()
+                return
+            elif mode == "not_event_stream":
+                msg = b'{"choices": [{"text": "whole answer"}]}'
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                             b"Content-Length: " + str(len(msg)).encode()
+                             + b"\r\nConnection: close\r\n\r\n" + msg)
+            else:
+                writer.write(head_("200 OK"))
+                if chat:
+                    writer.write(piece(chunk(None)))  # the role-only first chunk
+                if self.first_empty and not chat:
+                    writer.write(piece(chunk("")))
+                sends: list[int] = []
+                tokens = 0 if mode == "no_token" else n_tokens
+                for i in range(tokens):
+                    if mode == "reset_mid_stream" and i == max(1, tokens // 2):
+                        writer.transport.abort()
+                        return
+                    if mode == "bad_json" and i == 1:
+                        writer.write(piece(b"data: {not json\n\n"))
+                    if mode == "bad_sse_line" and i == 1:
+                        writer.write(piece(b"data: \xff\xfe broken utf-8\n\n"))
+                    await asyncio.sleep(self.gap_s)
+                    sends.append(time.perf_counter_ns())
+                    writer.write(piece(chunk(f" t{i}")))
+                    await writer.drain()
+                if mode == "error_object":
+                    writer.write(piece(b'data: {"error": {"message": "engine overloaded"}}\n\n'))
+                writer.write(piece(chunk(None if chat else "", "length")))
+                want_usage = (body.get("stream_options") or {}).get("include_usage")
+                if self.usage and want_usage:
+                    n_in = len(str(body.get("prompt") or body.get("messages")).split())
+                    u = {"id": "x", "choices": [], "usage": {
+                        "prompt_tokens": n_in, "completion_tokens": tokens,
+                        "total_tokens": n_in + tokens}}
+                    writer.write(piece(b"data: " + _json.dumps(u).encode() + b"\n\n"))
+                if mode != "close_without_done":
+                    writer.write(piece(b"data: [DONE]\n\n"))
+                    writer.write(b"0\r\n\r\n")
+                else:
+                    # The finish chunk was sent: a complete response without [DONE] is fine.
+                    writer.write(b"0\r\n\r\n")
+                if mode == "ok":
+                    self.send_ns.append(sends)
+            await writer.drain()
+        except ConnectionError:
+            pass
+        finally:
+            if mode != "hang":
+                writer.close()

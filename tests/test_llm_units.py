@@ -1,0 +1,163 @@
+"""Pure parts of the LLM load test: SSE framing, OpenAI chunks, workloads, SLOs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tailgate.llm import workload as wl
+from tailgate.llm.openai import ChunkError, parse_chunk, request_body
+from tailgate.llm.results import parse_slo
+from tailgate.llm.sse import SSEError, SSEParser
+
+FIX = Path(__file__).parent / "fixtures" / "llm"
+
+STREAM = (b": keep-alive\n\n"
+          b"data: {\"a\": 1}\n\n"
+          b"event: update\r\ndata: line one\r\ndata: line two\r\n\r\n"
+          b"id: 7\rdata:no-space\r\r"
+          b"data: [DONE]\n\n")
+EXPECTED = [('{"a": 1}', "message"), ("line one\nline two", "update"), ("no-space", "message"),
+            ("[DONE]", "message")]
+
+
+def events(parser: SSEParser, pieces: list[bytes]) -> list[tuple[str, str]]:
+    out = []
+    for p in pieces:
+        out += [(e.data, e.event) for e in parser.feed(p)]
+    return out
+
+
+def test_sse_whole_and_byte_at_a_time_agree():
+    assert events(SSEParser(), [STREAM]) == EXPECTED
+    assert events(SSEParser(), [STREAM[i:i + 1] for i in range(len(STREAM))]) == EXPECTED
+
+
+@given(st.lists(st.integers(min_value=0, max_value=len(STREAM)), max_size=12))
+def test_sse_any_split_gives_the_same_events(cuts):
+    bounds = sorted(set(cuts))
+    pieces, prev = [], 0
+    for b in [*bounds, len(STREAM)]:
+        pieces.append(STREAM[prev:b])
+        prev = b
+    assert events(SSEParser(), pieces) == EXPECTED
+
+
+def test_sse_bounds_a_line_that_never_ends_and_rejects_bad_utf8():
+    p = SSEParser(max_line=1000)
+    with pytest.raises(SSEError):
+        p.feed(b"data: " + b"x" * 2000)
+    with pytest.raises(SSEError):
+        SSEParser().feed(b"data: \xff\xfe\n\n")
+    q = SSEParser()
+    q.feed(b"data: half")
+    assert q.pending
+
+
+def test_chunks_of_both_apis_and_usage():
+    c = parse_chunk('{"choices":[{"text":" hi","finish_reason":null}]}', "completions")
+    assert c.text == " hi" and c.finish_reason is None
+    role = parse_chunk('{"choices":[{"delta":{"role":"assistant"}}]}', "chat")
+    assert role.text == ""
+    d = parse_chunk('{"choices":[{"delta":{"content":"x"},"finish_reason":"stop"}]}', "chat")
+    assert d.text == "x" and d.finish_reason == "stop"
+    u = parse_chunk('{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":9}}', "chat")
+    assert (u.prompt_tokens, u.completion_tokens) == (5, 9)
+    e = parse_chunk('{"error":{"message":"overloaded"}}', "completions")
+    assert e.error == "overloaded"
+    for bad in ("{not json", "[1,2]", '{"choices": 3}', '{"choices":[{"text": 5}]}'):
+        with pytest.raises(ChunkError):
+            parse_chunk(bad, "completions")
+
+
+def test_request_body_asks_for_usage_and_streams():
+    body = json.loads(request_body("chat", "m", "hello", 7))
+    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+    assert body["messages"] == [{"role": "user", "content": "hello"}] and body["max_tokens"] == 7
+    plain = json.loads(request_body("completions", "m", "hello", 7, usage=False))
+    assert "stream_options" not in plain and plain["prompt"] == "hello"
+
+
+def _take(it, n):
+    return [next(it) for _ in range(n)]
+
+
+def test_workloads_are_reproducible_from_a_seed():
+    a = _take(wl.independent(3, 50, 10, 0.5), 20)
+    b = _take(wl.independent(3, 50, 10, 0.5), 20)
+    c = _take(wl.independent(4, 50, 10, 0.5), 20)
+    assert a == b and a != c
+    for r in a:
+        assert 25 <= r.input_words <= 75 and 5 <= r.max_tokens <= 15
+        assert len(r.prompt.split()) == r.input_words
+    fixed = _take(wl.independent(1, 40, 8), 5)
+    assert {r.input_words for r in fixed} == {40} and {r.max_tokens for r in fixed} == {8}
+    assert _take(wl.multiturn(5, 3, 4, 30, 10, 6), 12) == _take(wl.multiturn(5, 3, 4, 30, 10, 6), 12)
+
+
+def test_multiturn_turns_extend_their_conversations_prefix():
+    reqs = _take(wl.multiturn(1, conversations=3, turns=4, system_len=20, user_len=8,
+                              output_len=5), 12)
+    by_conv: dict[int, list] = {}
+    for r in reqs:
+        by_conv.setdefault(r.conversation, []).append(r)
+    assert len(by_conv) == 3
+    for turns in by_conv.values():
+        assert [t.turn for t in turns] == [0, 1, 2, 3]
+        for prev, nxt in zip(turns, turns[1:], strict=False):
+            assert nxt.prompt.startswith(prev.prompt) and len(nxt.prompt) > len(prev.prompt)
+            assert nxt.input_words == prev.input_words + 5 + 8
+    # Different conversations do not share their system prompt.
+    firsts = [t[0].prompt for t in by_conv.values()]
+    assert len({p.split()[1] for p in firsts}) == 3
+    chat = _take(wl.multiturn(1, 2, 2, 20, 8, 5, chat=True), 4)
+    assert chat[2].prompt[: len(chat[0].prompt)] == chat[0].prompt
+
+
+def test_mooncake_replay_shares_text_where_the_trace_shares_hash_ids():
+    entries = wl.parse_mooncake((FIX / "mooncake_conversation_head.jsonl").read_text())
+    assert len(entries) == 200
+    scale = 1 / 16  # 512-token blocks become 32 words
+    reqs = list(wl.trace(entries, seed=9, token_scale=scale))
+    block = 32
+    assert reqs[0].offset_s == 0.0
+    assert all(b.offset_s >= a.offset_s for a, b in zip(reqs, reqs[1:], strict=False))
+    words = [r.prompt.split() for r in reqs]
+    for i in range(len(entries)):
+        assert len(words[i]) == reqs[i].input_words == max(1, round(entries[i].input_length * scale))
+    checked = 0
+    for i in range(60):
+        for j in range(i + 1, 60):
+            hi, hj = entries[i].hash_ids, entries[j].hash_ids
+            k = 0
+            while k < min(len(hi), len(hj)) and hi[k] == hj[k]:
+                k += 1
+            full = min(k * block, len(words[i]), len(words[j]))
+            assert words[i][:full] == words[j][:full]
+            if k == 0 and hi and hj:  # different first blocks: different text
+                assert words[i][:block] != words[j][:block]
+            checked += k > 0
+    assert checked > 0  # the real trace does share prefixes (hash id 0 in many requests)
+    again = list(wl.trace(entries, seed=9, token_scale=scale))
+    assert [r.prompt for r in again] == [r.prompt for r in reqs]
+
+
+def test_mooncake_parse_errors_name_the_line():
+    with pytest.raises(ValueError, match="line 2"):
+        wl.parse_mooncake('{"timestamp":0,"input_length":5,"output_length":1,"hash_ids":[1]}\n'
+                          '{"timestamp":0}\n')
+
+
+def test_slo_expressions():
+    s = parse_slo("ttft_p999<2s")
+    assert (s.metric, s.percentile, s.limit, s.inclusive) == ("ttft", 99.9, 2.0, False)
+    assert parse_slo("itl_p99<=50ms").limit == pytest.approx(0.05)
+    assert parse_slo("error_rate<1%").limit == pytest.approx(0.01)
+    assert parse_slo("e2e_max<30s").percentile == 100.0
+    for bad in ("p999<5ms", "ttft_p42<1s", "ttft_p99<soon", "error_rate<"):
+        with pytest.raises(ValueError):
+            parse_slo(bad)
