@@ -247,15 +247,14 @@ async def stream_request(ep: Endpoint, api: Api, body: bytes, rec: Record,
                 return rec
             await done
     except TimeoutError:
-        if not done.done():
+        # The time-out cancels the await, and with it ``done``: the record is then open.
+        if not done.done() or done.cancelled():
             rec.end_ns = deadline_ns  # recorded at its time-out, as it was bound to end
             rec.error, rec.detail = "timeout", "no complete response before the time-out"
-            done.set_result(rec)
     except asyncio.CancelledError:
-        if not done.done():
+        if not done.done() or done.cancelled():
             rec.end_ns = time.perf_counter_ns()
             rec.error, rec.detail = "timeout", "cancelled: the run ended"
-            done.set_result(rec)
         raise
     finally:
         if transport is not None and not transport.is_closing():
