@@ -72,6 +72,16 @@ def intended_offsets(cfg: RunConfig) -> list[float] | None:
     return offsets[: cfg.requests]
 
 
+async def _until(due_ns: int) -> None:
+    """Sleep until ``due_ns``, never waking early (the loop's timers round to a
+    millisecond and may fire before it): the last millisecond yields in a loop."""
+    while True:
+        wait = due_ns - time.perf_counter_ns()
+        if wait <= 0:
+            return
+        await asyncio.sleep((wait - 1_000_000) / 1e9 if wait > 2_000_000 else 0)
+
+
 async def _one(cfg: RunConfig, req: LLMRequest, rec: Record) -> Record:
     body = request_body(cfg.api, cfg.model, req.prompt, req.max_tokens, usage=cfg.usage,
                         ignore_eos=cfg.ignore_eos)
@@ -104,9 +114,7 @@ async def run_open(cfg: RunConfig, work: Iterator[LLMRequest],
             if horizon is not None and off >= horizon:
                 break
             due = start + int(off * 1e9)
-            wait = due - time.perf_counter_ns()
-            if wait > 0:
-                await asyncio.sleep(wait / 1e9)
+            await _until(due)
             rec = _record(i, req, due)
             records.append(rec)
             tasks.append(asyncio.ensure_future(_one(cfg, req, rec)))
