@@ -213,6 +213,45 @@ def test_window_is_the_difference_of_two_live_scrapes():
     assert f.evidence["windowed"] is True and f.evidence["queried_tokens"] == 1000
 
 
+@pytest.mark.parametrize("hits,queries,kind", [
+    ("vllm:gpu_prefix_cache_hits", "vllm:gpu_prefix_cache_queries", "older names"),
+    ("sglang:cached_tokens", "sglang:prompt_tokens", "SGLang"),
+])
+def test_older_vllm_and_sglang_counters_over_a_live_window(hits, queries, kind):
+    from prometheus_client import CollectorRegistry, Counter, generate_latest
+
+    reg = CollectorRegistry()
+    h = Counter(hits, "hits", ["model_name"], registry=reg)
+    q = Counter(queries, "queries", ["model_name"], registry=reg)
+    q.labels("m").inc(500)  # before the window: nothing hit
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = generate_latest(reg)
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    srv = _serve(H)
+    try:
+        url = f"http://127.0.0.1:{srv.server_port}/metrics"
+
+        def traffic():
+            h.labels("m").inc(300)
+            q.labels("m").inc(400)
+
+        res = judge(snapshot(Target(options={"engine": url}), interval=0.05, between=traffic))
+    finally:
+        srv.shutdown()
+    f = res["l4.prefix_cache.hit_rate"][0]
+    assert f.status == "fail" and f.observed == pytest.approx(75.0)
+    assert kind in f.reason and f.evidence["windowed"] is True
+
+
 def test_unreachable_and_non_prometheus_endpoints_are_unknown():
     class Html(http.server.BaseHTTPRequestHandler):
         def do_GET(self):

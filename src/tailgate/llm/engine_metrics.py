@@ -39,8 +39,11 @@ def window(before: Samples | None, after: Samples, name: str) -> tuple[float | N
     t1 = total(after, name)
     if t1 is None:
         return None, None
-    t0 = total(before, name) if before is not None else None
-    if t0 is None or t1 < t0:  # no earlier sample, or the engine restarted (counter reset)
+    if before is None:
+        return t1, None
+    # A series absent from the earlier scrape was created since: it started at 0.
+    t0 = total(before, name) or 0.0
+    if t1 < t0:  # the engine restarted (counter reset): no usable window
         return t1, None
     return t1, t1 - t0
 
