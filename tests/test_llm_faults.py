@@ -136,3 +136,13 @@ def test_multiturn_sends_growing_shared_prefixes(api):
         mine.sort(key=len)
         for a, b in zip(mine, mine[1:], strict=False):
             assert b.startswith(a) and len(b) > len(a)
+
+
+def test_warmup_requests_are_sent_but_reported_apart():
+    with ScriptedServer(gap_s=0.001) as srv:
+        result = run(cfg_for(srv.base, requests=10, rate=40.0), wl.independent(1, 6, 3))
+    rep = analyse(result, [], target="t", model="m", api="completions", rate=40.0,
+                  timeout_s=2.0, workload={}, warmup_s=0.1)
+    # Constant 40/s: offsets 0, 25, 50, 75 ms fall in the 100 ms warm-up.
+    assert rep["requests"]["warmup"] == {"sent": 4, "ok": 4}
+    assert rep["requests"]["sent"] == 6 and rep["ttft_ms"]["count"] == 6

@@ -55,6 +55,9 @@ def add_llm_arguments(p: argparse.ArgumentParser) -> None:
         help="trace: multiply every length (and the 512-token blocks) by this")
     add("--trace-time-scale", type=float, default=1.0,
         help="trace: replay this many times faster than recorded")
+    add("--warmup", default=None, metavar="DURATION",
+        help="requests due in this first part of the run are sent but left out of the "
+        "figures (reported apart)")
     add("--seed", type=int, default=0, help="seed of the workload and the Poisson schedule")
     add("--no-usage", action="store_true",
         help="do not ask for usage (stream_options); tokens are then counted as chunks")
@@ -117,6 +120,7 @@ def run_llm(args: argparse.Namespace) -> int:
             raise _usage(f"--rate: {exc}") from None
     duration = _seconds(getattr(args, "duration", None), "--duration")
     timeout = _seconds(getattr(args, "timeout", None), "--timeout") or 60.0
+    warmup = _seconds(getattr(args, "warmup", None), "--warmup") or 0.0
     trace_mode = args.workload == "trace"
     conc = args.concurrency
     modes = sum(x is not None for x in (rate, conc)) + (1 if trace_mode and rate is None else 0)
@@ -176,7 +180,7 @@ def run_llm(args: argparse.Namespace) -> int:
                     usage=not args.no_usage, ignore_eos=args.ignore_eos)
     result = run(cfg, work)
     report = analyse(result, slos, target=args.target, model=args.model, api=args.api,
-                     rate=rate, timeout_s=timeout, workload=wdesc)
+                     rate=rate, timeout_s=timeout, workload=wdesc, warmup_s=warmup)
     if args.log:
         _write(args.log, "".join(json.dumps(r) + "\n" for r in records_json(result)))
     if args.json:

@@ -125,8 +125,12 @@ def _value_at(h: Histogram, pct: float) -> float:
 
 
 def analyse(result: RunResult, slos: list[Slo], *, target: str, model: str, api: str,
-            rate: float | None, timeout_s: float, workload: dict[str, Any]) -> dict[str, Any]:
-    records = result.records
+            rate: float | None, timeout_s: float, workload: dict[str, Any],
+            warmup_s: float = 0.0) -> dict[str, Any]:
+    # Requests due in the warm-up are sent and accounted, but kept out of the figures.
+    cut = result.start_ns + int(warmup_s * 1e9)
+    warm = [r for r in result.records if r.intended_ns < cut] if warmup_s > 0 else []
+    records = result.records[len(warm):] if warm else result.records
     derived = [derive(r) for r in records]
     counted = [(r, d) for r, d in zip(records, derived, strict=True)
                if r.ok or r.error == "timeout"]
@@ -145,7 +149,7 @@ def analyse(result: RunResult, slos: list[Slo], *, target: str, model: str, api:
             errors[r.error] += 1
             examples.setdefault(r.error, r.detail)
     sent = len(records)
-    first = result.start_ns
+    first = cut if warm else result.start_ns
     last_end = max((r.end_ns for r in records if r.end_ns), default=first)
     span_s = max((last_end - first) / 1e9, 1e-9)
     out_tokens = sum(d.output_tokens for _, d in ok)
@@ -189,7 +193,9 @@ def analyse(result: RunResult, slos: list[Slo], *, target: str, model: str, api:
                        "goodput_rps": round(good / span_s, 3)},
         "requests": {"sent": sent, "ok": len(ok), "good": good,
                      "errors": {k: v for k, v in errors.items() if v},
-                     "error_examples": examples},
+                     "error_examples": examples,
+                     **({"warmup": {"sent": len(warm), "ok": sum(r.ok for r in warm)}}
+                        if warm else {})},
         "slo": slo_results,
     }
 
