@@ -53,7 +53,8 @@ def program_text(name: str) -> str:
 
 
 def unavailable(host: Host | None = None, *, euid: int | None = None,
-                which: Callable[[str], str | None] = shutil.which) -> str | None:
+                which: Callable[[str], str | None] = shutil.which,
+                tracefs_dirs: Sequence[str] = TRACEFS_DIRS) -> str | None:
     """Why probes cannot run on ``host`` (None when they can). Checks, in order:
     a live host, root, the bpftrace binary, a mounted tracefs."""
     host = host or Host("/")
@@ -64,7 +65,7 @@ def unavailable(host: Host | None = None, *, euid: int | None = None,
         return f"bpftrace needs root (running as uid {uid})"
     if which("bpftrace") is None:
         return "bpftrace is not installed (Debian: apt-get install bpftrace)"
-    if not any(host.exists(f"{d}/events") for d in TRACEFS_DIRS):
+    if not any(host.exists(f"{d}/events") for d in tracefs_dirs):
         return ("tracefs is not mounted, so tracepoints cannot be attached "
                 "(mount -t tracefs nodev /sys/kernel/tracing)")
     return None
@@ -115,7 +116,7 @@ def _stderr_reason(stderr: str) -> str:
 class _Proc:
     """A running bpftrace with its output drained by threads (so a full pipe never blocks it)."""
 
-    def __init__(self, run: Run):
+    def __init__(self, run: Run, argv: list[str] | None = None):
         self.run = run
         self.spawned = time.monotonic()
         self.attached_at: float | None = None
@@ -123,9 +124,11 @@ class _Proc:
         self.out: list[str] = []
         self.err: list[str] = []
         env = {**os.environ, "LC_ALL": "C", "BPFTRACE_MAP_KEYS_MAX": str(MAP_KEYS_MAX)}
+        if run.mode == 2:  # a line per sample: a larger ring buffer so that none is lost
+            env["BPFTRACE_PERF_RB_PAGES"] = "1024"
         try:
             self.proc = subprocess.Popen(
-                run.argv(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                argv or run.argv(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
         except OSError as exc:
             raise SourceError(f"cannot start bpftrace: {exc.strerror or exc}") from exc

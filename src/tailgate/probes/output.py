@@ -82,7 +82,11 @@ def parse_output(text: str) -> BpftraceOutput:
             raise ParseError(f"bpftrace printed an unexpected JSON value: {line[:80]!r}")
         kind, data = obj["type"], obj.get("data")
         if kind == "attached_probes":
-            attached = int(data["probes"])
+            try:
+                attached = int(data["probes"])
+            except (KeyError, TypeError, ValueError) as exc:
+                raise ParseError(f"bpftrace attached_probes without a count: {line[:80]!r}") \
+                    from exc
         elif kind == "printf":
             printf.append(str(data))
         elif kind in ("map", "hist", "lhist", "stats"):
@@ -90,7 +94,11 @@ def parse_output(text: str) -> BpftraceOutput:
                 raise ParseError(f"bpftrace {kind} output without a map: {line[:80]!r}")
             maps.update(data)
         elif kind == "lost_events":
-            lost += int((data or {}).get("events", 0))
+            try:
+                lost += int(data["events"])
+            except (KeyError, TypeError, ValueError) as exc:
+                raise ParseError(f"bpftrace lost_events without a count: {line[:80]!r}") \
+                    from exc
         else:
             other.append(line)
     return BpftraceOutput(maps, tuple(printf), attached, lost, tuple(other))

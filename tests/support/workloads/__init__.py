@@ -75,3 +75,20 @@ def running(*specs: tuple) -> Iterator[list[subprocess.Popen]]:
     finally:
         for p in procs:
             finish(p)
+
+
+def tracefs_mounted() -> Iterator[None]:
+    """A fixture body: mount tracefs where it is absent (MACHINE.md: a fresh VM boots
+    without it), and unmount it afterwards if this mounted it."""
+    events = Path("/sys/kernel/tracing/events")
+    mounted = False
+    if not events.exists() and not Path("/sys/kernel/debug/tracing/events").exists():
+        subprocess.run(["mount", "-t", "tracefs", "nodev", "/sys/kernel/tracing"], check=True,
+                       capture_output=True, timeout=30)
+        mounted = True
+    try:
+        yield
+    finally:
+        if mounted:
+            subprocess.run(["umount", "/sys/kernel/tracing"], check=False, capture_output=True,
+                           timeout=30)
