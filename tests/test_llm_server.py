@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -21,9 +24,15 @@ pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    with llama_server(tmp_path_factory.mktemp("llama")) as base:
-        yield base
+def llama(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("llama")
+    with llama_server(tmp) as base:
+        yield base, tmp / "llama-server.log"
+
+
+@pytest.fixture
+def server(llama):
+    return llama[0]
 
 
 def tailgate(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
@@ -82,3 +91,35 @@ def test_engine_without_metrics_is_unknown_with_reason(server):
     out = tailgate("inspect", "--engine", models, "--interval", "0", "--json", "-", "--quiet")
     f = {f["id"]: f for f in json.loads(out.stdout)["findings"]}["l4.prefix_cache.hit_rate"]
     assert f["status"] == "unknown" and "not Prometheus" in f["reason"]
+
+
+def _prefix_hits(log: Path, offset: int) -> list[int]:
+    """The server's own account (verbose llama.cpp) of the prompt prefix it reused."""
+    text = log.read_text(errors="replace")[offset:]
+    return [int(m) for m in re.findall(r"Llama\.generate: (\d+) prefix-match hit", text)]
+
+
+def test_multiturn_server_reuses_each_turns_prefix(llama):
+    """One conversation, one request at a time: llama.cpp keeps the previous request's
+    tokens and logs how many of the next prompt's leading tokens match them. Every later
+    turn must reuse at least the whole previous prompt; independent prompts reuse ~none."""
+    base, log = llama
+    ep = Endpoint.parse("openai+" + base)
+    turns = 4
+    offset = len(log.read_text(errors="replace"))
+    cfg = RunConfig(ep, "completions", MODEL_NAME, timeout_s=60, concurrency=1, requests=turns)
+    conv = run(cfg, wl.multiturn(11, conversations=1, turns=turns, system_len=40, user_len=10,
+                                 output_len=8))
+    assert [r.error for r in conv.records] == [None] * turns
+    time.sleep(0.5)  # let the server flush its log
+    hits = _prefix_hits(log, offset)
+    words = [r.nominal_input for r in conv.records]
+    assert len(hits) >= turns - 1
+    for prev_words, hit in zip(words[:-1], hits[-(turns - 1):], strict=True):
+        assert hit >= prev_words  # each word is at least one token
+    offset = len(log.read_text(errors="replace"))
+    indep = run(RunConfig(ep, "completions", MODEL_NAME, timeout_s=60, concurrency=1,
+                          requests=turns), wl.independent(11, 40, 8))
+    assert [r.error for r in indep.records] == [None] * turns
+    time.sleep(0.5)
+    assert all(h <= 4 for h in _prefix_hits(log, offset))
