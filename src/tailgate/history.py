@@ -39,6 +39,8 @@ APPLICATION_ID = 0x74676831  # "tgh1"
 SCHEMA_VERSION = 1
 KEEP_RUNS = 1000  # per host; an hourly timer keeps about six weeks
 FILE_NAME = "history.sqlite"
+# Shortest window a rate is computed over: below it a "no growth" says nothing.
+MIN_WINDOW_S = 0.5
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
@@ -261,20 +263,25 @@ def growth(snap: Snapshot, name: str, pick: Callable[[Any], Any] = lambda v: v) 
         window = t1 - snap.earlier_at
         back = [k for k in common if now[k] < earlier[k]]
         if back:
-            note = (f"{back[0]} went backwards since the last stored run (reset: reboot or "
+            note = (f"{back[0] or 'the counter'} went backwards since the last stored run (reset: reboot or "
                     "driver reload); a new window starts with this run")
         elif window <= 0:
             note = "the last stored run is not older than this one (clock moved back)"
+        elif window < MIN_WINDOW_S:
+            note = f"the last stored run is only {window:.2f} s old"
         elif common:
             return Growth({k: now[k] - earlier[k] for k in common}, window, "history",
                           snap.earlier_at)
     before = _pick(snap.before.get(name), pick)
-    if before is not None and snap.interval_s > 0:
+    if before is not None and snap.interval_s >= MIN_WINDOW_S:
         common = [k for k in now if k in before]
         back = [k for k in common if now[k] < before[k]]
         if back:
-            raise NoWindow(f"{back[0]} went backwards during the interval (counter reset)")
+            raise NoWindow(f"{back[0] or 'the counter'} went backwards during the interval (counter reset)")
         return Growth({k: now[k] - before[k] for k in common}, snap.interval_s, "interval",
                       snap.taken_at, note)
-    raise NoWindow(note or "no window for a rate: no earlier run of this host in the history "
-                   "store and --interval 0 (run again, e.g. hourly, for a per-hour rate)")
+    if not note:
+        note = ("no earlier run of this host in the history store" if snap.earlier_at is None
+                else f"{name} was not in the last stored run")
+    raise NoWindow(f"no window for a rate: {note}, and the interval ({snap.interval_s:.2f} s) "
+                   f"is under {MIN_WINDOW_S:g} s (run again later, e.g. hourly, or use --interval)")

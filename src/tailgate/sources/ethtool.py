@@ -152,6 +152,32 @@ def _length_m(value: str) -> float | None:
     return float(m.group(1)) * (1000.0 if m.group(2) == "km" else 1.0)
 
 
+def _rx_power(name: str, value: str) -> dict[str, Any] | None:
+    """One ``ethtool -m`` field as a received-power reading, or None if it is not one."""
+    pm = _RX_POWER_RE.match(name)
+    if not pm:
+        return None
+    v = _POWER_VALUE_RE.match(value)
+    if not v:
+        raise ParseError(f"ethtool -m: {name}: not a power reading: {value!r}")
+    dbm = None if v.group(2) == "-inf" else float(v.group(2))
+    if dbm is not None and not math.isfinite(dbm):
+        raise ParseError(f"ethtool -m: {name}: bad dBm {v.group(2)!r}")
+    return {"lane": int(pm.group(2)) if pm.group(2) else 1, "mw": float(v.group(1)), "dbm": dbm,
+            "kind": "oma" if "OMA" in pm.group(1) else "avg"}
+
+
+def parse_rx_power(text: str) -> list[dict[str, Any]]:
+    """Every received-power line of ``ethtool -m`` output (or a grep of it)."""
+    out = []
+    for line in text.splitlines():
+        m = _FIELD_RE.match(line)
+        reading = _rx_power(m.group(1).strip(), m.group(2).strip()) if m else None
+        if reading is not None:
+            out.append(reading)
+    return out
+
+
 def parse_module(text: str) -> dict[str, Any]:
     """``ethtool -m``: identity, media, cable length and per-lane received power.
 
@@ -168,23 +194,11 @@ def parse_module(text: str) -> dict[str, Any]:
         if not m:
             continue
         name, value = m.group(1).strip(), m.group(2).strip()
-        pm = _RX_POWER_RE.match(name)
-        if pm:
-            v = _POWER_VALUE_RE.match(value)
-            if not v:
-                raise ParseError(f"ethtool -m: {name}: not a power reading: {value!r}")
-            mw = float(v.group(1))
-            dbm = None if v.group(2) == "-inf" else float(v.group(2))
-            if dbm is not None and not math.isfinite(dbm):
-                raise ParseError(f"ethtool -m: {name}: bad dBm {v.group(2)!r}")
-            rx.append({
-                "lane": int(pm.group(2)) if pm.group(2) else 1,
-                "mw": mw,
-                "dbm": dbm,
-                "kind": "oma" if "OMA" in pm.group(1) else "avg",
-            })
-            continue
-        fields.setdefault(name, []).append(value)
+        reading = _rx_power(name, value)
+        if reading is not None:
+            rx.append(reading)
+        else:
+            fields.setdefault(name, []).append(value)
     if "Identifier" not in fields:
         raise ParseError("ethtool -m: no 'Identifier' field")
 

@@ -30,6 +30,7 @@ def parse_pmc(text: str) -> list[dict[str, Any]]:
     """All management responses: ``[{"port", "message", "fields": {name: value}}]``."""
     out: list[dict[str, Any]] = []
     current: dict[str, Any] | None = None
+    sent = False
     for line in text.splitlines():
         m = _RESPONSE_RE.match(line)
         if m:
@@ -37,11 +38,14 @@ def parse_pmc(text: str) -> list[dict[str, Any]]:
             out.append(current)
             continue
         if line.lstrip().startswith("sending:"):
-            current = None
+            sent, current = True, None
             continue
         parts = line.split(None, 1)
         if current is not None and len(parts) == 2 and line[:1].isspace():
             current["fields"][parts[0]] = parts[1].strip()
+    if not sent and not out:
+        # pmc always echoes what it sends; without that this is not pmc output.
+        raise ParseError("pmc: no 'sending:' line and no response")
     return out
 
 
@@ -116,7 +120,8 @@ def parse_chrony_tracking(text: str) -> dict[str, Any]:
             fields[key.strip()] = value.strip()
     if "Reference ID" not in fields or "System time" not in fields:
         raise ParseError("chronyc tracking: no 'Reference ID' / 'System time' lines")
-    m = re.match(r"^([0-9A-Fa-f]{8})\s*\((.*)\)$", fields["Reference ID"])
+    # Text after the closing parenthesis (annotations in copied docs) is ignored.
+    m = re.match(r"^([0-9A-Fa-f]{8})\s*\(([^)]*)\)", fields["Reference ID"])
     if not m:
         raise ParseError(f"chronyc tracking: bad Reference ID {fields['Reference ID']!r}")
     ref_id, name = m.group(1).upper(), m.group(2)

@@ -1,0 +1,198 @@
+"""The counter-history store: windows, resets, concurrency, and refusing files that are not ours."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from tailgate import history
+from tailgate.history import HistoryError, HistoryStore, NoWindow, attach_history, growth
+from tailgate.model import Fact, Snapshot
+
+ROOT = Path(__file__).parent / "fixtures" / "roots" / "l1l3-clean"
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_first_run_has_no_earlier_then_each_run_sees_the_previous(tmp_path):
+    store = HistoryStore(tmp_path / "h.sqlite")
+    assert store.record("a", 100.0, {"c": 1}) is None
+    assert store.record("b", 150.0, {"c": 99}) is None  # hosts are separate
+    last = store.record("a", 200.0, {"c": 5})
+    assert last == history.StoredRun(100.0, {"c": 1})
+    assert store.record("a", 300.0, {"c": 7}).counters == {"c": 5}
+    assert [r.taken_at for r in store.runs("a")] == [100.0, 200.0, 300.0]
+
+
+def test_old_runs_are_pruned_per_host(tmp_path, monkeypatch):
+    monkeypatch.setattr(history, "KEEP_RUNS", 3)
+    store = HistoryStore(tmp_path / "h.sqlite")
+    for t in range(6):
+        store.record("a", float(t), {"c": t})
+    store.record("b", 0.0, {})
+    assert [r.taken_at for r in store.runs("a")] == [3.0, 4.0, 5.0]
+    assert len(store.runs("b")) == 1
+
+
+def test_empty_file_is_a_new_database(tmp_path):
+    path = tmp_path / "h.sqlite"
+    path.write_bytes(b"")
+    assert HistoryStore(path).record("a", 1.0, {}) is None
+    assert HistoryStore(path).record("a", 2.0, {}) is not None
+
+
+def test_foreign_text_file_is_refused_and_untouched(tmp_path):
+    path = tmp_path / "h.sqlite"
+    path.write_text("my notes, not a database\n")
+    before = digest(path)
+    with pytest.raises(HistoryError, match="not an SQLite file.*left untouched"):
+        HistoryStore(path).record("a", 1.0, {"c": 1})
+    assert digest(path) == before
+
+
+def test_foreign_sqlite_database_is_refused_and_untouched(tmp_path):
+    path = tmp_path / "h.sqlite"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE runs (x)")
+    db.commit()
+    db.close()
+    before = digest(path)
+    with pytest.raises(HistoryError, match="did not create"):
+        HistoryStore(path).record("a", 1.0, {})
+    assert digest(path) == before
+
+
+def test_corrupt_database_is_refused_and_untouched(tmp_path):
+    path = tmp_path / "h.sqlite"
+    store = HistoryStore(path)
+    for t in range(50):
+        store.record("a", float(t), {"counter": "x" * 500, "n": t})
+    data = bytearray(path.read_bytes())
+    assert len(data) > 8192
+    data[4096:8192] = b"\xa5" * 4096  # smash a page, keep the header (ours, still SQLite)
+    path.write_bytes(bytes(data))
+    before = digest(path)
+    with pytest.raises(HistoryError, match="corrupt"):
+        store.record("a", 99.0, {"n": 99})
+    assert digest(path) == before
+
+
+def test_newer_schema_is_refused(tmp_path):
+    path = tmp_path / "h.sqlite"
+    HistoryStore(path).record("a", 1.0, {})
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA user_version = 99")
+    db.commit()
+    db.close()
+    with pytest.raises(HistoryError, match="newer tailgate"):
+        HistoryStore(path).record("a", 2.0, {})
+
+
+def _writer(args: tuple[str, int]) -> list[bool]:
+    path, worker = args
+    store = HistoryStore(path)
+    return [store.record("host", worker * 1000.0 + i, {"w": worker, "i": i}) is not None
+            for i in range(15)]
+
+
+def test_concurrent_runs_do_not_corrupt_or_lose_runs(tmp_path):
+    path = str(tmp_path / "h.sqlite")
+    with ProcessPoolExecutor(max_workers=6) as pool:
+        results = list(pool.map(_writer, [(path, w) for w in range(6)]))
+    flat = [r for rs in results for r in rs]
+    assert flat.count(False) == 1  # exactly one run in all was the first
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert db.execute("SELECT count(*) FROM runs").fetchone()[0] == 90
+    db.close()
+
+
+# -- windows -------------------------------------------------------------------------------------
+
+def snap(now, before=None, interval=5.0, earlier=None, earlier_at=None) -> Snapshot:
+    return Snapshot(host={"hostname": "h"}, target={}, interval_s=interval, taken_at=1000.0,
+                    facts={"c": Fact(value=now)},
+                    before={"c": Fact(value=before)} if before is not None else {},
+                    earlier={"c": Fact(value=earlier)} if earlier is not None else {},
+                    earlier_at=earlier_at)
+
+
+def test_history_window_is_preferred_and_stated():
+    g = growth(snap({"x": 10}, {"x": 10}, earlier={"x": 4}, earlier_at=1005.0 - 7200.0), "c")
+    assert g.source == "history" and g.window_s == 7200.0 and g.deltas == {"x": 6.0}
+    assert g.per_hour == {"x": 3.0} and "since the last stored run" in g.describe()
+
+
+def test_backwards_counter_starts_a_new_window():
+    g = growth(snap({"x": 10}, {"x": 8}, earlier={"x": 500}, earlier_at=0.0), "c")
+    assert g.source == "interval" and g.deltas == {"x": 2.0} and "went backwards" in g.note
+    with pytest.raises(NoWindow, match="went backwards"):
+        growth(snap({"x": 10}, {"x": 8}, interval=0.0, earlier={"x": 500}, earlier_at=0.0), "c")
+    with pytest.raises(NoWindow, match="during the interval"):
+        growth(snap({"x": 1}, {"x": 8}), "c")
+
+
+def test_too_short_windows_give_no_rate():
+    with pytest.raises(NoWindow, match="no earlier run"):
+        growth(snap({"x": 1}, {"x": 1}, interval=0.1), "c")
+    with pytest.raises(NoWindow, match="only 0.10 s old"):
+        growth(snap({"x": 1}, {"x": 1}, interval=0.0, earlier={"x": 1}, earlier_at=999.9), "c")
+
+
+def test_counter_absent_from_the_stored_run_uses_the_interval():
+    g = growth(snap({"x": 3}, {"x": 1}, earlier={"y": 1}, earlier_at=0.0), "c")
+    assert g.source == "interval" and g.deltas == {"x": 2.0}
+
+
+def test_attach_history_stores_counters_and_round_trips_json(tmp_path):
+    s1 = snap({"x": 1}, {"x": 1}, interval=0.0)
+    attach_history(s1, tmp_path)
+    assert s1.earlier == {} and s1.earlier_at is None
+    s2 = Snapshot(host={"hostname": "h"}, target={}, interval_s=0.0, taken_at=1060.0,
+                  facts={"c": Fact(value={"x": 4}), "not_a_counter": Fact(value=7)},
+                  before={"c": Fact(value={"x": 4})})
+    attach_history(s2, tmp_path)
+    assert s2.earlier == {"c": Fact(value={"x": 1})} and s2.earlier_at == 1000.0
+    again = Snapshot.from_json(json.loads(json.dumps(s2.to_json())))
+    assert again.earlier == s2.earlier and again.earlier_at == 1000.0
+    assert "not_a_counter" not in HistoryStore(tmp_path / "history.sqlite").runs("h")[-1].counters
+    old = s2.to_json()
+    del old["earlier"], old["earlier_at"]  # a snapshot saved before the history existed
+    assert Snapshot.from_json(old).earlier == {} and Snapshot.from_json(old).earlier_at is None
+
+
+# -- the CLI -------------------------------------------------------------------------------------
+
+def tailgate(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tailgate", *args], capture_output=True,
+                          text=True, timeout=120, env=env)
+
+
+def test_cli_refuses_a_foreign_state_file_with_a_clear_error(tmp_path):
+    (tmp_path / "history.sqlite").write_text("precious\n")
+    proc = tailgate("inspect", "--root", str(ROOT), "--state", str(tmp_path), "--interval", "0",
+                    "--quiet")
+    assert proc.returncode == 2
+    assert "counter history" in proc.stderr and "left untouched" in proc.stderr
+    assert (tmp_path / "history.sqlite").read_text() == "precious\n"
+
+
+def test_cli_default_state_dir_is_xdg(tmp_path):
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "xdg")}
+    proc = tailgate("inspect", "--root", str(ROOT), "--interval", "0", "--quiet", env=env)
+    assert proc.returncode in (0, 1), proc.stderr
+    runs = HistoryStore(tmp_path / "xdg" / "tailgate" / "history.sqlite").runs("rack7-gpu03")
+    assert len(runs) == 1 and "ethtool.fec.eth2" in runs[0].counters
+    proc = tailgate("inspect", "--root", str(ROOT), "--interval", "0", "--quiet", "--no-history",
+                    env=env)
+    assert len(HistoryStore(tmp_path / "xdg" / "tailgate" / "history.sqlite").runs("rack7-gpu03")) == 1

@@ -1,0 +1,156 @@
+"""End to end from the CLI: `tailgate inspect --root FIXTURE --state DIR` twice, with counters
+grown (or a module or key changed) between the runs; each change fails its own id only.
+
+Fixture roots (tests/fixtures/roots/l1l3-*, see PROVENANCE.md there): `l1l3-clean` is a host
+with an mlx5 NIC (eth2) behind a PCIe port, an NVIDIA and an AMD GPU behind theirs, PTP locked
+at 3 ns; each other root holds only the files a scenario changes, copied over the clean one.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOTS = Path(__file__).parent / "fixtures" / "roots"
+OURS = ("l1.fec.uncorrectable", "l1.optics.rx_power", "l1.pcie.bad_tlp", "l1.pcie.link_recovery",
+        "l1.clock.ptp", "l3.rss.symmetric", "l3.xps.per_core_tx", "l3.queue.aqm")
+
+
+def inspect(root: Path, state: Path, *extra: str) -> tuple[int, dict[str, list[dict]]]:
+    proc = subprocess.run([sys.executable, "-m", "tailgate", "inspect", "--root", str(root),
+                           "--state", str(state), "--interval", "0", "--json", "-", *extra],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode in (0, 1), proc.stderr
+    by_id: dict[str, list[dict]] = {}
+    for f in json.loads(proc.stdout)["findings"]:
+        by_id.setdefault(f["id"], []).append(f)
+    return proc.returncode, by_id
+
+
+def statuses(found: dict[str, list[dict]], check_id: str) -> dict[str, str]:
+    return {f["subject"]: f["status"] for f in found[check_id]}
+
+
+@pytest.fixture
+def host(tmp_path):
+    root = tmp_path / "root"
+    shutil.copytree(ROOTS / "l1l3-clean", root, symlinks=True)
+    return root, tmp_path / "state"
+
+
+def second_run(root: Path, state: Path, scenario: str | None):
+    inspect(root, state)
+    time.sleep(0.6)  # the history window must be longer than history.MIN_WINDOW_S
+    if scenario:
+        shutil.copytree(ROOTS / f"l1l3-{scenario}", root, dirs_exist_ok=True)
+    return inspect(root, state)
+
+
+def test_clean_root_passes_on_the_second_run(host):
+    root, state = host
+    _, first = inspect(root, state)
+    # First run, --interval 0, empty history: counters have no window yet. Unknown, not pass.
+    assert statuses(first, "l1.fec.uncorrectable") == {"eth2": "unknown"}
+    assert "no earlier run" in first["l1.fec.uncorrectable"][0]["reason"]
+    assert set(statuses(first, "l1.pcie.bad_tlp").values()) == {"unknown"}
+    time.sleep(0.6)
+    _, found = inspect(root, state)
+    for cid in OURS:
+        assert set(statuses(found, cid).values()) == {"pass"}, (cid, found[cid])
+    assert found["l1.cable.copper_in_rack"][0]["status"] == "skip"  # optics, not marked in-rack
+    fec = found["l1.fec.uncorrectable"][0]
+    assert fec["observed"] == 0.0 and fec["evidence"]["window"].endswith("since the last stored run")
+    assert fec["evidence"]["window_s"] >= 0.5
+    assert found["l1.pcie.bad_tlp"][0]["evidence"]["since_boot"]["BadTLP"] == 0
+    assert found["l1.clock.ptp"][0]["observed"] == 3
+    assert found["l3.queue.aqm"][0]["evidence"]["rings"]["current"]["TX"] == 1024
+    stand_ins = {f["subject"]: f["evidence"]["stand_ins"] for f in found["l1.pcie.link_recovery"]}
+    assert any("NVML" in s or "nvidia-smi" in s for s in stand_ins["0000:c1:00.0 (gpu, nvidia)"])
+    assert any("pcie_replay_count" in s for s in stand_ins["0000:e1:00.0 (gpu, amdgpu)"])
+    assert any("pci_signal_integrity" in s for s in stand_ins["0000:81:00.0 (nic, mlx5_core)"])
+
+
+def only_failures(found: dict[str, list[dict]]) -> dict[str, set[str]]:
+    return {cid: {f["subject"] for f in found[cid] if f["status"] == "fail"}
+            for cid in OURS if any(f["status"] == "fail" for f in found[cid])}
+
+
+def test_fec_uncorrectable_growth_fails_and_escalates(host):
+    rc, found = second_run(*host, "fec-grown")
+    assert rc == 1 and only_failures(found) == {"l1.fec.uncorrectable": {"eth2"}}
+    f = found["l1.fec.uncorrectable"][0]
+    assert f["evidence"]["grown"] == 45 and f["evidence"]["total"] == 190
+    assert f["observed"] > 10 and "Isolate the port" in f["remedy"]
+
+
+def test_fec_counter_reset_starts_a_new_window_instead_of_failing(host):
+    root, state = host
+    _, found = second_run(root, state, "fec-reset")
+    f = found["l1.fec.uncorrectable"][0]
+    assert f["status"] == "unknown" and "went backwards" in f["reason"]
+    time.sleep(0.6)
+    _, found = inspect(root, state)
+    assert found["l1.fec.uncorrectable"][0]["status"] == "pass"
+
+
+def test_aer_bad_tlp_growth_fails_the_nic(host):
+    rc, found = second_run(*host, "badtlp-grown")
+    assert rc == 1 and only_failures(found) == {"l1.pcie.bad_tlp": {"0000:81:00.0 (nic, mlx5_core)"}}
+    f = [f for f in found["l1.pcie.bad_tlp"] if f["status"] == "fail"][0]
+    assert f["observed"] == 2 and f["evidence"]["since_boot"]["BadTLP"] == 2
+
+
+def test_replay_counters_growth_fails_link_recovery(host):
+    rc, found = second_run(*host, "replay-grown")
+    assert rc == 1 and only_failures(found) == {"l1.pcie.link_recovery": {
+        "0000:c1:00.0 (gpu, nvidia)", "0000:e1:00.0 (gpu, amdgpu)", "0000:81:00.0 (nic, mlx5_core)"}}
+    observed = {f["subject"]: f["observed"] for f in found["l1.pcie.link_recovery"]}
+    assert observed["0000:c1:00.0 (gpu, nvidia)"] == 5
+    assert observed["0000:e1:00.0 (gpu, amdgpu)"] == 3
+    assert observed["0000:81:00.0 (nic, mlx5_core)"] == 7  # tx_pci_signal_integrity 2 -> 9
+
+
+def test_rx_power_below_minus_10_dbm_fails(host):
+    rc, found = second_run(*host, "rx-low")
+    assert rc == 1 and only_failures(found) == {"l1.optics.rx_power": {"eth2"}}
+    f = found["l1.optics.rx_power"][0]
+    assert f["observed"] == -12.5 and "lane 3" in f["reason"]
+
+
+def test_asymmetric_rss_key_fails(host):
+    rc, found = second_run(*host, "rss-asym")
+    assert rc == 1 and only_failures(found) == {"l3.rss.symmetric": {"eth2"}}
+    f = found["l3.rss.symmetric"][0]
+    assert f["evidence"]["key"].startswith("60566639")
+    ex = f["evidence"]["layouts"]["ipv4+ports"]["counterexample"]
+    assert ex["hash"] != ex["reverse_hash"]
+
+
+def test_in_rack_baseline_marks_the_optical_link(host, tmp_path):
+    root, state = host
+    baseline = tmp_path / "baseline.yaml"
+    baseline.write_text("l1.cable.copper_in_rack: {in_rack: [eth2]}\n")
+    _, found = inspect(root, state, "--baseline", str(baseline))
+    f = found["l1.cable.copper_in_rack"][0]
+    assert f["status"] == "warn" and "marked in-rack" in f["reason"]
+
+
+def test_this_vm_never_passes_on_missing_hardware(tmp_path):
+    # The live host: virtio eth0 has no FEC, no module EEPROM, no AER.
+    proc = subprocess.run([sys.executable, "-m", "tailgate", "inspect", "--state", str(tmp_path),
+                           "--interval", "0", "--json", "-"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode in (0, 1), proc.stderr
+    found = {}
+    for f in json.loads(proc.stdout)["findings"]:
+        found.setdefault(f["id"], []).append(f)
+    for cid in ("l1.fec.uncorrectable", "l1.optics.rx_power", "l1.cable.copper_in_rack",
+                "l1.pcie.bad_tlp", "l1.pcie.link_recovery"):
+        for f in found[cid]:
+            assert f["status"] in ("skip", "unknown") and f["reason"], (cid, f)
