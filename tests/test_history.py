@@ -155,20 +155,43 @@ def test_counter_absent_from_the_stored_run_uses_the_interval():
 
 
 def test_attach_history_stores_counters_and_round_trips_json(tmp_path):
-    s1 = snap({"x": 1}, {"x": 1}, interval=0.0)
-    attach_history(s1, tmp_path)
+    def run(taken_at: float, aer: int) -> Snapshot:
+        now = {"pci.aer": Fact(value={"counters": {"0000:81:00.0": {"BadTLP": aer}}}),
+               "net.snmp": Fact(value={"Tcp": {"RetransSegs": 5}}),
+               "not_a_counter": Fact(value=7)}
+        return Snapshot(host={"hostname": "h"}, target={}, interval_s=0.0, taken_at=taken_at,
+                        facts=now, before={k: v for k, v in now.items() if k != "not_a_counter"})
+
+    s1 = attach_history(run(1000.0, 1), tmp_path)
     assert s1.earlier == {} and s1.earlier_at is None
-    s2 = Snapshot(host={"hostname": "h"}, target={}, interval_s=0.0, taken_at=1060.0,
-                  facts={"c": Fact(value={"x": 4}), "not_a_counter": Fact(value=7)},
-                  before={"c": Fact(value={"x": 4})})
-    attach_history(s2, tmp_path)
-    assert s2.earlier == {"c": Fact(value={"x": 1})} and s2.earlier_at == 1000.0
+    s2 = attach_history(run(1060.0, 4), tmp_path)
+    assert s2.earlier_at == 1000.0
+    assert s2.earlier == {"pci.aer": Fact(value={"counters": {"0000:81:00.0": {"BadTLP": 1}}})}
+    # Only the long-window counters are stored; interval-judged ones are not.
+    stored = HistoryStore(tmp_path / "history.sqlite").runs("h")[-1].counters
+    assert set(stored) == {"pci.aer"}
     again = Snapshot.from_json(json.loads(json.dumps(s2.to_json())))
     assert again.earlier == s2.earlier and again.earlier_at == 1000.0
-    assert "not_a_counter" not in HistoryStore(tmp_path / "history.sqlite").runs("h")[-1].counters
     old = s2.to_json()
     del old["earlier"], old["earlier_at"]  # a snapshot saved before the history existed
     assert Snapshot.from_json(old).earlier == {} and Snapshot.from_json(old).earlier_at is None
+
+
+def _cli_run(args: tuple[str, str]) -> int:
+    root, state = args
+    return subprocess.run([sys.executable, "-m", "tailgate", "inspect", "--root", root, "--state",
+                           state, "--interval", "0", "--quiet"], capture_output=True,
+                          timeout=120).returncode
+
+
+def test_concurrent_cli_runs_all_land_in_one_healthy_database(tmp_path):
+    with ProcessPoolExecutor(max_workers=4) as pool:
+        codes = list(pool.map(_cli_run, [(str(ROOT), str(tmp_path))] * 6))
+    assert all(c in (0, 1) for c in codes), codes
+    db = sqlite3.connect(tmp_path / "history.sqlite")
+    assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert db.execute("SELECT count(*) FROM runs WHERE host = 'rack7-gpu03'").fetchone()[0] == 6
+    db.close()
 
 
 # -- the CLI -------------------------------------------------------------------------------------

@@ -176,10 +176,16 @@ def sampled_at(snap: Snapshot) -> float:
     return snap.taken_at + snap.interval_s
 
 
+# Counter facts judged over long windows (by prefix). Others (net.snmp, interrupts, ...)
+# are judged over the run's own interval and are not stored: the database stays small
+# (a few kB per run) however many CPUs or sockets the host has.
+STORED = ("ethtool.fec.", "ethtool.phy.", "pci.aer", "pci.replay")
+
+
 def counters_of(snap: Snapshot) -> dict[str, Any]:
-    """The counter facts of a snapshot (those sampled at t0 too), as read at t1."""
+    """The stored counter facts of a snapshot (sampled at t0 too), as read at t1."""
     return {name: snap.facts[name].value for name in snap.before
-            if name in snap.facts and snap.facts[name].ok}
+            if name.startswith(STORED) and name in snap.facts and snap.facts[name].ok}
 
 
 def attach_history(snap: Snapshot, state_dir: str | os.PathLike[str] | None) -> Snapshot:
