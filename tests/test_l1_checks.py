@@ -3,6 +3,7 @@ fixture roots (malformed outputs become unknown, never a pass)."""
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -302,22 +303,29 @@ GARBLED = ["commands/ethtool_-I_--show-fec_eth2", "commands/ethtool_-S_eth2",
            "sys/devices/pci0000:c0/0000:c0:01.0/0000:c1:00.0/aer_dev_correctable",
            "sys/devices/pci0000:e0/0000:e0:01.0/aer_dev_correctable",
            "sys/devices/pci0000:e0/0000:e0:01.0/0000:e1:00.0/aer_dev_correctable",
-           "sys/devices/pci0000:e0/0000:e0:01.0/0000:e1:00.0/pcie_replay_count"]
+           "sys/devices/pci0000:e0/0000:e0:01.0/0000:e1:00.0/pcie_replay_count",
+           # and the L3 inputs
+           "commands/ethtool_-x_eth2", "commands/tc_-j_qdisc_show_dev_eth2",
+           "sys/class/net/eth2/queues/tx-0/xps_cpus", "sys/class/net/eth2/queues/tx-1/xps_cpus"]
+L3 = ("l3.rss.symmetric", "l3.xps.per_core_tx", "l3.queue.aqm")
 
 
 def test_fuzzed_root_never_passes(tmp_path_factory):
     root = tmp_path_factory.mktemp("fuzzroot") / "root"
     shutil.copytree(ROOTS / "l1l3-clean", root, symlinks=True)
 
+    # Garbage: never a bare number or CPU mask, which would be a valid single-value file.
+    garbage_text = st.text(max_size=300).filter(lambda t: re.search(r"[^0-9a-fA-F,\s]", t))
+
     @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                       HealthCheck.function_scoped_fixture])
-    @given(st.lists(st.text(max_size=300), min_size=len(GARBLED), max_size=len(GARBLED)))
+    @given(st.lists(garbage_text, min_size=len(GARBLED), max_size=len(GARBLED)))
     def run(garbage):
         for rel, text in zip(GARBLED, garbage, strict=True):
             (root / rel).write_text(text)
         s = collect(Host(root), Target(), 0)
         s.interval_s = 60.0  # a window exists, so nothing is unknown for want of one
-        for cid in L1:
+        for cid in L1 + L3:
             for f in judge(cid, s):
                 assert f.status in ("unknown", "skip"), (cid, f.status, f.reason, garbage)
     run()

@@ -127,7 +127,7 @@ def snapshot_for(args: argparse.Namespace):
         try:
             attach_history(snap, args.state)
         except HistoryError as exc:
-            raise UsageError(f"counter history: {exc}") from exc
+            raise UsageError(f"counter history: {exc} (--no-history skips it)") from exc
     return snap
 
 
