@@ -21,7 +21,7 @@ from typing import Any
 
 from ..collect import Target, collector
 from ..host import Host
-from ..model import ParseError
+from ..model import ParseError, SourceError
 
 _RESPONSE_RE = re.compile(r"^\s*(\S+)\s+seq\s+\d+\s+RESPONSE\s+MANAGEMENT\s+(\S+)")
 
@@ -154,9 +154,15 @@ def parse_chrony_tracking(text: str) -> dict[str, Any]:
 
 @collector("ptp.pmc")
 def ptp_pmc(host: Host, target: Target) -> dict[str, Any]:
-    status = parse_pmc(host.run(["pmc", "-u", "-b", "0", "GET TIME_STATUS_NP"]))
-    props = parse_pmc(host.run(["pmc", "-u", "-b", "0", "GET PORT_PROPERTIES_NP"]))
-    return {"time_status": time_status(status), "ports": port_properties(props)}
+    status = time_status(parse_pmc(host.run(["pmc", "-u", "-b", "0", "GET TIME_STATUS_NP"])))
+    ports: list[dict[str, Any]] = []
+    if status:
+        try:
+            ports = port_properties(parse_pmc(
+                host.run(["pmc", "-u", "-b", "0", "GET PORT_PROPERTIES_NP"])))
+        except SourceError:
+            pass  # linuxptp before 2.0 has no PORT_PROPERTIES_NP: the offset still counts
+    return {"time_status": status, "ports": ports}
 
 
 @collector("ptp.log")
