@@ -71,9 +71,9 @@ def test_clean_root_passes_on_the_second_run(host):
     assert found["l1.clock.ptp"][0]["observed"] == 3
     assert found["l3.queue.aqm"][0]["evidence"]["rings"]["current"]["TX"] == 1024
     stand_ins = {f["subject"]: f["evidence"]["stand_ins"] for f in found["l1.pcie.link_recovery"]}
-    assert any("NVML" in s or "nvidia-smi" in s for s in stand_ins["0000:c1:00.0 (gpu, nvidia)"])
-    assert any("pcie_replay_count" in s for s in stand_ins["0000:e1:00.0 (gpu, amdgpu)"])
-    assert any("pci_signal_integrity" in s for s in stand_ins["0000:81:00.0 (nic, mlx5_core)"])
+    assert any("NVML" in s or "nvidia-smi" in s for s in stand_ins["0000:c1:00.0 gpu nvidia"])
+    assert any("pcie_replay_count" in s for s in stand_ins["0000:e1:00.0 gpu amdgpu"])
+    assert any("pci_signal_integrity" in s for s in stand_ins["0000:81:00.0 nic mlx5_core"])
 
 
 def only_failures(found: dict[str, list[dict]]) -> dict[str, set[str]]:
@@ -101,7 +101,7 @@ def test_fec_counter_reset_starts_a_new_window_instead_of_failing(host):
 
 def test_aer_bad_tlp_growth_fails_the_nic(host):
     rc, found = second_run(*host, "badtlp-grown")
-    assert rc == 1 and only_failures(found) == {"l1.pcie.bad_tlp": {"0000:81:00.0 (nic, mlx5_core)"}}
+    assert rc == 1 and only_failures(found) == {"l1.pcie.bad_tlp": {"0000:81:00.0 nic mlx5_core"}}
     f = [f for f in found["l1.pcie.bad_tlp"] if f["status"] == "fail"][0]
     assert f["observed"] == 2 and f["evidence"]["since_boot"]["BadTLP"] == 2
 
@@ -109,11 +109,11 @@ def test_aer_bad_tlp_growth_fails_the_nic(host):
 def test_replay_counters_growth_fails_link_recovery(host):
     rc, found = second_run(*host, "replay-grown")
     assert rc == 1 and only_failures(found) == {"l1.pcie.link_recovery": {
-        "0000:c1:00.0 (gpu, nvidia)", "0000:e1:00.0 (gpu, amdgpu)", "0000:81:00.0 (nic, mlx5_core)"}}
+        "0000:c1:00.0 gpu nvidia", "0000:e1:00.0 gpu amdgpu", "0000:81:00.0 nic mlx5_core"}}
     observed = {f["subject"]: f["observed"] for f in found["l1.pcie.link_recovery"]}
-    assert observed["0000:c1:00.0 (gpu, nvidia)"] == 5
-    assert observed["0000:e1:00.0 (gpu, amdgpu)"] == 3
-    assert observed["0000:81:00.0 (nic, mlx5_core)"] == 7  # tx_pci_signal_integrity 2 -> 9
+    assert observed["0000:c1:00.0 gpu nvidia"] == 5
+    assert observed["0000:e1:00.0 gpu amdgpu"] == 3
+    assert observed["0000:81:00.0 nic mlx5_core"] == 7  # tx_pci_signal_integrity 2 -> 9
 
 
 def test_rx_power_below_minus_10_dbm_fails(host):

@@ -221,9 +221,14 @@ def _devices(snap: Snapshot) -> dict[str, dict[str, Any]]:
 
 
 def _subject(bdf: str, entry: dict[str, Any]) -> str:
-    if entry.get("kind") == "upstream":
-        return f"{bdf} (upstream port of {', '.join(entry.get('serves', []))})"
-    return f"{bdf} ({entry.get('kind')}{', ' + entry['driver'] if entry.get('driver') else ''})"
+    """``0000:81:00.0 nic mlx5_core``, ``0000:80:01.0 upstream`` (short: it heads a report line)."""
+    driver = f" {entry['driver']}" if entry.get("driver") and entry.get("kind") != "upstream" else ""
+    return f"{bdf} {entry.get('kind', 'device')}{driver}"
+
+
+def _role(entry: dict[str, Any]) -> str:
+    serves = entry.get("serves") or []
+    return f" (upstream port of {', '.join(serves)})" if serves else ""
 
 
 def _aer_growth(snap: Snapshot, bdf: str, names: tuple[str, ...]) -> tuple[Growth, dict]:
@@ -257,7 +262,8 @@ def pcie_bad_tlp(snap: Snapshot, p: dict) -> list[Result]:
         evidence = {"since_boot": counters[bdf], **_window_evidence(g)}
         status = "fail" if grown > limit else "pass"
         results.append(Result(status, subject=subject, observed=grown, evidence=evidence,
-                              reason=f"BadTLP grew by {grown:g} in {g.window_s:.1f} s"))
+                              reason=f"BadTLP grew by {grown:g} in {g.window_s:.1f} s"
+                              + _role(devices.get(bdf, {}))))
     if not results:
         judged = ", ".join(sorted(devices))
         return [Result("unknown", evidence={"devices": devices},
@@ -323,15 +329,17 @@ def pcie_link_recovery(snap: Snapshot, p: dict) -> list[Result]:
             total += sum(g.deltas.values())
         if window is not None:
             evidence.update(_window_evidence(window))
+        role = _role(devices[bdf])
         if total > limit:
             results.append(Result("fail", subject=subject, observed=total, evidence=evidence,
-                                  reason=f"{total:g} link replay/recovery events in the window"))
+                                  reason=f"{total:g} link replay/recovery events in the window"
+                                  + role))
         elif unknown:
             results.append(Result("unknown", subject=subject, evidence=evidence,
                                   reason="; ".join(unknown)))
         else:
             results.append(Result("pass", subject=subject, observed=total, evidence=evidence,
-                                  reason="no replay or recovery events in the window"))
+                                  reason="no replay or recovery events in the window" + role))
     if not results:
         reasons = [f"pci.aer: {aer_f.missing}"] if not aer_f.ok else []
         reasons += [f"{k}: {v}" for k, v in replay.get("errors", {}).items()]
