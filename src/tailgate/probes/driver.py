@@ -12,13 +12,14 @@ attached once the process is gone.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -239,3 +240,20 @@ def run_probe(run: Run, on_progress: Progress | None = None) -> Result:
     if isinstance(res, SourceError):
         raise res
     return res
+
+
+@contextlib.contextmanager
+def attached(run: Run, argv: list[str] | None = None) -> Iterator[_Proc]:
+    """Hold a probe attached for the body of a ``with`` (benchmarks: a workload runs under
+    it); stopped for sure on exit. ``argv`` runs another bpftrace program (a peer tool)."""
+    p = _Proc(run, argv)
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while p.attached_at is None:
+            if p.proc.poll() is not None or time.monotonic() > deadline:
+                raise SourceError(f"bpftrace did not attach: {_stderr_reason(''.join(p.err))}")
+            time.sleep(0.01)
+        yield p
+    finally:
+        p.stop()
+        p.finish()
