@@ -177,6 +177,18 @@ def test_attach_history_stores_counters_and_round_trips_json(tmp_path):
     assert Snapshot.from_json(old).earlier == {} and Snapshot.from_json(old).earlier_at is None
 
 
+def test_live_host_and_a_root_of_the_same_name_keep_separate_histories(tmp_path):
+    def run(root: str) -> Snapshot:
+        return Snapshot(host={"hostname": "vm", "root": root}, target={}, interval_s=0.0,
+                        taken_at=1.0, facts={"pci.aer": Fact(value={"counters": {}})},
+                        before={"pci.aer": Fact(value={"counters": {}})})
+
+    attach_history(run("/"), tmp_path)
+    assert attach_history(run("/srv/captured-vm"), tmp_path).earlier_at is None
+    assert attach_history(run("/"), tmp_path).earlier_at == 1.0
+    assert history.host_key(run("/srv/captured-vm")) == "vm@/srv/captured-vm"
+
+
 def _cli_run(args: tuple[str, str]) -> int:
     root, state = args
     return subprocess.run([sys.executable, "-m", "tailgate", "inspect", "--root", root, "--state",
@@ -190,7 +202,8 @@ def test_concurrent_cli_runs_all_land_in_one_healthy_database(tmp_path):
     assert all(c in (0, 1) for c in codes), codes
     db = sqlite3.connect(tmp_path / "history.sqlite")
     assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-    assert db.execute("SELECT count(*) FROM runs WHERE host = 'rack7-gpu03'").fetchone()[0] == 6
+    assert db.execute("SELECT count(*) FROM runs WHERE host = ?",
+                      (f"rack7-gpu03@{ROOT}",)).fetchone()[0] == 6
     db.close()
 
 
@@ -214,8 +227,9 @@ def test_cli_default_state_dir_is_xdg(tmp_path):
     env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "xdg")}
     proc = tailgate("inspect", "--root", str(ROOT), "--interval", "0", "--quiet", env=env)
     assert proc.returncode in (0, 1), proc.stderr
-    runs = HistoryStore(tmp_path / "xdg" / "tailgate" / "history.sqlite").runs("rack7-gpu03")
+    key = f"rack7-gpu03@{ROOT}"  # a root read under a path has its own history
+    runs = HistoryStore(tmp_path / "xdg" / "tailgate" / "history.sqlite").runs(key)
     assert len(runs) == 1 and "ethtool.fec.eth2" in runs[0].counters
     proc = tailgate("inspect", "--root", str(ROOT), "--interval", "0", "--quiet", "--no-history",
                     env=env)
-    assert len(HistoryStore(tmp_path / "xdg" / "tailgate" / "history.sqlite").runs("rack7-gpu03")) == 1
+    assert len(HistoryStore(tmp_path / "xdg" / "tailgate" / "history.sqlite").runs(key)) == 1

@@ -188,10 +188,18 @@ def counters_of(snap: Snapshot) -> dict[str, Any]:
             if name.startswith(STORED) and name in snap.facts and snap.facts[name].ok}
 
 
+def host_key(snap: Snapshot) -> str:
+    """The host's name; a host root read under a path (--root) is keyed by name and path, so
+    a captured root never shares a history with the live host of the same name."""
+    name = str(snap.host.get("hostname") or "unknown")
+    root = str(snap.host.get("root") or "/")
+    return name if root == "/" else f"{name}@{root}"
+
+
 def attach_history(snap: Snapshot, state_dir: str | os.PathLike[str] | None) -> Snapshot:
     """Store ``snap``'s counters and put the last stored run's into ``snap.earlier``."""
-    host = str(snap.host.get("hostname") or snap.host.get("root") or "unknown")
     store = HistoryStore(db_path(state_dir))
+    host = host_key(snap)
     last = store.record(host, sampled_at(snap), counters_of(snap), snap.version)
     if last is not None:
         snap.earlier = {k: Fact(value=v) for k, v in last.counters.items()}
