@@ -200,7 +200,10 @@ def run_probes(runs: Sequence[Run], on_progress: Progress | None = None,
                 if live and len(attached) < len(live):
                     on_progress("attaching", 0.0)
                 elif live:
-                    on_progress("sampling", min(window, now - min(attached)))
+                    sampled = now - min(attached)
+                    # Past the window bpftrace is printing its maps.
+                    on_progress("sampling" if sampled < window else "collecting",
+                                min(window, sampled))
             if live:
                 time.sleep(poll_s)
     finally:
