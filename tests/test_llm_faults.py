@@ -100,6 +100,10 @@ def test_ttft_ignores_empty_first_chunks_and_itl_adds_up():
     assert len(got) == len(sent) == 20
     assert all(g >= s for g, s in zip(got, sent, strict=True))
     assert rep["itl_ms"]["count"] == 4 * 4
+    # The empty first chunk came earlier than the first token: TTFT does not count it.
+    for r in result.records:
+        assert r.first_chunk_ns < r.token_ns[0]
+    assert rep["first_chunk_ms"]["p50"] < rep["ttft_ms"]["p50"]
 
 
 def test_slo_and_goodput():

@@ -46,6 +46,7 @@ class Record:
     nominal_input: int = 0  # the workload's input length in tokens (words)
     sent_ns: int | None = None
     token_ns: list[int] = field(default_factory=list)  # arrival of each content chunk
+    first_chunk_ns: int | None = None  # arrival of the first chunk, content or not
     end_ns: int | None = None
     status: int | None = None
     error: str | None = None
@@ -171,6 +172,8 @@ class _Stream(asyncio.Protocol):
                 self._finish_stream()
                 return
             chunk = parse_chunk(ev.data, self.api)
+            if self.rec.first_chunk_ns is None:
+                self.rec.first_chunk_ns = self.now
             if chunk.error is not None:
                 self._finish("server_error", chunk.error)
                 return
