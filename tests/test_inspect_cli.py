@@ -135,6 +135,18 @@ def test_baseline_override_changes_the_limit(tmp_path):
     assert by_id(rep, "l2.sched.runqlat")[0]["limit"] == 250
 
 
+def test_baseline_can_switch_a_check_off(tmp_path):
+    base = tmp_path / "b.yaml"
+    base.write_text("l2.tcp.mem_sizing: {enabled: false}\nl2.net.drop_rate: {enabled: true}\n")
+    _, rep = report("--interval", "0", "--baseline", str(base))
+    (mem,) = by_id(rep, "l2.tcp.mem_sizing")
+    assert mem["status"] == "skip" and "disabled by the baseline" in mem["reason"]
+    assert by_id(rep, "l2.net.drop_rate")[0]["status"] != "skip"
+    base.write_text("l2.tcp.mem_sizing: {enabled: 0}\n")
+    proc = tailgate("inspect", "--interval", "0", "--baseline", str(base))
+    assert proc.returncode == 2 and "l2.tcp.mem_sizing.enabled" in proc.stderr
+
+
 @pytest.mark.parametrize("args,message", [
     (["--pid", "999999999"], "no such process"),
     (["--pid", "abc"], "invalid pid"),

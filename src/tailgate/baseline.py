@@ -7,6 +7,7 @@ user's baseline file overrides parameters per id::
     l2.net.drop_rate: 0.01          # shorthand for {limit: 0.01}
     l2.sched.runqlat: {limit: 300}
     l1.cable.copper_in_rack: {in_rack: [eth2, eth3]}
+    l1.clock.ptp: {enabled: false}  # any id: reported as skip, "disabled by the baseline"
 
 Anything wrong in that file (malformed YAML, an unknown id or parameter, a
 value of the wrong type) raises :class:`BaselineError` naming file, line and key.
@@ -44,6 +45,7 @@ class Entry:
 class Baseline:
     params: dict[str, dict[str, Any]] = field(default_factory=dict)
     source: str = "default"
+    disabled: frozenset[str] = frozenset()  # ids switched off with `enabled: false`
 
     def get(self, check_id: str) -> dict[str, Any]:
         return self.params[check_id]
@@ -102,6 +104,7 @@ def load_baseline(path: str) -> Baseline:
     if not isinstance(root, yaml.MappingNode):
         raise BaselineError(f"{path}:{root.start_mark.line + 1}: expected a mapping of check ids")
     known = catalog()
+    disabled: set[str] = set()
     for key_node, value_node in root.value:
         cid = key_node.value
         line = key_node.start_mark.line + 1
@@ -116,8 +119,13 @@ def load_baseline(path: str) -> Baseline:
             value_map = {"limit": value}
         for name, pline, _node in items:
             where = f"{path}:{pline}: key {cid}.{name}"
+            if name == "enabled":
+                if not isinstance(value_map[name], bool):
+                    raise BaselineError(f"{where}: expected true or false, got {value_map[name]!r}")
+                (disabled.discard if value_map[name] else disabled.add)(cid)
+                continue
             if name not in params[cid]:
-                allowed = ", ".join(sorted(params[cid])) or "none"
+                allowed = ", ".join(sorted([*params[cid], "enabled"]))
                 raise BaselineError(f"{where}: unknown parameter (allowed: {allowed})")
             default, new = params[cid][name], value_map[name]
             if not _type_ok(default, new):
@@ -125,4 +133,4 @@ def load_baseline(path: str) -> Baseline:
                     f"{where}: expected {type(default).__name__}, got {type(new).__name__} {new!r}"
                 )
             params[cid][name] = new
-    return Baseline(params, source=path)
+    return Baseline(params, source=path, disabled=frozenset(disabled))
