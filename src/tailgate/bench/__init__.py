@@ -1,0 +1,22 @@
+"""Open-loop load generation with coordinated-omission-correct latency (``tailgate bench``).
+
+Modules, each usable on its own (the OpenAI/SSE bench reuses them):
+
+* :mod:`.units`    — parse "10s", "500ms", "20k", escaped byte strings (pure).
+* :mod:`.schedule` — intended send times: constant or Poisson, split over workers (pure).
+* :mod:`.target`   — ``http://`` / ``tcp://`` targets and the request bytes (pure).
+* :mod:`.slo`      — ``p999<5ms``-style SLO expressions: parse and evaluate (pure).
+* :mod:`.outcome`  — outcome codes (ok, connect, timeout, reset, status_4xx, …).
+* :mod:`.timer`    — microsecond-precise wake-ups for the event loop (timerfd).
+* :mod:`.http`, :mod:`.tcp` — one connection each, as asyncio protocols.
+* :mod:`.engine`   — one process: schedule, connection pool, time-outs, recording.
+* :mod:`.workers`  — N engine processes, merged exactly.
+* :mod:`.result`   — the merged result: JSON, summary, warnings, per-request log.
+* :mod:`.progress` — the live display.
+
+Three times are kept for every request (all CLOCK_MONOTONIC seconds):
+``intended`` (the schedule's), ``send`` (bytes handed to the socket) and ``end``
+(response complete, error, or ``intended + timeout`` for a time-out). Latency is
+``end - intended``, service time ``end - send``, generator lateness
+``dispatch - intended`` where dispatch is when the generator got to the request.
+"""

@@ -1,0 +1,468 @@
+"""One load-generating process: open-loop schedule, connection pool, time-outs, recording.
+
+Theory of operation
+-------------------
+The schedule (``times``) fixes when every request is due. A precise waker
+(:mod:`.timer`) fires at the next due time; :meth:`Engine._dispatch` takes every
+request due by *now* and
+
+1. hands it to an idle connection (sent at once), or
+2. queues it FIFO and opens a new connection if fewer connections are opening
+   than requests are queued and the pool is below ``max_connections``.
+
+A connection that finishes a response (or finishes connecting) takes the head
+of the queue. So the server sees the schedule's real burst up to
+``max_connections`` concurrent requests, and beyond that requests wait in
+our queue — and their latency still counts from their intended time.
+
+Every request ends exactly once (a ``done`` flag per request id): with a
+response (``ok`` or a status error), a connection failure (``connect``,
+``reset``, ``protocol``), or a time-out. Time-outs are found by a sweep over
+the oldest queued and in-flight requests (both FIFO in intended order) and are
+recorded at ``intended + timeout`` exactly, whenever the sweep notices. The
+run ends when the last request has ended, at most ``timeout`` after the last
+one was due, or when :meth:`Engine.stop` is called (the requests still open are
+then reported as ``abandoned``, not as outcomes).
+
+Per-request times are appended to plain lists in the hot path (cheap) and
+turned into numpy arrays and histograms by :meth:`Engine._flush` a few times a
+second — recording is vectorised, never a Python call per sample.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+import numpy as np
+
+from ..hist import Histogram, HistogramSpec
+from .conn import Connection, monotonic
+from .outcome import CONNECT, KINDS, TIMEOUT
+from .target import Target
+from .timer import Waker
+
+_CHUNK = 1 << 16  # schedule entries turned into a Python list at a time
+LOG_HEADER = "worker,id,intended_s,dispatch_s,send_s,end_s,outcome,status,bytes,warmup\n"
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """What one process does. ``times`` are intended offsets in seconds from the start."""
+
+    target: Target
+    times: np.ndarray
+    warmup_s: float = 0.0
+    connections: int = 1
+    max_connections: int = 1024
+    timeout_s: float = 2.0
+    log_path: str | None = None
+    hdr_interval_s: float | None = None
+    progress_s: float = 0.5
+    worker: int = 0
+    spec: HistogramSpec = field(default_factory=HistogramSpec)
+
+
+@dataclass
+class WorkerResult:
+    """What one process measured (measured window only; warm-up excluded). Picklable."""
+
+    worker: int
+    counts: list[int]  # per outcome code, see outcome.KINDS
+    latency: Histogram
+    service: Histogram
+    lateness: Histogram
+    intervals: dict[int, Histogram]
+    scheduled: int  # measured requests in the schedule
+    dispatched: int  # measured requests the generator got to
+    abandoned: int  # dispatched but without an outcome when stopped (interrupt only)
+    last_dispatch_s: float  # offset of the last measured dispatch from the start
+    queued: int  # measured requests that waited for a connection
+    connections: dict[str, int]
+    interrupted: bool
+    precise_timer: bool
+    log_path: str | None
+    warmup_requests: int = 0
+    connect_errors: list[str] = field(default_factory=list)
+
+
+class Engine:
+    """Runs one :class:`EngineConfig` on an event loop. See the module docstring."""
+
+    def __init__(self, cfg: EngineConfig, loop: asyncio.AbstractEventLoop,
+                 on_progress: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.cfg = cfg
+        self.loop = loop
+        self.on_progress = on_progress
+        self.times = np.asarray(cfg.times, dtype=np.float64)
+        self.n = int(self.times.size)
+        t = cfg.target
+        if t.kind == "http":
+            from .http import HttpConnection
+
+            self._factory: Callable[[], Connection] = lambda: HttpConnection(self, t.request)
+        else:
+            from .tcp import TcpConnection
+
+            self._factory = lambda: TcpConnection(self, t.request, t.delimiter,
+                                                  t.response_length)
+        self.done = bytearray(self.n)
+        self.idle: list[Connection] = []
+        self.pending: deque[int] = deque()
+        self.inflight: deque[tuple[int, Connection]] = deque()
+        self.n_open = 0
+        self.n_connecting = 0
+        self.n_done = 0
+        self.next_i = 0
+        self.start = 0.0
+        self.stopping = False
+        self.finished: asyncio.Future[None] | None = None
+        # connection statistics
+        self.opened = 0
+        self.connect_failures = 0
+        self.max_open = 0
+        self.connect_errors: dict[str, int] = {}
+        # hot-path records, turned into arrays by _flush
+        self._rid: list[int] = []
+        self._send: list[float] = []
+        self._end: list[float] = []
+        self._out: list[int] = []
+        self._status: list[int] = []
+        self._bytes: list[int] = []
+        self._disp: list[float] = []
+        self._disp_base = 0  # request id of _disp[0]
+        self._queued_ids: list[int] = []
+        # accumulated results
+        spec = cfg.spec
+        self.counts = np.zeros(len(KINDS), dtype=np.int64)
+        self.latency = Histogram(spec)
+        self.service = Histogram(spec)
+        self.lateness = Histogram(spec)
+        self.intervals: dict[int, Histogram] = {}
+        self.queued = 0
+        self.last_dispatch = 0.0
+        self._log: IO[str] | None = None
+        self._disp_all = np.full(self.n, np.nan) if cfg.log_path else None
+        self._chunk: list[float] = []
+        self._chunk_lo = 0
+        self._waker: Waker | None = None
+        self._precise = False
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # -- setup -----------------------------------------------------------------
+
+    async def prepare(self) -> None:
+        """Open the initial connections (failures are counted, not fatal)."""
+        want = min(self.cfg.connections, self.cfg.max_connections)
+        self.n_connecting += want
+        await asyncio.gather(*(self._connect(initial=True) for _ in range(want)))
+
+    async def run(self, start: float) -> WorkerResult:
+        """Run the schedule from monotonic time ``start``; return when every request ended."""
+        self.start = start
+        self.finished = self.loop.create_future()
+        if self.cfg.log_path:
+            self._log = open(self.cfg.log_path, "w", encoding="ascii")  # noqa: SIM115
+        self._waker = Waker(self.loop, self._dispatch)
+        self._precise = self._waker.precise
+        sweep = self.loop.call_at(self.loop.time(), self._sweep)
+        self._next_progress = start + self.cfg.progress_s
+        try:
+            if self.n and not self.stopping:
+                self._waker.at(start + float(self.times[0]))
+            else:
+                self.finished.set_result(None)
+            await self.finished
+        finally:
+            sweep.cancel()
+            self._waker.close()
+            self._close_all()
+        self._flush(final=True)
+        if self._log is not None:
+            self._log.close()
+        return self._result()
+
+    def stop(self) -> None:
+        """Stop issuing requests and end the run now (Ctrl-C)."""
+        self.stopping = True
+        if self.finished is not None and not self.finished.done():
+            self.finished.set_result(None)
+
+    # -- the hot path ------------------------------------------------------------
+
+    def _dispatch(self) -> None:
+        if self.stopping:
+            return
+        now = monotonic()
+        start, n = self.start, self.n
+        i = self.next_i
+        chunk, lo = self._chunk, self._chunk_lo
+        idle, pending, inflight, disp = self.idle, self.pending, self.inflight, self._disp
+        budget = 0
+        while i < n:
+            if i - lo >= len(chunk):
+                lo = i
+                chunk = self.times[i:i + _CHUNK].tolist()
+                self._chunk, self._chunk_lo = chunk, lo
+            due = start + chunk[i - lo]
+            if due > now:
+                budget += 1
+                if budget > 1:
+                    break
+                now = monotonic()  # one fresh look before sleeping
+                continue
+            disp.append(now)
+            while idle and idle[-1].closed:
+                idle.pop()
+            if idle:
+                conn = idle.pop()
+                conn.send(i, now)
+                inflight.append((i, conn))
+            else:
+                pending.append(i)
+                self._queued_ids.append(i)
+                if len(pending) > self.n_connecting and not self.stopping:
+                    self._maybe_open()
+            i += 1
+            if not i & 63:
+                now = monotonic()  # a long burst: keep dispatch times honest
+        self.next_i = i
+        if i < n:
+            self._waker.at(start + chunk[i - lo])
+        else:
+            self._check_finished()
+
+    def on_response(self, conn: Connection, rid: int, outcome: int, status: int,
+                    nbytes: int) -> None:
+        now = monotonic()
+        if rid >= 0 and not self.done[rid]:
+            self.done[rid] = 1
+            self.n_done += 1
+            self._rid.append(rid)
+            self._send.append(conn.t_send)
+            self._end.append(now)
+            self._out.append(outcome)
+            self._status.append(status)
+            self._bytes.append(nbytes)
+        if conn.reusable and not conn.closed:
+            self._ready(conn, now)
+        else:
+            conn.abort()
+        if self.next_i >= self.n and self.n_done == self.n:
+            self._check_finished()
+
+    def _ready(self, conn: Connection, now: float) -> None:
+        """A connection is free: it takes the oldest queued request, or waits idle."""
+        if self.pending and not self.stopping:
+            rid = self.pending.popleft()
+            conn.send(rid, now)
+            self.inflight.append((rid, conn))
+        else:
+            self.idle.append(conn)
+
+    def on_closed(self, conn: Connection) -> None:
+        self.n_open -= 1
+        if self.pending and not self.stopping:
+            self._maybe_open()
+
+    # -- connections ---------------------------------------------------------------
+
+    def _maybe_open(self) -> None:
+        cap = self.cfg.max_connections
+        while (len(self.pending) > self.n_connecting
+               and self.n_open + self.n_connecting < cap):
+            self.n_connecting += 1  # counted now, so this loop ends
+            task = self.loop.create_task(self._connect())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _connect(self, initial: bool = False) -> None:
+        """One connection attempt; the caller has already counted it in ``n_connecting``."""
+        t = self.cfg.target
+        try:
+            _, conn = await asyncio.wait_for(
+                self.loop.create_connection(self._factory, t.host, t.port),
+                self.cfg.timeout_s)
+        except (TimeoutError, OSError) as exc:
+            self.n_connecting -= 1
+            self.connect_failures += 1
+            reason = type(exc).__name__ if not str(exc) else str(exc)
+            self.connect_errors[reason] = self.connect_errors.get(reason, 0) + 1
+            if self.pending and not initial:
+                # The oldest waiting request could not get this connection.
+                rid = self.pending.popleft()
+                self._record_failure(rid, CONNECT, monotonic())
+                if self.pending and not self.stopping:
+                    self._maybe_open()
+            return
+        self.n_connecting -= 1
+        self.n_open += 1
+        self.opened += 1
+        self.max_open = max(self.max_open, self.n_open)
+        if self.stopping:
+            conn.abort()
+            return
+        self._ready(conn, monotonic())
+
+    def _record_failure(self, rid: int, outcome: int, end: float, send: float = math.nan,
+                        nbytes: int = 0) -> None:
+        if self.done[rid]:
+            return
+        self.done[rid] = 1
+        self.n_done += 1
+        self._rid.append(rid)
+        self._send.append(send)
+        self._end.append(end)
+        self._out.append(outcome)
+        self._status.append(0)
+        self._bytes.append(nbytes)
+        if self.next_i >= self.n and self.n_done == self.n:
+            self._check_finished()
+
+    def _close_all(self) -> None:
+        for conn in self.idle:
+            conn.abort()
+        for _, conn in self.inflight:
+            conn.abort()
+        for task in list(self._tasks):
+            task.cancel()
+        self.idle.clear()
+
+    # -- time-outs, progress, end ----------------------------------------------------
+
+    def _sweep(self) -> None:
+        now = monotonic()
+        limit = now - self.cfg.timeout_s  # requests intended before this have timed out
+        start, times, done, timeout = self.start, self.times, self.done, self.cfg.timeout_s
+        pending = self.pending
+        while pending:
+            rid = pending[0]
+            if done[rid]:
+                pending.popleft()
+                continue
+            intended = start + float(times[rid])
+            if intended > limit:
+                break
+            pending.popleft()
+            self._record_failure(rid, TIMEOUT, intended + timeout)
+        inflight = self.inflight
+        while inflight:
+            rid, conn = inflight[0]
+            if done[rid]:
+                inflight.popleft()
+                continue
+            intended = start + float(times[rid])
+            if intended > limit:
+                break
+            inflight.popleft()
+            nbytes = conn.nbytes
+            conn.abort()  # HTTP/1.1 cannot cancel a request: the connection goes
+            self._record_failure(rid, TIMEOUT, intended + timeout, conn.t_send, nbytes)
+        if now >= self._next_progress:
+            self._next_progress = now + self.cfg.progress_s
+            self._flush()
+        if self.finished is None or not self.finished.done():
+            self.loop.call_later(min(0.01, timeout / 10), self._sweep)
+
+    def _check_finished(self) -> None:
+        if (self.next_i >= self.n and self.n_done >= self.n and self.finished is not None
+                and not self.finished.done()):
+            self.finished.set_result(None)
+
+    def _flush(self, final: bool = False) -> None:
+        """Move the hot-path lists into histograms (vectorised), the log and progress."""
+        cfg, start, times = self.cfg, self.start, self.times
+        rid = np.array(self._rid, dtype=np.int64)
+        send = np.array(self._send, dtype=np.float64)
+        end = np.array(self._end, dtype=np.float64)
+        out = np.array(self._out, dtype=np.int64)
+        status = np.array(self._status, dtype=np.int64)
+        nbytes = np.array(self._bytes, dtype=np.int64)
+        disp = np.array(self._disp, dtype=np.float64)
+        queued = np.array(self._queued_ids, dtype=np.int64)
+        for lst in (self._rid, self._send, self._end, self._out, self._status, self._bytes,
+                    self._disp, self._queued_ids):
+            lst.clear()
+        disp_ids = np.arange(self._disp_base, self._disp_base + disp.size)
+        self._disp_base += disp.size
+        if disp.size:
+            self.last_dispatch = float(disp[-1])
+        if self._disp_all is not None:
+            self._disp_all[disp_ids] = disp
+
+        offs = times[rid]
+        measured = offs >= cfg.warmup_s
+        lat = (end - (start + offs))[measured]
+        lat_ns = lat * 1e9
+        chunk = Histogram(cfg.spec)  # this flush's latencies: also the progress delta
+        chunk.record(lat_ns)
+        self.latency.add(chunk)
+        m_send, m_end = send[measured], end[measured]
+        on_wire = ~np.isnan(m_send)
+        self.service.record((m_end[on_wire] - m_send[on_wire]) * 1e9)
+        self.counts += np.bincount(out[measured], minlength=len(KINDS))
+        d_offs = times[disp_ids]
+        d_meas = d_offs >= cfg.warmup_s
+        self.lateness.record(np.maximum(disp[d_meas] - (start + d_offs[d_meas]), 0.0) * 1e9)
+        self.queued += int(np.count_nonzero(times[queued] >= cfg.warmup_s))
+        if cfg.hdr_interval_s:
+            slot = ((offs[measured] - cfg.warmup_s) // cfg.hdr_interval_s).astype(np.int64)
+            for k in np.unique(slot).tolist():
+                h = self.intervals.get(k)
+                if h is None:
+                    h = self.intervals[k] = Histogram(cfg.spec)
+                h.record(lat_ns[slot == k])
+        if self._log is not None and rid.size:
+            self._write_log(rid, offs, send, end, out, status, nbytes)
+        if self.on_progress is not None and not final:
+            idx, cnt = chunk.nonzero()
+            self.on_progress({
+                "worker": cfg.worker,
+                "outcomes": np.bincount(out[measured], minlength=len(KINDS)).tolist(),
+                "dispatched": int(np.count_nonzero(d_meas)),
+                "lat_idx": idx, "lat_cnt": cnt,
+                "lat_lo": chunk.min, "lat_hi": chunk.max,
+                "open": self.n_open, "queued": len(self.pending),
+            })
+
+    def _write_log(self, rid: np.ndarray, offs: np.ndarray, send: np.ndarray,
+                   end: np.ndarray, out: np.ndarray, status: np.ndarray,
+                   nbytes: np.ndarray) -> None:
+        start, w = self.start, self.cfg.worker
+        rows = []
+        warm = self.cfg.warmup_s
+        disp = self._disp_all[rid] - start
+        for r, o, d, s, e, oc, st, nb in zip(rid.tolist(), offs.tolist(), disp.tolist(),
+                                             (send - start).tolist(), (end - start).tolist(),
+                                             out.tolist(), status.tolist(), nbytes.tolist(),
+                                             strict=True):
+            s_txt = "" if s != s else f"{s:.9f}"  # NaN: never reached the wire
+            rows.append(f"{w},{r},{o:.9f},{d:.9f},{s_txt},{e:.9f},{KINDS[oc]},{st},{nb},"
+                        f"{int(o < warm)}\n")
+        self._log.writelines(rows)
+
+    def _result(self) -> WorkerResult:
+        warm = self.cfg.warmup_s
+        measured_sched = int(np.count_nonzero(self.times >= warm))
+        dispatched = int(np.count_nonzero(self.times[:self.next_i] >= warm))
+        abandoned = self.next_i - self.n_done
+        return WorkerResult(
+            worker=self.cfg.worker,
+            counts=self.counts.tolist(),
+            latency=self.latency, service=self.service, lateness=self.lateness,
+            intervals=self.intervals,
+            scheduled=measured_sched, dispatched=dispatched, abandoned=abandoned,
+            last_dispatch_s=max(self.last_dispatch - self.start, 0.0) if self.next_i else 0.0,
+            queued=self.queued,
+            connections={"opened": self.opened, "connect_failures": self.connect_failures,
+                         "max_open": self.max_open, "cap": self.cfg.max_connections},
+            interrupted=self.stopping,
+            precise_timer=self._precise,
+            log_path=self.cfg.log_path,
+            warmup_requests=self.n - measured_sched,
+            connect_errors=[f"{k} (x{v})" for k, v in self.connect_errors.items()],
+        )

@@ -1,0 +1,284 @@
+"""The merged result of a bench run: JSON, terminal summary, warnings, HdrHistogram and
+per-request logs.
+
+The JSON (``tailgate_bench: 1``) is the contract other tools and the SLO gate
+read::
+
+    {"target", "protocol", "config": {...}, "interrupted", "duration_s",
+     "rate": {"target", "achieved", "ok"},
+     "requests": {"scheduled", "sent", "ok", "errors": {"connect", "timeout", "reset",
+                  "status_4xx", "status_5xx", "protocol"}, "abandoned", "queued", "warmup"},
+     "connections": {"opened", "connect_failures", "max_open", "cap"},
+     "latency_ms" | "service_time_ms" | "lateness_ms":
+         {"p50", "p90", "p99", "p999", "p9999", "max", "mean", "count",
+          "samples_above": {"p99", "p999", "p9999"}, "clamped"},
+     "warnings": [...], "slo": [{"expr", "observed", "pass", ...}]}
+
+``sent == ok + sum(errors)`` always; ``latency_ms.count == sent`` (every request
+has a latency: time-outs at the time-out). ``abandoned`` is non-zero only for
+an interrupted run (requests in flight when it stopped, without an outcome).
+``samples_above`` says how many samples lie above each tail percentile: a P999
+with fewer than ``min_tail_samples`` above it is reported with a warning.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+import numpy as np
+
+from ..hist import Histogram, HistogramSpec, Interval, merged, percentile_spectrum, write_log
+from .engine import LOG_HEADER, WorkerResult
+from .outcome import ERROR_KINDS, KINDS
+
+PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p999": 99.9, "p9999": 99.99}
+TAIL = ("p99", "p999", "p9999")
+NS_PER_MS = 1e6
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What was asked for (echoed in the JSON as ``config``)."""
+
+    target: str
+    protocol: str
+    rate: float
+    duration_s: float
+    arrival: str = "constant"
+    warmup_s: float = 0.0
+    workers: int = 1
+    connections: int = 1
+    max_connections: int = 1024
+    timeout_s: float = 2.0
+    seed: int | None = 0
+    min_tail_samples: int = 10
+    hdr_interval_s: float | None = None
+    spec: HistogramSpec = field(default_factory=HistogramSpec)
+
+    def config_json(self) -> dict[str, Any]:
+        return {"rate": self.rate, "duration_s": self.duration_s, "arrival": self.arrival,
+                "warmup_s": self.warmup_s, "workers": self.workers,
+                "connections": self.connections, "max_connections": self.max_connections,
+                "timeout_s": self.timeout_s, "seed": self.seed}
+
+
+@dataclass
+class BenchResult:
+    """The JSON plus the merged histograms it was computed from."""
+
+    json: dict[str, Any]
+    latency: Histogram
+    service: Histogram
+    lateness: Histogram
+    intervals: dict[int, Histogram]
+    info: RunInfo
+
+    @property
+    def exit_ok(self) -> bool:
+        return all(s["pass"] for s in self.json.get("slo", []))
+
+
+def summarize(h: Histogram, scale: float = NS_PER_MS) -> dict[str, Any]:
+    """Percentiles (in ``1/scale`` units of the recorded values), count and tail support."""
+    vals = h.values_at_percentiles(PERCENTILES.values())
+    out: dict[str, Any] = {k: round(v / scale, 6) for k, v in zip(PERCENTILES, vals, strict=True)}
+    out["max"] = round(h.max / scale, 6)
+    out["mean"] = round(h.mean() / scale, 6)
+    out["count"] = h.total
+    out["samples_above"] = {k: h.samples_above_percentile(PERCENTILES[k]) for k in TAIL}
+    out["clamped"] = h.clamped
+    return out
+
+
+def build_result(info: RunInfo, parts: Sequence[WorkerResult],
+                 interrupted: bool = False, missing_workers: Iterable[int] = ()) -> BenchResult:
+    """Merge the workers' results exactly (histograms add) and derive the JSON."""
+    spec = info.spec
+    latency = merged((p.latency for p in parts), spec)
+    service = merged((p.service for p in parts), spec)
+    lateness = merged((p.lateness for p in parts), spec)
+    intervals: dict[int, Histogram] = {}
+    for p in parts:
+        for k, h in p.intervals.items():
+            intervals.setdefault(k, Histogram(spec)).add(h)
+    counts = np.sum([p.counts for p in parts], axis=0) if parts else np.zeros(len(KINDS))
+    by_kind = {k: int(c) for k, c in zip(KINDS, counts, strict=True)}
+    sent = sum(by_kind.values())
+    interrupted = interrupted or any(p.interrupted for p in parts)
+    dispatched = sum(p.dispatched for p in parts)
+    last = max((p.last_dispatch_s for p in parts), default=0.0) - info.warmup_s
+    window = max(last, 0.0) if interrupted else max(last, info.duration_s)
+    achieved = dispatched / window if window > 0 else 0.0
+    conns = {k: sum(p.connections.get(k, 0) for p in parts)
+             for k in ("opened", "connect_failures", "max_open", "cap")}
+    data: dict[str, Any] = {
+        "tailgate_bench": 1,
+        "target": info.target,
+        "protocol": info.protocol,
+        "config": info.config_json(),
+        "interrupted": interrupted,
+        "duration_s": round(window, 6),
+        "rate": {"target": info.rate, "achieved": round(achieved, 3),
+                 "ok": round(by_kind["ok"] / window, 3) if window > 0 else 0.0},
+        "requests": {
+            "scheduled": sum(p.scheduled for p in parts),
+            "sent": sent,
+            "ok": by_kind["ok"],
+            "errors": {k: by_kind[k] for k in ERROR_KINDS},
+            "abandoned": sum(p.abandoned for p in parts),
+            "queued": sum(p.queued for p in parts),
+            "warmup": sum(p.warmup_requests for p in parts),
+        },
+        "connections": conns,
+        "latency_ms": summarize(latency),
+        "service_time_ms": summarize(service),
+        "lateness_ms": summarize(lateness),
+        "generator": {"workers": len(parts),
+                      "precise_timer": all(p.precise_timer for p in parts),
+                      "connect_errors": sorted({e for p in parts for e in p.connect_errors})},
+    }
+    data["warnings"] = warnings(data, info, parts, list(missing_workers))
+    return BenchResult(data, latency, service, lateness, intervals, info)
+
+
+def warnings(data: dict[str, Any], info: RunInfo, parts: Sequence[WorkerResult],
+             missing: list[int]) -> list[str]:
+    """What a reader must know before trusting the figures."""
+    out = []
+    if missing:
+        out.append(f"workers {missing} sent no result: their requests are missing")
+    if data["interrupted"]:
+        out.append(f"interrupted: results cover the {data['requests']['sent']} requests "
+                   f"completed; {data['requests']['abandoned']} in flight were abandoned")
+    lat = data["latency_ms"]
+    for name in TAIL:
+        n = lat["samples_above"][name]
+        if lat["count"] and n < info.min_tail_samples:
+            out.append(f"latency {name} rests on {n} sample(s) above it (fewer than "
+                       f"{info.min_tail_samples}): not a reliable {name}; run longer or faster")
+    for key in ("latency_ms", "service_time_ms", "lateness_ms"):
+        if data[key]["clamped"]:
+            out.append(f"{data[key]['clamped']} {key[:-3]} value(s) outside the histogram "
+                       f"range were clamped to its ends")
+    late99, lat99 = data["lateness_ms"]["p99"], lat["p99"]
+    if data["lateness_ms"]["count"] and late99 > max(1.0, 0.1 * lat99):
+        out.append(f"the generator fell behind its schedule (lateness p99 {late99:.3f} ms): "
+                   f"the latency figures include it; add --workers or lower --rate")
+    capped = [p for p in parts if p.connections.get("cap") and
+              p.connections.get("max_open", 0) >= p.connections["cap"]]
+    if capped and data["requests"]["queued"]:
+        out.append(f"--max-connections reached: {data['requests']['queued']} request(s) "
+                   f"waited for a free connection; latency counts their wait, service time "
+                   f"does not")
+    if not data["generator"]["precise_timer"]:
+        out.append("no timerfd: wake-ups have millisecond resolution (see lateness)")
+    return out
+
+
+def _fmt_row(label: str, block: dict[str, Any]) -> str:
+    cells = [f"{block[k]:>10.3f}" for k in (*PERCENTILES, "max")]
+    return f"{label:<14}" + "".join(cells) + f"{block['count']:>10d}"
+
+
+def summary_text(result: BenchResult, spectrum: bool = False) -> str:
+    """The terminal report: what was asked, what happened, the distributions, SLOs."""
+    d, info = result.json, result.info
+    req = d["requests"]
+    errs = ", ".join(f"{k} {v}" for k, v in req["errors"].items() if v) or "none"
+    lines = [
+        f"tailgate bench {d['target']}  {info.arrival} {info.rate:g} req/s for "
+        f"{info.duration_s:g} s  ({info.workers} worker(s), {info.connections}.."
+        f"{info.max_connections} connections, time-out {info.timeout_s:g} s)"
+        + ("  [INTERRUPTED]" if d["interrupted"] else ""),
+        f"requests: sent {req['sent']}, ok {req['ok']}, errors: {errs}"
+        + (f", abandoned {req['abandoned']}" if req["abandoned"] else ""),
+        f"rate: target {info.rate:g}/s, achieved {d['rate']['achieved']:g}/s, "
+        f"ok {d['rate']['ok']:g}/s; connections opened {d['connections']['opened']}, "
+        f"max open {d['connections']['max_open']}, queued requests {req['queued']}",
+        "",
+        f"{'':<14}" + "".join(f"{k:>10}" for k in (*PERCENTILES, "max")) + f"{'count':>10}",
+        _fmt_row("latency ms", d["latency_ms"]),
+        _fmt_row("service ms", d["service_time_ms"]),
+        _fmt_row("lateness ms", d["lateness_ms"]),
+        "samples above (latency): " + ", ".join(
+            f"{k} {v}" for k, v in d["latency_ms"]["samples_above"].items()),
+    ]
+    if spectrum:
+        lines += ["", "  Detailed Percentile spectrum (latency, ms):",
+                  percentile_spectrum(result.latency)]
+    for w in d["warnings"]:
+        lines.append(f"warning: {w}")
+    for s in d.get("slo", []):
+        verdict = "pass" if s["pass"] else "FAIL"
+        obs = s["observed"]
+        if obs is None:
+            shown = s.get("reason", "no value")
+        elif s["unit"] == "fraction":
+            shown = f"{obs * 100:.4g}%"
+        else:
+            shown = f"{obs:.6g} {s['unit']}"
+        lines.append(f"SLO {s['expr']}: {verdict} (observed {shown})")
+    return "\n".join(lines)
+
+
+def write_hdr(out: IO[str], result: BenchResult, start_epoch_s: float) -> None:
+    """The latency histogram as an HdrHistogram interval log (values in ns, max column ms).
+
+    With per-interval histograms (``hdr_interval_s``) one line per interval,
+    by intended start time; otherwise one line for the whole run. Adding all
+    lines gives exactly ``result.latency``.
+    """
+    step = result.info.hdr_interval_s
+    if result.intervals and step:
+        ivs = [Interval(k * step, step, result.intervals[k]) for k in sorted(result.intervals)]
+    else:
+        ivs = [Interval(0.0, max(result.json["duration_s"], 0.0), result.latency)]
+    write_log(out, ivs, start_epoch_s,
+              comment=f"tailgate bench {result.info.target}: latency from intended start, ns")
+
+
+def merge_logs(out: IO[str], part_paths: Iterable[str]) -> int:
+    """Concatenate the workers' per-request CSV parts under one header; returns rows."""
+    out.write(LOG_HEADER)
+    rows = 0
+    for path in part_paths:
+        try:
+            with open(path, encoding="ascii") as f:
+                for line in f:
+                    out.write(line)
+                    rows += 1
+        except FileNotFoundError:
+            continue
+    return rows
+
+
+def read_log(text: str) -> dict[str, np.ndarray]:
+    """Parse a per-request log (pure) into columns; empty ``send_s`` -> NaN.
+
+    Times are seconds from the run's start: ``intended_s``, ``dispatch_s``,
+    ``send_s``, ``end_s``. ``outcome`` is the kind name.
+    """
+    f = io.StringIO(text)
+    header = f.readline().strip().split(",")
+    if header != LOG_HEADER.strip().split(","):
+        raise ValueError(f"not a tailgate request log (header {header!r})")
+    cols: dict[str, list[Any]] = {h: [] for h in header}
+    for n, line in enumerate(f, 2):
+        parts = line.rstrip("\n").split(",")
+        if len(parts) != len(header):
+            raise ValueError(f"line {n}: {len(parts)} fields, expected {len(header)}")
+        for h, v in zip(header, parts, strict=True):
+            cols[h].append(v)
+    out: dict[str, np.ndarray] = {}
+    for h, vals in cols.items():
+        if h == "outcome":
+            out[h] = np.array(vals, dtype=object)
+        elif h.endswith("_s"):
+            out[h] = np.array([float(v) if v else math.nan for v in vals], dtype=np.float64)
+        else:
+            out[h] = np.array([int(v) for v in vals], dtype=np.int64)
+    return out

@@ -1,0 +1,211 @@
+"""`tailgate bench TARGET`: open-loop load with coordinated-omission-correct tail latency.
+
+Exit status: 0 every SLO held, 1 an SLO failed (named on the terminal and in the
+JSON), 2 bad usage, 130 interrupted (results for the completed requests are
+still written, marked ``"interrupted": true``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from ..cli import UsageError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "bench", help="open-loop load test with exact tail percentiles, gated on SLOs",
+        description="Send requests to TARGET on an open-loop schedule (constant or Poisson "
+        "at --rate), measure latency from each request's intended start (so a stalled "
+        "server's tail is not hidden), and gate on --slo expressions.",
+        epilog="examples:\n"
+        "  tailgate bench http://127.0.0.1:8080/ --rate 20k --duration 30s "
+        "--slo 'p999<5ms' --slo 'error_rate<0.1%%'\n"
+        "  tailgate bench tcp://127.0.0.1:6379 --payload 'PING\\r\\n' --delimiter '\\r\\n' "
+        "--rate 5000 --duration 10s",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("target", metavar="TARGET", help="http://host:port/path or tcp://host:port")
+    add_load_options(p)
+    g = p.add_argument_group("HTTP requests")
+    g.add_argument("-X", "--method", default="GET", help="HTTP method (default GET)")
+    g.add_argument("-H", "--header", action="append", default=[], metavar="'NAME: VALUE'",
+                   help="request header (repeatable)")
+    g.add_argument("--body", help="request body (text)")
+    g.add_argument("--body-file", metavar="FILE", help="request body read from FILE")
+    g = p.add_argument_group("TCP requests")
+    g.add_argument("--payload", help=r"request bytes, with escapes (\r \n \t \xNN)")
+    g.add_argument("--delimiter", help=r"a response ends with these bytes (escapes allowed)")
+    g.add_argument("--response-length", type=int, metavar="N",
+                   help="a response is exactly N bytes")
+    p.set_defaults(func=run)
+
+
+def add_load_options(p: argparse.ArgumentParser) -> None:
+    """The schedule, connection, SLO and output options (shared with other bench kinds)."""
+    g = p.add_argument_group("load")
+    g.add_argument("--rate", required=True, help="requests per second, all workers together "
+                   "(e.g. 1000, 20k)")
+    g.add_argument("--duration", required=True, help="measured run time (e.g. 30s, 2m)")
+    g.add_argument("--arrival", choices=("constant", "poisson"), default="constant",
+                   help="inter-arrival times: constant (default) or exponential (Poisson)")
+    g.add_argument("--warmup", default="0s", help="run this long first, not measured")
+    g.add_argument("--connections", type=int, default=16,
+                   help="connections opened before the run (default 16)")
+    g.add_argument("--max-connections", type=int, default=1024,
+                   help="open more when all are busy, up to this; beyond it requests queue, "
+                   "their latency still counted from their intended start (default 1024)")
+    g.add_argument("--workers", type=int, default=None,
+                   help="generator processes (default: one per CPU)")
+    g.add_argument("--timeout", default="2s",
+                   help="a request without a full response this long after its intended "
+                   "start is a time-out, recorded at the time-out (default 2s)")
+    g.add_argument("--seed", type=int, default=0, help="Poisson schedule seed (default 0)")
+    g = p.add_argument_group("results")
+    g.add_argument("--slo", action="append", default=[], metavar="EXPR",
+                   help="objective, e.g. 'p999<5ms', 'p99<20ms', 'error_rate<0.1%%', "
+                   "'service.p99<1ms', 'rate>=9900' (repeatable; exit 1 if one fails)")
+    g.add_argument("--json", metavar="FILE", help="write the result JSON to FILE ('-': stdout)")
+    g.add_argument("--hdr", metavar="FILE",
+                   help="write the latency histogram as an HdrHistogram log (HISTFAAA...)")
+    g.add_argument("--hdr-interval", default="1s",
+                   help="interval of the --hdr log's histograms (default 1s)")
+    g.add_argument("--log", metavar="FILE", help="write one CSV record per request to FILE")
+    g.add_argument("--spectrum", action="store_true",
+                   help="print the detailed percentile spectrum (as wrk2 does)")
+    g.add_argument("--min-tail-samples", type=int, default=10,
+                   help="warn when fewer samples than this lie above a tail percentile")
+    g.add_argument("--quiet", action="store_true", help="no live progress display")
+
+
+def _parse(args: argparse.Namespace) -> tuple[Any, Any, list[Any]]:
+    from ..bench.result import RunInfo
+    from ..bench.slo import SloError, parse_slo
+    from ..bench.target import TargetError, parse_header, parse_target
+    from ..bench.units import parse_duration, parse_rate, unescape
+    from ..bench.workers import default_workers
+
+    try:
+        rate = parse_rate(args.rate)
+        duration = parse_duration(args.duration)
+        warmup = parse_duration(args.warmup)
+        timeout = parse_duration(args.timeout)
+        hdr_interval = parse_duration(args.hdr_interval)
+        slos = [parse_slo(e) for e in args.slo]
+        headers = [parse_header(h) for h in args.header]
+        if args.body is not None and args.body_file:
+            raise UsageError("give --body or --body-file, not both")
+        body = args.body.encode() if args.body is not None else b""
+        if args.body_file:
+            try:
+                with open(args.body_file, "rb") as f:
+                    body = f.read()
+            except OSError as exc:
+                raise UsageError(f"--body-file: {exc}") from None
+        target = parse_target(
+            args.target, method=args.method, headers=headers, body=body,
+            payload=unescape(args.payload) if args.payload is not None else None,
+            delimiter=unescape(args.delimiter) if args.delimiter is not None else None,
+            response_length=args.response_length)
+    except (ValueError, SloError, TargetError) as exc:
+        raise UsageError(str(exc)) from None
+    if duration <= 0 or timeout <= 0 or warmup < 0 or hdr_interval <= 0:
+        raise UsageError("--duration, --timeout and --hdr-interval must be > 0, --warmup >= 0")
+    workers = args.workers if args.workers is not None else default_workers()
+    if workers < 1 or args.connections < 0 or args.max_connections < 1:
+        raise UsageError("--workers and --max-connections must be >= 1, --connections >= 0")
+    if args.max_connections < workers:
+        raise UsageError(f"--max-connections {args.max_connections} is fewer than --workers "
+                         f"{workers} (each worker needs one)")
+    if rate * (duration + warmup) > 500_000_000:
+        raise UsageError("more than 500 million requests in one run: shorten it")
+    # At most ~600 intervals in the --hdr log, whatever the duration.
+    hdr_interval = max(hdr_interval, (duration + 1e-9) / 600) if args.hdr else None
+    info = RunInfo(target=args.target, protocol=target.kind, rate=rate, duration_s=duration,
+                   arrival=args.arrival, warmup_s=warmup, workers=workers,
+                   connections=args.connections, max_connections=args.max_connections,
+                   timeout_s=timeout, seed=args.seed, min_tail_samples=args.min_tail_samples,
+                   hdr_interval_s=hdr_interval)
+    return info, target, slos
+
+
+def run(args: argparse.Namespace) -> int:
+    import os
+    import time
+
+    from ..bench.result import build_result, merge_logs, summary_text, write_hdr
+    from ..bench.slo import evaluate
+    from ..bench.workers import WorkerFailure, plan, run_workers
+
+    info, target, slos = _parse(args)
+    parts = [f"{args.log}.part{k}" for k in range(info.workers)] if args.log else None
+    cfgs = plan(info, target, parts)
+
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    live = None
+    progress = None
+    started: dict[str, float] = {}
+
+    def on_start(start: float) -> None:
+        nonlocal live
+        started["mono"] = start
+        started["epoch"] = time.time() + (start - time.monotonic())
+        if progress is not None:
+            from rich.live import Live
+
+            progress.start = start
+            live = Live(get_renderable=progress.render, console=console,
+                        refresh_per_second=4, transient=True)
+            live.start()
+
+    if not args.quiet and console.is_terminal:
+        from ..bench.progress import Progress
+
+        progress = Progress(info.rate, info.duration_s, info.warmup_s, info.spec)
+    try:
+        results, interrupted, missing = run_workers(
+            cfgs, on_progress=progress.update if progress else None, on_start=on_start,
+            ready_timeout_s=info.timeout_s + 30.0)
+    except WorkerFailure as exc:
+        raise UsageError(str(exc)) from None
+    finally:
+        if live is not None:
+            live.stop()
+    if not results:
+        print("tailgate bench: no worker returned a result", file=sys.stderr)
+        return 130 if interrupted else 2
+
+    result = build_result(info, results, interrupted, missing)
+    result.json["slo"] = evaluate(slos, result.json)
+    out_json = _dumps(result.json)
+    if args.json == "-":
+        sys.stdout.write(out_json)
+    elif args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            f.write(out_json)
+    if args.hdr:
+        with open(args.hdr, "w", encoding="ascii") as f:
+            write_hdr(f, result, started.get("epoch", time.time()))
+    if parts:
+        with open(args.log, "w", encoding="ascii") as f:
+            merge_logs(f, parts)
+        for path in parts:
+            if os.path.exists(path):
+                os.unlink(path)
+    stream = sys.stderr if args.json == "-" else sys.stdout
+    print(summary_text(result, spectrum=args.spectrum), file=stream)
+    failed = [s["expr"] for s in result.json["slo"] if not s["pass"]]
+    if failed:
+        print("SLO failed: " + ", ".join(failed), file=stream)
+    if result.json["interrupted"] and interrupted:
+        return 130
+    return 1 if failed else 0
+
+
+def _dumps(data: dict[str, Any]) -> str:
+    import json
+
+    return json.dumps(data, indent=2) + "\n"
