@@ -1,0 +1,163 @@
+"""`tailgate bench` end to end: JSON, SLO exit codes, HdrHistogram interop, logs, Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hdrh.histogram import HdrHistogram
+from hdrh.log import HistogramLogReader
+
+from support.nginx import Nginx, available
+from tailgate.bench.result import read_log
+from tailgate.hist import DEFAULT_SPEC, Histogram
+
+pytestmark = pytest.mark.skipif(available() is not None, reason=str(available()))
+
+TAILGATE = [sys.executable, "-m", "tailgate", "bench"]
+PCTS = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p999": 99.9, "p9999": 99.99}
+
+
+@pytest.fixture(scope="module")
+def nginx():
+    with Nginx(workers=1) as ng:
+        yield ng
+
+
+def tailgate(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*TAILGATE, *args], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def full_run(nginx, tmp_path_factory):
+    d = tmp_path_factory.mktemp("bench")
+    r = tailgate(nginx.url("/"), "--rate", "1000", "--duration", "2s", "--warmup", "0.5s",
+                 "--workers", "2", "--connections", "4", "--arrival", "poisson",
+                 "--slo", "p999<10s", "--slo", "error_rate<1%", "--spectrum",
+                 "--json", str(d / "out.json"), "--hdr", str(d / "out.hlog"),
+                 "--log", str(d / "out.csv"))
+    return r, d
+
+
+def test_json_has_the_documented_shape_and_accounts_for_every_request(full_run):
+    r, d = full_run
+    assert r.returncode == 0, r.stderr + r.stdout
+    data = json.loads((d / "out.json").read_text())
+    req = data["requests"]
+    assert req["sent"] == req["ok"] + sum(req["errors"].values()) == req["scheduled"]
+    assert set(req["errors"]) >= {"connect", "timeout", "reset", "status_4xx", "status_5xx"}
+    assert req["warmup"] > 0 and req["abandoned"] == 0
+    for key in ("latency_ms", "service_time_ms", "lateness_ms"):
+        assert set(data[key]) >= {"p50", "p90", "p99", "p999", "p9999", "max", "count"}
+        vals = [data[key][k] for k in ("p50", "p90", "p99", "p999", "p9999")]
+        assert vals == sorted(vals)
+    assert data["latency_ms"]["count"] == req["sent"]
+    assert data["rate"]["target"] == 1000.0 and data["rate"]["achieved"] > 0
+    assert [s["pass"] for s in data["slo"]] == [True, True]
+    assert data["slo"][0]["expr"] == "p999<10s" and data["slo"][0]["observed"] is not None
+    # The terminal shows the summary and wrk2's spectrum.
+    assert "Detailed Percentile spectrum" in r.stdout and "#[Buckets" in r.stdout
+    assert "samples above (latency)" in r.stdout
+
+
+def test_hdr_log_decodes_in_hdrhistogram_to_the_json_figures(full_run):
+    _, d = full_run
+    data = json.loads((d / "out.json").read_text())
+    reader = HistogramLogReader(str(d / "out.hlog"), HdrHistogram(1, DEFAULT_SPEC.highest, 3))
+    total = HdrHistogram(1, DEFAULT_SPEC.highest, 3)
+    lines = 0
+    while (h := reader.get_next_interval_histogram()) is not None:
+        total.add(h)
+        lines += 1
+    assert lines >= 2  # one-second intervals
+    lat = data["latency_ms"]
+    assert total.total_count == lat["count"]
+    for k, p in PCTS.items():
+        assert total.get_value_at_percentile(p) / 1e6 == pytest.approx(lat[k], abs=1e-6), k
+    # The exact max lies inside the top bucket HdrHistogram reports.
+    assert lat["max"] <= total.get_max_value() / 1e6 < lat["max"] * 1.001 + 1e-6
+
+
+def test_request_log_re_analyses_to_the_same_result(full_run):
+    _, d = full_run
+    data = json.loads((d / "out.json").read_text())
+    cols = read_log((d / "out.csv").read_text())
+    measured = cols["warmup"] == 0
+    assert measured.sum() == data["requests"]["sent"]
+    assert (~measured).sum() == data["requests"]["warmup"]
+    outcomes = cols["outcome"][measured]
+    assert (outcomes == "ok").sum() == data["requests"]["ok"]
+    lat = (cols["end_s"] - cols["intended_s"])[measured]
+    h = Histogram()
+    h.record(lat * 1e9)
+    for k in ("p50", "p99", "p999"):
+        assert h.value_at_percentile(PCTS[k]) / 1e6 == pytest.approx(
+            data["latency_ms"][k], rel=0.002)
+    # Causality per request: intended <= dispatch <= send <= end.
+    assert np.all(cols["dispatch_s"] >= cols["intended_s"] - 1e-9)
+    assert np.all(cols["send_s"] >= cols["dispatch_s"] - 1e-9)
+    assert np.all(cols["end_s"] >= cols["send_s"])
+
+
+def test_a_failing_slo_exits_1_and_is_named(nginx, tmp_path):
+    out = tmp_path / "r.json"
+    r = tailgate(nginx.url("/"), "--rate", "200", "--duration", "0.5s", "--workers", "1",
+                 "--slo", "p50<1ns", "--slo", "error_rate<=0", "--json", str(out))
+    assert r.returncode == 1, r.stderr
+    assert "SLO failed: p50<1ns" in r.stdout
+    slo = json.loads(out.read_text())["slo"]
+    assert [(s["expr"], s["pass"]) for s in slo] == [("p50<1ns", False), ("error_rate<=0", True)]
+
+
+def test_errors_fail_an_error_rate_slo(nginx):
+    r = tailgate(nginx.url("/500"), "--rate", "200", "--duration", "0.5s", "--workers", "1",
+                 "--slo", "error_rate<0.1%", "--json", "-")
+    assert r.returncode == 1
+    data = json.loads(r.stdout)  # --json - : JSON alone on stdout, summary on stderr
+    assert data["requests"]["errors"]["status_5xx"] == 100
+    assert data["slo"][0]["observed"] == 1.0
+    assert "status_5xx 100" in r.stderr
+
+
+@pytest.mark.parametrize("args", [
+    ["--rate", "100", "--duration", "1s", "--slo", "p999<5"],  # a time without a unit
+    ["--rate", "100", "--duration", "1s", "--slo", "latency_p42<5ms"],  # unknown metric
+    ["--rate", "-5", "--duration", "1s"],
+    ["--rate", "100", "--duration", "soon"],
+])
+def test_bad_usage_exits_2(nginx, args):
+    r = tailgate(nginx.url("/"), *args)
+    assert r.returncode == 2 and "error" in r.stderr
+
+
+def test_tcp_target_needs_a_payload(nginx):
+    r = tailgate(f"tcp://127.0.0.1:{nginx.port}", "--rate", "10", "--duration", "1s")
+    assert r.returncode == 2 and "--payload" in r.stderr
+
+
+def test_ctrl_c_writes_partial_results_marked_interrupted(nginx, tmp_path):
+    out = tmp_path / "partial.json"
+    p = subprocess.Popen([*TAILGATE, nginx.url("/"), "--rate", "300", "--duration", "60s",
+                          "--workers", "2", "--json", str(out), "--quiet"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(2.5)
+    t0 = time.monotonic()
+    p.send_signal(signal.SIGINT)
+    stdout, stderr = p.communicate(timeout=30)
+    assert p.returncode == 130, stderr
+    assert time.monotonic() - t0 < 15
+    data = json.loads(out.read_text())
+    req = data["requests"]
+    assert data["interrupted"] is True
+    assert 0 < req["sent"] < req["scheduled"]
+    assert req["sent"] == req["ok"] + sum(req["errors"].values())
+    assert data["latency_ms"]["count"] == req["sent"]
+    assert any(w.startswith("interrupted") for w in data["warnings"])
+    assert "[INTERRUPTED]" in stdout
+    assert Path(out).stat().st_size > 0

@@ -1,0 +1,130 @@
+"""Faults against real servers: every request accounted for, the run ends on time."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from support.nginx import Nginx, available, free_port
+from tailgate.bench.result import RunInfo, build_result
+from tailgate.bench.target import parse_target
+from tailgate.bench.workers import plan, run_here, run_workers
+
+pytestmark = pytest.mark.skipif(available() is not None, reason=str(available()))
+
+
+def bench(url: str, rate: float, duration: float, timeout: float = 1.0, workers: int = 1,
+          max_connections: int = 64, in_process: bool = True, on_start=None, **target_opts):
+    target = parse_target(url, **target_opts)
+    info = RunInfo(target=url, protocol=target.kind, rate=rate, duration_s=duration,
+                   workers=workers, connections=2, max_connections=max_connections,
+                   timeout_s=timeout)
+    cfgs = plan(info, target)
+    if in_process and workers == 1 and on_start is None:
+        parts = [run_here(cfgs[0])]
+    else:
+        parts, interrupted, missing = run_workers(cfgs, on_start=on_start)
+        assert not interrupted and not missing
+    return build_result(info, parts).json
+
+
+def accounted(data: dict) -> dict:
+    req = data["requests"]
+    assert req["sent"] == req["ok"] + sum(req["errors"].values())
+    assert req["sent"] == req["scheduled"]
+    assert data["latency_ms"]["count"] == req["sent"]
+    assert req["abandoned"] == 0
+    return req
+
+
+def test_port_nobody_listens_on_gives_connect_errors():
+    url = f"http://127.0.0.1:{free_port()}/"
+    t0 = time.monotonic()
+    data = bench(url, rate=200, duration=1.0)
+    req = accounted(data)
+    assert req["errors"]["connect"] == req["sent"] == 200
+    assert data["service_time_ms"]["count"] == 0  # nothing ever reached a wire
+    assert data["connections"]["connect_failures"] >= 200
+    assert time.monotonic() - t0 < 1.0 + 1.0 + 5.0  # duration + time-out + start-up slack
+
+
+@pytest.fixture(scope="module")
+def nginx():
+    with Nginx(workers=1) as ng:
+        yield ng
+
+
+@pytest.mark.parametrize(("path", "kind"), [("/500", "status_5xx"), ("/404", "status_4xx")])
+def test_error_statuses_are_counted_by_class(nginx, path, kind):
+    data = bench(nginx.url(path), rate=300, duration=1.0)
+    req = accounted(data)
+    assert req["errors"][kind] == req["sent"] == 300 and req["ok"] == 0
+    # They are answers: they have a service time.
+    assert data["service_time_ms"]["count"] == 300
+
+
+def test_server_slower_than_the_time_out_gives_time_outs_at_the_time_out():
+    with Nginx(workers=1) as ng:
+        (pid,) = ng.worker_pids()
+        os.kill(pid, signal.SIGSTOP)  # accepts (kernel backlog) but never answers
+        try:
+            data = bench(ng.url("/"), rate=100, duration=1.0, timeout=0.3)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+    req = accounted(data)
+    assert req["errors"]["timeout"] == req["sent"] == 100
+    lat = data["latency_ms"]
+    # Recorded at the time-out, never dropped: every latency is 300 ms (bucket precision).
+    assert 299.0 <= lat["p50"] <= 301.0 and 299.0 <= lat["max"] <= 301.0
+
+
+def test_server_killed_mid_run_gives_errors_not_a_crash():
+    with Nginx(workers=1) as ng:
+        killer = threading.Timer(0.0, lambda: None)
+
+        def on_start(start: float) -> None:
+            nonlocal killer
+            killer = threading.Timer(max(start + 1.0 - time.monotonic(), 0.0), ng.kill)
+            killer.start()
+
+        t0 = time.monotonic()
+        data = bench(ng.url("/"), rate=300, duration=2.5, timeout=1.0, on_start=on_start)
+        killer.join()
+    req = accounted(data)
+    assert req["ok"] > 100  # the first second was served
+    after = req["errors"]["connect"] + req["errors"]["reset"]
+    assert after > 100  # the rest failed as connection errors
+    assert req["ok"] + after + req["errors"]["timeout"] == req["sent"] == 750
+    assert time.monotonic() - t0 < 2.5 + 1.0 + 10.0
+
+
+def test_tcp_delimiter_and_length_against_nginx(nginx):
+    payload = b"GET /tcp HTTP/1.1\r\nHost: x\r\n\r\n"
+    url = f"tcp://127.0.0.1:{nginx.port}"
+    data = bench(url, rate=300, duration=1.0, payload=payload, delimiter=b"pong\n")
+    req = accounted(data)
+    assert req["ok"] == 300
+    import socket
+
+    with socket.create_connection(("127.0.0.1", nginx.port)) as s:
+        s.sendall(payload)
+        buf = b""
+        while not buf.endswith(b"pong\n"):
+            buf += s.recv(4096)
+    data = bench(url, rate=300, duration=1.0, payload=payload, response_length=len(buf))
+    assert accounted(data)["ok"] == 300
+    # One byte short: every response overruns the length -> protocol errors, accounted.
+    data = bench(url, rate=100, duration=1.0, payload=payload, response_length=len(buf) - 1)
+    req = accounted(data)
+    assert req["errors"]["protocol"] == 100
+
+
+def test_two_workers_split_the_schedule_and_merge_exactly(nginx):
+    data = bench(nginx.url("/"), rate=400, duration=1.5, workers=2, in_process=False)
+    req = accounted(data)
+    assert req["ok"] == 600
+    assert data["generator"]["workers"] == 2
