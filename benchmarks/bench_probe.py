@@ -6,7 +6,8 @@ In one run:
 1. start-up: spawn to probes attached, for every probe (median of --runs), next to the
    stock ``/usr/sbin/runqlat.bt`` that Debian's bpftrace ships (the peer);
 2. overhead of ``runqlat`` on a CPU-bound workload (2 x cores copies of a fixed amount of
-   arithmetic) and a context-switch-heavy one (a pipe ping-pong between two processes):
+   arithmetic) and a context-switch-heavy one (a pipe ping-pong between two processes
+   pinned to one CPU):
    wall time with the probe attached / without, interleaved rounds, medians; the stock
    runqlat.bt measured the same way;
 3. accuracy: runqlat in raw mode (every sample printed too) under contention; the P50..P999
@@ -77,8 +78,10 @@ def startup(runs: int) -> None:
 
 
 def overhead(runs: int) -> None:
-    cpu = [argv_for("cpuwork", 400_000_000)] * (2 * NCPU)
-    ctx = [argv_for("pingpong", 100_000)]
+    cpu = [argv_for("cpuwork", 800_000_000)] * (2 * NCPU)
+    # Both ends on one CPU: every round trip is two context switches on that CPU, with no
+    # cross-CPU wake-up (IPI, idle exit) whose cost swings with what else the host runs.
+    ctx = [["taskset", "-c", "0", *argv_for("pingpong", 200_000)]]
     variants = {"without": None, "runqlat": Run("runqlat", 600.0)}
     if stock_argv():
         variants["stock runqlat.bt"] = "stock"
