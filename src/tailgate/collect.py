@@ -136,8 +136,10 @@ def collect(host: Host, target: Target, interval_s: float) -> Snapshot:
     t0 = time.monotonic()
     if interval_s > 0:
         time.sleep(interval_s)
-    facts = _sample(host, target, every)
+    # The window ends when t1 sampling starts: a probe window runs inside that sample, beside
+    # the counter reads, and must not stretch the denominator of every rate.
     measured = time.monotonic() - t0
+    facts = _sample(host, target, every)
     return Snapshot(
         host=host_info(host),
         target=target.to_json(),
