@@ -47,7 +47,7 @@ def _share(total: int, k: int, n: int) -> int:
 
 
 def plan(info: RunInfo, target: Target, log_parts: list[str] | None = None,
-         progress_s: float = 0.5) -> list[EngineConfig]:
+         progress_s: float = 0.25) -> list[EngineConfig]:
     """One :class:`EngineConfig` per worker; together they are exactly the run asked for."""
     n = info.workers
     cfgs = []
