@@ -193,6 +193,9 @@ def irq_isolation(snap: Snapshot, p: dict) -> list[Result]:
                   "irq_affinity": {k: _cpus(v) if v else None for k, v in nic["irq_affinity"].items()}}
             if net_rx is not None:
                 ev["net_rx_softirqs_in_interval_per_cpu"] = net_rx
+            probed = snap.fact("probe.softirq")
+            if probed.ok:  # eBPF-measured NET_RX time per CPU, with --probe-window
+                ev["net_rx_softirq_time_per_cpu"] = probed.value.get("cpus")
             if shared:
                 results.append(Result(
                     "fail", subject=subject, observed=_cpus(shared), evidence=ev,
