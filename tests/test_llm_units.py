@@ -152,12 +152,13 @@ def test_mooncake_parse_errors_name_the_line():
                           '{"timestamp":0}\n')
 
 
-def test_slo_expressions():
+def test_slo_expressions_use_the_bench_grammar():
     s = parse_slo("ttft_p999<2s")
-    assert (s.metric, s.percentile, s.limit, s.inclusive) == ("ttft", 99.9, 2.0, False)
-    assert parse_slo("itl_p99<=50ms").limit == pytest.approx(0.05)
+    assert (s.metric, s.op, s.limit, s.unit) == ("ttft_p999", "<", 2000.0, "ms")
+    assert parse_slo("itl_p99<=50ms").limit == pytest.approx(50.0)
     assert parse_slo("error_rate<1%").limit == pytest.approx(0.01)
-    assert parse_slo("e2e_max<30s").percentile == 100.0
-    for bad in ("p999<5ms", "ttft_p42<1s", "ttft_p99<soon", "error_rate<"):
+    assert parse_slo("goodput_rps>=5").limit == 5.0
+    assert parse_slo("p99<3s").metric == "latency.p99"  # bench's plain form: E2E here
+    for bad in ("ttft_p42<1s", "ttft_p99<soon", "ttft_p99<5", "error_rate<"):
         with pytest.raises(ValueError):
             parse_slo(bad)

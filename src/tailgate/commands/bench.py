@@ -24,9 +24,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "  tailgate bench http://127.0.0.1:8080/ --rate 20k --duration 30s "
         "--slo 'p999<5ms' --slo 'error_rate<0.1%%'\n"
         "  tailgate bench tcp://127.0.0.1:6379 --payload 'PING\\r\\n' --delimiter '\\r\\n' "
-        "--rate 5000 --duration 10s",
+        "--rate 5000 --duration 10s\n"
+        "  tailgate bench openai+http://127.0.0.1:8000/v1 --model M --api chat --rate 2 "
+        "--duration 60s --slo 'ttft_p99<2s' --slo 'itl_p99<50ms'",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("target", metavar="TARGET", help="http://host:port/path or tcp://host:port")
+    p.add_argument("target", metavar="TARGET", help="http://host:port/path, tcp://host:port, "
+                   "or an OpenAI-compatible LLM server: openai+http://host:port/v1")
     add_load_options(p)
     g = p.add_argument_group("HTTP requests")
     g.add_argument("-X", "--method", default="GET", help="HTTP method (default GET)")
@@ -39,15 +42,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--delimiter", help=r"a response ends with these bytes (escapes allowed)")
     g.add_argument("--response-length", type=int, metavar="N",
                    help="a response is exactly N bytes")
+    from ..llm.command import add_llm_arguments
+
+    add_llm_arguments(p)  # streamed LLM load: --model, --api, --workload, ... (tailgate.llm)
     p.set_defaults(func=run)
 
 
 def add_load_options(p: argparse.ArgumentParser) -> None:
     """The schedule, connection, SLO and output options (shared with other bench kinds)."""
     g = p.add_argument_group("load")
-    g.add_argument("--rate", required=True, help="requests per second, all workers together "
+    # Required for http/tcp (checked in _parse); an openai+ target may use --concurrency
+    # or --requests instead.
+    g.add_argument("--rate", help="requests per second, all workers together "
                    "(e.g. 1000, 20k)")
-    g.add_argument("--duration", required=True, help="measured run time (e.g. 30s, 2m)")
+    g.add_argument("--duration", help="measured run time (e.g. 30s, 2m)")
     g.add_argument("--arrival", choices=("constant", "poisson"), default="constant",
                    help="inter-arrival times: constant (default) or exponential (Poisson)")
     g.add_argument("--warmup", default="0s", help="run this long first, not measured")
@@ -58,9 +66,10 @@ def add_load_options(p: argparse.ArgumentParser) -> None:
                    "their latency still counted from their intended start (default 1024)")
     g.add_argument("--workers", type=int, default=None,
                    help="generator processes (default: one per CPU)")
-    g.add_argument("--timeout", default="2s",
+    g.add_argument("--timeout", default=None,
                    help="a request without a full response this long after its intended "
-                   "start is a time-out, recorded at the time-out (default 2s)")
+                   "start is a time-out, recorded at the time-out (default 2s; 60s for "
+                   "openai+ targets)")
     g.add_argument("--seed", type=int, default=0, help="Poisson schedule seed (default 0)")
     g = p.add_argument_group("results")
     g.add_argument("--slo", action="append", default=[], metavar="EXPR",
@@ -71,7 +80,8 @@ def add_load_options(p: argparse.ArgumentParser) -> None:
                    help="write the latency histogram as an HdrHistogram log (HISTFAAA...)")
     g.add_argument("--hdr-interval", default="1s",
                    help="interval of the --hdr log's histograms (default 1s)")
-    g.add_argument("--log", metavar="FILE", help="write one CSV record per request to FILE")
+    g.add_argument("--log", metavar="FILE", help="write one CSV record per request to FILE "
+                   "(JSON lines for openai+ targets)")
     g.add_argument("--spectrum", action="store_true",
                    help="print the detailed percentile spectrum (as wrk2 does)")
     g.add_argument("--min-tail-samples", type=int, default=10,
@@ -86,11 +96,13 @@ def _parse(args: argparse.Namespace) -> tuple[Any, Any, list[Any]]:
     from ..bench.units import parse_duration, parse_rate, unescape
     from ..bench.workers import default_workers
 
+    if args.rate is None or args.duration is None:
+        raise UsageError("--rate and --duration are required")
     try:
         rate = parse_rate(args.rate)
         duration = parse_duration(args.duration)
         warmup = parse_duration(args.warmup)
-        timeout = parse_duration(args.timeout)
+        timeout = parse_duration(args.timeout or "2s")
         hdr_interval = parse_duration(args.hdr_interval)
         slos = [parse_slo(e) for e in args.slo]
         headers = [parse_header(h) for h in args.header]
@@ -138,6 +150,10 @@ def run(args: argparse.Namespace) -> int:
     from ..bench.slo import evaluate
     from ..bench.workers import WorkerFailure, plan, run_workers
 
+    if args.target.startswith("openai+"):
+        from ..llm.command import run_llm
+
+        return run_llm(args)
     info, target, slos = _parse(args)
     parts = [f"{args.log}.part{k}" for k in range(info.workers)] if args.log else None
     cfgs = plan(info, target, parts)

@@ -65,7 +65,9 @@ def add_llm_arguments(p: argparse.ArgumentParser) -> None:
         help="send ignore_eos (vLLM/SGLang): generate exactly --output-len tokens")
     add("--slo", action="append", default=[], metavar="EXPR",
         help="e.g. 'ttft_p999<2s', 'itl_p99<50ms', 'tpot_p50<20ms', 'e2e_max<30s', "
-        "'error_rate<1%%' (repeatable; exit 1 when one fails)")
+        "'error_rate<1%%', 'goodput_rps>=5' (repeatable; exit 1 when one fails)")
+    g.description = ("LLM SLOs: ttft_/itl_/tpot_/e2e_ + p50|p90|p99|p999|p9999|max, "
+                     "error_rate, goodput_rps, output_tokens_per_s (e.g. 'ttft_p999<2s')")
     add("--json", metavar="FILE|-", help="write the JSON results ('-' for stdout)")
     add("--log", metavar="FILE", help="write one JSON record per request (JSON lines)")
 
@@ -119,7 +121,7 @@ def run_llm(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise _usage(f"--rate: {exc}") from None
     duration = _seconds(getattr(args, "duration", None), "--duration")
-    timeout = _seconds(getattr(args, "timeout", None), "--timeout") or 60.0
+    timeout = _seconds(getattr(args, "timeout", None), "--timeout") or 60.0  # LLM default
     warmup = _seconds(getattr(args, "warmup", None), "--warmup") or 0.0
     trace_mode = args.workload == "trace"
     conc = args.concurrency
@@ -141,6 +143,10 @@ def run_llm(args: argparse.Namespace) -> int:
         slos = [parse_slo(s) for s in args.slo]
     except ValueError as exc:
         raise _usage(str(exc)) from None
+    if getattr(args, "hdr", None):
+        raise _usage("--hdr is for http/tcp targets; an openai+ run's histograms are in --json")
+    if warmup > 0 and duration is not None:
+        duration += warmup  # the warm-up runs first, then the measured --duration
     if args.input_len < 1 or args.output_len < 1:
         raise _usage("--input-len and --output-len must be >= 1")
 

@@ -23,13 +23,13 @@ every latency SLO given (for ``itl_pXX`` the request's own XX-th percentile gap)
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ..bench.units import parse_duration
+from ..bench.slo import Slo, SloError, evaluate
+from ..bench.slo import parse_slo as _bench_parse_slo
 from ..hist import Histogram
 from .client import ERROR_KINDS, Record
 from .run import RunResult
@@ -37,38 +37,34 @@ from .run import RunResult
 PERCENTILES = (("p50", 50.0), ("p90", 90.0), ("p99", 99.0), ("p999", 99.9))
 METRICS = ("ttft", "itl", "tpot", "e2e")
 
-_SLO = re.compile(r"^\s*(ttft|itl|tpot|e2e)_(p50|p90|p99|p999|p9999|max)\s*(<=|<)\s*(.+?)\s*$")
-_ERR = re.compile(r"^\s*error_rate\s*(<=|<)\s*([0-9.]+)\s*(%?)\s*$")
-_PCT = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p999": 99.9, "p9999": 99.99, "max": 100.0}
-
-
-@dataclass(frozen=True)
-class Slo:
-    expr: str
-    metric: str  # ttft|itl|tpot|e2e|error_rate
-    percentile: float  # 0..100 (unused for error_rate)
-    limit: float  # seconds, or a fraction for error_rate
-    inclusive: bool
+# SLOs are parsed and evaluated by tailgate.bench.slo (one grammar for every bench); the
+# LLM figures are its "custom" metrics, looked up in the result's "metrics" block.
+_STATS = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p999": 99.9, "p9999": 99.99, "max": 100.0}
+CUSTOM_METRICS: dict[str, str] = {
+    **{f"{m}_{stat}": "ms" for m in METRICS for stat in _STATS},
+    "goodput_rps": "rate", "requests_per_s": "rate", "output_tokens_per_s": "rate",
+}
+SLO_EXAMPLES = ("ttft_p999<2s, itl_p99<50ms, tpot_p50<20ms, e2e_max<30s, error_rate<1%, "
+                "goodput_rps>=5")
 
 
 def parse_slo(expr: str) -> Slo:
-    """``ttft_p999<2s``, ``itl_p99<=50ms``, ``e2e_max<30s``, ``error_rate<1%``."""
-    m = _SLO.match(expr)
-    if m:
-        metric, pct, op, value = m.groups()
-        limit = parse_duration(value)
-        return Slo(expr.strip(), metric, _PCT[pct], limit, op == "<=")
-    m = _ERR.match(expr)
-    if m:
-        op, num, pct = m.groups()
-        limit = float(num) / (100.0 if pct else 1.0)
-        return Slo(expr.strip(), "error_rate", 0.0, limit, op == "<=")
-    raise ValueError(f"not an SLO: {expr!r} (examples: ttft_p999<2s, itl_p99<50ms, "
-                     "tpot_p50<20ms, e2e_max<30s, error_rate<1%)")
+    """``ttft_p999<2s``, ``itl_p99<=50ms``, ``e2e_max<30s``, ``error_rate<1%``,
+    ``goodput_rps>=5`` (also bench's ``p99<...``, which here means E2E)."""
+    try:
+        return _bench_parse_slo(expr, CUSTOM_METRICS)
+    except SloError as exc:
+        raise ValueError(f"{exc} (LLM targets: {SLO_EXAMPLES})") from None
 
 
-def _meets(value: float, slo: Slo) -> bool:
-    return value <= slo.limit if slo.inclusive else value < slo.limit
+def _latency_slo(slo: Slo) -> tuple[str, float] | None:
+    """(metric, percentile) of a per-request latency SLO, else None."""
+    metric, _, stat = slo.metric.replace(".", "_").partition("_")
+    if metric == "latency":  # bench's plain p99<...: E2E
+        metric = "e2e"
+    if metric in METRICS and stat in _STATS:
+        return metric, _STATS[stat]
+    return None
 
 
 @dataclass
@@ -160,24 +156,9 @@ def analyse(result: RunResult, slos: list[Slo], *, target: str, model: str, api:
     by_usage = bool(ok) and all(r.completion_tokens is not None for r, _ in ok)
     in_by_usage = bool(ok) and all(r.prompt_tokens is not None for r, _ in ok)
 
-    latency_slos = [s for s in slos if s.metric != "error_rate"]
-    good = sum(1 for r, d in ok if _request_meets(d, latency_slos))
-    slo_results = []
-    for s in slos:
-        if s.metric == "error_rate":
-            observed = (sent - len(ok)) / sent if sent else 0.0
-            slo_results.append({"expr": s.expr, "observed": round(observed, 6),
-                                "pass": sent > 0 and _meets(observed, s)})
-            continue
-        h = hists[s.metric]
-        if h.total == 0:
-            slo_results.append({"expr": s.expr, "observed": None, "pass": False,
-                                "reason": f"no {s.metric} samples"})
-            continue
-        v = _value_at(h, s.percentile)
-        slo_results.append({"expr": s.expr, "observed": f"{v * 1000:.3f}ms",
-                            "observed_ms": round(v * 1000, 3), "pass": _meets(v, s)})
-    return {
+    latency_slos = [(s, ls) for s in slos if (ls := _latency_slo(s)) is not None]
+    good = sum(1 for _, d in ok if _request_meets(d, latency_slos))
+    out: dict[str, Any] = {
         "target": target, "model": model, "api": api, "mode": result.mode,
         "workload": workload,
         "rate": {"target": rate, "achieved": round(sent / span_s, 3)},
@@ -200,24 +181,38 @@ def analyse(result: RunResult, slos: list[Slo], *, target: str, model: str, api:
                      "error_examples": examples,
                      **({"warmup": {"sent": len(warm), "ok": sum(r.ok for r in warm)}}
                         if warm else {})},
-        "slo": slo_results,
     }
+    metrics: dict[str, float | None] = {}
+    for m in METRICS:
+        for stat in _STATS:
+            metrics[f"{m}_{stat}"] = out[f"{m}_ms"][stat] if stat != "p9999" else (
+                _p9999(hists[m]))
+    metrics.update({k: out["throughput"][k] for k in ("goodput_rps", "requests_per_s",
+                                                      "output_tokens_per_s")})
+    out["metrics"] = metrics
+    out["latency_ms"] = out["e2e_ms"]  # bench's plain p99<... reads this: E2E here
+    out["slo"] = evaluate(slos, out)
+    return out
 
 
-def _request_meets(d: Derived, slos: list[Slo]) -> bool:
-    for s in slos:
-        if s.metric == "itl":
+def _p9999(h: Histogram) -> float | None:
+    return round(min(h.value_at_percentile(99.99), h.max) / 1e6, 3) if h.total else None
+
+
+def _request_meets(d: Derived, slos: list[tuple[Slo, tuple[str, float]]]) -> bool:
+    """Whether one request's own figures meet every latency SLO (for goodput)."""
+    for slo, (metric, pct) in slos:
+        if metric == "itl":
             if d.itl.size == 0:
                 continue
-            own = (float(d.itl.max()) if s.percentile >= 100.0 else
-                   float(np.percentile(d.itl, s.percentile, method="inverted_cdf")))
-            value = own / 1e9
+            own = (float(d.itl.max()) if pct >= 100.0 else
+                   float(np.percentile(d.itl, pct, method="inverted_cdf")))
         else:
-            raw = {"ttft": d.ttft, "tpot": d.tpot, "e2e": d.e2e}[s.metric]
+            raw = {"ttft": d.ttft, "tpot": d.tpot, "e2e": d.e2e}[metric]
             if raw is None:
                 continue
-            value = raw / 1e9
-        if not _meets(value, s):
+            own = float(raw)
+        if not slo.holds(own / 1e6):  # ns -> ms, the SLO's unit
             return False
     return True
 
@@ -254,7 +249,9 @@ def format_report(report: dict[str, Any]) -> str:
                  f"goodput {tp['goodput_rps']:.2f} req/s")
     for s in report["slo"]:
         mark = "pass" if s["pass"] else "FAIL"
-        lines.append(f"SLO {s['expr']}: {mark} (observed {s['observed']})")
+        seen = ("no samples" if s["observed"] is None else
+                f"{s['observed']:.6g}{'' if s['unit'] in ('fraction', 'count') else s['unit']}")
+        lines.append(f"SLO {s['expr']}: {mark} (observed {seen})")
     if report["interrupted"]:
         lines.append("interrupted: figures cover the requests completed before the stop")
     return "\n".join(lines)

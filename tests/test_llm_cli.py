@@ -1,0 +1,103 @@
+"""`tailgate bench openai+http://...` end to end: the command line against real servers
+(llama-cpp-python with a tiny random GGUF, and the scripted fault server)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from support.llm_server import (
+    MODEL_NAME,
+    ScriptedServer,
+    llama_cpp_available,
+    llama_server,
+)
+
+FIX = Path(__file__).parent / "fixtures" / "llm"
+
+
+def tailgate(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tailgate", "bench", *args], check=False,
+                          capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    reason = llama_cpp_available()
+    if reason:
+        pytest.skip(reason)
+    with llama_server(tmp_path_factory.mktemp("llama-cli")) as base:
+        yield base
+
+
+@pytest.mark.parametrize("api", ["completions", "chat"])
+def test_bench_cli_json_and_slo_exit_status(server, api, tmp_path):
+    log = tmp_path / "requests.jsonl"
+    out = tailgate(f"openai+{server}", "--model", MODEL_NAME, "--api", api, "--rate", "4",
+                   "--requests", "8", "--input-len", "16", "--output-len", "10",
+                   "--slo", "ttft_p99<60s", "--slo", "error_rate<1%", "--json", "-",
+                   "--log", str(log))
+    assert out.returncode == 0, out.stderr
+    rep = json.loads(out.stdout)
+    for key in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms"):
+        assert set(rep[key]) >= {"p50", "p90", "p99", "p999", "max", "count"}
+    assert rep["requests"]["sent"] == rep["requests"]["ok"] == 8
+    assert rep["tokens"]["counted_by"] == "chunks"
+    assert set(rep["throughput"]) >= {"output_tokens_per_s", "requests_per_s", "goodput_rps"}
+    assert [s["pass"] for s in rep["slo"]] == [True, True]
+    lines = [json.loads(x) for x in log.read_text().splitlines()]
+    assert len(lines) == 8 and all(x["error"] is None for x in lines)
+    assert all(x["intended_ms"] <= x["sent_ms"] <= x["first_token_ms"] <= x["end_ms"]
+               for x in lines)
+    # An SLO no server can meet: exit status 1, the failing SLO named.
+    bad = tailgate(f"openai+{server}", "--model", MODEL_NAME, "--api", api, "--rate", "4",
+                   "--requests", "4", "--output-len", "4", "--slo", "ttft_p50<1us",
+                   "--slo", "error_rate<1%")
+    assert bad.returncode == 1
+    assert "ttft_p50<1us" in bad.stderr and "error_rate" not in bad.stderr
+    assert "TTFT" in bad.stdout
+
+
+def test_bench_cli_trace_replay_and_multiturn(server):
+    out = tailgate(f"openai+{server}", "--model", MODEL_NAME, "--workload", "trace",
+                   "--trace", str(FIX / "mooncake_conversation_head.jsonl"),
+                   "--trace-token-scale", "0.01", "--trace-time-scale", "1000",
+                   "--requests", "12", "--json", "-")
+    assert out.returncode == 0, out.stderr
+    rep = json.loads(out.stdout)
+    assert rep["requests"]["sent"] == 12 and rep["workload"]["kind"] == "trace"
+    mt = tailgate(f"openai+{server}", "--model", MODEL_NAME, "--api", "chat", "--workload",
+                  "multiturn", "--conversations", "2", "--turns", "3", "--concurrency", "1",
+                  "--system-len", "30", "--input-len", "8",
+                  "--requests", "6", "--output-len", "4", "--json", "-")
+    assert mt.returncode == 0, mt.stderr
+    assert json.loads(mt.stdout)["requests"]["ok"] == 6
+
+
+def test_bench_cli_counts_faults_and_uses_usage():
+    with ScriptedServer(modes=("ok", "status_500", "reset_mid_stream", "no_token")) as srv:
+        out = tailgate(f"openai+{srv.base}", "--model", "m", "--rate", "20", "--requests",
+                       "8", "--output-len", "5", "--json", "-", "--slo", "error_rate<1%")
+    assert out.returncode == 1  # 6 of 8 failed
+    rep = json.loads(out.stdout)
+    assert rep["requests"]["errors"] == {"status_5xx": 2, "reset": 2, "no_token": 2}
+    assert rep["requests"]["ok"] == 2 and rep["tokens"]["counted_by"] == "usage"
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--model", "m"], "--rate"),
+    (["--model", "m", "--rate", "2", "--concurrency", "2", "--requests", "2"], "exactly one"),
+    (["--rate", "2", "--requests", "2"], "--model"),
+    (["--model", "m", "--rate", "2"], "--duration"),
+    (["--model", "m", "--rate", "2", "--requests", "2", "--slo", "ttft_p42<1s"], "SLO"),
+    (["--model", "m", "--workload", "trace", "--requests", "2"], "--trace"),
+])
+def test_bench_cli_rejects_bad_input(args, words):
+    out = tailgate("openai+http://127.0.0.1:9/v1", *args, timeout=60)
+    assert out.returncode == 2 and words in out.stderr, out.stderr
