@@ -101,3 +101,28 @@ def test_bench_cli_counts_faults_and_uses_usage():
 def test_bench_cli_rejects_bad_input(args, words):
     out = tailgate("openai+http://127.0.0.1:9/v1", *args, timeout=60)
     assert out.returncode == 2 and words in out.stderr, out.stderr
+
+
+def test_bench_cli_ctrl_c_writes_what_it_has(tmp_path):
+    """SIGINT mid-run: exit 130, the JSON written, every request released accounted."""
+    import signal
+    import time
+
+    out = tmp_path / "r.json"
+    with ScriptedServer(modes=("ok", "hang")) as srv:
+        p = subprocess.Popen(
+            [sys.executable, "-m", "tailgate", "bench", f"openai+{srv.base}", "--model", "m",
+             "--rate", "20", "--duration", "30s", "--timeout", "60s", "--output-len", "3",
+             "--json", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 30
+        while len(srv.bodies) < 6 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+    assert p.returncode == 130, err
+    rep = json.loads(out.read_text())
+    req = rep["requests"]
+    assert rep["interrupted"] is True and req["sent"] >= 6
+    assert req["sent"] == req["ok"] + sum(req["errors"].values())
+    assert req["errors"].get("interrupted", 0) >= 1  # the hung ones
+    assert set(req["errors"]) <= {"interrupted"}

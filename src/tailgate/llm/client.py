@@ -15,7 +15,8 @@ finished: a dropped stream), ``status_4xx``, ``status_5xx``, ``protocol`` (an
 HTTP response we could not parse, or not an event stream); then
 ``malformed_sse`` (bad event-stream framing or chunk JSON), ``server_error`` (an
 error object inside the stream) and ``no_token`` (a complete stream without
-any content).
+any content); ``interrupted`` marks a request still open when the run was stopped
+(Ctrl-C).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from .openai import PATHS, Api, ChunkError, parse_chunk
 from .sse import SSEError, SSEParser
 
 ERROR_KINDS = ("connect", "timeout", "reset", "status_4xx", "status_5xx", "protocol",
-               "malformed_sse", "server_error", "no_token")
+               "malformed_sse", "server_error", "no_token", "interrupted")
 
 
 @dataclass
@@ -257,7 +258,7 @@ async def stream_request(ep: Endpoint, api: Api, body: bytes, rec: Record,
     except asyncio.CancelledError:
         if not done.done() or done.cancelled():
             rec.end_ns = time.perf_counter_ns()
-            rec.error, rec.detail = "timeout", "cancelled: the run ended"
+            rec.error, rec.detail = "interrupted", "still open when the run was stopped"
         raise
     finally:
         if transport is not None and not transport.is_closing():

@@ -196,5 +196,6 @@ def run_llm(args: argparse.Namespace) -> int:
     failed = slo_failed(report)
     if failed:
         print("SLO failed: " + ", ".join(failed), file=sys.stderr)
-        return 1
-    return 0
+    if result.interrupted:
+        return 130  # as the http/tcp bench: results written, marked interrupted
+    return 1 if failed else 0
