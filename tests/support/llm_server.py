@@ -156,7 +156,8 @@ def llama_server(tmpdir: str | os.PathLike[str], startup_s: float = 120.0) -> It
 # -- a small scripted OpenAI-compatible server: real sockets, chosen faults ---------
 
 FAULTS = ("ok", "status_500", "status_404", "reset_mid_stream", "bad_json", "bad_sse_line",
-          "no_token", "hang", "error_object", "not_event_stream", "close_without_done")
+          "no_token", "hang", "error_object", "not_event_stream", "close_without_done",
+          "eof_delimited")
 
 
 class ScriptedServer:
@@ -271,7 +272,14 @@ class ScriptedServer:
                              b"Content-Length: " + str(len(msg)).encode()
                              + b"\r\nConnection: close\r\n\r\n" + msg)
             else:
-                writer.write(head_("200 OK"))
+                eof = mode == "eof_delimited"  # HTTP/1.0 style: no length, ends at close
+                if eof:
+                    writer.write(b"HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\n")
+
+                    def piece(data: bytes) -> bytes:
+                        return data
+                else:
+                    writer.write(head_("200 OK"))
                 if chat:
                     writer.write(piece(chunk(None)))  # the role-only first chunk
                 if self.first_empty and not chat:
@@ -300,11 +308,11 @@ class ScriptedServer:
                         "prompt_tokens": n_in, "completion_tokens": tokens,
                         "total_tokens": n_in + tokens}}
                     writer.write(piece(b"data: " + _json.dumps(u).encode() + b"\n\n"))
-                if mode != "close_without_done":
+                if mode not in ("close_without_done", "eof_delimited"):
                     writer.write(piece(b"data: [DONE]\n\n"))
-                    writer.write(b"0\r\n\r\n")
-                else:
-                    # The finish chunk was sent: a complete response without [DONE] is fine.
+                if not eof:
+                    # close_without_done: the finish chunk was sent, and a complete
+                    # response without [DONE] is fine.
                     writer.write(b"0\r\n\r\n")
                 if mode == "ok":
                     self.send_ns.append(sends)

@@ -146,6 +146,10 @@ class _Stream(asyncio.Protocol):
             why = f"connection lost: {exc}" if exc else "connection closed mid-stream"
             if self.rec.status is not None and self.rec.status != 200:
                 self._status_error()
+            elif exc is None and self.rec.status == 200:
+                # A body without length or chunking ends at EOF (HTTP/1.0 style): judge the
+                # stream as at a message end (finished, or cut short).
+                self.on_message_complete()
             else:
                 self._finish("reset", why)
 
