@@ -252,6 +252,65 @@ def test_older_vllm_and_sglang_counters_over_a_live_window(hits, queries, kind):
     assert kind in f.reason and f.evidence["windowed"] is True
 
 
+def _live(reg):
+    from prometheus_client import generate_latest
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = generate_latest(reg)
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    return _serve(H)
+
+
+def test_vllm_v0_specdec_counters_give_the_rate_but_no_alpha():
+    from prometheus_client import CollectorRegistry, Counter
+
+    reg = CollectorRegistry()
+    drafted = Counter("vllm:spec_decode_num_draft_tokens", "d", registry=reg)
+    accepted = Counter("vllm:spec_decode_num_accepted_tokens", "a", registry=reg)
+    drafted.inc(1000)
+    accepted.inc(900)  # history: 90 %
+    srv = _live(reg)
+    try:
+        url = f"http://127.0.0.1:{srv.server_port}/metrics"
+
+        def traffic():  # the window: 60 %
+            drafted.inc(500)
+            accepted.inc(300)
+
+        res = judge(snapshot(Target(options={"engine": url}), interval=0.05, between=traffic))
+    finally:
+        srv.shutdown()
+    f = res["l4.specdec.acceptance"][0]
+    assert f.status == "fail" and f.observed == pytest.approx(60.0)
+    assert f.evidence["alpha"] is None and "not derivable" in f.reason
+
+
+def test_sglang_specdec_gauges_judged_with_alpha():
+    from prometheus_client import CollectorRegistry, Gauge
+
+    reg = CollectorRegistry()
+    Gauge("sglang:spec_accept_rate", "r", registry=reg).set(0.8)
+    Gauge("sglang:spec_accept_length", "l", registry=reg).set(3.4)  # k = 2.4 / 0.8 = 3
+    srv = _live(reg)
+    try:
+        res = judge(snapshot(Target(options={
+            "engine": f"http://127.0.0.1:{srv.server_port}/metrics"})))
+    finally:
+        srv.shutdown()
+    f = res["l4.specdec.acceptance"][0]
+    assert f.status == "pass" and f.observed == pytest.approx(80.0)
+    assert f.evidence["draft_length"] == pytest.approx(3.0)
+    assert specdec.expected_tokens_per_step(f.evidence["alpha"], 3) == pytest.approx(3.4)
+
+
 def test_unreachable_and_non_prometheus_endpoints_are_unknown():
     class Html(http.server.BaseHTTPRequestHandler):
         def do_GET(self):

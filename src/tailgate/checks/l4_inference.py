@@ -132,6 +132,23 @@ def specdec_acceptance(snap: Snapshot, p: dict) -> Result:
                     if per_pos else None}
         note = (f"over the {snap.interval_s:.1f} s window" if windowed
                 else "totals since the engine started (no drafts in the window)")
+    elif em.total(after, "vllm:spec_decode_num_draft_tokens_total") is not None:
+        # vLLM v0: drafted/accepted counters but no count of drafts, so k (and alpha) is
+        # unknown; the acceptance rate is still exact.
+        r = em.ratio_over_window(before, after, "vllm:spec_decode_num_accepted_tokens_total",
+                                 "vllm:spec_decode_num_draft_tokens_total", snap.interval_s)
+        if r is None:
+            raise Unknown(f"{url}: incomplete vllm:spec_decode_* counters")
+        a, d, windowed, note = r
+        if d <= 0:
+            raise Unknown(f"{url}: speculative decoding drafted no tokens yet")
+        observed = _pct(a / d)
+        return Result("pass" if observed >= limit else "fail", subject=url, observed=observed,
+                      evidence={"engine": url, "acceptance_rate": a / d, "alpha": None,
+                                "draft_tokens": d, "accepted_tokens": a, "windowed": windowed},
+                      reason=f"acceptance rate {observed:.1f} % (accepted/drafted, {note}); "
+                      "alpha not derivable: these (v0) counters do not count drafts, so the "
+                      f"draft length is unknown; {judged_on}")
     else:
         rate = em.total(after, "sglang:spec_accept_rate")
         length = em.total(after, "sglang:spec_accept_length")
