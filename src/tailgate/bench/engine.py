@@ -32,6 +32,7 @@ second — recording is vectorised, never a Python call per sample.
 from __future__ import annotations
 
 import asyncio
+import gc
 import math
 from collections import deque
 from collections.abc import Callable
@@ -156,7 +157,7 @@ class Engine:
         self._waker: Waker | None = None
         self._precise = False
         self._tick = 0.0
-        self._tick_origin = 0.0
+        self._slack = 0.0
         self._tasks: set[asyncio.Task[None]] = set()
 
     # -- setup -----------------------------------------------------------------
@@ -177,15 +178,23 @@ class Engine:
         self._precise = self._waker.precise
         sweep = self.loop.call_at(self.loop.time(), self._sweep)
         self._next_progress = start + self.cfg.progress_s
+        # A full cyclic-GC pass over the run's objects stalls the loop for milliseconds
+        # (lateness). The hot path makes no reference cycles: collect once, then pause it.
+        gc.collect()
+        gc.freeze()
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
         try:
             if self.n and not self.stopping:
-                self._tick = self._tick_period()
-                self._tick_origin = start + float(self.times[0])
-                self._waker.at(self._tick_origin, self._tick)
+                self._tick, self._slack = self._tick_period()
+                self._waker.at(start + float(self.times[0]), self._tick)
             else:
                 self.finished.set_result(None)
             await self.finished
         finally:
+            if gc_was_enabled:
+                gc.enable()
+            gc.unfreeze()
             sweep.cancel()
             self._waker.close()
             self._close_all()
@@ -194,19 +203,23 @@ class Engine:
             self._log.close()
         return self._result()
 
-    def _tick_period(self) -> float:
-        """The timer's period: the schedule's spacing when it is regular (a constant
-        schedule then needs no re-arming at all), else a quarter of the mean gap.
-        Bounded to [10 µs, 1 ms]; 0 (one-shot wake-ups) for slow schedules."""
+    def _tick_period(self) -> tuple[float, float]:
+        """(period, slack) of the wake-up timer.
+
+        A regular (constant) schedule ticks at its own spacing, re-armed only when
+        the rounding drift passes 5 µs. An irregular (Poisson) one ticks at an eighth
+        of the mean gap, at most 100 µs — the most lateness that adds. Schedules
+        slower than 1,000/s per worker re-arm for every request (0, 0)."""
         if self.n < 2 or not self._waker.precise:
-            return 0.0
+            return 0.0, 0.0
         gaps = np.diff(self.times[:1024])
         mean = float(self.times[-1] - self.times[0]) / (self.n - 1)
         if mean > 1e-3:
-            return 0.0
+            return 0.0, 0.0
         if float(gaps.max() - gaps.min()) < 1e-9:
-            return max(mean, 1e-5)
-        return min(max(mean / 4, 1e-5), 1e-3)
+            return max(mean, 1e-5), 5e-6
+        tick = min(max(mean / 8, 1e-5), 1e-4)
+        return tick, tick
 
     def stop(self) -> None:
         """Stop issuing requests and end the run now (Ctrl-C)."""
@@ -255,18 +268,17 @@ class Engine:
         self.next_i = i
         if i < n:
             nxt = start + chunk[i - lo]
-            # A ticking timer already wakes us by then (at most one tick late): no re-arm.
-            if not (self._tick and nxt <= self._armed_until(now)):
-                self._waker.at(nxt, self._tick)
-                self._tick_origin = nxt
+            # Re-arming is a slow system call: keep a ticking timer when its next tick
+            # is at (or within the slack after) the next due time; never let it be early.
+            if self._tick:
+                fire = self._waker.next_fire(now)
+                if not (nxt <= fire <= nxt + self._slack):
+                    self._waker.at(nxt, self._tick)
+            else:
+                self._waker.at(nxt)
         else:
             self._waker.disarm()
             self._check_finished()
-
-    def _armed_until(self, now: float) -> float:
-        """When the ticking timer fires next after ``now``."""
-        k = math.floor((now - self._tick_origin) / self._tick) + 1
-        return self._tick_origin + k * self._tick
 
     def on_response(self, conn: Connection, rid: int, outcome: int, status: int,
                     nbytes: int) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import ctypes.util
+import math
 import os
 from collections.abc import Callable
 
@@ -51,6 +52,8 @@ class Waker:
         self._handle: asyncio.TimerHandle | None = None
         self._fd = -1
         self._spec = _Itimerspec()
+        self.origin = 0.0
+        self.period = 0.0
         lib = _libc()
         if lib is not None:
             fd = lib.timerfd_create(_CLOCK_MONOTONIC, _TFD_NONBLOCK | _TFD_CLOEXEC)
@@ -72,15 +75,13 @@ class Waker:
         lets the timer tick instead of re-arming for every request.
         """
         if self._fd >= 0:
-            sec = int(when)
-            nsec = int((when - sec) * 1e9)
-            if sec <= 0 and nsec <= 0:
-                nsec = 1  # zero would disarm the timer
-            self._spec.it_value.tv_sec = sec
-            self._spec.it_value.tv_nsec = nsec
-            psec = int(period)
-            self._spec.it_interval.tv_sec = psec
-            self._spec.it_interval.tv_nsec = int((period - psec) * 1e9)
+            # Whole nanoseconds rounded up: the timer never fires before ``when``.
+            when_ns = max(math.ceil(when * 1e9), 1)  # zero would disarm the timer
+            period_ns = math.ceil(period * 1e9) if period > 0 else 0
+            self.origin, self.period = when_ns / 1e9, period_ns / 1e9
+            self._spec.it_value.tv_sec, self._spec.it_value.tv_nsec = divmod(when_ns, 10**9)
+            self._spec.it_interval.tv_sec, self._spec.it_interval.tv_nsec = divmod(
+                period_ns, 10**9)
             self._settime(self._fd, _TFD_TIMER_ABSTIME, self._spec_ref, None)
         else:
             if self._handle is not None:
@@ -91,6 +92,14 @@ class Waker:
 
             self._handle = self._loop.call_at(self._loop.time() + (when - time.monotonic()),
                                               self._callback)
+
+    def next_fire(self, now: float) -> float:
+        """When the timer fires next after ``now`` (inf if it will not)."""
+        if now < self.origin:
+            return self.origin
+        if self.period <= 0:
+            return math.inf
+        return self.origin + (math.floor((now - self.origin) / self.period) + 1) * self.period
 
     def disarm(self) -> None:
         if self._fd >= 0:
