@@ -136,3 +136,24 @@ def test_slo_evaluation_against_a_result():
     assert [g["pass"] for g in got] == [True, False, False, True, True, True, False]
     assert got[2]["observed"] == pytest.approx(0.002)
     assert got[-1]["reason"] == "no samples"  # an objective nobody measured is not met
+
+
+def test_progress_merges_worker_messages_into_running_figures():
+    from tailgate.bench.progress import Progress
+    from tailgate.hist import Histogram
+
+    prog = Progress(rate=1000, duration_s=10, warmup_s=0)
+    prog.start = 100.0
+    for worker, values in ((0, np.arange(1, 501) * 1000), (1, np.arange(501, 1001) * 1000)):
+        h = Histogram()
+        h.record(values)
+        idx, cnt = h.nonzero()
+        prog.update(worker, {"lat_idx": idx, "lat_cnt": cnt, "lat_lo": h.min, "lat_hi": h.max,
+                             "outcomes": [490, 0, 10, 0, 0, 0, 0], "dispatched": 500,
+                             "open": 4, "queued": 1, "t": 101.0})
+    assert prog.latency.total == 1000 and sum(prog.outcomes) == 1000
+    whole = Histogram()
+    whole.record(np.arange(1, 1001) * 1000)
+    assert prog.latency.value_at_percentile(99.9) == whole.value_at_percentile(99.9)
+    table = prog.render()
+    assert table.row_count == 1 and len(table.columns) == 8

@@ -471,7 +471,7 @@ class Engine:
                 "dispatched": int(np.count_nonzero(d_meas)),
                 "lat_idx": idx, "lat_cnt": cnt,
                 "lat_lo": chunk.min, "lat_hi": chunk.max,
-                "open": self.n_open, "queued": len(self.pending),
+                "open": self.n_open, "queued": len(self.pending), "t": monotonic(),
             })
 
     def _write_log(self, rid: np.ndarray, offs: np.ndarray, send: np.ndarray,

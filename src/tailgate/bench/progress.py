@@ -23,6 +23,7 @@ class Progress:
         self.open: dict[int, int] = {}
         self.queued: dict[int, int] = {}
         self.start: float | None = None
+        self.last_t = 0.0  # the latest worker flush time: rates are counted up to it
 
     def update(self, worker: int, msg: dict[str, Any]) -> None:
         self.latency.add_sparse(msg["lat_idx"], msg["lat_cnt"], msg["lat_lo"], msg["lat_hi"])
@@ -31,12 +32,14 @@ class Progress:
         self.dispatched += msg["dispatched"]
         self.open[worker] = msg["open"]
         self.queued[worker] = msg["queued"]
+        self.last_t = max(self.last_t, msg.get("t", 0.0))
 
     def render(self) -> Any:
         from rich.table import Table
 
         now = time.monotonic()
         elapsed = max(now - (self.start or now) - self.warmup_s, 0.0)
+        counted = max(self.last_t - (self.start or now) - self.warmup_s, 0.0)
         done = sum(self.outcomes)
         errors = done - self.outcomes[0]
         p99, p999 = self.latency.values_at_percentiles([99.0, 99.9])
@@ -45,7 +48,7 @@ class Progress:
             t.add_column(col, justify="right")
         phase = "warm-up" if self.start and now - self.start < self.warmup_s else ""
         t.add_row(f"{min(elapsed, self.duration_s):.1f}/{self.duration_s:g}s {phase}",
-                  f"{self.dispatched / elapsed:,.0f}" if elapsed > 0 else "-",
+                  f"{self.dispatched / counted:,.0f}" if counted > 0 else "-",
                   f"{done:,}", f"{errors:,}", f"{p99 / 1e6:.3f}", f"{p999 / 1e6:.3f}",
                   f"{sum(self.open.values())}", f"{sum(self.queued.values())}")
         return t
