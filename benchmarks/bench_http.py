@@ -10,6 +10,10 @@ nginx on another core when there are two), side by side in the same run:
   longer holds — achieved rate below 99 % of the target or latency P99 above
   ``--bound-ms`` (a bounded tail). The highest rate that held is tailgate's figure.
 
+Other processes share these cores, and interference only ever lowers a figure, so
+each peer counts its best of ``--repeat`` runs and each tailgate step gets a
+second try before it counts as not held.
+
 Closed-loop tools report the rate the server and generator reach together;
 tailgate reports the highest *scheduled* rate it delivers with a bounded tail,
 which is the stricter figure. Printed as ratios tailgate / peer.
@@ -114,19 +118,24 @@ def run_tailgate(url: str, rate: float, duration: float, cpu: int | None) -> dic
 
 
 def tailgate_sustained(url: str, duration: float, cpu: int | None, bound_ms: float,
-                       start: float, step: float, top: float) -> tuple[float, list[dict]]:
+                       start: float, step: float, top: float,
+                       tries: int = 2) -> tuple[float, list[dict]]:
     best, runs = 0.0, []
     rate = start
     while rate <= top:
-        r = run_tailgate(url, rate, duration, cpu)
-        held = (r["achieved"] >= 0.99 * rate and r["ok"] == r["sent"]
-                and r["p99_ms"] <= bound_ms)
-        r["held"] = held
-        runs.append(r)
-        print(f"  tailgate {rate:>8,.0f}/s: achieved {r['achieved']:>9,.0f}/s  "
-              f"p50 {r['p50_ms']:7.3f} ms  p99 {r['p99_ms']:9.3f} ms  "
-              f"p999 {r['p999_ms']:9.3f} ms  lateness p99 {r['late_p99_ms']:7.3f} ms  "
-              f"conns {r['max_open']:4d}  {'held' if held else 'NOT held'}", flush=True)
+        held = False
+        for _ in range(tries):  # other processes share the cores: a step gets a second try
+            r = run_tailgate(url, rate, duration, cpu)
+            held = (r["achieved"] >= 0.99 * rate and r["ok"] == r["sent"]
+                    and r["p99_ms"] <= bound_ms)
+            r["held"] = held
+            runs.append(r)
+            print(f"  tailgate {rate:>8,.0f}/s: achieved {r['achieved']:>9,.0f}/s  "
+                  f"p50 {r['p50_ms']:7.3f} ms  p99 {r['p99_ms']:9.3f} ms  "
+                  f"p999 {r['p999_ms']:9.3f} ms  lateness p99 {r['late_p99_ms']:7.3f} ms  "
+                  f"conns {r['max_open']:4d}  {'held' if held else 'NOT held'}", flush=True)
+            if held:
+                break
         if not held:
             break
         best = rate
@@ -163,12 +172,13 @@ def stall_accuracy() -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--duration", type=float, default=4.0, help="seconds per run")
+    ap.add_argument("--duration", type=float, default=3.0, help="seconds per run")
     ap.add_argument("--connections", type=int, default=16, help="wrk/autocannon connections")
     ap.add_argument("--bound-ms", type=float, default=10.0, help="P99 bound for 'sustained'")
     ap.add_argument("--start", type=float, default=10_000)
     ap.add_argument("--step", type=float, default=5_000)
     ap.add_argument("--top", type=float, default=150_000)
+    ap.add_argument("--repeat", type=int, default=2, help="wrk/autocannon runs (best counts)")
     ap.add_argument("--quick", action="store_true", help="2 s runs, no stall test")
     args = ap.parse_args()
     if args.quick:
@@ -185,18 +195,22 @@ def main() -> int:
             for pid in [ng.proc.pid, *ng.worker_pids()]:
                 os.sched_setaffinity(pid, {srv_cpu})
         url = ng.url("/")
-        wrk = run_wrk(url, args.connections, args.duration, gen_cpu)
-        print(f"  wrk        closed loop: {wrk['rps']:>9,.0f}/s  p50 {wrk['p50_ms']:.3f} ms  "
-              f"p99 {wrk['p99_ms']:.3f} ms   [{wrk['cmd']}]", flush=True)
-        ac = None
-        if exe:
-            ac = run_autocannon(exe, url, args.connections, args.duration, gen_cpu)
-            print(f"  autocannon closed loop: {ac['rps']:>9,.0f}/s  p50 {ac['p50_ms']:g} ms  "
-                  f"p99 {ac['p99_ms']:g} ms (whole ms: autocannon's resolution)  "
-                  f"[{ac['cmd']}]", flush=True)
+        # Best of --repeat runs each, alternating: interference only ever lowers a figure.
+        wrk, ac = None, None
+        for _ in range(args.repeat):
+            w = run_wrk(url, args.connections, args.duration, gen_cpu)
+            print(f"  wrk        closed loop: {w['rps']:>9,.0f}/s  p50 {w['p50_ms']:.3f} ms  "
+                  f"p99 {w['p99_ms']:.3f} ms   [{w['cmd']}]", flush=True)
+            wrk = w if wrk is None or w["rps"] > wrk["rps"] else wrk
+            if exe:
+                a = run_autocannon(exe, url, args.connections, args.duration, gen_cpu)
+                print(f"  autocannon closed loop: {a['rps']:>9,.0f}/s  p50 {a['p50_ms']:g} ms  "
+                      f"p99 {a['p99_ms']:g} ms (whole ms: autocannon's resolution)  "
+                      f"[{a['cmd']}]", flush=True)
+                ac = a if ac is None or a["rps"] > ac["rps"] else ac
         best, runs = tailgate_sustained(url, args.duration, gen_cpu, args.bound_ms,
                                         args.start, args.step, args.top)
-    print()
+    print(f"\nload average now {os.getloadavg()[0]:.2f}; peers: best of {args.repeat} runs")
     print(f"tailgate sustained (open loop, P99 <= {args.bound_ms:g} ms, achieved >= 99 %, "
           f"no errors): {best:,.0f} req/s on one core")
     print(f"  tailgate / wrk        = {best / wrk['rps']:.2f}  ({best:,.0f} / {wrk['rps']:,.0f})")

