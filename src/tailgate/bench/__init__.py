@@ -8,6 +8,7 @@ Modules, each usable on its own (the OpenAI/SSE bench reuses them):
 * :mod:`.slo`      — ``p999<5ms``-style SLO expressions: parse and evaluate (pure).
 * :mod:`.outcome`  — outcome codes (ok, connect, timeout, reset, status_4xx, …).
 * :mod:`.timer`    — microsecond-precise wake-ups for the event loop (timerfd).
+* :mod:`.conn`     — what every connection shares: send one request, report its end once.
 * :mod:`.http`, :mod:`.tcp` — one connection each, as asyncio protocols.
 * :mod:`.engine`   — one process: schedule, connection pool, time-outs, recording.
 * :mod:`.workers`  — N engine processes, merged exactly.

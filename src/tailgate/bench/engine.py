@@ -8,7 +8,12 @@ request due by *now* and
 
 1. hands it to an idle connection (sent at once), or
 2. queues it FIFO and opens a new connection if fewer connections are opening
-   than requests are queued and the pool is below ``max_connections``.
+   than requests are queued, fewer than ``MAX_CONNECTING`` attempts are in
+   flight and the pool is below ``max_connections``.
+
+Wake-ups cost CPU (see :meth:`Engine._tick_period`): slow schedules get one
+exact wake-up per request, fast ones a ticking timer and batches, and a
+response that arrives when a request is due sends it at once.
 
 A connection that finishes a response (or finishes connecting) takes the head
 of the queue. So the server sees the schedule's real burst up to
