@@ -36,6 +36,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -86,21 +87,32 @@ def ms(text: str) -> float:
     return float(m.group(1)) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[m.group(2)]
 
 
+def child_cpu_s() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
 def run_wrk(url: str, conns: int, duration: float, cpu: int | None) -> dict:
     cmd = [*pin(cpu), "wrk", "-t1", f"-c{conns}", f"-d{int(duration)}s", "--latency", url]
+    c0 = child_cpu_s()
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 30).stdout
+    cpu_s = child_cpu_s() - c0
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    total = int(re.search(r"(\d+) requests in", out).group(1))
     pct = dict(re.findall(r"^\s+(\d+)%\s+(\S+)", out, re.M))
     return {"cmd": " ".join(cmd), "rps": rps, "p50_ms": ms(pct.get("50", "")),
-            "p99_ms": ms(pct.get("99", ""))}
+            "p99_ms": ms(pct.get("99", "")), "cpu_us_per_req": 1e6 * cpu_s / max(total, 1)}
 
 
 def run_autocannon(exe: str, url: str, conns: int, duration: float, cpu: int | None) -> dict:
     cmd = [*pin(cpu), exe, "-c", str(conns), "-d", str(int(duration)), "-j", url]
+    c0 = child_cpu_s()
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 60)
+    cpu_s = child_cpu_s() - c0  # includes node's start-up: an upper bound
     data = json.loads(r.stdout)
     lat = data["latency"]
     return {"cmd": " ".join(cmd), "rps": float(data["requests"]["average"]),
+            "cpu_us_per_req": 1e6 * cpu_s / max(int(data["requests"]["total"]), 1),
             "p50_ms": float(lat["p50"]), "p99_ms": float(lat["p99"]),
             "errors": int(data.get("errors", 0)) + int(data.get("non2xx", 0))}
 
@@ -114,7 +126,8 @@ def run_tailgate(url: str, rate: float, duration: float, cpu: int | None) -> dic
             "achieved": d["rate"]["achieved"], "ok": d["requests"]["ok"],
             "sent": d["requests"]["sent"], "p50_ms": d["latency_ms"]["p50"],
             "p99_ms": d["latency_ms"]["p99"], "p999_ms": d["latency_ms"]["p999"],
-            "late_p99_ms": d["lateness_ms"]["p99"], "max_open": d["connections"]["max_open"]}
+            "late_p99_ms": d["lateness_ms"]["p99"], "max_open": d["connections"]["max_open"],
+            "cpu_us_per_req": d["generator"]["cpu_us_per_request"]}
 
 
 def tailgate_sustained(url: str, duration: float, cpu: int | None, bound_ms: float,
@@ -133,7 +146,8 @@ def tailgate_sustained(url: str, duration: float, cpu: int | None, bound_ms: flo
             print(f"  tailgate {rate:>8,.0f}/s: achieved {r['achieved']:>9,.0f}/s  "
                   f"p50 {r['p50_ms']:7.3f} ms  p99 {r['p99_ms']:9.3f} ms  "
                   f"p999 {r['p999_ms']:9.3f} ms  lateness p99 {r['late_p99_ms']:7.3f} ms  "
-                  f"conns {r['max_open']:4d}  {'held' if held else 'NOT held'}", flush=True)
+                  f"conns {r['max_open']:4d}  cpu {r['cpu_us_per_req']:5.1f} us/req  "
+                  f"{'held' if held else 'NOT held'}", flush=True)
             if held:
                 break
         if not held:
@@ -217,6 +231,11 @@ def main() -> int:
     if ac:
         print(f"  tailgate / autocannon = {best / ac['rps']:.2f}  "
               f"({best:,.0f} / {ac['rps']:,.0f})")
+    held = [r for r in runs if r["held"] and r["rate"] == best]
+    print("CPU per request (generator process; its inverse is requests/s per fully used core):")
+    print(f"  wrk {wrk['cpu_us_per_req']:.1f} us" + (
+        f", autocannon {ac['cpu_us_per_req']:.1f} us (incl. node start-up)" if ac else "")
+        + (f", tailgate {held[0]['cpu_us_per_req']:.1f} us at {best:,.0f}/s" if held else ""))
     cost = histogram_cost()
     print("histogram recording: " + ", ".join(
         f"{v:.1f} ns/sample (batches of {k:,})" for k, v in cost.items()))

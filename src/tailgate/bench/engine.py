@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import math
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -101,6 +102,7 @@ class WorkerResult:
     log_path: str | None
     warmup_requests: int = 0
     connect_errors: list[str] = field(default_factory=list)
+    cpu_s: float = 0.0  # CPU time of this process during the run (user + system)
 
 
 class Engine:
@@ -167,6 +169,7 @@ class Engine:
         self._tick = 0.0
         self._slack = 0.0
         self._next_due = math.inf  # due time of request next_i (inf: none, or not started)
+        self._cpu_s = 0.0
         self._tasks: set[asyncio.Task[None]] = set()
 
     # -- setup -----------------------------------------------------------------
@@ -192,6 +195,7 @@ class Engine:
         # entirely, so a long run that does make cycles (failed connects) stays bounded.
         gc.collect()
         gc.freeze()
+        cpu0 = time.process_time()
         thresholds = gc.get_threshold()
         gc.set_threshold(50_000, 50, 1000)
         try:
@@ -202,6 +206,7 @@ class Engine:
                 self.finished.set_result(None)
             await self.finished
         finally:
+            self._cpu_s = time.process_time() - cpu0
             gc.set_threshold(*thresholds)
             gc.unfreeze()
             sweep.cancel()
@@ -524,4 +529,5 @@ class Engine:
             log_path=self.cfg.log_path,
             warmup_requests=self.n - measured_sched,
             connect_errors=[f"{k} (x{v})" for k, v in self.connect_errors.items()],
+            cpu_s=self._cpu_s,
         )

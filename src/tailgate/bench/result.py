@@ -139,6 +139,11 @@ def build_result(info: RunInfo, parts: Sequence[WorkerResult],
         "lateness_ms": summarize(lateness),
         "generator": {"workers": len(parts),
                       "precise_timer": all(p.precise_timer for p in parts),
+                      "cpu_s": round(sum(p.cpu_s for p in parts), 6),
+                      # all requests handled, warm-up included: what the CPU time paid for
+                      "cpu_us_per_request": round(
+                          1e6 * sum(p.cpu_s for p in parts)
+                          / max(sum(sum(p.counts) + p.warmup_requests for p in parts), 1), 3),
                       "connect_errors": sorted({e for p in parts for e in p.connect_errors})},
     }
     data["warnings"] = warnings(data, info, parts, list(missing_workers))
