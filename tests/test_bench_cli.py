@@ -101,8 +101,9 @@ def test_request_log_re_analyses_to_the_same_result(full_run):
             data["latency_ms"][k], rel=0.002)
     # Causality per request: intended <= dispatch <= send <= end.
     assert np.all(cols["dispatch_s"] >= cols["intended_s"] - 1e-9)
-    assert np.all(cols["send_s"] >= cols["dispatch_s"] - 1e-9)
-    assert np.all(cols["end_s"] >= cols["send_s"])
+    wire = ~np.isnan(cols["send_s"])  # a request that timed out queued was never sent
+    assert np.all(cols["send_s"][wire] >= cols["dispatch_s"][wire] - 1e-9)
+    assert np.all(cols["end_s"][wire] >= cols["send_s"][wire])
 
 
 def test_a_failing_slo_exits_1_and_is_named(nginx, tmp_path):

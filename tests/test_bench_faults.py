@@ -149,4 +149,5 @@ def test_batched_dispatch_at_high_rate_never_sends_early(nginx, tmp_path, arriva
     cols = read_log((tmp_path / "log.csv").read_text())
     assert cols["id"].size == cfg.times.size
     assert np.all(cols["dispatch_s"] >= cols["intended_s"] - 1e-9)  # 9-decimal log
-    assert np.all(cols["send_s"] >= cols["dispatch_s"])
+    wire = ~np.isnan(cols["send_s"])  # a request that timed out queued was never sent
+    assert np.all(cols["send_s"][wire] >= cols["dispatch_s"][wire])
