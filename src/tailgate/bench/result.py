@@ -17,6 +17,10 @@ read::
 ``sent == ok + sum(errors)`` always; ``latency_ms.count == sent`` (every request
 has a latency: time-outs at the time-out). ``abandoned`` is non-zero only for
 an interrupted run (requests in flight when it stopped, without an outcome).
+``queued`` counts requests that found no idle connection when due and waited for
+one (a new one opening, or a busy one freeing up); ``lateness`` is how late the
+generator itself got to each request. ``generator.cpu_us_per_request`` is the
+generator processes' CPU time per request handled.
 ``samples_above`` says how many samples lie above each tail percentile: a P999
 with fewer than ``min_tail_samples`` above it is reported with a warning.
 """
