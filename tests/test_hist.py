@@ -217,3 +217,16 @@ def test_reads_a_log_written_by_java_hdrhistogram():
     # Merged, the stalls of this log (~1 s hiccups) are in the tail.
     total = merged((iv.histogram for iv in intervals), intervals[0].histogram.spec)
     assert total.value_at_percentile(99.9) > 800 * 10**6
+
+
+def test_pickles_compactly_and_exactly():
+    import pickle
+
+    h = Histogram()
+    h.record(np.random.default_rng(2).integers(0, 10**9, size=10_000))
+    blob = pickle.dumps(h)
+    back = pickle.loads(blob)
+    assert np.array_equal(back.counts, h.counts)
+    assert (back.total, back.min, back.max, back.clamped, back.spec) == (
+        h.total, h.min, h.max, h.clamped, h.spec)
+    assert len(blob) < h.counts.nbytes / 2

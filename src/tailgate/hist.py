@@ -271,6 +271,18 @@ class Histogram:
         self.max = max(self.max, hi)
         self.total += n
 
+    def __getstate__(self) -> tuple:
+        # Sparse when pickled (between processes): a run's histogram has few non-empty
+        # buckets out of tens of thousands.
+        idx, cnt = self.nonzero()
+        return (self.spec, idx, cnt, self.total, self.min, self.max, self.clamped)
+
+    def __setstate__(self, state: tuple) -> None:
+        spec, idx, cnt, self.total, self.min, self.max, self.clamped = state
+        self.spec = spec
+        self.counts = np.zeros(spec.counts_len, dtype=np.int64)
+        self.counts[idx] = cnt
+
     def __repr__(self) -> str:
         return f"Histogram(total={self.total}, min={self.min}, max={self.max}, spec={self.spec})"
 
