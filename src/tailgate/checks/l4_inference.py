@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..judge import Unknown, check, need
+from ..judge import check
 from ..llm import engine_metrics as em
 from ..llm import specdec
 from ..model import Result, Snapshot
@@ -18,11 +18,18 @@ from ..model import Result, Snapshot
 Samples = list[list[Any]]
 
 
+def _unknown(reason: str, subject: str = "engine") -> Result:
+    return Result("unknown", subject=subject, reason=reason)
+
+
 def _engine(snap: Snapshot) -> tuple[str, Samples | None, Samples] | Result:
-    """(url, samples at t0 or None, samples at t1), or a skip Result when no engine was named."""
+    """(url, samples at t0 or None, samples at t1), or a skip/unknown Result."""
     if not snap.target.get("engine"):
         return Result("skip", subject="engine", reason="no inference engine named (--engine URL)")
-    after = need(snap, "engine.metrics")
+    fact = snap.fact("engine.metrics")
+    if not fact.ok:
+        return _unknown(str(fact.missing))
+    after = fact.value
     before_fact = snap.before_fact("engine.metrics")
     before = before_fact.value["samples"] if before_fact.ok else None
     return after["url"], before, after["samples"]
@@ -60,7 +67,7 @@ def prefix_cache_hit_rate(snap: Snapshot, p: dict) -> Result:
     if latency:
         evidence["engine_latency"] = latency
     if _cache_config(after).get("enable_prefix_caching") == "False":
-        return Result("fail", subject=url, observed=0.0, evidence=evidence,
+        return Result("fail", subject="engine", observed=0.0, evidence=evidence,
                       reason="prefix caching is disabled (vllm:cache_config_info "
                       "enable_prefix_caching=False): every prompt token is recomputed")
     for hits, queries, label in _PREFIX_COUNTERS:
@@ -69,12 +76,12 @@ def prefix_cache_hit_rate(snap: Snapshot, p: dict) -> Result:
             continue
         num, den, windowed, note = r
         if den <= 0:
-            raise Unknown(f"{label}: no prompt tokens queried the prefix cache yet ({note})")
+            return _unknown(f"{label}: no prompt tokens queried the prefix cache yet ({note})")
         rate = _pct(num / den)
         evidence.update({"hit_tokens": num, "queried_tokens": den, "windowed": windowed,
                          "metrics": [hits, queries]})
         status = "pass" if rate >= limit else "fail"
-        return Result(status, subject=url, observed=rate, evidence=evidence,
+        return Result(status, subject="engine", observed=rate, evidence=evidence,
                       reason=f"{label}: {num:.0f} of {den:.0f} prompt tokens hit the cache, "
                       f"{note}")
     for gauge in _PREFIX_GAUGES:
@@ -84,10 +91,10 @@ def prefix_cache_hit_rate(snap: Snapshot, p: dict) -> Result:
         rate = _pct(value)
         evidence.update({"metrics": [gauge], "windowed": False})
         status = "pass" if rate >= limit else "fail"
-        return Result(status, subject=url, observed=rate, evidence=evidence,
+        return Result(status, subject="engine", observed=rate, evidence=evidence,
                       reason=f"{gauge} (a gauge: the engine's last logging interval, not the "
                       "inspection window; this engine exports no hit/query token counters)")
-    raise Unknown(f"{url}: no prefix-cache series (looked for "
+    return _unknown(f"{url}: no prefix-cache series (looked for "
                   + ", ".join(h for h, _, _ in _PREFIX_COUNTERS) + ", "
                   + ", ".join(_PREFIX_GAUGES) + ")")
 
@@ -97,11 +104,11 @@ def prefix_match_time(snap: Snapshot, p: dict) -> Result:
     eng = _engine(snap)
     if isinstance(eng, Result):
         return eng
-    url = eng[0]
-    raise Unknown(f"{url}: neither vLLM nor SGLang exports the time of a prefix lookup "
-                  "(no such series in /metrics); time the engine's radix-tree match with its "
-                  "profiler (vLLM: torch profiler around KVCacheManager.get_computed_blocks; "
-                  "SGLang: RadixCache.match_prefix)")
+    return Result("unknown", subject="engine",
+                  reason="neither vLLM nor SGLang exports the time of a prefix lookup (no such "
+                  "series in /metrics); time the engine's radix-tree match with its profiler "
+                  "(vLLM: torch profiler around KVCacheManager.get_computed_blocks; SGLang: "
+                  "RadixCache.match_prefix)")
 
 
 @check("l4.specdec.acceptance")
@@ -121,9 +128,9 @@ def specdec_acceptance(snap: Snapshot, p: dict) -> Result:
         pick = 1 if windowed else 0
         n, d, a = drafts[pick], drafted[pick], accepted[pick]
         if n is None or d is None or a is None:
-            raise Unknown(f"{url}: incomplete vllm:spec_decode_* counters")
+            return _unknown(f"{url}: incomplete vllm:spec_decode_* counters")
         if n <= 0 or d <= 0:
-            raise Unknown(f"{url}: speculative decoding made no drafts yet")
+            return _unknown(f"{url}: speculative decoding made no drafts yet")
         stats = specdec.from_counts(n, d, a)
         per_pos = _per_position(before if windowed else None, after)
         evidence = {"engine": url, **stats.to_json(), "drafts": n, "draft_tokens": d,
@@ -138,12 +145,12 @@ def specdec_acceptance(snap: Snapshot, p: dict) -> Result:
         r = em.ratio_over_window(before, after, "vllm:spec_decode_num_accepted_tokens_total",
                                  "vllm:spec_decode_num_draft_tokens_total", snap.interval_s)
         if r is None:
-            raise Unknown(f"{url}: incomplete vllm:spec_decode_* counters")
+            return _unknown(f"{url}: incomplete vllm:spec_decode_* counters")
         a, d, windowed, note = r
         if d <= 0:
-            raise Unknown(f"{url}: speculative decoding drafted no tokens yet")
+            return _unknown(f"{url}: speculative decoding drafted no tokens yet")
         observed = _pct(a / d)
-        return Result("pass" if observed >= limit else "fail", subject=url, observed=observed,
+        return Result("pass" if observed >= limit else "fail", subject="engine", observed=observed,
                       evidence={"engine": url, "acceptance_rate": a / d, "alpha": None,
                                 "draft_tokens": d, "accepted_tokens": a, "windowed": windowed},
                       reason=f"acceptance rate {observed:.1f} % (accepted/drafted, {note}); "
@@ -153,13 +160,13 @@ def specdec_acceptance(snap: Snapshot, p: dict) -> Result:
         rate = em.total(after, "sglang:spec_accept_rate")
         length = em.total(after, "sglang:spec_accept_length")
         if rate is None and length is None:
-            return Result("skip", subject=url,
+            return Result("skip", subject="engine",
                           reason="the engine runs without speculative decoding (no "
                           "vllm:spec_decode_* or sglang:spec_accept_* series)")
         if rate is None or length is None:
-            raise Unknown(f"{url}: only one of sglang:spec_accept_rate/length is exported")
+            return _unknown(f"{url}: only one of sglang:spec_accept_rate/length is exported")
         if rate <= 0 and length <= 1:
-            raise Unknown(f"{url}: SGLang's speculative-decoding gauges are zero (no decode "
+            return _unknown(f"{url}: SGLang's speculative-decoding gauges are zero (no decode "
                           "step has run since they were last set)")
         stats = specdec.from_rate_and_length(rate, length)
         evidence = {"engine": url, **stats.to_json(), "windowed": False}
@@ -167,7 +174,7 @@ def specdec_acceptance(snap: Snapshot, p: dict) -> Result:
                 "k = (length - 1) / rate tokens")
     observed = _pct(stats.acceptance_rate)
     status = "pass" if observed >= limit else "fail"
-    return Result(status, subject=url, observed=observed, evidence=evidence,
+    return Result(status, subject="engine", observed=observed, evidence=evidence,
                   reason=f"acceptance rate {observed:.1f} % (accepted/drafted), alpha "
                   f"{_pct(stats.alpha):.1f} % (per-token), {stats.mean_acceptance_length:.2f} "
                   f"tokens per step with {stats.draft_length:.2f} drafted; {note}; {judged_on}")
@@ -195,9 +202,12 @@ def memory_fragmentation(snap: Snapshot, p: dict) -> Result | list[Result]:
         if not snap.target.get("engine"):
             return Result("skip", subject="engine",
                           reason="no inference engine named (--engine URL, --memory-stats FILE)")
-        raise Unknown("no engine exports allocator fragmentation in /metrics; give "
+        return _unknown("no engine exports allocator fragmentation in /metrics; give "
                       "--memory-stats FILE (torch.cuda.memory_stats() dumped as JSON)")
-    devices = need(snap, "engine.memory_stats")
+    fact = snap.fact("engine.memory_stats")
+    if not fact.ok:
+        return _unknown(str(fact.missing))
+    devices = fact.value
     limit = float(p["limit"])
     return [_fragmentation(name, stats, limit) for name, stats in sorted(devices.items())]
 
@@ -241,13 +251,14 @@ def kv_quantization(snap: Snapshot, p: dict) -> Result:
     cfg = _cache_config(after)
     dtype = cfg.get("cache_dtype")
     if dtype is None:
-        raise Unknown(f"{url}: the engine does not export its KV-cache dtype (vLLM does in "
+        return Result("unknown", subject="engine",
+                      reason="the engine does not export its KV-cache dtype (vLLM does in "
                       "vllm:cache_config_info; SGLang: see its --kv-cache-dtype argument)")
     evidence = {"engine": url, "cache_dtype": dtype, "block_size": cfg.get("block_size")}
     if dtype.lower().startswith(_QUANTISED):
-        return Result("pass", subject=url, observed=dtype, evidence=evidence,
+        return Result("pass", subject="engine", observed=dtype, evidence=evidence,
                       reason=f"KV cache stored as {dtype}; the per-64 block scaling and the "
                       "RoPE key's precision are not exported and were not verified")
-    return Result("fail", subject=url, observed=dtype, evidence=evidence,
+    return Result("fail", subject="engine", observed=dtype, evidence=evidence,
                   reason=f"KV cache stored in {'the model dtype' if dtype == 'auto' else dtype} "
                   f"(cache_dtype={dtype}): not quantised, so it is twice the size of FP8")
