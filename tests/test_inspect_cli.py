@@ -260,3 +260,8 @@ def test_no_quota_passes(cpu_cgroup):
     _, rep = report("--cgroup", str(path), "--interval", "1")
     (f,) = by_id(rep, "l2.cgroup.throttling")
     assert f["status"] == "pass" and f["observed"] == 0
+
+
+def test_an_unwritable_output_is_refused_before_collecting(tmp_path):
+    proc = tailgate("inspect", "--interval", "30", "--json", str(tmp_path / "no" / "such" / "r.json"))
+    assert proc.returncode == 2 and "cannot write" in proc.stderr

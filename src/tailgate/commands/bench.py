@@ -11,7 +11,7 @@ import argparse
 import sys
 from typing import Any
 
-from ..cli import UsageError
+from ..cli import UsageError, check_writable, write_output
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -156,6 +156,7 @@ def run(args: argparse.Namespace) -> int:
 
         return run_llm(args)
     info, target, slos = _parse(args)
+    check_writable(args.json, args.hdr, args.log)
     parts = [f"{args.log}.part{k}" for k in range(info.workers)] if args.log else None
     cfgs = plan(info, target, parts)
 
@@ -198,11 +199,8 @@ def run(args: argparse.Namespace) -> int:
     result = build_result(info, results, interrupted, missing)
     result.json["slo"] = evaluate(slos, result.json)
     out_json = _dumps(result.json)
-    if args.json == "-":
-        sys.stdout.write(out_json)
-    elif args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            f.write(out_json)
+    if args.json:
+        write_output(args.json, out_json)
     if args.hdr:
         with open(args.hdr, "w", encoding="ascii") as f:
             write_hdr(f, result, started.get("epoch", time.time()))

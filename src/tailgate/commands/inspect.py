@@ -5,10 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from pathlib import Path
 
-from ..cli import UsageError
+from ..cli import UsageError, check_writable, write_output
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -55,16 +54,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--memory-stats", metavar="FILE",
                    help="torch.cuda.memory_stats() dumped as JSON, for GPU memory fragmentation")
     p.set_defaults(func=run)
-
-
-def _write(path: str, text: str) -> None:
-    if path == "-":
-        sys.stdout.write(text)
-        return
-    try:
-        Path(path).write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from exc
 
 
 def _target(args: argparse.Namespace, host):
@@ -141,24 +130,25 @@ def run(args: argparse.Namespace) -> int:
     except BaselineError as exc:
         raise UsageError(str(exc)) from exc
 
+    check_writable(args.save, args.json, args.junit, args.html)
     snap = snapshot_for(args)
     if args.save:
-        _write(args.save, json.dumps(snap.to_json(), indent=1, sort_keys=True) + "\n")
+        write_output(args.save, json.dumps(snap.to_json(), indent=1, sort_keys=True) + "\n")
 
     report = build_report(snap, judge(snap, baseline))
 
     if args.json:
         from ..report.json_report import render_json
 
-        _write(args.json, render_json(report))
+        write_output(args.json, render_json(report))
     if args.junit:
         from ..report.junit import render_junit
 
-        _write(args.junit, render_junit(report))
+        write_output(args.junit, render_junit(report))
     if args.html:
         from ..report.html import render_html
 
-        _write(args.html, render_html(report))
+        write_output(args.html, render_html(report))
     if not args.quiet and args.json != "-":
         from ..report.terminal import print_report
 

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-from pathlib import Path
 from typing import Any
 
-from ..cli import UsageError
+from ..cli import UsageError, check_writable, write_output
 
 NAMES = ("runqlat", "offcpu", "futex", "switches", "sockopt", "mmsg", "malloc", "softirq")
 MAX_DURATION_S = 3600.0
@@ -95,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
     reason = driver.unavailable(host)
     if reason:
         raise UsageError(f"cannot probe: {reason}")
+    check_writable(args.json)
 
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
@@ -113,14 +112,7 @@ def run(args: argparse.Namespace) -> int:
         except SourceError as exc:
             raise UsageError(f"probe {args.name} failed: {exc}") from exc
     if args.json:
-        text = json.dumps(summary, indent=1) + "\n"
-        if args.json == "-":
-            sys.stdout.write(text)
-        else:
-            try:
-                Path(args.json).write_text(text, encoding="utf-8")
-            except OSError as exc:
-                raise UsageError(f"cannot write {args.json}: {exc.strerror or exc}") from exc
+        write_output(args.json, json.dumps(summary, indent=1) + "\n")
     if args.json != "-":
         print_summary(summary, Console())
     return 0

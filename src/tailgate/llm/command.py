@@ -92,17 +92,14 @@ def _usage(msg: str) -> Exception:
 
 
 def _write(path: str, text: str) -> None:
-    if path == "-":
-        sys.stdout.write(text)
-        return
-    try:
-        Path(path).write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise _usage(f"cannot write {path}: {exc.strerror or exc}") from exc
+    from ..cli import write_output
+
+    write_output(path, text)
 
 
 def run_llm(args: argparse.Namespace) -> int:
     from ..bench.units import parse_rate
+    from ..cli import check_writable
     from . import workload as wl
     from .client import Endpoint
     from .results import analyse, format_report, parse_slo, records_json, slo_failed
@@ -114,6 +111,7 @@ def run_llm(args: argparse.Namespace) -> int:
         raise _usage(str(exc)) from None
     if not getattr(args, "model", None):
         raise _usage("--model is required for an openai+ target")
+    check_writable(args.json, args.log)
     rate = args.rate
     if rate is not None and not isinstance(rate, (int, float)):
         try:
