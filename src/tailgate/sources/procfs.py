@@ -6,6 +6,8 @@ known line; unknown lines ignored) and a collector that reads it through the Hos
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ..collect import Target, collector
 from ..host import Host
 from ..model import ParseError
@@ -173,39 +175,25 @@ def parse_softirqs(text: str) -> dict[str, list[int]]:
     return out
 
 
-@collector("net.snmp", counter=True)
-def net_snmp(host: Host, target: Target) -> dict:
-    return parse_snmp(host.read("/proc/net/snmp"))
+def _file_collector(name: str, path: str, parse: Callable[[str], object], counter: bool) -> None:
+    def read(host: Host, target: Target) -> object:
+        return parse(host.read(path))
+
+    read.__doc__ = f"{path}, parsed by {parse.__name__}"
+    collector(name, counter=counter)(read)
 
 
-@collector("net.netstat", counter=True)
-def net_netstat(host: Host, target: Target) -> dict:
-    return parse_snmp(host.read("/proc/net/netstat"))
-
-
-@collector("net.softnet", counter=True)
-def net_softnet(host: Host, target: Target) -> list:
-    return parse_softnet(host.read("/proc/net/softnet_stat"))
-
-
-@collector("net.dev", counter=True)
-def net_dev(host: Host, target: Target) -> dict:
-    return parse_net_dev(host.read("/proc/net/dev"))
-
-
-@collector("proc.softirqs", counter=True)
-def softirqs(host: Host, target: Target) -> dict:
-    return parse_softirqs(host.read("/proc/softirqs"))
-
-
-@collector("proc.interrupts", counter=True)
-def interrupts(host: Host, target: Target) -> dict:
-    return parse_interrupts(host.read("/proc/interrupts"))
-
-
-@collector("proc.meminfo")
-def meminfo(host: Host, target: Target) -> dict:
-    return parse_meminfo(host.read("/proc/meminfo"))
+# fact name, file, parser, counter (sampled at both ends of the interval)
+for _name, _path, _parse, _counter in (
+    ("net.snmp", "/proc/net/snmp", parse_snmp, True),
+    ("net.netstat", "/proc/net/netstat", parse_snmp, True),
+    ("net.softnet", "/proc/net/softnet_stat", parse_softnet, True),
+    ("net.dev", "/proc/net/dev", parse_net_dev, True),
+    ("proc.softirqs", "/proc/softirqs", parse_softirqs, True),
+    ("proc.interrupts", "/proc/interrupts", parse_interrupts, True),
+    ("proc.meminfo", "/proc/meminfo", parse_meminfo, False),
+):
+    _file_collector(_name, _path, _parse, _counter)
 
 
 @collector("pressure", multi=True)
