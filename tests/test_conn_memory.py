@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
 import textwrap
 
+from support.inspect import inspect_ready_process
 from tailgate.baseline import default_baseline
 from tailgate.judge import judge
 from tailgate.model import Fact, Snapshot
@@ -31,18 +30,8 @@ HOLDER = textwrap.dedent("""
 
 
 def inspect_holder(pairs: int, unread: int) -> dict:
-    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(pairs), str(unread)],
-                            stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout.readline().strip() == "ready"
-        out = subprocess.run([sys.executable, "-m", "tailgate", "inspect", "--pid", str(proc.pid),
-                              "--interval", "0", "--json", "-"], capture_output=True, text=True,
-                             timeout=60, check=False)
-    finally:
-        proc.kill()
-        proc.wait()
-    (f,) = [f for f in json.loads(out.stdout)["findings"] if f["id"] == "l3.conn.memory"]
-    return f
+    return inspect_ready_process([sys.executable, "-c", HOLDER, str(pairs), str(unread)],
+                                 "l3.conn.memory")
 
 
 def test_unread_data_makes_the_kernel_share_fail():

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from support.inspect import inspect_ready_process
 
 SRC = Path(__file__).parent / "support" / "uring_ring.c"
 
@@ -25,17 +25,7 @@ def uring_ring(tmp_path_factory) -> Path:
     ("none", "warn", "no io_uring ring"),
 ])
 def test_io_uring_rings_judged_from_fdinfo(uring_ring, mode, status, words):
-    proc = subprocess.Popen([str(uring_ring), mode, "20"], stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout.readline().strip() == "ready"
-        out = subprocess.run([sys.executable, "-m", "tailgate", "inspect", "--pid", str(proc.pid),
-                              "--interval", "0", "--json", "-"], capture_output=True, text=True,
-                             timeout=60, check=False)
-    finally:
-        proc.kill()
-        proc.wait()
-    rep = json.loads(out.stdout)
-    (f,) = [f for f in rep["findings"] if f["id"] == "l2.io.io_uring"]
+    f = inspect_ready_process([str(uring_ring), mode, "20"], "l2.io.io_uring")
     assert f["status"] == status and words in f["reason"], f
     if mode != "none":
         (ring,) = f["evidence"]["rings"]

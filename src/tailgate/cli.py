@@ -29,6 +29,30 @@ class UsageError(Exception):
     """Bad input from the user: printed as one line, exit status 2."""
 
 
+def existing_pids(host, values: list[str]) -> tuple[int, ...]:
+    """--pid values as integers of processes that exist on ``host`` (duplicates dropped)."""
+    from .host import valid_pid
+
+    try:
+        pids = tuple(dict.fromkeys(valid_pid(v) for v in values))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    for pid in pids:
+        if not host.exists(f"/proc/{pid}"):
+            raise UsageError(f"no such process: --pid {pid}")
+    return pids
+
+
+def existing_cgroup(host, spec: str) -> str:
+    """--cgroup as the absolute directory of an existing cgroup on ``host``."""
+    from .sources.cgroup import resolve_cgroup
+
+    path = resolve_cgroup(host, spec)
+    if path is None:
+        raise UsageError(f"no such cgroup: --cgroup {spec}")
+    return path
+
+
 def check_writable(*paths: str | None) -> None:
     """Fail before a long run, not after it, when an output path cannot be written."""
     for path in paths:

@@ -7,7 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from ..cli import UsageError, check_writable, write_output
+from ..cli import UsageError, check_writable, existing_cgroup, existing_pids, write_output
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -58,22 +58,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _target(args: argparse.Namespace, host):
     from ..collect import Target
-    from ..host import valid_iface, valid_pid
-    from ..sources.cgroup import resolve_cgroup
+    from ..host import valid_iface
 
     try:
-        pids = tuple(valid_pid(p) for p in args.pid)
         ifaces = tuple(valid_iface(i) for i in args.iface)
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
-    for pid in pids:
-        if not host.exists(f"/proc/{pid}"):
-            raise UsageError(f"no such process: --pid {pid}")
-    cgroup = None
-    if args.cgroup:
-        cgroup = resolve_cgroup(host, args.cgroup)
-        if cgroup is None:
-            raise UsageError(f"no such cgroup: --cgroup {args.cgroup}")
+    pids = existing_pids(host, args.pid)
+    cgroup = existing_cgroup(host, args.cgroup) if args.cgroup else None
     options = {}
     if getattr(args, "engine", None):
         if not args.engine.startswith(("http://", "https://")) and not os.path.isfile(args.engine):

@@ -7,7 +7,7 @@ import argparse
 import json
 from typing import Any
 
-from ..cli import UsageError, check_writable, write_output
+from ..cli import UsageError, check_writable, existing_cgroup, existing_pids, write_output
 
 NAMES = ("runqlat", "offcpu", "futex", "switches", "sockopt", "mmsg", "malloc", "softirq")
 MAX_DURATION_S = 3600.0
@@ -39,31 +39,21 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _request(args: argparse.Namespace, host):
-    from ..host import valid_pid
     from ..probes import MAX_PIDS, Request
 
     if not 0 < args.duration <= MAX_DURATION_S:
         raise UsageError(f"--duration must be between 0 and {MAX_DURATION_S:g} seconds")
-    try:
-        pids = tuple(dict.fromkeys(valid_pid(p) for p in args.pid))
-    except ValueError as exc:
-        raise UsageError(str(exc)) from exc
-    for pid in pids:
-        if not host.exists(f"/proc/{pid}"):
-            raise UsageError(f"no such process: --pid {pid}")
+    pids = existing_pids(host, args.pid)
     keep = None
     if args.cgroup:
         if pids:
             raise UsageError("give --pid or --cgroup, not both")
         from ..model import SourceError
-        from ..sources.cgroup import resolve_cgroup
-        from ..sources.probes import _cgroup_pids
+        from ..sources.cgroup import cgroup_members
 
-        path = resolve_cgroup(host, args.cgroup)
-        if path is None:
-            raise UsageError(f"no such cgroup: --cgroup {args.cgroup}")
+        path = existing_cgroup(host, args.cgroup)
         try:
-            members = _cgroup_pids(host, path)
+            members = cgroup_members(host, path)
         except SourceError as exc:
             raise UsageError(f"--cgroup {args.cgroup}: {exc}") from exc
         if not members:

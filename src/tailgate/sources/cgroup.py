@@ -91,6 +91,12 @@ def resolve_cgroup(host: Host, spec: str) -> str | None:
     return None
 
 
+def cgroup_members(host: Host, path: str) -> frozenset[int]:
+    """The processes of a cgroup (its cgroup.procs)."""
+    text = host.read(posixpath.join(path, "cgroup.procs"))
+    return frozenset(int(line) for line in text.split() if line.strip().isdigit())
+
+
 def cgroup_of_pid(host: Host, pid: int) -> str:
     groups = parse_proc_cgroup(host.read(f"/proc/{pid}/cgroup"))
     mounts = parse_mounts(host.read("/proc/mounts"))

@@ -10,19 +10,14 @@ with that reason, so the checks report ``unknown`` and say why.
 
 from __future__ import annotations
 
-import posixpath
 from typing import Any
 
 from ..collect import Target, collector
 from ..host import Host
 from ..model import Fact, SourceError
+from .cgroup import cgroup_members
 
 FACTS = ("runqlat", "sockopt", "mmsg", "malloc", "softirq")
-
-
-def _cgroup_pids(host: Host, path: str) -> frozenset[int]:
-    text = host.read(posixpath.join(path, "cgroup.procs"))
-    return frozenset(int(line) for line in text.split() if line.strip().isdigit())
 
 
 def plan(target: Target, cgroup_pids: frozenset[int] | None = None) -> dict[str, Any]:
@@ -68,7 +63,7 @@ def probe_facts(host: Host, target: Target) -> dict[str, Fact]:
     cgroup_pids = None
     if target.cgroup and not target.pids:
         try:
-            cgroup_pids = _cgroup_pids(host, target.cgroup)
+            cgroup_pids = cgroup_members(host, target.cgroup)
         except SourceError as exc:
             return {n: Fact(missing=f"cgroup {target.cgroup}: {exc}") for n in names}
     todo = plan(target, cgroup_pids)
