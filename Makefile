@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 APT_RUN  := ethtool iproute2 bpftrace
 APT_TEST := $(APT_RUN) nginx-light wrk prometheus-node-exporter gcc g++ cmake libc6-dev liburing-dev
 
-.PHONY: run test venv venv-test apt-run apt-test lint bench clean
+.PHONY: run test venv venv-test apt-run apt-test tracefs lint bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -25,24 +25,37 @@ $(VENV)/.installed-test: pyproject.toml | $(PY)
 venv: $(VENV)/.installed-run
 venv-test: $(VENV)/.installed-test
 
-# Installs only what is missing; needs root (as the README says).
-apt-%:
-	@missing=""; for p in $(APT_$(shell echo $* | tr a-z A-Z)); do \
+# Debian packages, installed only when missing (needs root, as the README says). Explicit
+# rules: GNU make never applies a pattern rule to a .PHONY target, so `apt-%` never ran.
+APT_INSTALL = missing=""; for p in $(1); do \
 	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "apt-get install$$missing"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
+
+apt-run:
+	@$(call APT_INSTALL,$(APT_RUN))
+
+apt-test:
+	@$(call APT_INSTALL,$(APT_TEST))
+
+# bpftrace needs tracefs; a freshly booted VM has it unmounted. Mounting it changes no
+# setting of the host (tailgate itself stays read-only).
+tracefs:
+	@mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing || \
+	  echo "tracefs could not be mounted: eBPF probes will report unknown"
 
 # Inspect this host: pyramid report on the terminal, JSON in report.json.
 # Exit status 1 (a red line crossed) is a result, not a failure of `make run`.
-run: venv apt-run
+run: venv apt-run tracefs
 	$(VENV)/bin/tailgate inspect --json report.json; rc=$$?; [ $$rc -le 1 ]
 
 lint: venv-test
 	$(VENV)/bin/ruff check src tests benchmarks
 
-test: venv-test apt-test lint
+test: venv-test apt-test tracefs lint
 	$(PY) -m pytest
 
 bench: venv-test apt-test
