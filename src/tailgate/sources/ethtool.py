@@ -24,7 +24,7 @@ import math
 import re
 from typing import Any
 
-from ..collect import Target, collector
+from ..collect import Target, collector, crash_fact
 from ..host import Host
 from ..model import Fact, ParseError, SourceError
 
@@ -374,8 +374,8 @@ def per_iface(prefix: str, host: Host, target: Target, fn) -> dict[str, object]:
             out[f"{prefix}.{iface}"] = fn(iface)
         except SourceError as exc:
             out[f"{prefix}.{iface}"] = Fact(missing=str(exc))
-        except (ValueError, KeyError, IndexError, TypeError) as exc:
-            out[f"{prefix}.{iface}"] = Fact(missing=f"parse error: {exc}")
+        except Exception as exc:  # noqa: BLE001 - a parser bug: this port's fact is an error
+            out[f"{prefix}.{iface}"] = crash_fact(f"{prefix} of {iface}", exc)
     return out
 
 

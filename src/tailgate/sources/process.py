@@ -120,7 +120,8 @@ def read_status(host: Host, pid: int) -> dict[str, str]:
     return st
 
 
-@collector("proc.pid.status", multi=True)
+@collector("proc.pid.status", multi=True,
+           names=lambda t: [f"proc.{pid}.status" for pid in t.pids])
 def pid_status(host: Host, target: Target) -> dict[str, object]:
     out: dict[str, object] = {}
     for pid in target.pids:
@@ -136,7 +137,8 @@ def pid_status(host: Host, target: Target) -> dict[str, object]:
     return out
 
 
-@collector("proc.pid.schedstat", counter=True, multi=True)
+@collector("proc.pid.schedstat", counter=True, multi=True,
+           names=lambda t: [f"proc.{pid}.schedstat" for pid in t.pids])
 def pid_schedstat(host: Host, target: Target) -> dict[str, object]:
     out: dict[str, object] = {}
     for pid in target.pids:
@@ -147,7 +149,8 @@ def pid_schedstat(host: Host, target: Target) -> dict[str, object]:
     return out
 
 
-@collector("proc.pid.io_uring", multi=True)
+@collector("proc.pid.io_uring", multi=True,
+           names=lambda t: [f"proc.{pid}.io_uring" for pid in t.pids])
 def pid_io_uring(host: Host, target: Target) -> dict[str, object]:
     """Every io_uring fd of the process, found by its ``anon_inode:[io_uring]`` link."""
     out: dict[str, object] = {}

@@ -37,7 +37,7 @@ def parse_ints(text: str, count: int | None = None) -> list[int]:
     return vals
 
 
-@collector("sysctl", multi=True)
+@collector("sysctl", multi=True, names=lambda t: [knob_name(path) for path in NET_KNOBS])
 def sysctls(host: Host, target: Target) -> dict[str, object]:
     out: dict[str, object] = {}
     for path in NET_KNOBS:
