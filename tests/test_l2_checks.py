@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tailgate.baseline import default_baseline
 from tailgate.judge import judge
 from tailgate.model import Fact, Snapshot
@@ -100,12 +102,45 @@ def test_congestion_control():
     a = "sysctl.net.ipv4.tcp_available_congestion_control"
     cubic = one(snap({k: "cubic", a: "reno bbr cubic"}), "l2.net.congestion_control")
     assert cubic.status == "fail" and "bbr is available" in cubic.reason
-    v1 = one(snap({k: "bbr", a: "reno bbr cubic", "kernel.tcp_bbr": {"version": None}}),
+    v1 = one(snap({k: "bbr", a: "reno bbr cubic",
+                   "kernel.tcp_bbr": {"version": None, "source": "modinfo tcp_bbr"}}),
              "l2.net.congestion_control")
-    assert v1.status == "pass" and v1.observed == "bbr v1"
-    v3 = one(snap({k: "bbr", a: "bbr", "kernel.tcp_bbr": {"version": "3"}}),
+    assert v1.status == "warn" and v1.observed == "bbr v1"  # the red line is BBRv3
+    assert "modinfo tcp_bbr: no module version" in v1.reason and "BBRv3" in v1.remedy
+    v2 = one(snap({k: "bbr", a: "bbr", "kernel.tcp_bbr": {"version": "2", "source": "x"}}),
              "l2.net.congestion_control")
-    assert v3.observed == "bbr v3"
+    assert v2.status == "warn" and v2.observed == "bbr v2"
+    v3 = one(snap({k: "bbr", a: "bbr", "kernel.tcp_bbr": {"version": "3", "source": "x"}}),
+             "l2.net.congestion_control")
+    assert v3.status == "pass" and v3.observed == "bbr v3"
+    unread = one(snap({k: "bbr", a: "bbr",
+                       "kernel.tcp_bbr": Fact(missing="modinfo: Module tcp_bbr not found")}),
+                 "l2.net.congestion_control")
+    assert unread.status == "unknown" and "Module tcp_bbr not found" in unread.reason
+
+
+def test_bbr_version_sources_on_a_host_root(tmp_path):
+    from tailgate.collect import Target
+    from tailgate.host import Host
+    from tailgate.model import SourceError
+    from tailgate.sources.sysctl import tcp_bbr
+
+    (tmp_path / "proc/sys/kernel").mkdir(parents=True)
+    (tmp_path / "proc/sys/kernel/osrelease").write_text("6.1.0-18-amd64\n")
+    host = Host(tmp_path)
+    with pytest.raises(SourceError, match="tcp_bbr version is not readable: "
+                       "/sys/module/tcp_bbr/version: absent; .*modules.builtin.modinfo: absent"):
+        tcp_bbr(host, Target())
+    mods = tmp_path / "lib/modules/6.1.0-18-amd64"
+    mods.mkdir(parents=True)
+    # built in: the kernel's own modules.builtin.modinfo (NUL-separated module.key=value)
+    (mods / "modules.builtin.modinfo").write_text(
+        "ext4.license=GPL\0tcp_bbr.description=TCP BBR (Bottleneck Bandwidth and RTT)\0"
+        "tcp_bbr.license=Dual BSD/GPL\0tcp_bbr.version=3\0")
+    assert tcp_bbr(host, Target())["version"] == "3"
+    (tmp_path / "sys/module/tcp_bbr").mkdir(parents=True)  # loaded module, no version file
+    assert tcp_bbr(host, Target()) == {
+        "version": None, "source": "/sys/module/tcp_bbr (loaded, no version attribute)"}
 
 
 def test_mem_sizing_rule():

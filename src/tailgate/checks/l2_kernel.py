@@ -224,13 +224,25 @@ def congestion_control(snap: Snapshot, p: dict) -> Result:
     if algo in p["preferred"]:
         if algo != "bbr":
             return Result("pass", subject="default", observed=algo, evidence=evidence)
+        # The red line is BBRv3: only a declared version 3 passes, v1 is at most a warn.
         bbr = snap.fact("kernel.tcp_bbr")
-        version = bbr.value.get("version") if bbr.ok else None
         evidence["bbr"] = bbr.value if bbr.ok else bbr.missing
-        if version and str(version).split(".")[0] == "3":
-            return Result("pass", subject="default", observed="bbr v3", evidence=evidence)
-        return Result("pass", subject="default", observed="bbr v1", evidence=evidence,
-                      reason="BBR v1 (the kernel declares no module version 3); v3 is preferred")
+        if not bbr.ok:
+            return Result("unknown", subject="default", observed="bbr", evidence=evidence,
+                          reason=f"BBR is the default, but which BBR is unknown ({bbr.missing}); "
+                                 "only BBRv3 passes, v1 is a warn")
+        version = bbr.value.get("version")
+        major = str(version).split(".")[0] if version else None
+        if major == "3":
+            return Result("pass", subject="default", observed="bbr v3", evidence=evidence,
+                          reason=f"BBRv3 ({bbr.value.get('source')})")
+        declared = f"version {version}" if version else "no module version: mainline BBR v1"
+        return Result("warn", subject="default", observed=f"bbr v{major or 1}", evidence=evidence,
+                      reason=f"BBR v{major or 1} ({bbr.value.get('source')}: {declared}); the red "
+                             "line is BBRv3, which keeps queues short under loss and shares "
+                             "fairly with other flows",
+                      remedy="Run a kernel carrying BBRv3 (google/bbr v3 branch, or a distribution "
+                             "kernel that ships it) and keep net.ipv4.tcp_congestion_control=bbr.")
     hint = "bbr is available" if "bbr" in str(evidence["available"]).split() else \
         "bbr is not available (modprobe tcp_bbr)"
     return Result("fail", subject="default", observed=algo, evidence=evidence,
