@@ -29,6 +29,7 @@ from .model import Finding, Result, Snapshot
 
 CHECK_MODULES = (
     "tailgate.checks.l1_physical",
+    "tailgate.checks.l1_pcie_link",
     "tailgate.checks.l2_kernel",
     "tailgate.checks.l3_dataplane",
     "tailgate.checks.l4_inference",

@@ -233,3 +233,69 @@ def pci_replay(host: Host, target: Target) -> dict[str, Any]:
                 counters[bdf] = got[bdf]
                 sources[bdf] = how
     return {"counters": counters, "sources": sources, "errors": errors}
+
+
+# -- link training: negotiated vs capable speed and width -----------------------------------
+
+# drivers/pci/pci-sysfs.c prints a speed as "16.0 GT/s PCIe" (PCIE_SPEED2STR, Linux >= 4.17),
+# before that as "8 GT/s" / "5 GT/s" / "2.5 GT/s"; a link without a negotiated speed (down,
+# or in a low-power state) prints "Unknown" (older: "Unknown speed"). Widths are "%u": 0 when
+# the link is down. The files exist only for PCIe devices (conventional PCI has no link).
+_SPEED_RE = re.compile(r"^(\d+(?:\.\d+)?) GT/s(?: PCIe)?$")
+LINK_FILES = ("current_link_speed", "current_link_width", "max_link_speed", "max_link_width")
+
+
+def parse_link_speed(text: str) -> float | None:
+    """``16.0 GT/s PCIe`` or ``8 GT/s`` -> GT/s; ``Unknown`` (no negotiated speed) -> None."""
+    s = text.strip()
+    if s in ("Unknown", "Unknown speed"):
+        return None
+    m = _SPEED_RE.match(s)
+    if not m:
+        raise ParseError(f"not a PCIe link speed: {s[:40]!r}")
+    return float(m.group(1))
+
+
+def parse_link_width(text: str) -> int:
+    s = text.strip().removeprefix("x")
+    if not s.isdigit():
+        raise ParseError(f"not a PCIe link width: {text.strip()[:40]!r}")
+    return int(s)
+
+
+def read_link(host: Host, bdf: str) -> dict[str, Any] | None:
+    """The link attributes of ``bdf``, parsed; None when it has none (not a PCIe device)."""
+    base = f"/sys/bus/pci/devices/{bdf}"
+    raw = {name: _read(host, f"{base}/{name}") for name in LINK_FILES}
+    if all(v is None for v in raw.values()):
+        return None
+    absent = [n for n, v in raw.items() if v is None]
+    if absent:
+        raise SourceError(f"{base}: {', '.join(absent)} unreadable")
+    return {"current_gts": parse_link_speed(raw["current_link_speed"]),
+            "current_width": parse_link_width(raw["current_link_width"]),
+            "max_gts": parse_link_speed(raw["max_link_speed"]),
+            "max_width": parse_link_width(raw["max_link_width"]),
+            "raw": raw}
+
+
+@collector("pci.links")
+def pci_links(host: Host, target: Target) -> dict[str, Any]:
+    """Per judged device (NIC, GPU, accelerator): its chain of ports from the root port down,
+    and the link attributes of every device in it. ``{"chains": {bdf: [bdf, ...]}, "links":
+    {bdf: {...} | None}, "errors": {bdf: reason}}``."""
+    chains: dict[str, list[str]] = {}
+    links: dict[str, dict[str, Any] | None] = {}
+    errors: dict[str, str] = {}
+    for bdf, entry in pci_devices(host).items():
+        if entry["kind"] == "upstream":
+            continue
+        chains[bdf] = [*entry["upstream"], bdf]
+        for dev in chains[bdf]:
+            if dev in links or dev in errors:
+                continue
+            try:
+                links[dev] = read_link(host, dev)
+            except SourceError as exc:
+                errors[dev] = str(exc)
+    return {"chains": chains, "links": links, "errors": errors}
