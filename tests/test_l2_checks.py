@@ -214,18 +214,82 @@ def test_numa_affinity_two_nodes():
     assert mem.status == "warn"
 
 
+NO_HT = {str(c): [c] for c in range(4)}
+NO_RPS = {"rps_cpus": {"rx-0": [], "rx-1": []}, "rps_flow_cnt": {"rx-0": 0, "rx-1": 0}}
+
+
 def test_irq_isolation():
-    base = {"nic": ["eth0"], "numa.nodes": [0],
+    base = {"nic": ["eth0"], "numa.nodes": [0], "cpu.siblings": NO_HT, "rps.eth0": NO_RPS,
             "nic.eth0": _nic(0, [0, 1, 2, 3], {"98": [0], "99": [1]})}
     shared = one(snap({**base, "proc.7.status": _proc([1, 2, 3], [0])}, pids=[7]),
                  "l2.irq.isolation")
     assert shared.status == "fail" and shared.observed == "1"
     apart = one(snap({**base, "proc.7.status": _proc([2, 3], [0])}, pids=[7]),
                 "l2.irq.isolation")
-    assert apart.status == "pass"
+    assert apart.status == "pass" and "no RPS" in apart.reason
     gone = one(snap({**base, "proc.7.status": Fact(missing="pid 7: absent")}, pids=[7]),
                "l2.irq.isolation")
     assert gone.status == "unknown" and "absent" in gone.reason
+
+
+def test_irq_isolation_is_physical_hyperthread_siblings_and_rps_count():
+    # 2 cores x 2 threads, Linux numbering: CPU 0 and 2 share a core, CPU 1 and 3 the other.
+    ht = {"0": [0, 2], "1": [1, 3], "2": [0, 2], "3": [1, 3]}
+    base = {"nic": ["eth0"], "numa.nodes": [0], "cpu.siblings": ht, "rps.eth0": NO_RPS,
+            "nic.eth0": _nic(0, [0, 1, 2, 3], {"98": [0]}), "proc.7.status": _proc([2], [0])}
+    f = one(snap(base, pids=[7]), "l2.irq.isolation")
+    assert f.status == "fail" and f.observed == "0"
+    assert "hyperthread siblings of the service's CPUs" in f.reason
+    assert f.evidence["service_core_siblings"] == "0"
+    # IRQs on another core, but RPS steers softirq work of rx-1 onto the service's CPU
+    rps = {"rps_cpus": {"rx-0": [], "rx-1": [2, 3]}, "rps_flow_cnt": {"rx-0": 0, "rx-1": 4096}}
+    moved = {**base, "nic.eth0": _nic(0, [0, 1, 2, 3], {"98": [1]}), "rps.eth0": rps}
+    f = one(snap(moved, pids=[7]), "l2.irq.isolation")
+    assert f.status == "fail" and "RPS/RFS softirqs may run on the service's CPUs 2" in f.reason
+    assert f.evidence["rps_cpus"] == "2-3" and f.evidence["rps_flow_cnt"]["rx-1"] == 4096
+    # IRQs and RPS on core 1 (CPUs 1 and 3), the service on core 0 (CPUs 0 and 2): isolated
+    apart = {**moved, "rps.eth0": {**rps, "rps_cpus": {"rx-0": [3], "rx-1": [1]}},
+             "proc.7.status": _proc([0, 2], [0])}
+    f = one(snap(apart, pids=[7]), "l2.irq.isolation")
+    assert f.status == "pass" and "RPS on 1,3" in f.reason
+
+
+def test_irq_isolation_unconfirmed_is_unknown_not_pass():
+    base = {"nic": ["eth0"], "numa.nodes": [0], "nic.eth0": _nic(0, [0, 1, 2, 3], {"98": [1]}),
+            "proc.7.status": _proc([2], [0]), "rps.eth0": NO_RPS,
+            "cpu.siblings": Fact(missing="/sys/devices/system/cpu: permission denied")}
+    f = one(snap(base, pids=[7]), "l2.irq.isolation")
+    assert f.status == "unknown" and "hyperthread siblings unknown" in f.reason
+    f = one(snap({**base, "cpu.siblings": NO_HT, "rps.eth0": Fact(missing="queues: absent")},
+                 pids=[7]), "l2.irq.isolation")
+    assert f.status == "unknown" and "RPS masks of eth0 unreadable" in f.reason
+    # a direct overlap fails whatever could not be read
+    f = one(snap({**base, "proc.7.status": _proc([1], [0])}, pids=[7]), "l2.irq.isolation")
+    assert f.status == "fail"
+
+
+def test_topology_and_rps_sources_on_real_sysfs(tmp_path):
+    from tailgate.host import Host
+    from tailgate.sources.netdev import rps_map
+    from tailgate.sources.topology import cpu_siblings
+
+    live = cpu_siblings(Host("/"))  # this VM's real topology
+    assert set(live) == {str(c) for c in range(len(live))} and all(int(c) in s for c, s in live.items())
+    # layout and mask format of corpus sysfs-nic-queues-xps-rps-numa.txt
+    for cpu, sib in ((0, "0,2"), (1, "1,3"), (2, "0,2"), (3, "1,3")):
+        d = tmp_path / f"sys/devices/system/cpu/cpu{cpu}/topology"
+        d.mkdir(parents=True)
+        (d / "thread_siblings_list").write_text(sib + "\n")
+    (tmp_path / "sys/devices/system/cpu/cpu4").mkdir()  # offline: no topology
+    assert cpu_siblings(Host(tmp_path)) == {"0": [0, 2], "1": [1, 3], "2": [0, 2], "3": [1, 3]}
+    q = tmp_path / "sys/class/net/ens10f0/queues"
+    for n, mask in ((0, "00000000,00000000"), (1, "00000000,0000000c")):
+        (q / f"rx-{n}").mkdir(parents=True)
+        (q / f"rx-{n}" / "rps_cpus").write_text(mask + "\n")
+        (q / f"rx-{n}" / "rps_flow_cnt").write_text("0\n")
+    (q / "tx-0").mkdir()
+    assert rps_map(Host(tmp_path), "ens10f0") == {
+        "rps_cpus": {"rx-0": [], "rx-1": [2, 3]}, "rps_flow_cnt": {"rx-0": 0, "rx-1": 0}}
 
 
 def test_io_uring_judgment():

@@ -164,8 +164,34 @@ def numa_affinity(snap: Snapshot, p: dict) -> list[Result]:
     return results
 
 
+def _siblings(snap: Snapshot, cpus: list[int]) -> tuple[dict[int, list[int]] | None, str]:
+    """Each CPU's hyperthread siblings (itself excluded), or None with the reason."""
+    fact = snap.fact("cpu.siblings")
+    if not fact.ok:
+        return None, f"hyperthread siblings unknown ({fact.missing})"
+    table = {int(k): v for k, v in fact.value.items()}
+    return {c: [s for s in table.get(c, [c]) if s != c] for c in cpus}, ""
+
+
+def _rps(snap: Snapshot, iface: str) -> tuple[list[int] | None, dict, str]:
+    """The CPUs RPS/RFS may run this NIC's NET_RX softirqs on, evidence, and a problem."""
+    fact = snap.fact(f"rps.{iface}")
+    if not fact.ok:
+        return None, {}, f"RPS masks of {iface} unreadable ({fact.missing})"
+    masks = fact.value["rps_cpus"]
+    cpus = sorted({c for m in masks.values() if m for c in m})
+    ev = {"rps_cpus": _cpus(cpus) if cpus else "none",
+          "rps_flow_cnt": fact.value.get("rps_flow_cnt")}
+    entries = snap.fact(knob_name("net/core/rps_sock_flow_entries"))
+    if entries.ok:
+        ev["rps_sock_flow_entries"] = entries.value
+    return cpus, ev, ""
+
+
 @check("l2.irq.isolation")
 def irq_isolation(snap: Snapshot, p: dict) -> list[Result]:
+    """Physically isolated: no NIC IRQ and no RPS/RFS softirq CPU on a service CPU or on a
+    hyperthread sibling of one (siblings share the core's pipeline and L1/L2 caches)."""
     if not _pids(snap):
         return [Result("skip", reason="no service process given (use --pid)")]
     procs, nics, results = _service_and_nics(snap)
@@ -184,30 +210,57 @@ def irq_isolation(snap: Snapshot, p: dict) -> list[Result]:
             continue
         unreadable = [i for i, cpus in nic["irq_affinity"].items() if cpus is None]
         irq_cpus = sorted({c for cpus in nic["irq_affinity"].values() if cpus for c in cpus})
+        rps_cpus, rps_ev, rps_problem = _rps(snap, nic["iface"])
         for pid, st in procs:
             subject = f"pid {pid} / {nic['iface']}"
-            shared = sorted(set(irq_cpus) & set(st["cpus_allowed"]))
-            ev = {"pid": pid, "process": st["name"], "service_cpus": _cpus(st["cpus_allowed"]),
+            service = sorted(st["cpus_allowed"])
+            siblings, sib_problem = _siblings(snap, service)
+            ev = {"pid": pid, "process": st["name"], "service_cpus": _cpus(service),
                   "nic_irqs": nic["irq_names"] if "irq_names" in nic else nic["irqs"],
                   "irq_cpus": _cpus(irq_cpus),
-                  "irq_affinity": {k: _cpus(v) if v else None for k, v in nic["irq_affinity"].items()}}
+                  "irq_affinity": {k: _cpus(v) if v else None for k, v in nic["irq_affinity"].items()},
+                  **rps_ev}
+            if siblings is not None:
+                ev["service_core_siblings"] = _cpus(sorted({s for v in siblings.values() for s in v}))
             if net_rx is not None:
                 ev["net_rx_softirqs_in_interval_per_cpu"] = net_rx
             probed = snap.fact("probe.softirq")
             if probed.ok:  # eBPF-measured NET_RX time per CPU, with --probe-window
                 ev["net_rx_softirq_time_per_cpu"] = probed.value.get("cpus")
-            if shared:
+            sibling_cpus = set() if siblings is None else {s for v in siblings.values() for s in v}
+            sibling_cpus -= set(service)
+            problems = []
+            for what, cpus in (("NIC IRQs", irq_cpus), ("RPS/RFS softirqs", rps_cpus or [])):
+                same = sorted(set(cpus) & set(service))
+                near = sorted(set(cpus) & sibling_cpus)
+                if same:
+                    problems.append(f"{what} may run on the service's CPUs {_cpus(same)}")
+                if near:
+                    problems.append(f"{what} may run on CPUs {_cpus(near)}, hyperthread siblings "
+                                    "of the service's CPUs (the same physical core)")
+            if problems:
+                shared = sorted((set(irq_cpus) | set(rps_cpus or [])) & (set(service) | sibling_cpus))
                 results.append(Result(
                     "fail", subject=subject, observed=_cpus(shared), evidence=ev,
-                    reason=f"NIC IRQs may run on the service's CPUs {_cpus(shared)}",
+                    reason="; ".join(problems),
                     remedy="echo CPUS > /proc/irq/N/smp_affinity_list for each NIC IRQ (and ban "
-                           "them in irqbalance); pin the service to the other CPUs"))
-            elif unreadable:
+                           "them in irqbalance), clear or move rps_cpus of the NIC's rx queues, "
+                           "on physical cores the service does not use (neither CPU of a "
+                           "hyperthread pair); pin the service to the other cores"))
+                continue
+            missing = [m for m in (rps_problem, sib_problem) if m]
+            if unreadable:
+                missing.insert(0, f"affinity of IRQs {','.join(unreadable)} unreadable")
+            if missing:
                 results.append(Result("unknown", subject=subject, evidence=ev,
-                                      reason=f"affinity of IRQs {','.join(unreadable)} unreadable"))
+                                      reason="; ".join(missing) + ": physical isolation cannot "
+                                             "be confirmed"))
             else:
-                results.append(Result("pass", subject=subject, observed="", evidence=ev,
-                                      reason=f"NIC IRQs on CPUs {_cpus(irq_cpus)}, service elsewhere"))
+                results.append(Result(
+                    "pass", subject=subject, observed="", evidence=ev,
+                    reason=f"NIC IRQs on CPUs {_cpus(irq_cpus)}"
+                           + (f", RPS on {_cpus(rps_cpus)}" if rps_cpus else ", no RPS")
+                           + ": no service CPU and no sibling of one"))
     return results
 
 

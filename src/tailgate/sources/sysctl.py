@@ -19,6 +19,7 @@ NET_KNOBS = (
     "net/ipv4/tcp_wmem",
     "net/core/rmem_max",
     "net/core/default_qdisc",
+    "net/core/rps_sock_flow_entries",
     "kernel/io_uring_disabled",
 )
 
