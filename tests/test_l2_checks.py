@@ -209,9 +209,62 @@ def test_numa_affinity_two_nodes():
     local = one(snap({**base, "proc.7.status": _proc([9, 10], [1])}, pids=[7]),
                 "l2.numa.affinity")
     assert local.status == "pass"
+    # CPUs local, the cpuset allows both nodes: where memory comes from is the policy's say
     mem = one(snap({**base, "proc.7.status": _proc([9, 10], [0, 1])}, pids=[7]),
               "l2.numa.affinity")
-    assert mem.status == "warn"
+    assert mem.status == "unknown" and "memory policy is unknown" in mem.reason
+
+
+NUMA_MAPS = {  # mpol_to_str() spellings, as /proc/PID/numa_maps prints them
+    "bind:1": ("pass", ""), "bind=static:1": ("pass", ""), "default": ("pass", ""),
+    "local": ("pass", ""), "prefer:1": ("pass", ""), "interleave:0-1": ("warn", "0"),
+    "weighted interleave:0-1": ("warn", "0"), "prefer (many):0-1": ("warn", "0"),
+    "bind:0": ("fail", "0"), "prefer:0": ("fail", "0"),
+}
+
+
+@pytest.mark.parametrize("policy", sorted(NUMA_MAPS))
+def test_numa_affinity_follows_the_memory_policy_in_force(policy):
+    from tailgate.sources.process import parse_numa_maps
+
+    text = (f"7f00c0000000 {policy} anon=2048 dirty=2048 N1=2048 kernelpagesize_kB=4\n"
+            f"55e906e31000 {policy} file=/usr/bin/svc mapped=2 mapmax=2 N0=2 kernelpagesize_kB=4\n")
+    maps = parse_numa_maps(text)
+    assert maps["resident_bytes"] == {"1": 2048 * 4096, "0": 2 * 4096}
+    base = {"nic": ["eth0"], "numa.nodes": [0, 1], "nic.eth0": _nic(1, list(range(8, 16)), {"98": [8]}),
+            "proc.7.status": _proc([9, 10], [0, 1]), "proc.7.numa_maps": maps}
+    f = one(snap(base, pids=[7]), "l2.numa.affinity")
+    status, observed = NUMA_MAPS[policy]
+    assert (f.status, f.observed if status != "pass" else "") == (status, observed), f.reason
+    assert f.evidence["memory_policies"] == {policy: 2}
+
+
+def test_numa_maps_parse_errors():
+    from tailgate.model import ParseError
+    from tailgate.sources.process import parse_numa_maps
+
+    with pytest.raises(ParseError, match="not a mapping line"):
+        parse_numa_maps("garbage\n")
+    with pytest.raises(ParseError, match="malformed cpu"):
+        parse_numa_maps("7f00c0000000 bind:x anon=1 N0=1\n")
+
+
+def test_gpu_locality_of_the_gpus_the_service_holds():
+    gpu = {"kind": "gpu", "class": "0x030200", "vendor": "0x10de", "upstream": [],
+           "numa_node": 1, "local_cpus": list(range(8, 16))}
+    base = {"nic": [], "numa.nodes": [0, 1], "pci.devices": {"0000:c1:00.0": gpu},
+            "proc.7.status": _proc([2, 3], [0]),
+            "proc.7.gpus": {"gpus": ["0000:c1:00.0"], "unresolved": []}}
+    f = one(snap(base, pids=[7]), "l2.numa.affinity")
+    assert f.status == "fail" and f.subject == "pid 7 / GPU 0000:c1:00.0" and f.observed == "2-3"
+    f = one(snap({**base, "proc.7.status": _proc([9], [1])}, pids=[7]), "l2.numa.affinity")
+    assert f.status == "pass"
+    f = one(snap({**base, "proc.7.gpus": Fact(missing="pid 7: /proc/7/fd: permission denied")},
+                 pids=[7]), "l2.numa.affinity")
+    assert f.status == "unknown" and "which GPUs it uses is unknown" in f.reason
+    none = one(snap({**base, "proc.7.gpus": {"gpus": [], "unresolved": []}}, pids=[7]),
+               "l2.numa.affinity")
+    assert none.status == "skip"
 
 
 NO_HT = {str(c): [c] for c in range(4)}

@@ -123,30 +123,117 @@ def _service_and_nics(snap: Snapshot) -> tuple[list[tuple[int, dict]], list[dict
     return procs, nics, problems
 
 
+def _memory_nodes(policies: dict[str, int], mems: set[int], local: int) -> dict[str, set[int]]:
+    """Per memory policy in force, the nodes it may allocate from. default/local allocate on
+    the node of the CPU the thread runs on: ``local`` when its CPUs are all local."""
+    from ..sources.process import parse_policy
+
+    out = {}
+    for text in policies:
+        pol = parse_policy(text)
+        nodes = set(pol["nodes"] or ())
+        if pol["mode"] in ("default", "local") or not nodes:
+            out[text] = {local}
+        elif pol["mode"] in ("bind", "interleave", "weighted interleave"):
+            out[text] = (nodes & mems) or nodes  # the cpuset narrows a strict policy
+        else:  # prefer, prefer (many): first choice, may spill elsewhere when full
+            out[text] = nodes
+    return out
+
+
+def _memory_result(pid: int, subject: str, st: dict, nic_node: int, ev: dict,
+                   maps) -> Result:
+    """CPUs are on the NIC's node: judge where memory may come from."""
+    mems = set(st["mems_allowed"])
+    if mems and mems <= {nic_node}:
+        return Result("pass", subject=subject, observed=nic_node, evidence=ev,
+                      reason="CPUs on the NIC's node; the cpuset allows memory there only")
+    if not maps.ok:
+        return Result("unknown", subject=subject, evidence=ev,
+                      reason=f"CPUs on the NIC's node, but the memory policy is unknown "
+                             f"({maps.missing}); the cpuset allows nodes {_cpus(sorted(mems))}")
+    ev["memory_policies"] = maps.value["policies"]
+    ev["resident_bytes_per_node"] = maps.value["resident_bytes"]
+    by_policy = _memory_nodes(maps.value["policies"], mems, nic_node)
+    remote = {t: sorted(n - {nic_node}) for t, n in by_policy.items() if n - {nic_node}}
+    names = ", ".join(sorted(by_policy))
+    if not remote:
+        return Result("pass", subject=subject, observed=nic_node, evidence=ev,
+                      reason=f"CPUs on the NIC's node {nic_node}; memory policy {names} "
+                             "allocates there")
+    only_remote = [t for t, n in by_policy.items() if nic_node not in n]
+    bad = "; ".join(f"{t} may allocate on node(s) {_cpus(n)}" for t, n in sorted(remote.items()))
+    return Result("fail" if only_remote else "warn", subject=subject,
+                  observed=_cpus(sorted({x for n in remote.values() for x in n})), evidence=ev,
+                  reason=f"CPUs are on the NIC's node {nic_node}, but memory policy {bad}",
+                  remedy=f"numactl --membind={nic_node} --cpunodebind={nic_node} for the service "
+                         f"(or migratepages {pid} all {nic_node})")
+
+
+def _gpu_results(snap: Snapshot, procs: list[tuple[int, dict]], devices: dict) -> list[Result]:
+    """Each GPU a service process holds open against the CPUs it may run on."""
+    results = []
+    for pid, st in procs:
+        held = snap.fact(f"proc.{pid}.gpus")
+        if not held.ok:
+            results.append(Result("unknown", subject=f"pid {pid} / GPUs",
+                                  reason=f"which GPUs it uses is unknown: {held.missing}"))
+            continue
+        for dev in held.value.get("unresolved", []):
+            results.append(Result("unknown", subject=f"pid {pid} / {dev}",
+                                  reason=f"{dev} is open but its PCI address is unknown"))
+        for bdf in held.value.get("gpus", []):
+            gpu = devices.get(bdf, {})
+            subject = f"pid {pid} / GPU {bdf}"
+            node, local = gpu.get("numa_node"), gpu.get("local_cpus")
+            ev = {"pid": pid, "gpu": bdf, "gpu_numa_node": node,
+                  "gpu_local_cpus": _cpus(local) if local else None,
+                  "cpus_allowed": _cpus(st["cpus_allowed"])}
+            if node is None or node < 0 or not local:
+                results.append(Result("unknown", subject=subject, evidence=ev,
+                                      reason="the GPU reports no NUMA node or local CPUs"))
+                continue
+            remote = sorted(set(st["cpus_allowed"]) - set(local))
+            if remote:
+                results.append(Result(
+                    "fail", subject=subject, observed=_cpus(remote), evidence=ev,
+                    reason=f"may run on CPUs {_cpus(remote)} off the GPU's node {node}: "
+                           "host-device copies cross the socket interconnect",
+                    remedy=f"taskset -pc {_cpus(local)} {pid}; numactl --cpunodebind={node} "
+                           f"--membind={node} for new processes"))
+            else:
+                results.append(Result("pass", subject=subject, observed=node, evidence=ev,
+                                      reason=f"CPUs on the GPU's node {node}"))
+    return results
+
+
 @check("l2.numa.affinity")
 def numa_affinity(snap: Snapshot, p: dict) -> list[Result]:
     if not _pids(snap):
         return [Result("skip", reason="no service process given (use --pid)")]
     procs, nics, results = _service_and_nics(snap)
-    if not nics and not results:
-        return [Result("skip", reason="no physical network interface on this host")]
+    devices_f = snap.fact("pci.devices")
+    devices = devices_f.value if devices_f.ok and isinstance(devices_f.value, dict) else {}
+    has_gpus = any(e.get("kind") in ("gpu", "accelerator") for e in devices.values())
+    if not nics and not has_gpus and not results:
+        return [Result("skip", reason="no physical network interface or GPU on this host")]
     nodes = need(snap, "numa.nodes")
+    if len(nodes) <= 1:
+        return results + [Result("pass", subject=f"pid {pid}", observed=nodes[0] if nodes else 0,
+                                 reason="single NUMA node: everything is local")
+                          for pid, _ in procs]
     for pid, st in procs:
+        maps = snap.fact(f"proc.{pid}.numa_maps")
         for nic in nics:
             subject = f"pid {pid} / {nic['iface']}"
             ev = {"pid": pid, "process": st["name"], "cpus_allowed": _cpus(st["cpus_allowed"]),
                   "mems_allowed": _cpus(st["mems_allowed"]), "nic_numa_node": nic["numa_node"],
                   "nic_local_cpus": _cpus(nic.get("local_cpus") or []), "numa_nodes": _cpus(nodes)}
-            if len(nodes) <= 1:
-                results.append(Result("pass", subject=subject, observed=nodes[0] if nodes else 0,
-                                      evidence=ev, reason="single NUMA node: everything is local"))
-                continue
             if nic["numa_node"] is None or nic["numa_node"] < 0:
                 results.append(Result("unknown", subject=subject, evidence=ev,
                                       reason="the NIC reports no NUMA node (numa_node -1)"))
                 continue
             remote_cpus = sorted(set(st["cpus_allowed"]) - set(nic.get("local_cpus") or []))
-            remote_mems = sorted(set(st["mems_allowed"]) - {nic["numa_node"]})
             if remote_cpus:
                 results.append(Result(
                     "fail", subject=subject, observed=_cpus(remote_cpus), evidence=ev,
@@ -154,13 +241,13 @@ def numa_affinity(snap: Snapshot, p: dict) -> list[Result]:
                            f"{nic['numa_node']}",
                     remedy=f"taskset -pc {_cpus(nic.get('local_cpus') or [])} {pid}; "
                            f"numactl --membind={nic['numa_node']} for new processes"))
-            elif remote_mems:
-                results.append(Result(
-                    "warn", subject=subject, observed=_cpus(st["mems_allowed"]), evidence=ev,
-                    reason=f"CPUs are local but memory may come from nodes {_cpus(remote_mems)}"))
             else:
-                results.append(Result("pass", subject=subject, observed=nic["numa_node"],
-                                      evidence=ev, reason="CPUs and memory on the NIC's node"))
+                results.append(_memory_result(pid, subject, st, nic["numa_node"], ev, maps))
+    if has_gpus:
+        results += _gpu_results(snap, procs, devices)
+    if not results:
+        return [Result("skip", reason="no physical network interface, and no GPU held open "
+                                      "by the service")]
     return results
 
 

@@ -26,6 +26,7 @@ from typing import Any
 from ..collect import Target, collector
 from ..host import Host
 from ..model import ParseError, SourceError
+from .process import parse_cpulist
 
 _BDF_RE = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
 KINDS = {"02": "nic", "03": "gpu", "12": "accelerator"}
@@ -148,6 +149,14 @@ def pci_devices(host: Host) -> dict[str, dict[str, Any]]:
         except SourceError:
             entry["driver"] = None
         entry["aer"] = host.exists(f"{base}/aer_dev_correctable")
+        if entry["kind"] != "upstream":  # for GPU locality (l2.numa.affinity)
+            node = _read(host, f"{base}/numa_node")
+            entry["numa_node"] = int(node) if node and node.lstrip("-").isdigit() else None
+            cpus = _read(host, f"{base}/local_cpulist")
+            try:
+                entry["local_cpus"] = parse_cpulist(cpus) if cpus is not None else None
+            except ParseError:
+                entry["local_cpus"] = None
         entry["amdgpu_replay"] = host.exists(f"{base}/pcie_replay_count")
     return out
 
