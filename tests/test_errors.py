@@ -244,6 +244,9 @@ def test_the_suite_fails_when_any_finding_is_an_error(tmp_path):
     (tmp_path / "conftest.py").write_text((TESTS / "conftest.py").read_text())
     (tmp_path / "test_guarded.py").write_text(GUARDED)
     env = {k: v for k, v in os.environ.items() if k != "TAILGATE_ERROR_LOG"}
+    # the tailgate under test, whatever the subprocess's working directory
+    src = str(Path(tailgate.commands.catalog.__file__).parents[2])
+    env["PYTHONPATH"] = os.pathsep.join([src, *filter(None, [env.get("PYTHONPATH")])])
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                            str(tmp_path)], capture_output=True, text=True, timeout=120,
                           cwd=tmp_path, env=env)

@@ -161,7 +161,8 @@ def test_renderers_show_error_and_incomplete():
     print_report(rep, Console(file=out, width=100, color_system=None))
     text = out.getvalue()
     assert "ERROR   l1.pcie.bad_tlp" in text and "verdict: ERROR" in text
-    assert "not measured:" in text and "l2.sched.runqlat: no probe window -- needs" in text
+    assert "not measured (what would measure it):" in text
+    assert "l2.sched.runqlat: a probe window: `tailgate inspect --probe-window 10`" in text
 
     page = render_html(rep)
     assert "verdict: ERROR" in page and "no probe window" in page

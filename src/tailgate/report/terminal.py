@@ -122,9 +122,8 @@ def _unmeasured(v, console: Console) -> None:
     by_id: dict[str, list[dict]] = {}
     for u in v.unmeasured:
         by_id.setdefault(u["id"], []).append(u)
-    if by_id:
-        console.print(Text("not measured:", style="magenta"))
+    if by_id:  # each reason is printed at its finding above; here, what would measure it
+        console.print(Text("not measured (what would measure it):", style="magenta"))
         for cid, items in by_id.items():
-            reasons = "; ".join(dict.fromkeys(u["reason"] for u in items))
-            needs = f" -- needs {items[0]['needs']}" if items[0]["needs"] else ""
-            console.print(_wrapped(f"{cid}: {reasons}{needs}", console.width))
+            console.print(_wrapped(f"{cid}: {items[0]['needs'] or items[0]['reason']}",
+                                   console.width))
