@@ -42,18 +42,27 @@ def _window_evidence(g: Growth) -> dict[str, Any]:
 
 # -- FEC -----------------------------------------------------------------------------------------
 
-def _fec_source(snap: Snapshot, iface: str) -> tuple[str, str, Any] | Result:
-    """(fact name, description, pick) for this port's uncorrectable count, or a final Result."""
+def _fec_source(snap: Snapshot, iface: str) -> tuple[str, str, Any, str] | Result:
+    """(fact name, description, pick, fallback note) for this port's uncorrectable count, or a
+    final Result. The note says why the standard statistics were not used ("" when they were)."""
     fec = snap.fact(f"ethtool.fec.{iface}")
     driver = _driver(snap, iface)
     if fec.ok and fec.value.get("supported") and "uncorrectable_blocks" in fec.value.get("stats", {}):
         return (f"ethtool.fec.{iface}", "ethtool -I --show-fec uncorrectable_blocks",
-                lambda v: v["stats"]["uncorrectable_blocks"]["total"])
+                lambda v: v["stats"]["uncorrectable_blocks"]["total"], "")
     names = DRIVER_FEC.get(driver or "")
     phy = snap.fact(f"ethtool.phy.{iface}")
     if names and phy.ok and names["uncorrectable"] in phy.value:
         counter = names["uncorrectable"]
-        return (f"ethtool.phy.{iface}", f"ethtool -S {counter} ({driver})", lambda v: v[counter])
+        if not fec.ok:
+            why = f"standard FEC statistics unreadable ({fec.missing})"
+        elif not fec.value.get("supported"):
+            why = f"`ethtool --show-fec` reports no FEC ({fec.value.get('reason')})"
+        else:
+            why = ("`ethtool -I --show-fec` printed no uncorrectable_blocks (a driver or "
+                   "kernel without FEC statistics, or ethtool < 5.13)")
+        return (f"ethtool.phy.{iface}", f"ethtool -S {counter} ({driver})", lambda v: v[counter],
+                f"{why}; used the driver counter {counter} of `ethtool -S` instead")
     if not fec.ok:
         return Result("unknown", subject=iface, reason=fec.missing)
     if not fec.value.get("supported"):
@@ -82,8 +91,11 @@ def fec_uncorrectable(snap: Snapshot, p: dict) -> list[Result]:
         if isinstance(src, Result):
             results.append(src)
             continue
-        name, what, pick = src
+        name, what, pick, note = src
         evidence: dict[str, Any] = {"source": what, "total": pick(snap.facts[name].value)}
+        if note:
+            evidence["fallback"] = note
+        said = f" [{note}]" if note else ""
         fec = snap.fact(f"ethtool.fec.{iface}")
         if fec.ok and fec.value.get("stats"):
             evidence["fec_stats"] = fec.value["stats"]
@@ -91,7 +103,8 @@ def fec_uncorrectable(snap: Snapshot, p: dict) -> list[Result]:
         try:
             g = growth(snap, name, pick)
         except NoWindow as exc:
-            results.append(Result("unknown", subject=iface, reason=str(exc), evidence=evidence))
+            results.append(Result("unknown", subject=iface, reason=str(exc) + said,
+                                  evidence=evidence))
             continue
         grown = sum(g.deltas.values())
         rate = grown * 3600.0 / g.window_s
@@ -99,16 +112,17 @@ def fec_uncorrectable(snap: Snapshot, p: dict) -> list[Result]:
         observed = round(rate, 3)
         if rate <= limit:
             results.append(Result("pass", subject=iface, observed=observed, evidence=evidence,
-                                  reason=f"no uncorrectable FEC blocks in a {g.window_s:.1f} s window"))
+                                  reason=f"no uncorrectable FEC blocks in a {g.window_s:.1f} s "
+                                         f"window{said}"))
         elif rate > escalate:
             results.append(Result(
                 "fail", subject=iface, observed=observed, evidence=evidence,
                 reason=f"{grown:g} uncorrectable blocks in {g.window_s:.1f} s = {rate:.1f}/h "
-                f"(above {escalate:g}/h)", remedy=ESCALATED_FEC_REMEDY.format(limit=escalate)))
+                f"(above {escalate:g}/h){said}", remedy=ESCALATED_FEC_REMEDY.format(limit=escalate)))
         else:
             results.append(Result("fail", subject=iface, observed=observed, evidence=evidence,
                                   reason=f"{grown:g} uncorrectable blocks in {g.window_s:.1f} s "
-                                  f"= {rate:.2f}/h"))
+                                  f"= {rate:.2f}/h{said}"))
     return results
 
 
@@ -295,9 +309,23 @@ def pcie_link_recovery(snap: Snapshot, p: dict) -> list[Result]:
     aer = aer_f.value.get("counters", {}) if aer_f.ok else {}
     replay = replay_f.value if replay_f.ok else {"counters": {}, "sources": {}, "errors": {}}
     mlx5 = _mlx5_ifaces(snap)
+    # Sources that failed: named in the reason of every device judged without them.
+    failed = [f"AER unreadable ({aer_f.missing})"] if not aer_f.ok else []
+    if not replay_f.ok:
+        failed.append(f"vendor replay counters unreadable ({replay_f.missing})")
+    replay_errors = replay.get("errors", {})
     results = []
     for bdf in sorted(devices):
         subject = _subject(bdf, devices[bdf])
+        notes = list(failed)
+        if bdf in replay_errors:
+            notes.append(f"replay counter unreadable ({replay_errors[bdf]})")
+        if devices[bdf].get("kind") == "gpu" and devices[bdf].get("vendor") == "0x10de":
+            for tool in ("nvml", "nvidia-smi"):
+                if tool in replay_errors:
+                    notes.append(f"{tool}: {replay_errors[tool]}"
+                                 + ("; read nvidia-smi -q instead" if tool == "nvml"
+                                    and bdf in replay.get("counters", {}) else ""))
         # (description of the stand-in, fact, pick) for every counter this device exposes.
         stand_ins: list[tuple[str, str, Any]] = []
         if bdf in aer and {"Rollover", "Timeout"} & set(aer[bdf]):
@@ -330,13 +358,16 @@ def pcie_link_recovery(snap: Snapshot, p: dict) -> list[Result]:
         if window is not None:
             evidence.update(_window_evidence(window))
         role = _role(devices[bdf])
+        if notes:
+            evidence["unavailable_sources"] = notes
+            role += f" [{'; '.join(notes)}]"
         if total > limit:
             results.append(Result("fail", subject=subject, observed=total, evidence=evidence,
                                   reason=f"{total:g} link replay/recovery events in the window"
                                   + role))
         elif unknown:
             results.append(Result("unknown", subject=subject, evidence=evidence,
-                                  reason="; ".join(unknown)))
+                                  reason="; ".join(unknown) + role))
         else:
             results.append(Result("pass", subject=subject, observed=total, evidence=evidence,
                                   reason="no replay or recovery events in the window" + role))
@@ -411,12 +442,15 @@ def clock_ptp(snap: Snapshot, p: dict) -> Result:
             return Result("fail", evidence=evidence, reason="; ".join(unlocked))
         offsets = {f"ptp4l {s['port']} master_offset": s["master_offset_ns"] for s in synced}
         return _judge_offsets({**offsets, **recent}, limit, evidence, "PTP")
+    # pmc gave nothing: what stands in for it (the journal, chrony) says so.
+    instead = "" if pmc.ok else f"pmc: {pmc.missing}; "
     if log.ok and log.value["samples"]:
         evidence["log_tail"] = log.value["samples"][-10:]
         if unlocked:
             return Result("fail", evidence=evidence, reason="; ".join(unlocked))
         if recent:
-            return _judge_offsets(recent, limit, evidence, "PTP (journal)")
+            return _judge_offsets(recent, limit, evidence,
+                                  f"{instead}PTP from the ptp4l/phc2sys journal instead")
     if chrony.ok:
         c = chrony.value
         evidence["chrony"] = c
@@ -428,7 +462,7 @@ def clock_ptp(snap: Snapshot, p: dict) -> Result:
             return Result("fail", evidence=evidence,
                           reason=f"chrony is not synchronised to a reference ({c['leap'] or c['kind']})")
         return _judge_offsets({f"chrony {c['ref_name']}": c["offset_ns"]}, limit, evidence,
-                              f"chrony on hardware reference clock {c['ref_name']}")
+                              f"{instead}chrony on hardware reference clock {c['ref_name']}")
     evidence["missing"] = {n: f.missing for n, f in
                            (("ptp.pmc", pmc), ("ptp.log", log), ("chrony.tracking", chrony))
                            if not f.ok}
