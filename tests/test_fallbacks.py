@@ -99,3 +99,18 @@ def test_conn_memory_without_slab_sizes_is_a_lower_bound_never_a_pass():
     (f,) = [f for f in judge(snap(facts, pids=[7]), default_baseline()) if f.id == "l3.conn.memory"]
     assert f.status == "unknown" and "/proc/slabinfo lacks TCP" in f.reason
     assert f.evidence["slab_caches_absent"] == ["TCP"]
+
+
+def test_rss_pass_names_the_layouts_it_could_not_check_and_the_assumed_hash():
+    # 16 bytes of the symmetric 6d:5a key: enough for IPv4 (with ports), too short for IPv6;
+    # no "RSS hash function:" block, as older ethtool prints it
+    rss = {"rings": 4, "table": [0, 1, 2, 3], "key": "6d5a" * 8, "functions": {},
+           "transforms": {}}
+    facts = {"ethtool.rss": ["eth2"], "ethtool.rss.eth2": rss}
+    (f,) = one("l3.rss.symmetric", snap(facts))
+    assert f.status == "pass"
+    assert "symmetric for ipv4, ipv4+ports flows; not checked: ipv6, ipv6+ports" in f.reason
+    assert "hash function not reported by ethtool: judged as Toeplitz" in f.reason
+    full = {**rss, "key": "6d5a" * 26, "functions": {"toeplitz": True}}
+    (f,) = one("l3.rss.symmetric", snap({**facts, "ethtool.rss.eth2": full}))
+    assert f.status == "pass" and "every flow" in f.reason and "judged as" not in f.reason

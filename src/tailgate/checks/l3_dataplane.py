@@ -97,19 +97,25 @@ def rss_symmetric(snap: Snapshot, p: dict) -> list[Result]:
                                   reason="the driver does not expose the RSS key"))
             continue
         key = bytes.fromhex(rss["key"])
-        if not funcs:
-            evidence["note"] = "hash function not reported by ethtool; judged as Toeplitz"
+        note = ""
+        if not funcs:  # older ethtool prints no "RSS hash function:" block
+            note = " [hash function not reported by ethtool: judged as Toeplitz, the default]"
+            evidence["note"] = note.strip(" []")
         symmetric, layouts = judge_key(key)
         evidence["layouts"] = layouts
+        unchecked = [k for k, v in layouts.items() if isinstance(v, str)]
         if symmetric:
+            checked = [k for k in layouts if k not in unchecked]
+            scope = ("every flow (IPv4/IPv6, with and without ports)" if not unchecked else
+                     f"{', '.join(checked)} flows; not checked: {', '.join(unchecked)} (the key "
+                     "is too short for them)")
             results.append(Result("pass", subject=iface, evidence=evidence, observed="symmetric",
-                                  reason="Toeplitz key is symmetric for every flow (IPv4/IPv6, "
-                                  "with and without ports)"))
+                                  reason=f"Toeplitz key is symmetric for {scope}{note}"))
         else:
             bad = [k for k, v in layouts.items() if isinstance(v, dict) and not v["symmetric"]]
             results.append(Result("fail", subject=iface, evidence=evidence, observed="asymmetric",
                                   reason="Toeplitz key is not symmetric: the two directions of a "
-                                  f"flow land on different queues ({', '.join(bad)})"))
+                                  f"flow land on different queues ({', '.join(bad)}){note}"))
     return results
 
 
