@@ -4,10 +4,13 @@ second NUMA node, which this one-node VM cannot have (so that part is constructe
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -123,3 +126,42 @@ def test_gpus_held_open_resolve_to_pci_addresses(tmp_path):
     os.symlink("../../../0000:e1:00.0", drm / "device")
     assert gpus_held(Host(tmp_path), 7) == {"gpus": ["0000:c1:00.0", "0000:e1:00.0"],
                                             "unresolved": ["/dev/dri/renderD129"]}
+
+
+def test_nic_and_gpu_locality_end_to_end_on_a_host_root(tmp_path):
+    """`inspect --root` on the l1l3 fixture host made two-node: the NIC on node 0, the V100 on
+    node 1, a service bound to node 0 (numa_maps as numactl --membind=0 leaves it) holding
+    /dev/nvidia0 open."""
+    root = tmp_path / "root"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "roots" / "l1l3-clean", root,
+                    symlinks=True)
+
+    def w(rel: str, text: str) -> None:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+
+    w("sys/devices/system/node/online", "0-1\n")
+    nic = "sys/devices/pci0000:80/0000:80:01.0/0000:81:00.0"
+    gpu = "sys/devices/pci0000:c0/0000:c0:01.0/0000:c1:00.0"
+    for dev, node, cpus in ((nic, 0, "0-1"), (gpu, 1, "2-3")):
+        w(f"{dev}/numa_node", f"{node}\n")
+        w(f"{dev}/local_cpulist", f"{cpus}\n")
+    w("proc/4242/status", "Name:\tsvc\nState:\tS (sleeping)\nThreads:\t4\n"
+      "Cpus_allowed_list:\t0-1\nMems_allowed_list:\t0-1\n")
+    w("proc/4242/numa_maps",
+      "55e906e31000 bind:0 file=/usr/bin/svc mapped=2 mapmax=2 N0=2 kernelpagesize_kB=4\n"
+      "7f00c0000000 bind:0 anon=512 dirty=512 N0=512 kernelpagesize_kB=4\n")
+    (root / "proc/4242/fd").mkdir()
+    os.symlink("/dev/nvidia0", root / "proc/4242/fd/7")
+    w("proc/driver/nvidia/gpus/0000:c1:00.0/information",
+      "Model: \t\t Tesla V100-SXM2-16GB\nBus Location: \t 0000:c1:00.0\nDevice Minor: \t 0\n")
+    proc = subprocess.run([sys.executable, "-m", "tailgate", "inspect", "--root", str(root),
+                           "--pid", "4242", "--interval", "0", "--no-history", "--json", "-"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    found = {f["subject"]: f for f in json.loads(proc.stdout)["findings"]
+             if f["id"] == "l2.numa.affinity"}
+    assert found["pid 4242 / eth2"]["status"] == "pass"
+    assert "memory policy bind:0 allocates there" in found["pid 4242 / eth2"]["reason"]
+    g = found["pid 4242 / GPU 0000:c1:00.0"]
+    assert g["status"] == "fail" and g["observed"] == "0-1" and "GPU's node 1" in g["reason"]
