@@ -169,9 +169,11 @@ def test_cli_incomplete_report_gate_by_fail_on_and_require(tmp_path):
     assert _inspect("--from", path, "--fail-on", "unknown").returncode == EXIT_GATE
     assert _inspect("--from", path, "--fail-on", "warn").returncode == EXIT_OK
 
-    proc = _inspect("--from", path, "--require", "l2.sched.runqlat")
+    proc = _inspect("--from", path, "--require", "l2.sched.runqlat", "l2.net.drop_rate",
+                    "--require", "l1.clock.ptp")
     assert proc.returncode == EXIT_GATE
-    assert json.loads(proc.stdout)["verdict"]["unmet_required"][0]["id"] == "l2.sched.runqlat"
+    assert [u["id"] for u in json.loads(proc.stdout)["verdict"]["unmet_required"]] == [
+        "l1.clock.ptp", "l2.sched.runqlat", "l2.net.drop_rate"]  # catalog order
     baseline = tmp_path / "b.yaml"
     baseline.write_text("l4.kv.quantization: {required: true}\n")  # skipped without --engine
     proc = _inspect("--from", path, "--baseline", str(baseline))

@@ -49,8 +49,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="exit 1 when any finding is at or above this status: fail, warn "
                    "(warn or fail) or unknown (anything not measured, warn or fail); "
                    "default fail")
-    p.add_argument("--require", action="append", default=[], metavar="ID",
-                   help="a check id that must be measured: exit 1 when it is unknown or "
+    p.add_argument("--require", action="extend", nargs="+", default=[], metavar="ID",
+                   help="check ids that must be measured: exit 1 when one is unknown or "
                    "skipped (repeatable; also `required: true` per id in the baseline)")
     p.add_argument("--quiet", action="store_true", help="no terminal report")
     p.add_argument("--engine", metavar="URL",
