@@ -97,8 +97,13 @@ def test_conn_memory_without_slab_sizes_is_a_lower_bound_never_a_pass():
              "sockets.7": {"connections": 10000, "skmem": [{"rmem_alloc": 0}] * 10000},
              "proc.7.status": status}
     (f,) = [f for f in judge(snap(facts, pids=[7]), default_baseline()) if f.id == "l3.conn.memory"]
-    assert f.status == "unknown" and "/proc/slabinfo lacks TCP" in f.reason
-    assert f.evidence["slab_caches_absent"] == ["TCP"]
+    assert f.status == "unknown" and "no size for TCP" in f.reason and "lower bound" in f.reason
+    assert f.evidence["not_counted"] == ["TCP"]
+    # sockets for which ss printed no skmem: their buffers are not counted either
+    facts = {**facts, "kernel.slabinfo": {"TCP": 2368, "sock_inode_cache": 832, "filp": 192},
+             "sockets.7": {"connections": 10000, "skmem": [{"rmem_alloc": 0}] * 9999 + [{}]}}
+    (f,) = [f for f in judge(snap(facts, pids=[7]), default_baseline()) if f.id == "l3.conn.memory"]
+    assert f.status == "unknown" and f.evidence["not_counted"] == ["skmem of 1 of 10000 sockets"]
 
 
 def test_rss_pass_names_the_layouts_it_could_not_check_and_the_assumed_hash():

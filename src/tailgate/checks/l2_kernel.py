@@ -7,7 +7,7 @@ from eBPF evidence in checks/probed.py.)
 from __future__ import annotations
 
 from ..judge import Unknown, check, need
-from ..model import Result, Snapshot
+from ..model import ParseError, Result, Snapshot
 from ..sources.sysctl import knob_name, parse_ints
 
 MIN_RATE_INTERVAL_S = 0.5
@@ -467,7 +467,7 @@ def mem_sizing(snap: Snapshot, p: dict) -> Result:
     try:
         tcp_mem = parse_ints(need(snap, knob_name("net/ipv4/tcp_mem")), 3)
         tcp_rmem = parse_ints(need(snap, knob_name("net/ipv4/tcp_rmem")), 3)
-    except ValueError as exc:
+    except ParseError as exc:
         raise Unknown(str(exc)) from exc
     page = need(snap, "hw.page_size")
     total = need(snap, "proc.meminfo")["MemTotal"]
