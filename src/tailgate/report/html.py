@@ -26,10 +26,10 @@ def render_html(report: Report) -> str:
             f" &middot; interval {report.interval_s:.2f} s</p>")
     missing = [*(f"{u['id']} (required): {u['reason']}" for u in v.unmet_required),
                *(f"{u['id']} [{u['subject']}]: {u['reason']}"
-                 + (f" &mdash; needs {u['needs']}" if u["needs"] else "") for u in v.unmeasured)]
+                 + (f" -- needs {u['needs']}" if u["needs"] else "") for u in v.unmeasured)]
     if missing:  # what stayed unmeasured, and what would measure it
         head += "<p>not measured:</p><ul>" + "".join(
-            f"<li>{_cell(m).replace('&amp;mdash;', '&mdash;')}</li>" for m in missing) + "</ul>"
+            f"<li>{_cell(m)}</li>" for m in missing) + "</ul>"
     rows = []
     for layer in LAYERS:
         rows.append(f"<tr class='layer'><th colspan='6'>{layer} &mdash; {_NAMES[layer]}</th></tr>")
