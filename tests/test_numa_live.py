@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from support.require import require
 from tailgate.baseline import default_baseline
 from tailgate.collect import Target
 from tailgate.host import Host
@@ -25,8 +26,7 @@ from tailgate.sources.process import gpus_held, pid_numa_maps, pid_status
 @pytest.fixture
 def under_numactl():
     """Start ``sleep`` under ``numactl ARGS`` (or plainly); yields the pid; always reaped."""
-    if shutil.which("numactl") is None:
-        pytest.fail("numactl is not installed (Debian package numactl)")
+    require(None if shutil.which("numactl") else "numactl is not installed (Debian numactl)")
     procs = []
 
     def start(*args: str) -> int:
