@@ -1,0 +1,294 @@
+"""Every release's output format: parsers and checks on one fixture per print-code variant.
+
+The fixtures in tests/fixtures/host/versions name on their first line the tool release, the
+source file and function they come from, and the other releases that print the same. The
+``ethtool -m`` ones were printed by ethtool's own decoders of each release (see
+versions/harness/README.md); the others are written from the release's printf calls.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tailgate.baseline import default_baseline
+from tailgate.judge import checks, run_check
+from tailgate.model import Fact, ParseError, Snapshot
+from tailgate.sources.ethtool import parse_fec, parse_module, parse_rss
+
+VERSIONS = Path(__file__).parent / "fixtures" / "host" / "versions"
+
+
+def version_fixture(name: str) -> str:
+    text = (VERSIONS / name).read_text()
+    assert text.startswith("# source: "), "a version fixture starts with its provenance line"
+    return text.split("\n", 1)[1]
+
+
+def test_every_version_fixture_names_its_release_and_source():
+    files = sorted(p for p in VERSIONS.iterdir() if p.is_file() and p.suffix == ".txt")
+    assert len(files) >= 20
+    for path in files:
+        first = path.read_text().splitlines()[0]
+        assert first.startswith("# source: "), path.name
+        # the tool, its release, and where the format comes from
+        assert re.match(r"# source: (ethtool|nvidia-smi|Linux|linuxptp|chrony|iproute2) "
+                        r"[^ ]*\d", first), path.name
+        assert re.search(r"[\w/-]+\.(c|h|py|txt|md)\b", first), path.name
+
+
+def snap(facts: dict, before: dict | None = None, interval: float = 5.0) -> Snapshot:
+    def wrap(d):
+        return {k: v if isinstance(v, Fact) else Fact(value=v) for k, v in (d or {}).items()}
+    return Snapshot(host={"hostname": "t"}, target={}, interval_s=interval, taken_at=1000.0,
+                    facts=wrap(facts), before=wrap(before))
+
+
+def judge(check_id: str, s: Snapshot, **params):
+    return run_check(check_id, checks()[check_id], s, {**default_baseline().get(check_id), **params})
+
+
+# -- ethtool --show-fec ---------------------------------------------------------------------------
+
+FEC_WITH_STATS = ["ethtool-I-show-fec-5.13.txt", "ethtool-I-show-fec-5.18.txt",
+                  "ethtool-I-show-fec-6.19-lanes.txt", "ethtool-I-show-fec-6.19-nolanes.txt"]
+
+
+def test_fec_5_13_configured_and_lane_lines():
+    fec = parse_fec(version_fixture("ethtool-I-show-fec-5.13.txt"))
+    assert fec["configured"] == ["Auto", "RS"] and fec["active"] == "RS"
+    assert fec["stats"]["corrected_blocks"] == {"total": 256, "lanes": {"0": 255, "1": 1}}
+    assert fec["stats"]["uncorrectable_blocks"] == {"total": 145, "lanes": {"0": 128, "1": 17}}
+    assert fec["histogram"] == []
+
+
+def test_fec_5_18_supported_configured_and_lane_less_corrected_bits():
+    fec = parse_fec(version_fixture("ethtool-I-show-fec-5.18.txt"))
+    assert fec["configured"] == ["Auto", "RS", "BaseR"]
+    assert fec["stats"]["uncorrectable_blocks"] == {
+        "total": 3, "lanes": {"0": 0, "1": 0, "2": 3, "3": 0}}
+    assert fec["stats"]["corrected_bits"] == {"total": 4100, "lanes": {}}
+
+
+def test_fec_6_19_per_lane_brackets_and_histogram():
+    fec = parse_fec(version_fixture("ethtool-I-show-fec-6.19-lanes.txt"))
+    assert fec["stats"]["corrected_blocks"] == {
+        "total": 1024, "lanes": {"0": 1000, "1": 20, "2": 4, "3": 0}}
+    assert fec["stats"]["uncorrectable_blocks"]["lanes"] == {"0": 0, "1": 0, "2": 3, "3": 0}
+    assert [(b["symbol_errors"], b["total"]) for b in fec["histogram"]] == [
+        ([0, 0], 987654321), ([1, 3], 1021), ([4, 15], 3)]
+    assert fec["histogram"][1]["lanes"] == {"0": 1000, "1": 17, "2": 4, "3": 0}
+
+
+def test_fec_6_19_lane_less_totals_run_together_on_one_line():
+    fec = parse_fec(version_fixture("ethtool-I-show-fec-6.19-nolanes.txt"))
+    assert {k: v["total"] for k, v in fec["stats"].items()} == {
+        "corrected_blocks": 1024, "uncorrectable_blocks": 3, "corrected_bits": 4100}
+    assert [b["total"] for b in fec["histogram"]] == [987654321, 1021, 3]
+
+
+def test_fec_before_5_13_has_no_statistics():
+    fec = parse_fec(version_fixture("ethtool-show-fec-5.0-ioctl.txt"))
+    assert fec == {"supported": True, "configured": ["Auto", "RS"], "active": "RS", "stats": {},
+                   "histogram": []}
+
+
+@pytest.mark.parametrize("bad", ["uncorrectable_blocks: 3 [ per_lane: 0, x ]",
+                                 "uncorrectable_blocks: three", "    Lane 0: -"])
+def test_fec_malformed_values_of_new_formats_are_parse_errors(bad):
+    text = version_fixture("ethtool-I-show-fec-6.19-lanes.txt")
+    text = text.replace("uncorrectable_blocks: 3 [ per_lane: 0, 0, 3, 0 ]", bad)
+    with pytest.raises(ParseError):
+        parse_fec(text)
+
+
+def fec_facts(fec: dict) -> dict:
+    return {"ethtool.fec": ["eth2"], "ethtool.fec.eth2": fec,
+            "ethtool.info.eth2": {"driver": "ice"},
+            "ethtool.phy.eth2": Fact(missing="no ethtool -S")}
+
+
+@pytest.mark.parametrize("name", FEC_WITH_STATS)
+def test_fec_check_judges_every_format(name):
+    now = parse_fec(version_fixture(name))
+    unc = now["stats"]["uncorrectable_blocks"]["total"]
+    then = {**now, "stats": {**now["stats"],
+                             "uncorrectable_blocks": {"total": unc - 2, "lanes": {}}}}
+    (f,) = judge("l1.fec.uncorrectable", snap(fec_facts(now), before=fec_facts(then)))
+    assert f.status == "fail" and f.observed == 1440.0  # 2 blocks in 5 s
+    assert f.evidence["source"] == "ethtool -I --show-fec uncorrectable_blocks"
+    (f,) = judge("l1.fec.uncorrectable", snap(fec_facts(now), before=fec_facts(now)))
+    assert f.status == "pass"
+
+
+def test_fec_check_without_statistics_is_not_a_pass():
+    fec = parse_fec(version_fixture("ethtool-show-fec-5.0-ioctl.txt"))
+    (f,) = judge("l1.fec.uncorrectable", snap(fec_facts(fec), before=fec_facts(fec)))
+    assert f.status == "unknown" and "no uncorrectable-block counter" in f.reason
+
+
+# -- ethtool -m ------------------------------------------------------------------------------------
+
+SFF8636 = ["ethtool-m-sff8636-5.16.txt", "ethtool-m-sff8636-6.4.txt", "ethtool-m-sff8636-6.14.txt"]
+CMIS_AOC = ["ethtool-m-cmis-aoc-5.16.txt", "ethtool-m-cmis-aoc-6.4.txt",
+            "ethtool-m-cmis-aoc-6.14.txt", "ethtool-m-cmis-aoc-7.0.txt"]
+
+
+@pytest.mark.parametrize("name", SFF8636)
+def test_sff8636_every_release_reads_four_lanes(name):
+    m = parse_module(version_fixture(name))
+    assert m["identifier"] == "0x11 (QSFP28)" and m["media"] == "optical"
+    assert m["cable_length_m"] is None and m["part"] == "QSFP-100G-SR4"
+    assert [(ln["lane"], ln["dbm"]) for ln in m["rx_power"]] == [
+        (1, -0.46), (2, None), (3, -13.01), (4, -0.97)]
+    if name.endswith("5.16.txt"):
+        assert m["lane_flags"] == {}  # ethtool < 6.4 does not print them
+    else:
+        assert m["lane_flags"] == {"rx_los": [2], "tx_los": [], "rx_lol": [2, 4], "tx_lol": []}
+
+
+@pytest.mark.parametrize("name", CMIS_AOC)
+def test_cmis_active_optical_cable_every_release(name):
+    m = parse_module(version_fixture(name))
+    assert m["media"] == "optical" and m["attached_cable"] is True
+    assert m["cable_length_m"] == 3.0  # "3.00m" before 6.14, "3.0000m" from 6.14
+    assert len(m["rx_power"]) == 8 and m["rx_power"][2]["dbm"] is None
+    assert m["rx_power"][5]["dbm"] == -12.01
+    assert m["rx_thresholds_dbm"] == {"alarm_high": 5.0, "alarm_low": -14.4,
+                                      "warning_high": 4.0, "warning_low": -12.4}
+    if not name.endswith("5.16.txt"):
+        assert m["lane_flags"]["rx_los"] == [3] and m["lane_flags"]["rx_lol"] == [3, 7]
+
+
+@pytest.mark.parametrize("name", ["ethtool-m-cmis-dac-6.4.txt", "ethtool-m-cmis-dac-6.14.txt"])
+def test_cmis_copper_cable_length(name):
+    m = parse_module(version_fixture(name))
+    assert m["media"] == "copper" and m["cable_length_m"] == 2.0 and m["rx_power"] == []
+    assert m["transmitter_technology"] == "0x0a (Copper cable, unequalized)"
+
+
+@pytest.mark.parametrize("name", ["ethtool-m-sff8472-6.4.txt", "ethtool-m-sff8472-6.14.txt"])
+def test_sff8472_single_lane_every_release(name):
+    m = parse_module(version_fixture(name))
+    assert [(ln["lane"], ln["dbm"], ln["kind"]) for ln in m["rx_power"]] == [(1, -13.01, "avg")]
+    assert m["lane_flags"] == {} and m["rx_thresholds_dbm"]["warning_low"] == -12.4
+
+
+def test_cmis_longest_cable_code_and_bad_lane_list():
+    text = version_fixture("ethtool-m-cmis-dac-6.4.txt").replace(": 2.00m", ": > 6.3km")
+    assert parse_module(text)["cable_length_m"] == 6300.0
+    text = version_fixture("ethtool-m-cmis-aoc-6.4.txt").replace("[ No, No, Yes,", "[ No, Maybe,")
+    with pytest.raises(ParseError, match="Rx loss of signal: not a lane list"):
+        parse_module(text)
+
+
+def test_undecoded_module_hex_dump_is_a_clear_parse_error():
+    # ethtool.c dump_hex: the fallback for an identifier this release cannot decode.
+    text = "Offset\t\tValues\n------\t\t------\n0x0000:\t\t19 00 00 00 00 00 00 00\n"
+    with pytest.raises(ParseError, match="hex dump only"):
+        parse_module(text)
+
+
+def module_facts(module: dict) -> dict:
+    return {"ethtool.module": ["eth2"], "ethtool.module.eth2": module,
+            "ethtool.info.eth2": {"driver": "mlx5_core"}}
+
+
+@pytest.mark.parametrize("name", SFF8636)
+def test_rx_power_check_names_every_failing_lane_with_its_cause(name):
+    (f,) = judge("l1.optics.rx_power", snap(module_facts(parse_module(version_fixture(name)))))
+    assert f.status == "fail" and f.observed == "-inf"
+    flagged = not name.endswith("5.16.txt")
+    assert [ln["lane"] for ln in f.evidence["failing_lanes"]] == [2, 3]
+    assert f.evidence["failing_lanes"][0]["causes"] == (["dark", "rx_los", "rx_lol"] if flagged
+                                                        else ["dark"])
+    assert f.evidence["failing_lanes"][1]["causes"] == ["low"]
+    # both kinds named, not only the first one found
+    assert "loss of signal (no light) on lane 2 -inf dBm" in f.reason
+    assert "below -10 dBm: lane 3 -13.01 dBm" in f.reason
+    if flagged:
+        assert "(Rx LOS, Rx LOL flagged)" in f.reason and "Rx LOL latched on lane 4" in f.reason
+    else:
+        assert "flagged" not in f.reason
+        assert f.evidence["lane_flags"].startswith("not reported")
+
+
+@pytest.mark.parametrize("name", CMIS_AOC)
+def test_rx_power_check_on_cmis_eight_lanes(name):
+    (f,) = judge("l1.optics.rx_power", snap(module_facts(parse_module(version_fixture(name)))))
+    assert f.status == "fail"
+    assert {ln["lane"]: ln["causes"][0] for ln in f.evidence["failing_lanes"]} == {3: "dark", 6: "low"}
+    assert "lane 6 -12.01 dBm" in f.reason and "lane 3 -inf dBm" in f.reason
+    if not name.endswith("5.16.txt"):
+        assert "Rx LOL latched on lane 7" in f.reason
+    (f,) = judge("l1.optics.rx_power", snap(module_facts(parse_module(version_fixture(name)))),
+                 limit=-13.0)
+    assert f.status == "fail" and "below" not in f.reason  # -12.01 is above -13: only lane 3
+
+
+def test_latched_flags_on_good_lanes_are_evidence_not_a_failure():
+    m = parse_module(version_fixture("ethtool-m-sff8636-6.14.txt"))
+    healed = {**m, "rx_power": [{**ln, "dbm": -1.0, "mw": 0.79} for ln in m["rx_power"]]}
+    (f,) = judge("l1.optics.rx_power", snap(module_facts(healed)))
+    assert f.status == "pass" and f.evidence["failing_lanes"] == []
+    assert "Rx LOS latched on lane 2" in f.reason and "Rx LOL latched on lanes 2, 4" in f.reason
+
+
+def test_sff8472_weak_single_lane_fails_below_the_red_line():
+    m = parse_module(version_fixture("ethtool-m-sff8472-6.14.txt"))
+    (f,) = judge("l1.optics.rx_power", snap(module_facts(m)))
+    assert f.status == "fail" and f.observed == -13.01 and "lane 1 -13.01 dBm" in f.reason
+    assert f.evidence["module_rx_thresholds_dbm"]["alarm_low"] == -14.4
+
+
+@pytest.mark.parametrize("name", CMIS_AOC)
+def test_short_cmis_active_optical_cable_warns_in_rack(name):
+    (f,) = judge("l1.cable.copper_in_rack",
+                 snap(module_facts(parse_module(version_fixture(name)))), limit=5.0)
+    assert f.status == "warn" and f.observed == 3.0 and "3 m optical cable" in f.reason
+    (f,) = judge("l1.cable.copper_in_rack", snap(module_facts(parse_module(version_fixture(name)))))
+    assert f.status == "skip"  # 3 m is over the default 2 m in-rack length
+
+
+@pytest.mark.parametrize("name", ["ethtool-m-cmis-dac-6.4.txt", "ethtool-m-cmis-dac-6.14.txt"])
+def test_cmis_copper_passes_cabling_and_skips_power(name):
+    facts = module_facts(parse_module(version_fixture(name)))
+    (f,) = judge("l1.cable.copper_in_rack", snap(facts))
+    assert f.status == "pass" and f.observed == 2.0
+    (f,) = judge("l1.optics.rx_power", snap(facts))
+    assert f.status == "skip"
+
+
+# -- ethtool -x ------------------------------------------------------------------------------------
+
+RSS = ["ethtool-x-5.0-ioctl.txt", "ethtool-x-6.2-netlink.txt", "ethtool-x-6.9-symmetric-xor.txt",
+       "ethtool-x-6.14-unknown.txt", "ethtool-x-6.15-symmetric-or-xor.txt"]
+
+
+@pytest.mark.parametrize("name", RSS)
+def test_rss_every_release_reads_table_and_key(name):
+    rss = parse_rss(version_fixture(name))
+    assert rss["rings"] == 8 and rss["table"] == list(range(8)) * 4
+    assert len(bytes.fromhex(rss["key"])) == 40
+    assert set(rss["functions"]) == {"toeplitz", "xor", "crc32"}
+
+
+def rss_facts(name: str) -> dict:
+    return {"ethtool.rss": ["eth2"], "ethtool.rss.eth2": parse_rss(version_fixture(name))}
+
+
+@pytest.mark.parametrize(("name", "status", "observed"), [
+    ("ethtool-x-5.0-ioctl.txt", "fail", "asymmetric"),
+    ("ethtool-x-6.2-netlink.txt", "pass", "symmetric"),
+    ("ethtool-x-6.9-symmetric-xor.txt", "pass", "symmetric-xor"),
+    ("ethtool-x-6.15-symmetric-or-xor.txt", "pass", "symmetric-or-xor"),
+    ("ethtool-x-6.14-unknown.txt", "unknown", None),
+])
+def test_rss_check_on_every_release(name, status, observed):
+    (f,) = judge("l3.rss.symmetric", snap(rss_facts(name)))
+    assert (f.status, f.observed) == (status, observed)
+    if status == "unknown":
+        assert "0x8" in f.reason and f.evidence["unknown_bits"] == {"functions": "0x8",
+                                                                    "transforms": "0x4"}
