@@ -9,14 +9,32 @@ versions/harness/README.md); the others are written from the release's printf ca
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from tailgate.baseline import default_baseline
+from tailgate.collect import Target
+from tailgate.host import Host
 from tailgate.judge import checks, run_check
-from tailgate.model import Fact, ParseError, Snapshot
-from tailgate.sources.ethtool import parse_fec, parse_module, parse_rss
+from tailgate.model import Fact, ParseError, Snapshot, SourceError
+from tailgate.sources.ethtool import (
+    ethtool_fec,
+    parse_fec,
+    parse_module,
+    parse_rss,
+    parse_timestamping,
+)
+from tailgate.sources.pci import parse_aer, parse_nvidia_smi
+from tailgate.sources.ptp import (
+    parse_chrony_tracking,
+    parse_pmc,
+    port_properties,
+    ptp_pmc,
+    time_status,
+)
+from tailgate.sources.qdisc import parse_tc_qdisc, parse_tc_qdisc_text, tc_qdisc
 
 VERSIONS = Path(__file__).parent / "fixtures" / "host" / "versions"
 
@@ -36,7 +54,8 @@ def test_every_version_fixture_names_its_release_and_source():
         # the tool, its release, and where the format comes from
         assert re.match(r"# source: (ethtool|nvidia-smi|Linux|linuxptp|chrony|iproute2) "
                         r"[^ ]*\d", first), path.name
-        assert re.search(r"[\w/-]+\.(c|h|py|txt|md)\b", first), path.name
+        # the function's source file, or (closed-source nvidia-smi) where the capture is
+        assert re.search(r"[\w/-]+\.(c|h|py|txt|md)\b|index id \d+", first), path.name
 
 
 def snap(facts: dict, before: dict | None = None, interval: float = 5.0) -> Snapshot:
@@ -292,3 +311,185 @@ def test_rss_check_on_every_release(name, status, observed):
     if status == "unknown":
         assert "0x8" in f.reason and f.evidence["unknown_bits"] == {"functions": "0x8",
                                                                     "transforms": "0x4"}
+
+
+# -- nvidia-smi -q ---------------------------------------------------------------------------------
+
+NVIDIA = {"nvidia-smi-q-384.69.txt": {"0000:02:00.0": {"replays": 0},
+                                      "0000:03:00.0": {"replays": 0}},
+          "nvidia-smi-q-462.31.txt": {"0000:01:00.0": {"replays": 0, "replay_rollovers": 0}},
+          "nvidia-smi-q-575.57.08.txt": {"0000:01:00.0": {"replays": 0, "replay_rollovers": 0}}}
+
+
+@pytest.mark.parametrize("name", sorted(NVIDIA))
+def test_nvidia_smi_replay_counters_every_driver(name):
+    assert parse_nvidia_smi(version_fixture(name)) == NVIDIA[name]
+
+
+def test_nvidia_smi_four_digit_domain_of_old_drivers():
+    text = version_fixture("nvidia-smi-q-384.69.txt").replace("GPU 00000000:03:00.0",
+                                                              "GPU 0000:03:00.0")
+    assert "0000:03:00.0" in parse_nvidia_smi(text)
+
+
+def replay_facts(counters: dict) -> dict:
+    devices = {bdf: {"kind": "gpu", "driver": "nvidia", "vendor": "0x10de", "upstream": []}
+               for bdf in counters}
+    return {"pci.devices": devices, "pci.aer": {"counters": {}, "errors": {}},
+            "pci.replay": {"counters": counters,
+                           "sources": {b: "nvidia-smi -q (Replays Since Reset)" for b in counters},
+                           "errors": {}}}
+
+
+@pytest.mark.parametrize("name", sorted(NVIDIA))
+def test_link_recovery_on_every_driver_layout(name):
+    now = parse_nvidia_smi(version_fixture(name))
+    grown = {b: {k: v + 4 for k, v in c.items() if k == "replays"} | {
+        k: v for k, v in c.items() if k != "replays"} for b, c in now.items()}
+    results = judge("l1.pcie.link_recovery", snap(replay_facts(grown), before=replay_facts(now)))
+    assert [f.status for f in results] == ["fail"] * len(now)
+    assert all(f.observed == 4.0 for f in results)
+    results = judge("l1.pcie.link_recovery", snap(replay_facts(now), before=replay_facts(now)))
+    assert {f.status for f in results} == {"pass"}
+
+
+# -- AER sysfs files -------------------------------------------------------------------------------
+
+def test_aer_unnamed_status_bit_is_kept_not_dropped():
+    aer = parse_aer(version_fixture("aer_dev_correctable-linux-4.19-unnamed-bit.txt"))
+    assert aer == {"RxErr": 0, "BadTLP": 3, "BadDLLP": 1, "Rollover": 0, "bit11": 1, "Timeout": 2,
+                   "NonFatalErr": 0, "CorrIntErr": 0, "HeaderOF": 0, "TOTAL_ERR_COR": 5}
+    text = version_fixture("aer_dev_correctable-linux-4.19-unnamed-bit.txt").replace(
+        "dev_cor_errs_bit[11] 1", "dev_cor_errs_bit[11] one")
+    with pytest.raises(ParseError, match=r"dev_cor_errs_bit\[11\]: not a count"):
+        parse_aer(text)
+
+
+def test_bad_tlp_and_link_recovery_on_the_unnamed_bit_format():
+    then = parse_aer(version_fixture("aer_dev_correctable-linux-4.19-unnamed-bit.txt"))
+    now = {**then, "BadTLP": 4, "Timeout": 3, "bit11": 2}
+    devices = {"0000:81:00.0": {"kind": "nic", "driver": "mlx5_core", "upstream": []}}
+
+    def facts(aer):
+        return {"pci.devices": devices, "pci.aer": {"counters": {"0000:81:00.0": aer},
+                                                    "errors": {}},
+                "pci.replay": {"counters": {}, "sources": {}, "errors": {}}}
+    (f,) = judge("l1.pcie.bad_tlp", snap(facts(now), before=facts(then)))
+    assert f.status == "fail" and f.observed == 1.0
+    (f,) = judge("l1.pcie.link_recovery", snap(facts(now), before=facts(then)))
+    assert f.status == "fail" and f.observed == 1.0  # the Timeout; bit11 is not a recovery
+
+
+# -- pmc -------------------------------------------------------------------------------------------
+
+def test_pmc_management_error_status_is_an_answer_not_silence():
+    responses = parse_pmc(version_fixture("pmc-management-error-status.txt"))
+    assert responses == [{"port": "000000.fffe.000000-1", "message": "MANAGEMENT_ERROR_STATUS",
+                          "fields": {}, "error": True}]
+    assert port_properties(responses) == [] and time_status(responses) == []
+    mixed = parse_pmc(version_fixture("pmc-time-status-and-error.txt"))
+    assert time_status(mixed) == [{"port": "a0369f.fffe.1c2d3e-1", "master_offset_ns": -3,
+                                   "gm_present": True, "gm": "001122.fffe.334455"}]
+
+
+def fixture_root(tmp_path: Path, files: dict[str, str]) -> Host:
+    (tmp_path / "commands").mkdir()
+    for name, text in files.items():
+        (tmp_path / "commands" / name).write_text(text)
+    return Host(tmp_path)
+
+
+def test_pmc_collector_reports_a_refusing_ptp4l(tmp_path):
+    error = version_fixture("pmc-management-error-status.txt").replace("PORT_PROPERTIES_NP",
+                                                                       "TIME_STATUS_NP")
+    host = fixture_root(tmp_path, {"pmc_-u_-b_0_GET_TIME_STATUS_NP": error})
+    with pytest.raises(SourceError, match="MANAGEMENT_ERROR_STATUS"):
+        ptp_pmc(host, Target())
+
+
+def test_pmc_offset_judged_beside_an_erroring_clock():
+    ts = parse_timestamping((Path(__file__).parent / "fixtures" / "roots" / "l1l3-clean" /
+                             "commands" / "ethtool_-T_eth2").read_text())
+    pmc = {"time_status": time_status(parse_pmc(version_fixture("pmc-time-status-and-error.txt"))),
+           "ports": port_properties(parse_pmc(version_fixture("pmc-management-error-status.txt")))}
+    facts = {"ethtool.ts": ["eth2"], "ethtool.ts.eth2": ts, "ptp.pmc": pmc,
+             "ptp.log": Fact(missing="journalctl: absent"),
+             "chrony.tracking": Fact(missing="chronyc: absent")}
+    (f,) = judge("l1.clock.ptp", snap(facts))
+    assert f.status == "pass" and f.observed == -3
+
+
+# -- chronyc tracking ------------------------------------------------------------------------------
+
+def test_chrony_before_3_0_quad_dotted_reference_ids():
+    phc = parse_chrony_tracking(version_fixture("chronyc-tracking-2.0-phc.txt"))
+    assert (phc["ref_id"], phc["kind"], phc["ref_name"], phc["offset_ns"]) == (
+        "50484330", "phc", "PHC0", -21.0)
+    ntp = parse_chrony_tracking(version_fixture("chronyc-tracking-2.0-ntp.txt"))
+    assert (ntp["ref_id"], ntp["kind"], ntp["offset_ns"]) == ("C000020B", "ntp", 31625.0)
+    unsync = parse_chrony_tracking(version_fixture("chronyc-tracking-2.0-unsync.txt"))
+    assert unsync["kind"] == "none" and not unsync["synchronised"]
+    with pytest.raises(ParseError, match="bad Reference ID"):
+        parse_chrony_tracking(version_fixture("chronyc-tracking-2.0-ntp.txt").replace(
+            "192.0.2.11 (", "192.0.2.911 ("))
+
+
+@pytest.mark.parametrize(("name", "status", "words"), [
+    ("chronyc-tracking-2.0-phc.txt", "fail", "exceeds +-5 ns"),
+    ("chronyc-tracking-2.0-ntp.txt", "fail", "software NTP"),
+    ("chronyc-tracking-2.0-unsync.txt", "fail", "not synchronised"),
+])
+def test_clock_check_on_chrony_2(name, status, words):
+    facts = {"ethtool.ts": Fact(missing="ethtool: absent"), "ptp.pmc": Fact(missing="pmc: absent"),
+             "ptp.log": Fact(missing="journalctl: absent"),
+             "chrony.tracking": parse_chrony_tracking(version_fixture(name))}
+    (f,) = judge("l1.clock.ptp", snap(facts))
+    assert f.status == status and words in f.reason
+    if name.endswith("phc.txt"):
+        (f,) = judge("l1.clock.ptp", snap(facts), limit=30.0)
+        assert f.status == "pass" and f.observed == -21.0
+
+
+# -- tc qdisc --------------------------------------------------------------------------------------
+
+def test_tc_text_of_iproute2_before_4_15():
+    q = parse_tc_qdisc_text(version_fixture("tc-qdisc-show-iproute2-4.14-text.txt"))
+    assert [(x["kind"], x["root"], x["parent"]) for x in q] == [
+        ("mq", True, None), ("pfifo_fast", False, ":2"), ("fq_codel", False, ":1")]
+    with pytest.raises(ParseError):
+        parse_tc_qdisc_text("Option \"-j\" is unknown, try \"tc -help\".\n")
+    with pytest.raises(ParseError, match="unreadable"):
+        parse_tc_qdisc_text("qdisc mq root\n")
+
+
+def test_tc_collector_falls_back_to_text_and_the_check_judges_it(tmp_path):
+    (tmp_path / "sys" / "class" / "net" / "eth2" / "device").mkdir(parents=True)
+    host = fixture_root(tmp_path, {"tc_qdisc_show_dev_eth2":
+                                   version_fixture("tc-qdisc-show-iproute2-4.14-text.txt")})
+    facts = tc_qdisc(host, Target(ifaces=("eth2",)))
+    assert facts["tc.qdisc.eth2"]["root"] == "mq"
+    (f,) = judge("l3.queue.aqm", snap(facts))
+    assert f.status == "warn" and "tail-drop FIFO (pfifo_fast)" in f.reason
+    # neither form captured: the reason is the -j command's, not the fallback's
+    (tmp_path / "commands" / "tc_qdisc_show_dev_eth2").unlink()
+    missing = tc_qdisc(host, Target(ifaces=("eth2",)))["tc.qdisc.eth2"]
+    assert isinstance(missing, Fact) and "tc -j qdisc show dev eth2" in missing.missing
+
+
+def test_tc_text_and_json_agree_on_this_kernel():
+    # The real tc of this machine, on loopback (read-only: `show`).
+    text = subprocess.run(["tc", "qdisc", "show", "dev", "lo"], capture_output=True, text=True,
+                          check=True, timeout=10).stdout
+    js = subprocess.run(["tc", "-j", "qdisc", "show", "dev", "lo"], capture_output=True,
+                        text=True, check=True, timeout=10).stdout
+    assert parse_tc_qdisc_text(text) == parse_tc_qdisc(js)
+
+
+# -- ethtool before 5.10 (no -I) -------------------------------------------------------------------
+
+def test_fec_collector_asks_without_include_statistics_when_refused(tmp_path):
+    (tmp_path / "sys" / "class" / "net" / "eth2" / "device").mkdir(parents=True)
+    host = fixture_root(tmp_path, {"ethtool_--show-fec_eth2":
+                                   version_fixture("ethtool-show-fec-5.0-ioctl.txt")})
+    fec = ethtool_fec(host, Target(ifaces=("eth2",)))["ethtool.fec.eth2"]
+    assert fec["supported"] and fec["active"] == "RS" and fec["stats"] == {}

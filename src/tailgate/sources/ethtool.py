@@ -6,10 +6,12 @@ A driver that does not implement an operation (virtio has no FEC, no module
 EEPROM) is data, not a failure: the value says ``supported: False`` and why,
 so the check can say "not applicable" instead of "could not read".
 
-Formats read (ethtool 5.13 .. 6.x):
+Formats read: every release from 5.0 to 7.0 (one fixture per print-code variant in
+tests/fixtures/host/versions, each naming the release and function it comes from):
 
 * ``-I --show-fec``: ``Statistics:`` then ``  corrected_blocks: N`` with optional
-  ``    Lane K: N`` lines (ethtool netlink/fec.c).
+  ``    Lane K: N`` lines (netlink/fec.c, 5.13 .. 6.15), or ``N [ per_lane: a, b ]`` and
+  the ``fec_symbols_err_*`` histogram (6.19+); no statistics before 5.13.
 * ``-S``: ``     name: value`` under ``NIC statistics:``.
 * ``-m``: ``Field   : value`` lines; field names differ between SFF-8472 (SFP),
   SFF-8636 (QSFP) and CMIS (QSFP-DD/OSFP) decoders and across ethtool versions
@@ -496,10 +498,21 @@ def ethtool_info(host: Host, target: Target) -> dict[str, object]:
                       lambda i: parse_driver_info(host.run(["ethtool", "-i", i])))
 
 
+def _show_fec(host: Host, iface: str) -> str:
+    """``ethtool -I --show-fec``; ethtool before 5.10 refuses ``-I`` ("bad command line
+    argument(s)") and prints no statistics anyway, so it is asked without it."""
+    try:
+        return _run_or_unsupported(host, ["ethtool", "-I", "--show-fec", iface])
+    except SourceError as exc:
+        try:
+            return _run_or_unsupported(host, ["ethtool", "--show-fec", iface])
+        except SourceError:
+            raise exc from None
+
+
 @collector("ethtool.fec", counter=True, multi=True)
 def ethtool_fec(host: Host, target: Target) -> dict[str, object]:
-    return per_iface("ethtool.fec", host, target, lambda i: parse_fec(
-        _run_or_unsupported(host, ["ethtool", "-I", "--show-fec", i])))
+    return per_iface("ethtool.fec", host, target, lambda i: parse_fec(_show_fec(host, i)))
 
 
 @collector("ethtool.phy", counter=True, multi=True)
