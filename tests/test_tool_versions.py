@@ -13,6 +13,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tailgate.baseline import default_baseline
 from tailgate.collect import Target
@@ -23,6 +25,7 @@ from tailgate.sources.ethtool import (
     ethtool_fec,
     parse_fec,
     parse_module,
+    parse_rings,
     parse_rss,
     parse_timestamping,
 )
@@ -138,6 +141,7 @@ def test_fec_check_judges_every_format(name):
     (f,) = judge("l1.fec.uncorrectable", snap(fec_facts(now), before=fec_facts(then)))
     assert f.status == "fail" and f.observed == 1440.0  # 2 blocks in 5 s
     assert f.evidence["source"] == "ethtool -I --show-fec uncorrectable_blocks"
+    assert ("fec_histogram" in f.evidence) == ("6.19" in name)
     (f,) = judge("l1.fec.uncorrectable", snap(fec_facts(now), before=fec_facts(now)))
     assert f.status == "pass"
 
@@ -493,3 +497,79 @@ def test_fec_collector_asks_without_include_statistics_when_refused(tmp_path):
                                    version_fixture("ethtool-show-fec-5.0-ioctl.txt")})
     fec = ethtool_fec(host, Target(ifaces=("eth2",)))["ethtool.fec.eth2"]
     assert fec["supported"] and fec["active"] == "RS" and fec["stats"] == {}
+
+
+# -- ethtool -T ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["ethtool-T-5.8-netlink.txt", "ethtool-T-6.10-stats.txt",
+                                  "ethtool-T-6.14-provider.txt", "ethtool-T-7.0-source.txt"])
+def test_timestamping_every_release(name):
+    ts = parse_timestamping(version_fixture(name))
+    assert ts["hardware"] is True and ts["phc_index"] == 4
+    assert ts["capabilities"][:3] == ["hardware-transmit", "software-transmit", "hardware-receive"]
+    # the 6.10+ statistics block is not read as receive filters
+    assert ts["rx_filters"] == (["none", "ptpv2-event"] if "7.0" in name else ["none", "all"])
+    assert ts["tx_modes"][:2] == ["off", "on"]
+
+
+def test_clock_check_sees_hardware_timestamping_in_the_6_14_layout():
+    ts = parse_timestamping(version_fixture("ethtool-T-6.14-provider.txt"))
+    facts = {"ethtool.ts": ["eth2"], "ethtool.ts.eth2": ts,
+             "ptp.pmc": {"time_status": [], "ports": []},
+             "ptp.log": Fact(missing="journalctl: absent"),
+             "chrony.tracking": Fact(missing="chronyc: absent")}
+    (f,) = judge("l1.clock.ptp", snap(facts))
+    assert f.status == "fail" and "eth2 can timestamp in hardware" in f.reason
+    assert f.evidence["interfaces"]["eth2"] == {"hardware": True, "phc_index": 4}
+
+
+def test_rings_6_15_layout_reads_only_the_four_rings():
+    rings = parse_rings(version_fixture("ethtool-g-6.15.txt"))
+    assert rings == {"max": {"RX": 8192, "RX Mini": None, "RX Jumbo": None, "TX": 8192},
+                     "current": {"RX": 1024, "RX Mini": None, "RX Jumbo": None, "TX": 1024}}
+
+
+# -- fuzzing the new formats -----------------------------------------------------------------------
+
+FUZZED = {"ethtool-I-show-fec-6.19-lanes.txt": parse_fec,
+          "ethtool-I-show-fec-6.19-nolanes.txt": parse_fec,
+          "ethtool-I-show-fec-5.18.txt": parse_fec,
+          "ethtool-m-cmis-aoc-7.0.txt": parse_module, "ethtool-m-sff8636-6.4.txt": parse_module,
+          "ethtool-x-6.14-unknown.txt": parse_rss, "ethtool-T-6.10-stats.txt": parse_timestamping,
+          "ethtool-g-6.15.txt": parse_rings,
+          "aer_dev_correctable-linux-4.19-unnamed-bit.txt": parse_aer,
+          "nvidia-smi-q-384.69.txt": parse_nvidia_smi,
+          "pmc-time-status-and-error.txt": lambda t: time_status(parse_pmc(t)),
+          "chronyc-tracking-2.0-phc.txt": parse_chrony_tracking,
+          "tc-qdisc-show-iproute2-4.14-text.txt": parse_tc_qdisc_text}
+
+
+@st.composite
+def mangled_version(draw) -> tuple[str, str]:
+    """A version fixture with lines dropped, duplicated or cut and characters replaced."""
+    name = draw(st.sampled_from(sorted(FUZZED)))
+    out = []
+    for line in version_fixture(name).splitlines():
+        op = draw(st.integers(0, 9))
+        if op == 0:
+            continue
+        if op == 1:
+            line = line[: draw(st.integers(0, max(len(line), 1)))]
+        elif op == 2 and line:
+            i = draw(st.integers(0, len(line) - 1))
+            line = line[:i] + draw(st.sampled_from(["", ":", "[", "]", ",", "x", "-", " ", "\t",
+                                                    "9" * 30, "inf"])) + line[i + 1:]
+        elif op == 3:
+            out.append(line)
+        out.append(line)
+    return name, "\n".join(out)
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=mangled_version())
+def test_fuzzed_version_outputs_parse_or_raise_parse_error(case):
+    name, text = case
+    try:
+        FUZZED[name](text)
+    except ParseError:
+        pass

@@ -88,6 +88,9 @@ def fec_uncorrectable(snap: Snapshot, p: dict) -> list[Result]:
         if fec.ok and fec.value.get("stats"):
             evidence["fec_stats"] = fec.value["stats"]
             evidence["active_fec"] = fec.value.get("active")
+        if fec.ok and fec.value.get("histogram"):
+            # ethtool >= 6.19: symbol errors per FEC codeword, how close the link is to the edge
+            evidence["fec_histogram"] = fec.value["histogram"]
         try:
             g = growth(snap, name, pick)
         except NoWindow as exc:

@@ -362,7 +362,11 @@ def parse_rings(text: str) -> dict[str, dict[str, int | None]]:
 
 def parse_timestamping(text: str) -> dict[str, Any]:
     """``ethtool -T``: capabilities, PHC index, hardware modes. ``hardware`` says whether
-    the NIC timestamps in hardware and exposes a PTP hardware clock (what ptp4l needs)."""
+    the NIC timestamps in hardware and exposes a PTP hardware clock (what ptp4l needs).
+
+    Read for every release: the ioctl labels with ``(SOF_TIMESTAMPING_...)`` (< 5.8), the
+    netlink names (5.8+), ``Statistics:`` (6.10+), ``Hardware timestamp provider index``
+    in place of ``PTP Hardware Clock`` (6.14+) and ``Hardware timestamp source`` (6.19+)."""
     caps: list[str] = []
     tx: list[str] = []
     rxf: list[str] = []
@@ -394,8 +398,10 @@ def parse_timestamping(text: str) -> dict[str, Any]:
             section = None
         elif s.startswith("Time stamping parameters"):
             section = None
-        elif sep and value.strip() and not line[:1].isspace():
-            section = None  # another header we do not read
+        elif not line[:1].isspace():
+            # Another header we do not read: "Statistics:" (6.10+), "Hardware timestamp
+            # provider qualifier/source" (6.14+, 6.19+); what is indented under it is not ours.
+            section = None
         elif section is not None and line[:1].isspace():
             section.append(s.split()[0])
     if not phc_seen:
