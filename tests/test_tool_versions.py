@@ -573,3 +573,15 @@ def test_fuzzed_version_outputs_parse_or_raise_parse_error(case):
         FUZZED[name](text)
     except ParseError:
         pass
+
+
+@pytest.mark.parametrize("name", ["ethtool-m-sff8636-dac-6.4.txt", "ethtool-m-sff8636-dac-6.14.txt"])
+def test_sff8636_passive_copper_every_release_is_not_a_dark_optic(name):
+    m = parse_module(version_fixture(name))
+    assert m["media"] == "copper" and m["cable_length_m"] == 1.0
+    assert [ln["dbm"] for ln in m["rx_power"]] == [None] * 4  # a DAC has no light to measure
+    facts = module_facts(m)
+    (f,) = judge("l1.optics.rx_power", snap(facts))
+    assert f.status == "skip" and "copper" in f.reason
+    (f,) = judge("l1.cable.copper_in_rack", snap(facts))
+    assert f.status == "pass" and f.observed == 1.0
