@@ -585,3 +585,19 @@ def test_sff8636_passive_copper_every_release_is_not_a_dark_optic(name):
     assert f.status == "skip" and "copper" in f.reason
     (f,) = judge("l1.cable.copper_in_rack", snap(facts))
     assert f.status == "pass" and f.observed == 1.0
+
+
+def test_sff8636_ioctl_era_output():
+    m = parse_module(version_fixture("ethtool-m-sff8636-5.0-ioctl.txt"))
+    assert [(ln["lane"], ln["dbm"]) for ln in m["rx_power"]] == [
+        (1, -0.46), (2, None), (3, -13.01), (4, -0.97)]
+    assert m["lane_flags"] == {}
+    (f,) = judge("l1.optics.rx_power", snap(module_facts(m)))
+    assert f.status == "fail" and [ln["lane"] for ln in f.evidence["failing_lanes"]] == [2, 3]
+
+
+def test_sfp_on_ethtool_5_16_to_5_18_prints_no_diagnostics_and_is_unknown():
+    m = parse_module(version_fixture("ethtool-m-sff8472-5.16-no-diagnostics.txt"))
+    assert m["media"] == "optical" and m["rx_power"] == [] and m["part"] == "SFP-10G-SR"
+    (f,) = judge("l1.optics.rx_power", snap(module_facts(m)))
+    assert f.status == "unknown" and "5.16-5.18" in f.reason

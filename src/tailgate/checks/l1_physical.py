@@ -187,8 +187,9 @@ def optics_rx_power(snap: Snapshot, p: dict) -> list[Result]:
             continue
         if not m["rx_power"]:
             results.append(Result("unknown", subject=iface, evidence=evidence,
-                                  reason="the module reports no received power (no digital "
-                                  "diagnostics)"))
+                                  reason="no received power in ethtool -m: the module has no "
+                                  "digital diagnostics, or this ethtool does not print them "
+                                  "(5.16-5.18 print none for SFP modules over netlink)"))
             continue
         causes = lane_causes(m, limit)
         evidence["failing_lanes"] = [{"lane": n, "causes": c} for n, c in causes.items()]
