@@ -601,3 +601,12 @@ def test_sfp_on_ethtool_5_16_to_5_18_prints_no_diagnostics_and_is_unknown():
     assert m["media"] == "optical" and m["rx_power"] == [] and m["part"] == "SFP-10G-SR"
     (f,) = judge("l1.optics.rx_power", snap(module_facts(m)))
     assert f.status == "unknown" and "5.16-5.18" in f.reason
+
+
+def test_cmis_before_5_16_prints_cable_length_but_no_power():
+    m = parse_module(version_fixture("ethtool-m-cmis-aoc-5.15-ioctl.txt"))
+    assert m["attached_cable"] and m["cable_length_m"] == 3.0 and m["rx_power"] == []
+    (f,) = judge("l1.optics.rx_power", snap(module_facts(m)))
+    assert f.status == "unknown" and "before 5.16 none for CMIS" in f.reason
+    (f,) = judge("l1.cable.copper_in_rack", snap(module_facts(m)), limit=5.0)
+    assert f.status == "warn" and f.observed == 3.0

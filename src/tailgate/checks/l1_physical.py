@@ -189,7 +189,8 @@ def optics_rx_power(snap: Snapshot, p: dict) -> list[Result]:
             results.append(Result("unknown", subject=iface, evidence=evidence,
                                   reason="no received power in ethtool -m: the module has no "
                                   "digital diagnostics, or this ethtool does not print them "
-                                  "(5.16-5.18 print none for SFP modules over netlink)"))
+                                  "(before 5.16 none for CMIS modules, 5.16-5.18 none for SFP "
+                                  "modules over netlink)"))
             continue
         causes = lane_causes(m, limit)
         evidence["failing_lanes"] = [{"lane": n, "causes": c} for n, c in causes.items()]
