@@ -97,7 +97,6 @@ def phy_counters(stats: dict[str, int]) -> dict[str, int]:
     return {k: v for k, v in stats.items() if _PHY_COUNTER_RE.search(k)}
 
 
-_FEC_STATS = ("corrected_blocks", "uncorrectable_blocks", "corrected_bits")
 _FEC_CONFIG = ("Configured FEC encodings", "Supported/Configured FEC encodings")
 # One statistic: ``name: total`` and, from ethtool 6.19, `` [ per_lane: a, b ]`` after it.
 # 6.19 prints a lane-less total without its newline, so several can share one line.
