@@ -9,6 +9,7 @@ versions/harness/README.md); the others are written from the release's printf ca
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tailgate.baseline import default_baseline
-from tailgate.collect import Target
+from tailgate.collect import Target, collect
 from tailgate.host import Host
 from tailgate.judge import checks, run_check
 from tailgate.model import Fact, ParseError, Snapshot, SourceError
@@ -610,3 +611,44 @@ def test_cmis_before_5_16_prints_cable_length_but_no_power():
     assert f.status == "unknown" and "before 5.16 none for CMIS" in f.reason
     (f,) = judge("l1.cable.copper_in_rack", snap(module_facts(m)), limit=5.0)
     assert f.status == "warn" and f.observed == 3.0
+
+
+# -- end to end: each release's output in a whole host root, through the collectors -----------------
+
+ROOT_CASES = {
+    "ethtool_-I_--show-fec_eth2": ["ethtool-I-show-fec-5.13.txt", "ethtool-I-show-fec-5.18.txt",
+                                   "ethtool-I-show-fec-6.19-lanes.txt",
+                                   "ethtool-I-show-fec-6.19-nolanes.txt",
+                                   "ethtool-show-fec-5.0-ioctl.txt"],
+    "ethtool_-m_eth2": ["ethtool-m-sff8636-5.0-ioctl.txt", "ethtool-m-sff8636-5.16.txt",
+                        "ethtool-m-sff8636-6.4.txt", "ethtool-m-sff8636-6.14.txt",
+                        "ethtool-m-cmis-aoc-6.4.txt", "ethtool-m-cmis-aoc-7.0.txt",
+                        "ethtool-m-cmis-dac-6.14.txt", "ethtool-m-sff8472-6.14.txt"],
+    "ethtool_-x_eth2": ["ethtool-x-5.0-ioctl.txt", "ethtool-x-6.2-netlink.txt",
+                        "ethtool-x-6.9-symmetric-xor.txt", "ethtool-x-6.15-symmetric-or-xor.txt"],
+    "ethtool_-T_eth2": ["ethtool-T-5.8-netlink.txt", "ethtool-T-6.14-provider.txt",
+                        "ethtool-T-7.0-source.txt"],
+    "ethtool_-g_eth2": ["ethtool-g-6.15.txt"],
+    "nvidia-smi_-q": ["nvidia-smi-q-384.69.txt", "nvidia-smi-q-575.57.08.txt"],
+}
+FACT_OF = {"ethtool_-I_--show-fec_eth2": "ethtool.fec.eth2", "ethtool_-m_eth2": "ethtool.module.eth2",
+           "ethtool_-x_eth2": "ethtool.rss.eth2", "ethtool_-T_eth2": "ethtool.ts.eth2",
+           "ethtool_-g_eth2": "ethtool.rings.eth2", "nvidia-smi_-q": "pci.replay"}
+
+
+@pytest.mark.parametrize(("command", "name"), [(c, n) for c, ns in ROOT_CASES.items() for n in ns])
+def test_each_release_through_the_collectors_of_a_host_root(tmp_path, command, name):
+    root = tmp_path / "root"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "roots" / "l1l3-clean", root,
+                    symlinks=True)
+    (root / "commands" / command).write_text(version_fixture(name))
+    s = collect(Host(root), Target(), 0)
+    fact = s.fact(FACT_OF[command])
+    assert fact.ok, (name, fact.missing)
+    if command == "nvidia-smi_-q":
+        assert not fact.value["errors"].get("nvidia-smi"), fact.value["errors"]
+    s.interval_s = 60.0
+    for cid in ("l1.fec.uncorrectable", "l1.optics.rx_power", "l1.cable.copper_in_rack",
+                "l1.clock.ptp", "l3.rss.symmetric", "l1.pcie.link_recovery"):
+        for f in judge(cid, s):
+            assert "parse error" not in (f.reason or ""), (cid, name, f.reason)
