@@ -100,6 +100,9 @@ def fec_uncorrectable(snap: Snapshot, p: dict) -> list[Result]:
         if fec.ok and fec.value.get("stats"):
             evidence["fec_stats"] = fec.value["stats"]
             evidence["active_fec"] = fec.value.get("active")
+        if fec.ok and fec.value.get("histogram"):
+            # ethtool >= 6.19: symbol errors per FEC codeword, how close the link is to the edge
+            evidence["fec_histogram"] = fec.value["histogram"]
         try:
             g = growth(snap, name, pick)
         except NoWindow as exc:
@@ -143,6 +146,38 @@ def _module_id(m: dict[str, Any]) -> dict[str, Any]:
                                   "media", "cable_length_m")}
 
 
+def _dbm(ln: dict[str, Any]) -> str:
+    return "-inf" if ln["dbm"] is None else f"{ln['dbm']:g}"
+
+
+def _lane(n: int, power: dict[int, dict[str, Any]], causes: dict[int, list[str]]) -> str:
+    also = [_FLAG_NAMES[c] for c in causes[n] if c in _FLAG_NAMES]
+    return f"lane {n} {_dbm(power[n])} dBm" + (f" ({', '.join(also)} flagged)" if also else "")
+
+
+def _lanes(nums: list[int]) -> str:
+    return f"lane{'s' if len(nums) > 1 else ''} {', '.join(str(n) for n in nums)}"
+
+
+def lane_causes(m: dict[str, Any], limit: float) -> dict[int, list[str]]:
+    """Every failing lane with every cause found: ``dark`` (no light) or ``low`` (below the
+    limit), plus ``rx_los``/``rx_lol`` when the module also flagged that lane."""
+    causes: dict[int, list[str]] = {}
+    for ln in m["rx_power"]:
+        if ln["dbm"] is None or ln["dbm"] <= LOS_DBM:
+            causes[ln["lane"]] = ["dark"]
+        elif ln["dbm"] < limit:
+            causes[ln["lane"]] = ["low"]
+    for flag in ("rx_los", "rx_lol"):
+        for lane in m.get("lane_flags", {}).get(flag) or []:
+            if lane in causes:
+                causes[lane].append(flag)
+    return dict(sorted(causes.items()))
+
+
+_FLAG_NAMES = {"rx_los": "Rx LOS", "rx_lol": "Rx LOL"}
+
+
 @check("l1.optics.rx_power")
 def optics_rx_power(snap: Snapshot, p: dict) -> list[Result]:
     ifaces = _ifaces(snap, "ethtool.module")
@@ -155,33 +190,51 @@ def optics_rx_power(snap: Snapshot, p: dict) -> list[Result]:
         if isinstance(m, Result):
             results.append(m)
             continue
-        evidence = {"module": _module_id(m), "lanes": m["rx_power"]}
+        flags = m.get("lane_flags", {})
+        evidence: dict[str, Any] = {
+            "module": _module_id(m), "lanes": m["rx_power"],
+            "lane_flags": flags or "not reported (SFF-8472 modules, or ethtool before 6.4)",
+            "module_rx_thresholds_dbm": m.get("rx_thresholds_dbm") or None}
         if m["media"] == "copper":
             results.append(Result("skip", subject=iface, evidence=evidence,
                                   reason="copper cable: no optical power to measure"))
             continue
         if not m["rx_power"]:
             results.append(Result("unknown", subject=iface, evidence=evidence,
-                                  reason="the module reports no received power (no digital "
-                                  "diagnostics)"))
+                                  reason="no received power in ethtool -m: the module has no "
+                                  "digital diagnostics, or this ethtool does not print them "
+                                  "(before 5.16 none for CMIS modules, 5.16-5.18 none for SFP "
+                                  "modules over netlink)"))
             continue
-        dark = [ln for ln in m["rx_power"] if ln["dbm"] is None or ln["dbm"] <= LOS_DBM]
-        low = [ln for ln in m["rx_power"] if ln not in dark and ln["dbm"] < limit]
+        causes = lane_causes(m, limit)
+        evidence["failing_lanes"] = [{"lane": n, "causes": c} for n, c in causes.items()]
+        power = {ln["lane"]: ln for ln in m["rx_power"]}
         worst = min((ln["dbm"] if ln["dbm"] is not None else float("-inf"))
                     for ln in m["rx_power"])
         observed = "-inf" if worst == float("-inf") else worst
+
+        dark = [n for n, c in causes.items() if c[0] == "dark"]
+        low = [n for n, c in causes.items() if c[0] == "low"]
+        parts = []
         if dark:
-            lanes = ", ".join(f"lane {ln['lane']} ({'-inf' if ln['dbm'] is None else ln['dbm']} dBm)"
-                              for ln in dark)
+            parts.append("loss of signal (no light) on " + ", ".join(_lane(n, power, causes) for n in dark))
+        if low:
+            parts.append(f"received power below {limit:g} dBm: " + ", ".join(_lane(n, power, causes)
+                                                                      for n in low))
+        # The flags are latched (set since the module was last read, link-up included), so
+        # they are evidence beside the power readings, not a verdict of their own.
+        other = {f: [n for n in flags.get(f) or [] if n not in causes] for f in _FLAG_NAMES}
+        latched = "; ".join(f"{_FLAG_NAMES[f]} latched on {_lanes(ns)}"
+                            for f, ns in other.items() if ns)
+        if parts:
             results.append(Result("fail", subject=iface, observed=observed, evidence=evidence,
-                                  reason=f"loss of signal (no light) on {lanes}"))
-        elif low:
-            lanes = ", ".join(f"lane {ln['lane']} {ln['dbm']} dBm" for ln in low)
-            results.append(Result("fail", subject=iface, observed=observed, evidence=evidence,
-                                  reason=f"received power below {limit:g} dBm: {lanes}"))
+                                  reason="; ".join(parts)
+                                  + (f" (other lanes: {latched})" if latched else "")))
         else:
             results.append(Result("pass", subject=iface, observed=observed, evidence=evidence,
-                                  reason=f"{len(m['rx_power'])} lane(s), weakest {worst} dBm"))
+                                  reason=f"{len(m['rx_power'])} lane(s), weakest {worst} dBm"
+                                  + (f"; {latched} (set since the last read, e.g. at link-up; "
+                                     "the power now is within the red line)" if latched else "")))
     return results
 
 

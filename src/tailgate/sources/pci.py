@@ -47,14 +47,22 @@ _AER_LONG = {
 AER_CORRECTABLE = ("RxErr", "BadTLP", "BadDLLP", "Rollover", "Timeout", "NonFatalErr",
                    "CorrIntErr", "HeaderOF", "TOTAL_ERR_COR")
 _AER_LINE_RE = re.compile(r"^(\S.*?)\s+(\S+)$")
+# A set status bit the kernel has no name for is printed as ``<stats array>_bit[N] count``
+# (aer_stats_dev_attr, Linux 4.19+; only when non-zero), e.g. ``dev_cor_errs_bit[11] 1``.
+_AER_BIT_RE = re.compile(r"^dev_(?:cor|fatal|nonfatal)_errs_bit\[(\d+)\]$")
 
 
 def parse_aer(text: str) -> dict[str, int]:
-    """``aer_dev_correctable`` (either format) -> ``{short name: count}``."""
+    """``aer_dev_correctable`` (either format) -> ``{short name: count}``; unnamed status
+    bits become ``bitN``."""
     out: dict[str, int] = {}
     for line in text.splitlines():
         m = _AER_LINE_RE.match(line.strip())
         if not m:
+            continue
+        bit = _AER_BIT_RE.match(m.group(1))
+        if bit:
+            out[f"bit{bit.group(1)}"] = parse_int_file(m.group(2), m.group(1))
             continue
         name = _AER_LONG.get(m.group(1), m.group(1))
         if not m.group(2).isdigit():
