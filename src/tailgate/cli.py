@@ -22,6 +22,8 @@ COMMAND_MODULES = (
     "tailgate.commands.catalog",
     "tailgate.commands.probe",
     "tailgate.commands.bench",
+    "tailgate.commands.serve",
+    "tailgate.commands.rules",
 )
 
 
