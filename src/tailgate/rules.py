@@ -77,6 +77,17 @@ def red_line_rules(baseline: Baseline, opts: RuleOptions) -> list[dict[str, Any]
             "explain": "tailgate inspect on that host prints the reason",
         },
     })
+    rules.append({
+        "alert": "TailgateCheckError",
+        "expr": f"tailgate_finding_status{_sel(opts, status='error')} == 1",
+        "for": "5m",
+        "labels": {"severity": "warning"},
+        "annotations": {
+            "summary": "{{ $labels.id }} raised inside tailgate on {{ $labels.instance }}: a "
+                       "defect of tailgate, not a fact about the host",
+            "explain": "tailgate inspect on that host prints the exception; report it",
+        },
+    })
     return rules
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import re
 
-from ..cli import UsageError, check_writable, write_output
+from ..errors import UsageError
+from .options import check_writable, write_output
 
 DURATION = re.compile(r"^(\d+(ms|s|m|h|d|w|y))+$")
 

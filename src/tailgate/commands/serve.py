@@ -9,7 +9,7 @@ import os
 import signal
 import threading
 
-from ..cli import UsageError
+from ..errors import UsageError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
