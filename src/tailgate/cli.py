@@ -27,6 +27,8 @@ COMMAND_MODULES = (
     "tailgate.commands.catalog",
     "tailgate.commands.probe",
     "tailgate.commands.bench",
+    "tailgate.commands.serve",
+    "tailgate.commands.rules",
 )
 
 
