@@ -33,6 +33,7 @@ TEST_NEEDS = {
     "libc6-dev": "C workloads",
     "liburing-dev": "tests/support/uring_ring.c (liburing.h)",
     "numactl": "the live l2.numa.affinity tests (tests/test_numa_live.py)",
+    "prometheus": "promtool and the real Prometheus of tests/test_fleet_prometheus.py",
 }
 
 
