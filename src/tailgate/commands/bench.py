@@ -76,6 +76,8 @@ def add_load_options(p: argparse.ArgumentParser) -> None:
                    help="objective, e.g. 'p999<5ms', 'p99<20ms', 'error_rate<0.1%%', "
                    "'service.p99<1ms', 'rate>=9900' (repeatable; exit 1 if one fails)")
     g.add_argument("--json", metavar="FILE", help="write the result JSON to FILE ('-': stdout)")
+    g.add_argument("--html", metavar="FILE",
+                   help="write a self-contained HTML page: figures and percentile spectra")
     g.add_argument("--hdr", metavar="FILE",
                    help="write the latency histogram as an HdrHistogram log (HISTFAAA...)")
     g.add_argument("--hdr-interval", default="1s",
@@ -156,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
 
         return run_llm(args)
     info, target, slos = _parse(args)
-    check_writable(args.json, args.hdr, args.log)
+    check_writable(args.json, args.hdr, args.log, args.html)
     parts = [f"{args.log}.part{k}" for k in range(info.workers)] if args.log else None
     cfgs = plan(info, target, parts)
 
@@ -201,6 +203,10 @@ def run(args: argparse.Namespace) -> int:
     out_json = _dumps(result.json)
     if args.json:
         write_output(args.json, out_json)
+    if args.html:
+        from ..report.bench_html import bench_page
+
+        write_output(args.html, bench_page(result.json))
     if args.hdr:
         with open(args.hdr, "w", encoding="ascii") as f:
             write_hdr(f, result, started.get("epoch", time.time()))
