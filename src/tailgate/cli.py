@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "tailgate.commands.probe",
     "tailgate.commands.bench",
     "tailgate.commands.compare",
+    "tailgate.commands.diagnose",
 )
 
 

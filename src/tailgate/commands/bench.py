@@ -31,6 +31,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("target", metavar="TARGET", help="http://host:port/path, tcp://host:port, "
                    "or an OpenAI-compatible LLM server: openai+http://host:port/v1")
     add_load_options(p)
+    add_request_options(p)
+    p.set_defaults(func=run)
+
+
+def add_request_options(p: argparse.ArgumentParser) -> None:
+    """What each request is: HTTP, TCP and LLM options (shared with `tailgate diagnose`)."""
     g = p.add_argument_group("HTTP requests")
     g.add_argument("-X", "--method", default="GET", help="HTTP method (default GET)")
     g.add_argument("-H", "--header", action="append", default=[], metavar="'NAME: VALUE'",
@@ -45,7 +51,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     from ..llm.command import add_llm_arguments
 
     add_llm_arguments(p)  # streamed LLM load: --model, --api, --workload, ... (tailgate.llm)
-    p.set_defaults(func=run)
 
 
 def add_load_options(p: argparse.ArgumentParser) -> None:
@@ -200,6 +205,9 @@ def run(args: argparse.Namespace) -> int:
 
     result = build_result(info, results, interrupted, missing)
     result.json["slo"] = evaluate(slos, result.json)
+    # CLOCK_MONOTONIC of the log's time 0: `tailgate diagnose` lines requests up with probes.
+    result.json["clock"] = {"start_monotonic_s": started.get("mono"),
+                            "start_epoch_s": started.get("epoch")}
     out_json = _dumps(result.json)
     if args.json:
         write_output(args.json, out_json)
