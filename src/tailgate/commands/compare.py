@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..cli import UsageError, check_writable, write_output
+from ..errors import UsageError
+from .options import check_writable, write_output
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -12,7 +12,8 @@ import tempfile
 import time
 from typing import Any
 
-from ..cli import UsageError, check_writable, existing_cgroup, existing_pids, write_output
+from ..errors import UsageError
+from .options import check_writable, existing_cgroup, existing_pids, write_output
 
 
 def register(sub: argparse._SubParsersAction) -> None:
