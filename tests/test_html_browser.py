@@ -78,3 +78,17 @@ def test_inspect_page(tmp_path):
     assert r.console == []
     for cid in catalog():
         assert cid in r.dom
+
+
+def test_diagnose_page(tmp_path):
+    require(available())
+    page = tmp_path / "diagnose.html"
+    with Nginx(workers=1) as ng:
+        (pid,) = ng.worker_pids()
+        out = tailgate("diagnose", ng.url("/"), "--pid", str(pid), "--rate", "500",
+                       "--duration", "1s", "--workers", "1", "--html", str(page))
+    assert out.returncode in (0, 1), out.stderr
+    r = render(page, "diagnose", size="1200,2400")
+    assert r.console == []
+    assert plots(r.dom) == 2  # the timeline and the spectrum
+    assert 'id="causes"' in r.dom

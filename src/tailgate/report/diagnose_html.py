@@ -25,9 +25,9 @@ def timeline_figure(tl: dict[str, Any]):
     t = tl["t_ms"]
     step = max(1, len(t) // MAX_POINTS)
     if "latency_p99_ms" in tl:
-        fig.add_trace(go.Scattergl(x=t[::step], y=tl["latency_p99_ms"][::step], name="P99",
+        fig.add_trace(go.Scatter(x=t[::step], y=tl["latency_p99_ms"][::step], name="P99",
                                    mode="lines"), row=1, col=1)
-        fig.add_trace(go.Scattergl(x=t[::step], y=tl["latency_max_ms"][::step], name="max",
+        fig.add_trace(go.Scatter(x=t[::step], y=tl["latency_max_ms"][::step], name="max",
                                    mode="lines"), row=1, col=1)
     for i, (k, v) in enumerate({**evidence, **instants}.items(), 2):
         fig.add_trace(go.Bar(x=t[::step], y=v[::step], name=k), row=i, col=1)
