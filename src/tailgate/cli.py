@@ -29,6 +29,8 @@ COMMAND_MODULES = (
     "tailgate.commands.bench",
     "tailgate.commands.serve",
     "tailgate.commands.rules",
+    "tailgate.commands.compare",
+    "tailgate.commands.diagnose",
 )
 
 

@@ -35,7 +35,15 @@ from typing import IO, Any
 
 import numpy as np
 
-from ..hist import Histogram, HistogramSpec, Interval, merged, percentile_spectrum, write_log
+from ..hist import (
+    Histogram,
+    HistogramSpec,
+    Interval,
+    encode,
+    merged,
+    percentile_spectrum,
+    write_log,
+)
 from .engine import LOG_HEADER, WorkerResult
 from .outcome import ERROR_KINDS, KINDS
 
@@ -141,6 +149,11 @@ def build_result(info: RunInfo, parts: Sequence[WorkerResult],
         "latency_ms": summarize(latency),
         "service_time_ms": summarize(service),
         "lateness_ms": summarize(lateness),
+        # The recorded histograms (HdrHistogram V2, values in ns): `tailgate compare` merges
+        # runs exactly and tests differences against them.
+        "histogram_unit": "ns",
+        "histograms": {"latency": encode(latency), "service": encode(service),
+                       "lateness": encode(lateness)},
         "generator": {"workers": len(parts),
                       "precise_timer": all(p.precise_timer for p in parts),
                       "cpu_s": round(sum(p.cpu_s for p in parts), 6),

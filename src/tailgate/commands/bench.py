@@ -32,6 +32,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("target", metavar="TARGET", help="http://host:port/path, tcp://host:port, "
                    "or an OpenAI-compatible LLM server: openai+http://host:port/v1")
     add_load_options(p)
+    add_request_options(p)
+    p.set_defaults(func=run)
+
+
+def add_request_options(p: argparse.ArgumentParser) -> None:
+    """What each request is: HTTP, TCP and LLM options (shared with `tailgate diagnose`)."""
     g = p.add_argument_group("HTTP requests")
     g.add_argument("-X", "--method", default="GET", help="HTTP method (default GET)")
     g.add_argument("-H", "--header", action="append", default=[], metavar="'NAME: VALUE'",
@@ -46,7 +52,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     from ..llm.command import add_llm_arguments
 
     add_llm_arguments(p)  # streamed LLM load: --model, --api, --workload, ... (tailgate.llm)
-    p.set_defaults(func=run)
 
 
 def add_load_options(p: argparse.ArgumentParser) -> None:
@@ -77,6 +82,8 @@ def add_load_options(p: argparse.ArgumentParser) -> None:
                    help="objective, e.g. 'p999<5ms', 'p99<20ms', 'error_rate<0.1%%', "
                    "'service.p99<1ms', 'rate>=9900' (repeatable; exit 1 if one fails)")
     g.add_argument("--json", metavar="FILE", help="write the result JSON to FILE ('-': stdout)")
+    g.add_argument("--html", metavar="FILE",
+                   help="write a self-contained HTML page: figures and percentile spectra")
     g.add_argument("--hdr", metavar="FILE",
                    help="write the latency histogram as an HdrHistogram log (HISTFAAA...)")
     g.add_argument("--hdr-interval", default="1s",
@@ -157,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
 
         return run_llm(args)
     info, target, slos = _parse(args)
-    check_writable(args.json, args.hdr, args.log)
+    check_writable(args.json, args.hdr, args.log, args.html)
     parts = [f"{args.log}.part{k}" for k in range(info.workers)] if args.log else None
     cfgs = plan(info, target, parts)
 
@@ -199,9 +206,16 @@ def run(args: argparse.Namespace) -> int:
 
     result = build_result(info, results, interrupted, missing)
     result.json["slo"] = evaluate(slos, result.json)
+    # CLOCK_MONOTONIC of the log's time 0: `tailgate diagnose` lines requests up with probes.
+    result.json["clock"] = {"start_monotonic_s": started.get("mono"),
+                            "start_epoch_s": started.get("epoch")}
     out_json = _dumps(result.json)
     if args.json:
         write_output(args.json, out_json)
+    if args.html:
+        from ..report.bench_html import bench_page
+
+        write_output(args.html, bench_page(result.json))
     if args.hdr:
         with open(args.hdr, "w", encoding="ascii") as f:
             write_hdr(f, result, started.get("epoch", time.time()))

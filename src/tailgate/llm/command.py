@@ -111,7 +111,7 @@ def run_llm(args: argparse.Namespace) -> int:
         raise _usage(str(exc)) from None
     if not getattr(args, "model", None):
         raise _usage("--model is required for an openai+ target")
-    check_writable(args.json, args.log)
+    check_writable(args.json, args.log, args.html)
     rate = args.rate
     if rate is not None and not isinstance(rate, (int, float)):
         try:
@@ -189,6 +189,10 @@ def run_llm(args: argparse.Namespace) -> int:
         _write(args.log, "".join(json.dumps(r) + "\n" for r in records_json(result)))
     if args.json:
         _write(args.json, json.dumps(report, indent=1) + "\n")
+    if args.html:
+        from ..report.bench_html import bench_page
+
+        _write(args.html, bench_page(report))
     if args.json != "-":
         print(format_report(report))
     failed = slo_failed(report)

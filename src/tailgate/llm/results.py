@@ -30,7 +30,7 @@ import numpy as np
 
 from ..bench.slo import Slo, SloError, evaluate
 from ..bench.slo import parse_slo as _bench_parse_slo
-from ..hist import Histogram
+from ..hist import Histogram, encode
 from .client import ERROR_KINDS, Record
 from .run import RunResult
 
@@ -191,6 +191,10 @@ def analyse(result: RunResult, slos: list[Slo], *, target: str, model: str, api:
                                                       "output_tokens_per_s")})
     out["metrics"] = metrics
     out["latency_ms"] = out["e2e_ms"]  # bench's plain p99<... reads this: E2E here
+    # The recorded histograms (HdrHistogram V2, ns), for `tailgate compare`.
+    out["clock"] = {"start_monotonic_s": result.start_ns / 1e9}  # perf_counter: CLOCK_MONOTONIC
+    out["histogram_unit"] = "ns"
+    out["histograms"] = {k: encode(hists[k]) for k in ("ttft", "itl", "tpot", "e2e")}
     out["slo"] = evaluate(slos, out)
     return out
 
