@@ -131,8 +131,9 @@ class Unsolicited:
         self.data = data
 
     def describe(self) -> str:
-        return (f"{len(self.data)} byte(s) with no request in flight: "
-                f"{bytes(self.data[:32])!r}")
+        # The first bytes only: the reason stays the same across responses (it is counted).
+        return (f"{len(self.data)} byte(s) with no request in flight, starting "
+                f"{bytes(self.data[:16])!r}")
 
 
 Event = Informational | Head | Data | End | Unsolicited

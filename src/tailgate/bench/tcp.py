@@ -96,7 +96,7 @@ class TcpConnection(Connection):
 
     def data_received(self, data: bytes) -> None:
         if self.rid < 0:
-            self.stray(f"{len(data)} byte(s) with no request in flight: {data[:32]!r}")
+            self.stray(f"{len(data)} byte(s) with no request in flight, starting {data[:16]!r}")
             return
         self.nbytes += len(data)
         try:
@@ -114,7 +114,8 @@ class TcpConnection(Connection):
             reason = f"response {self.reader.first[:16]!r} not stamped for request {self.rid}"
         self.complete(outcome, 0, reason)
         if extra:
-            self.stray(f"{len(extra)} byte(s) after the complete response: {extra[:32]!r}")
+            self.stray(f"{len(extra)} byte(s) after the complete response, starting "
+                       f"{extra[:16]!r}")
 
     def on_eof(self) -> bool:
         self.reader.feed_eof()
