@@ -107,3 +107,24 @@ def test_a_connection_is_never_idle_twice():
         assert engine.idle == [conn]
     finally:
         loop.close()
+
+
+def test_cli_reports_each_kind_once_with_examples_and_no_traceback():
+    import json
+    import subprocess
+    import sys
+
+    with FaultServer("upgrade", "http") as srv:
+        out = subprocess.run([sys.executable, "-m", "tailgate", "bench", srv.url, "--rate", "20",
+                              "--duration", "0.5s", "--workers", "1", "--timeout", "1s",
+                              "--quiet", "--json", "-"], capture_output=True, text=True,
+                             timeout=60, check=False)
+    assert out.returncode == 0, out.stderr
+    assert "Traceback" not in out.stderr and "Fatal error" not in out.stderr, out.stderr
+    data = json.loads(out.stdout)
+    assert data["requests"]["errors"]["upgrade"] == data["requests"]["sent"] == 10
+    assert data["requests"]["ok"] == 0
+    # The summary (on stderr with --json -) names the kind with an example reason, once.
+    line = ("  upgrade: 101 Switching Protocols (to websocket) without an upgrade request (x10)")
+    assert out.stderr.count(line) == 1, out.stderr
+    assert "errors: upgrade 10" in out.stderr
