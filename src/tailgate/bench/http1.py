@@ -43,9 +43,13 @@ from dataclasses import dataclass
 IDLE, HEAD, BODY_LEN, BODY_EOF, CHUNK_SIZE, CHUNK_DATA, CHUNK_CRLF, TRAILER, DEAD = range(9)
 
 _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110 field name
-_STATUS = re.compile(rb"HTTP/1\.([0-9]) ([0-9]{3})(?: [^\x00]*)?")
+_STATUS = re.compile(rb"HTTP/1\.([0-9]) ([0-9]{3})(?: .*)?", re.S)  # NUL and CR: checked apart
 _HEX = re.compile(rb"[0-9A-Fa-f]{1,15}")
 _DIGITS = re.compile(rb"[0-9]{1,18}")
+# A field line (RFC 9112 5) is token ":" value: this finds a line start (in LF + the
+# lower-cased field lines) that is not. Searching from each LF is far cheaper than
+# matching every byte of every value (CPython's re steps a character class byte by byte).
+_BAD_LINE = re.compile(rb"\n(?![!#$%&'*+\-.^_`|~0-9a-z]+:|\Z)")
 
 
 @dataclass(frozen=True)
@@ -86,16 +90,26 @@ class Informational:
 
 
 class Head:
-    """The final response's status line and header fields (names lower-cased)."""
+    """The final response's status and header fields (parsed on demand: the hot path
+    needs only the framing fields, which the reader has already read)."""
 
-    __slots__ = ("headers", "keep_alive", "status")
+    __slots__ = ("_fields", "_headers", "keep_alive", "status")
 
-    def __init__(self, status: int, headers: list[tuple[bytes, bytes]], keep_alive: bool) -> None:
+    def __init__(self, status: int, fields: bytes, keep_alive: bool) -> None:
         self.status = status
-        self.headers = headers
+        self._fields = fields  # the field lines, each ending in LF
+        self._headers: list[tuple[bytes, bytes]] | None = None
         self.keep_alive = keep_alive
 
+    @property
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        """Every field as (lower-cased name, value), in order."""
+        if self._headers is None:
+            self._headers = _parse_fields(self._fields.split(b"\n")[:-1])
+        return self._headers
+
     def get(self, name: bytes) -> bytes | None:
+        """The first value of field ``name`` (lower-case), or None."""
         for k, v in self.headers:
             if k == name:
                 return v
@@ -155,8 +169,12 @@ def parse_head(block: bytes | bytearray) -> tuple[int, int, list[tuple[bytes, by
     m = _STATUS.fullmatch(first)
     if m is None or b"\r" in first:
         raise _head_error(first, "not an HTTP/1.x status line")
+    return int(m.group(1)), int(m.group(2)), _parse_fields(lines[1:])
+
+
+def _parse_fields(lines: list[bytes]) -> list[tuple[bytes, bytes]]:
     headers: list[tuple[bytes, bytes]] = []
-    for raw in lines[1:]:
+    for raw in lines:
         if raw[-1:] == b"\r":
             raw = raw[:-1]
         if b"\r" in raw or b"\x00" in raw:
@@ -171,12 +189,54 @@ def parse_head(block: bytes | bytearray) -> tuple[int, int, list[tuple[bytes, by
         if not sep or _TOKEN.fullmatch(name) is None:
             raise _head_error(raw, "malformed header field")
         headers.append((name.lower(), value.strip(b" \t")))
-    return int(m.group(1)), int(m.group(2)), headers
+    return headers
+
+
+def _values(low: bytes, fields: bytes, name: bytes) -> list[bytes]:
+    """Every value of field ``name`` (b"\\nname:"), found in ``low`` (LF + lower-cased
+    ``fields``), taken from ``fields`` (offsets differ by the LF)."""
+    out = []
+    i = low.find(name)
+    while i >= 0:
+        start = i + len(name)
+        end = low.find(b"\n", start)
+        out.append(fields[start - 1:end - 1].strip(b" \t\r"))
+        i = low.find(name, end)
+    return out
+
+
+def scan_head(block: bytes) -> tuple[int, int, bytes, list[bytes], list[bytes], list[bytes]]:
+    """The hot path of :func:`parse_head`: (minor, status, field lines, Transfer-Encoding,
+    Content-Length and Connection values).
+
+    One regular expression checks every field line at C speed and three
+    substring searches find the fields framing depends on; anything unusual (an
+    obs-fold, a malformed line) goes through :func:`parse_head`, which folds or
+    raises the precise error."""
+    nl = block.find(b"\n")
+    first = block if nl < 0 else block[:nl]
+    if first[-1:] == b"\r":
+        first = first[:-1]
+    m = _STATUS.fullmatch(first)
+    if m is None or b"\r" in first or b"\x00" in first:
+        raise _head_error(first, "not an HTTP/1.x status line")
+    fields = b"" if nl < 0 else block[nl + 1:] + b"\n"
+    low = b"\n" + fields.lower()
+    if fields and (_BAD_LINE.search(low) is not None or b"\x00" in fields
+                   or fields.count(b"\r") != fields.count(b"\r\n")):
+        _, _, headers = parse_head(block)  # folds, or raises what is wrong
+        fields = b"".join(k + b": " + v + b"\n" for k, v in headers)
+        low = b"\n" + fields.lower()
+    minor, status = m.group(1, 2)
+    return (int(minor), int(status), fields, _values(low, fields, b"\ntransfer-encoding:"),
+            _values(low, fields, b"\ncontent-length:"), _values(low, fields, b"\nconnection:"))
 
 
 def _content_length(values: list[bytes]) -> int:
     """One length from every Content-Length value; a list of equal values is one (RFC 9110
     8.6), differing or non-numeric values are faulty framing."""
+    if len(values) == 1 and values[0].isdigit() and len(values[0]) <= 18:
+        return int(values[0])  # the usual case
     seen = set()
     for v in values:
         for item in v.split(b","):
@@ -192,12 +252,14 @@ def _content_length(values: list[bytes]) -> int:
 class ResponseReader:
     """One connection's responses. See the module docstring for the rules."""
 
-    __slots__ = ("_body", "_buf", "_head", "_keep", "_remaining", "_scan", "_status", "keep_body",
-                 "limits", "received", "state")
+    __slots__ = ("_body", "_buf", "_head", "_keep", "_remaining", "_scan", "_status", "heads",
+                 "keep_body", "limits", "received", "state")
 
-    def __init__(self, limits: Limits | None = None, keep_body: bool = False) -> None:
+    def __init__(self, limits: Limits | None = None, keep_body: bool = False,
+                 heads: bool = True) -> None:
         self.limits = limits or Limits()
         self.keep_body = keep_body
+        self.heads = heads  # emit Head events (a load generator that only counts needs none)
         self.state = IDLE
         self.received = 0  # bytes of the current exchange (interim responses included)
         self._buf = bytearray()
@@ -226,19 +288,29 @@ class ResponseReader:
         if self.state == IDLE:
             return [Unsolicited(data)]
         self.received += len(data)
-        buf = self._buf
-        buf += data
+        buf: bytes | bytearray
+        if self._buf:
+            buf = self._buf
+            buf += data
+        else:
+            buf = data  # the usual case: a whole response in one read, nothing copied
         try:
             events: list[Event] = []
             pos = self._run(buf, events)
         except FramingError:
             self.state = DEAD
-            buf.clear()
+            self._buf.clear()
             raise
-        if self.state == IDLE and pos < len(buf):
+        if pos >= len(buf):
+            self._buf.clear()
+            self._scan = 0
+        elif self.state == IDLE:
             events.append(Unsolicited(bytes(buf[pos:])))
-            buf.clear()
-        elif pos:
+            self._buf.clear()
+        elif buf is data:
+            self._buf = bytearray(data[pos:])
+            self._scan = max(self._scan - pos, 0)
+        else:
             del buf[:pos]
             self._scan = max(self._scan - pos, 0)
         return events
@@ -267,7 +339,7 @@ class ResponseReader:
 
     # -- the state machine -------------------------------------------------------------
 
-    def _run(self, buf: bytearray, events: list[Event]) -> int:
+    def _run(self, buf: bytes | bytearray, events: list[Event]) -> int:
         """Consume ``buf`` from 0 as far as it goes; returns the position reached."""
         pos = 0
         lim = self.limits
@@ -374,7 +446,7 @@ class ResponseReader:
                 return pos
         return pos
 
-    def _find_blank(self, buf: bytearray, pos: int) -> tuple[int, int]:
+    def _find_blank(self, buf: bytes | bytearray, pos: int) -> tuple[int, int]:
         """(end of the header block's last line, start of what follows its blank line),
         or (-1, 0) while the blank line has not arrived."""
         start = max(self._scan, pos)
@@ -390,10 +462,10 @@ class ResponseReader:
         self._scan = max(len(buf) - 2, pos)
         return -1, 0
 
-    def _on_head(self, block: bytearray, events: list[Event]) -> None:
-        minor, status, headers = parse_head(block)
+    def _on_head(self, block: bytes | bytearray, events: list[Event]) -> None:
+        minor, status, fields, te, cl, conns = scan_head(bytes(block))
         if status == 101:
-            up = next((v for k, v in headers if k == b"upgrade"), b"?")
+            up = Head(status, fields, False).get(b"upgrade") or b"?"
             raise FramingError("upgrade", f"101 Switching Protocols (to {up[:32].decode('latin-1')})"
                                           f" without an upgrade request")
         if 100 <= status < 200:
@@ -401,22 +473,16 @@ class ResponseReader:
             return  # still HEAD: the final response follows
         if status < 100:
             raise FramingError("protocol", f"status {status} is not a valid status code")
-        te: list[bytes] = []
-        cl: list[bytes] = []
-        conn = b""
-        for k, v in headers:
-            if k == b"transfer-encoding":
-                te.append(v)
-            elif k == b"content-length":
-                cl.append(v)
-            elif k == b"connection":
-                conn += b"," + v.lower()
-        tokens = {t.strip(b" \t") for t in conn.split(b",")}
-        keep = b"close" not in tokens and (minor >= 1 or b"keep-alive" in tokens)
+        if conns:
+            tokens = {t.strip(b" \t") for t in b",".join(conns).lower().split(b",")}
+            keep = b"close" not in tokens and (minor >= 1 or b"keep-alive" in tokens)
+        else:
+            keep = minor >= 1
         self._status = status
         if self._head or status in (204, 304):
             self._keep = keep
-            events.append(Head(status, headers, keep))
+            if self.heads:
+                events.append(Head(status, fields, keep))
             self._end(events)
             return
         if te:
@@ -433,7 +499,8 @@ class ResponseReader:
             if cl:
                 keep = False  # both: TE wins, and the connection is not trusted again
             self._keep = keep
-            events.append(Head(status, headers, keep))
+            if self.heads:
+                events.append(Head(status, fields, keep))
             return
         if cl:
             length = _content_length(cl)
@@ -441,7 +508,8 @@ class ResponseReader:
                 raise FramingError("too_large", f"Content-Length {length} exceeds "
                                                 f"{self.limits.max_body_bytes} bytes")
             self._keep = keep
-            events.append(Head(status, headers, keep))
+            if self.heads:
+                events.append(Head(status, fields, keep))
             if length == 0:
                 self._end(events)
             else:
@@ -450,7 +518,8 @@ class ResponseReader:
             return
         self._keep = False
         self.state = BODY_EOF
-        events.append(Head(status, headers, False))
+        if self.heads:
+            events.append(Head(status, fields, False))
 
     def _end(self, events: list[Event]) -> None:
         events.append(End(self._status, self._keep, self._body))
