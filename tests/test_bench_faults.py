@@ -54,6 +54,18 @@ def test_port_nobody_listens_on_gives_connect_errors():
     assert data["connections"]["connect_failures"] >= 200
 
 
+def test_connect_errors_of_several_workers_are_summed_by_reason():
+    url = f"http://127.0.0.1:{free_port()}/"
+    data = bench(url, rate=200, duration=1.0, workers=2, in_process=False)
+    req = accounted(data)
+    assert req["errors"]["connect"] == 200
+    (ex,) = req["error_examples"]["connect"]  # one reason, both workers' counts summed
+    assert ex["count"] == 200 and "refused" in ex["reason"].lower()
+    (attempts,) = data["generator"]["connect_errors"]
+    assert attempts["reason"] == ex["reason"]
+    assert attempts["count"] == data["connections"]["connect_failures"] >= 200
+
+
 @pytest.fixture(scope="module")
 def nginx():
     with Nginx(workers=1) as ng:
