@@ -21,13 +21,15 @@ pytestmark = pytest.mark.timeout(60)
 
 # Small enough that the endless modes hit them at once; far above what the modes send.
 LIMITS = Limits(max_header_bytes=64 * 1024, max_body_bytes=1 << 20)
+# Generous: on a loaded CI machine a slow answer must not turn into a time-out.
+TIMEOUT_S = 2.0
 
 
 def bench(srv: FaultServer, *, rate: float = 20, duration: float = 0.6, retry_stale=False,
           **target_opts) -> dict:
     target = parse_target(srv.url, **target_opts)
     info = RunInfo(target=srv.url, protocol=target.kind, rate=rate, duration_s=duration,
-                   workers=1, connections=2, max_connections=8, timeout_s=0.5,
+                   workers=1, connections=2, max_connections=8, timeout_s=TIMEOUT_S,
                    limits=LIMITS, retry_stale=retry_stale)
     cfg = replace(plan(info, target)[0], check_seq=True)
     return build_result(info, [run_here(cfg)]).json
@@ -88,7 +90,7 @@ def test_tcp_fault_modes(mode):
     assert srv.received == req["sent"]
     if mode in ("extra_same_write", "extra_late"):
         # The response was still timed: its latency is that of the response, not a time-out.
-        assert req["ok"] == 12 and data["latency_ms"]["max"] < 400
+        assert req["ok"] == 12 and data["latency_ms"]["max"] < TIMEOUT_S * 1000 * 0.99
 
 
 def test_a_connection_is_never_idle_twice():

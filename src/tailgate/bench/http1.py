@@ -44,7 +44,7 @@ IDLE, HEAD, BODY_LEN, BODY_EOF, CHUNK_SIZE, CHUNK_DATA, CHUNK_CRLF, TRAILER, DEA
 
 _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110 field name
 _STATUS = re.compile(rb"HTTP/1\.([0-9]) ([0-9]{3})(?: .*)?", re.S)  # NUL and CR: checked apart
-_HEX = re.compile(rb"[0-9A-Fa-f]{1,15}")
+_HEXDIGITS = b"0123456789abcdefABCDEF"
 _DIGITS = re.compile(rb"[0-9]{1,18}")
 # A field line (RFC 9112 5) is token ":" value: this finds a line start (in LF + the
 # lower-cased field lines) that is not. Searching from each LF is far cheaper than
@@ -302,7 +302,8 @@ class ResponseReader:
             self._buf.clear()
             raise
         if pos >= len(buf):
-            self._buf.clear()
+            if self._buf:
+                self._buf.clear()
             self._scan = 0
         elif self.state == IDLE:
             events.append(Unsolicited(bytes(buf[pos:])))
@@ -387,9 +388,11 @@ class ResponseReader:
                 if nl - pos > lim.max_line_bytes:
                     raise FramingError("too_large", f"chunk-size line exceeds "
                                                     f"{lim.max_line_bytes} bytes")
-                line = bytes(buf[pos:nl]).rstrip(b"\r")
-                size_txt = line.split(b";", 1)[0].strip(b" \t")  # chunk-ext ignored
-                if _HEX.fullmatch(size_txt) is None:
+                line = bytes(buf[pos:nl])
+                semi = line.find(b";")  # chunk extensions are ignored
+                size_txt = (line if semi < 0 else line[:semi]).strip(b" \t\r")
+                # int(x, 16) alone would take "0x1f", "+1" or "1_0": hex digits only.
+                if not size_txt or len(size_txt) > 15 or size_txt.strip(_HEXDIGITS):
                     raise FramingError("protocol", f"bad chunk-size line {line[:32]!r}")
                 size = int(size_txt, 16)
                 pos = nl + 1
@@ -399,6 +402,14 @@ class ResponseReader:
                     continue
                 if self._body + size > lim.max_body_bytes:
                     raise FramingError("too_large", f"body exceeds {lim.max_body_bytes} bytes")
+                end = pos + size
+                if end + 2 <= n and buf[end] == 0x0D and buf[end + 1] == 0x0A:
+                    # The usual case: the whole chunk and its CRLF are here; stay in CHUNK_SIZE.
+                    if self.keep_body:
+                        events.append(Data(bytes(buf[pos:end])))
+                    self._body += size
+                    pos = end + 2
+                    continue
                 self._remaining = size
                 self.state = CHUNK_DATA
             elif state == CHUNK_DATA:
