@@ -130,3 +130,20 @@ def test_cli_reports_each_kind_once_with_examples_and_no_traceback():
     line = ("  upgrade: 101 Switching Protocols (to websocket) without an upgrade request (x10)")
     assert out.stderr.count(line) == 1, out.stderr
     assert "errors: upgrade 10" in out.stderr
+
+
+def test_a_bookkeeping_error_shows_in_the_accounting():
+    with FaultServer("ok", "http") as srv:
+        target = parse_target(srv.url)
+        info = RunInfo(target=srv.url, protocol="http", rate=20, duration_s=0.3, workers=1,
+                       connections=1, timeout_s=TIMEOUT_S)
+        part = run_here(plan(info, target)[0])
+    good = build_result(info, [part]).json
+    assert good["accounting"]["consistent"] and good["requests"]["sent"] == 6
+    part.sent += 1  # as if one request had been counted twice
+    bad = build_result(info, [part]).json
+    assert bad["accounting"]["consistent"] is False
+    assert bad["accounting"]["problems"] == ["scheduled 6 != sent 7 + abandoned 0",
+                                             "sent 7 != ok 6 + errors 0",
+                                             "latency count 6 != sent 7"]
+    assert any(w.startswith("accounting does not add up") for w in bad["warnings"])
