@@ -50,6 +50,7 @@ _DIGITS = re.compile(rb"[0-9]{1,18}")
 # lower-cased field lines) that is not. Searching from each LF is far cheaper than
 # matching every byte of every value (CPython's re steps a character class byte by byte).
 _BAD_LINE = re.compile(rb"\n(?![!#$%&'*+\-.^_`|~0-9a-z]+:|\Z)")
+_FRAMING = re.compile(rb"\n(transfer-encoding|content-length|connection):[ \t]*([^\r\n]*)")
 
 
 @dataclass(frozen=True)
@@ -192,27 +193,14 @@ def _parse_fields(lines: list[bytes]) -> list[tuple[bytes, bytes]]:
     return headers
 
 
-def _values(low: bytes, fields: bytes, name: bytes) -> list[bytes]:
-    """Every value of field ``name`` (b"\\nname:"), found in ``low`` (LF + lower-cased
-    ``fields``), taken from ``fields`` (offsets differ by the LF)."""
-    out = []
-    i = low.find(name)
-    while i >= 0:
-        start = i + len(name)
-        end = low.find(b"\n", start)
-        out.append(fields[start - 1:end - 1].strip(b" \t\r"))
-        i = low.find(name, end)
-    return out
+def scan_head(block: bytes) -> tuple[int, int, bytes, list[tuple[bytes, bytes]]]:
+    """The hot path of :func:`parse_head`: (minor, status, field lines, framing fields).
 
-
-def scan_head(block: bytes) -> tuple[int, int, bytes, list[bytes], list[bytes], list[bytes]]:
-    """The hot path of :func:`parse_head`: (minor, status, field lines, Transfer-Encoding,
-    Content-Length and Connection values).
-
-    One regular expression checks every field line at C speed and three
-    substring searches find the fields framing depends on; anything unusual (an
-    obs-fold, a malformed line) goes through :func:`parse_head`, which folds or
-    raises the precise error."""
+    The framing fields are Transfer-Encoding, Content-Length and Connection as
+    (lower-cased name, lower-cased value) pairs, in order. Two regular
+    expressions that only look at line starts check every field line and find
+    those; anything unusual (an obs-fold, a malformed line) goes through
+    :func:`parse_head`, which folds or raises the precise error."""
     nl = block.find(b"\n")
     first = block if nl < 0 else block[:nl]
     if first[-1:] == b"\r":
@@ -228,8 +216,7 @@ def scan_head(block: bytes) -> tuple[int, int, bytes, list[bytes], list[bytes], 
         fields = b"".join(k + b": " + v + b"\n" for k, v in headers)
         low = b"\n" + fields.lower()
     minor, status = m.group(1, 2)
-    return (int(minor), int(status), fields, _values(low, fields, b"\ntransfer-encoding:"),
-            _values(low, fields, b"\ncontent-length:"), _values(low, fields, b"\nconnection:"))
+    return int(minor), int(status), fields, _FRAMING.findall(low)
 
 
 def _content_length(values: list[bytes]) -> int:
@@ -474,7 +461,7 @@ class ResponseReader:
         return -1, 0
 
     def _on_head(self, block: bytes | bytearray, events: list[Event]) -> None:
-        minor, status, fields, te, cl, conns = scan_head(bytes(block))
+        minor, status, fields, framing = scan_head(bytes(block))
         if status == 101:
             up = Head(status, fields, False).get(b"upgrade") or b"?"
             raise FramingError("upgrade", f"101 Switching Protocols (to {up[:32].decode('latin-1')})"
@@ -484,8 +471,14 @@ class ResponseReader:
             return  # still HEAD: the final response follows
         if status < 100:
             raise FramingError("protocol", f"status {status} is not a valid status code")
+        te: list[bytes] = []
+        cl: list[bytes] = []
+        conns: list[bytes] = []
+        for name, value in framing:
+            (te if name[0] == 0x74 else cl if name[3] == 0x74 else conns).append(
+                value.rstrip(b" \t"))
         if conns:
-            tokens = {t.strip(b" \t") for t in b",".join(conns).lower().split(b",")}
+            tokens = {t.strip(b" \t") for t in b",".join(conns).split(b",")}
             keep = b"close" not in tokens and (minor >= 1 or b"keep-alive" in tokens)
         else:
             keep = minor >= 1
