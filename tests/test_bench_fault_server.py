@@ -152,3 +152,26 @@ def test_a_bookkeeping_error_shows_in_the_accounting():
                                              "sent 7 != ok 6 + errors 0",
                                              "latency count 6 != sent 7"]
     assert any(w.startswith("accounting does not add up") for w in bad["warnings"])
+
+
+def test_cli_limits_and_retry_flags_reach_the_run():
+    import json
+    import subprocess
+    import sys
+
+    with FaultServer("endless_header", "http") as srv:
+        out = subprocess.run([sys.executable, "-m", "tailgate", "bench", srv.url, "--rate", "10",
+                              "--duration", "0.3s", "--workers", "1", "--timeout", "2s",
+                              "--max-header-bytes", "64KiB", "--retry-stale", "--quiet",
+                              "--json", "-"], capture_output=True, text=True, timeout=60,
+                             check=False)
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["config"]["limits"]["max_header_bytes"] == 65536
+    assert data["config"]["retry_stale"] is True
+    assert data["requests"]["error_examples"]["too_large"] == [
+        {"reason": "header block exceeds 65536 bytes", "count": 3}]
+    bad = subprocess.run([sys.executable, "-m", "tailgate", "bench", srv.url, "--rate", "1",
+                          "--duration", "1s", "--max-body-bytes", "10"], capture_output=True,
+                         text=True, timeout=60, check=False)
+    assert bad.returncode == 2 and "--max-body-bytes must be at least 64 bytes" in bad.stderr
