@@ -49,6 +49,20 @@ def add_request_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--delimiter", help=r"a response ends with these bytes (escapes allowed)")
     g.add_argument("--response-length", type=int, metavar="N",
                    help="a response is exactly N bytes")
+    g = p.add_argument_group("protocol limits and keep-alive (every target)")
+    g.add_argument("--max-header-bytes", default="256KiB", metavar="SIZE",
+                   help="one response header block (or trailer section) larger than this "
+                   "is a too_large error (default 256KiB)")
+    g.add_argument("--max-body-bytes", default="1GiB", metavar="SIZE",
+                   help="one response body (or TCP response) larger than this is a "
+                   "too_large error (default 1GiB)")
+    g.add_argument("--max-event-bytes", default="16MiB", metavar="SIZE",
+                   help="one server-sent event (LLM targets) larger than this is a "
+                   "too_large error (default 16MiB)")
+    g.add_argument("--retry-stale", action="store_true",
+                   help="resend (once) a request whose reused keep-alive connection closed "
+                   "before any response byte, instead of counting it stale_connection; its "
+                   "latency still runs from its intended start")
     from ..llm.command import add_llm_arguments
 
     add_llm_arguments(p)  # streamed LLM load: --model, --api, --workload, ... (tailgate.llm)
@@ -97,6 +111,35 @@ def add_load_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--quiet", action="store_true", help="no live progress display")
 
 
+_SIZE = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 10**6, "mb": 10**6,
+         "mib": 1 << 20, "g": 10**9, "gb": 10**9, "gib": 1 << 30}
+
+
+def parse_size(text: str) -> int:
+    """``"256KiB"``, ``"1GiB"``, ``"4096"`` -> bytes; ValueError when malformed."""
+    import re
+
+    m = re.fullmatch(r"\s*([0-9]+)\s*([A-Za-z]*)\s*", text)
+    if m is None or m.group(2).lower() not in _SIZE:
+        raise ValueError(f"bad size {text!r} (e.g. 4096, 64KiB, 16MiB, 1GiB)")
+    return int(m.group(1)) * _SIZE[m.group(2).lower()]
+
+
+def parse_limits(args: argparse.Namespace) -> Any:
+    """The protocol buffer limits from the command line (ValueError when malformed)."""
+    from ..bench.http1 import Limits
+
+    defaults = {"max-header-bytes": "256KiB", "max-body-bytes": "1GiB",
+                "max-event-bytes": "16MiB"}
+    sizes = {flag: parse_size(getattr(args, flag.replace("-", "_"), None) or default)
+             for flag, default in defaults.items()}
+    for flag, n in sizes.items():
+        if n < 64:
+            raise ValueError(f"--{flag} must be at least 64 bytes, not {n}")
+    return Limits(max_header_bytes=sizes["max-header-bytes"],
+                  max_body_bytes=sizes["max-body-bytes"])
+
+
 def _parse(args: argparse.Namespace) -> tuple[Any, Any, list[Any]]:
     from ..bench.result import RunInfo
     from ..bench.slo import SloError, parse_slo
@@ -111,6 +154,7 @@ def _parse(args: argparse.Namespace) -> tuple[Any, Any, list[Any]]:
         duration = parse_duration(args.duration)
         warmup = parse_duration(args.warmup)
         timeout = parse_duration(args.timeout or "2s")
+        limits = parse_limits(args)
         hdr_interval = parse_duration(args.hdr_interval)
         slos = [parse_slo(e) for e in args.slo]
         headers = [parse_header(h) for h in args.header]
@@ -147,7 +191,7 @@ def _parse(args: argparse.Namespace) -> tuple[Any, Any, list[Any]]:
                    arrival=args.arrival, warmup_s=warmup, workers=workers,
                    connections=args.connections, max_connections=args.max_connections,
                    timeout_s=timeout, seed=args.seed, min_tail_samples=args.min_tail_samples,
-                   hdr_interval_s=hdr_interval)
+                   hdr_interval_s=hdr_interval, limits=limits, retry_stale=args.retry_stale)
     return info, target, slos
 
 
