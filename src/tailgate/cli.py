@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "tailgate.commands.catalog",
     "tailgate.commands.probe",
     "tailgate.commands.bench",
+    "tailgate.commands.plan",
 )
 
 

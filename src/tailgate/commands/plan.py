@@ -1,0 +1,145 @@
+"""`tailgate plan kv | specdec | fanout | prefix-cache`: sizing answers before the hardware.
+
+Each subcommand reads its input (a config.json, a trace, a histogram), hands it
+to a pure module in ``tailgate.plan`` and prints the result as text, or as JSON
+with ``--json FILE`` (``-`` for standard output). Exit status 0, or 2 for bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any
+
+from ..cli import UsageError, check_writable, write_output
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("plan", help="size KV cache, speculative decoding, fan-out tails and "
+                       "prefix caches before deploying",
+                       description="Planning calculators for layer 4 (see `tailgate plan SUB -h`).")
+    plan_sub = p.add_subparsers(dest="plan_command", metavar="SUB", required=True)
+    _register_kv(plan_sub)
+
+
+def _add_json(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", metavar="FILE", help="write the result as JSON to FILE ('-': stdout)")
+
+
+def _emit(args: argparse.Namespace, data: dict[str, Any], text: str) -> int:
+    if args.json:
+        write_output(args.json, json.dumps(data, indent=2) + "\n")
+    if args.json != "-":
+        print(text)
+    return 0
+
+
+def _read_json(path: str, what: str) -> Any:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except FileNotFoundError:
+        raise UsageError(f"no such {what}: {path}") from None
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{path} is not JSON: {exc}") from None
+
+
+# -- kv ---------------------------------------------------------------------------------
+
+
+def _register_kv(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "kv", help="KV-cache bytes per token and what fits in HBM, from a config.json",
+        description="KV-cache bytes per token, per layer and in total, for MHA/GQA/MQA and "
+        "DeepSeek MLA (latent + RoPE key), in bf16/fp8/int8/int4 with block scales; with "
+        "--hbm, the tokens and sequences that fit after the weights (vLLM's paged blocks).",
+        epilog="examples:\n  tailgate plan kv config.json --dtype fp8\n"
+        "  tailgate plan kv deepseek-v3/config.json --dtype fp8 --scale-block 64 "
+        "--hbm 141GB --weights 85GB --seq-len 32768",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("config", metavar="CONFIG", help="a Hugging Face config.json "
+                   "(or the model directory holding one)")
+    p.add_argument("--dtype", default="bf16", help="cache dtype: bf16, fp16, fp8, int8, int4 "
+                   "(default bf16)")
+    p.add_argument("--scale-block", type=int, default=None, metavar="N",
+                   help="elements per quantization scale (default: per-tensor for GQA fp8, "
+                   "64 for int8/int4 and for a quantized MLA latent)")
+    p.add_argument("--scale-bytes", type=int, default=4, metavar="B",
+                   help="bytes per scale (default 4, float32)")
+    p.add_argument("--rope-dtype", default="bf16", help="MLA: precision of the RoPE key in a "
+                   "quantized cache (default bf16)")
+    p.add_argument("--hbm", metavar="SIZE", help="accelerator memory, e.g. 80GiB, 141GB")
+    p.add_argument("--weights", metavar="SIZE", default="0",
+                   help="memory taken by the weights on this device (e.g. 16GB)")
+    p.add_argument("--reserve", metavar="SIZE", default="0",
+                   help="activation peak and graphs to leave free (default 0)")
+    p.add_argument("--utilization", type=float, default=0.9,
+                   help="share of --hbm the engine may use (vLLM's gpu_memory_utilization, "
+                   "default 0.9)")
+    p.add_argument("--budget", metavar="SIZE", help="KV bytes directly (instead of --hbm)")
+    p.add_argument("--block-size", type=int, default=16, help="tokens per cache block "
+                   "(default 16)")
+    p.add_argument("--seq-len", type=int, metavar="TOKENS",
+                   help="tokens per sequence, for the concurrency that fits")
+    _add_json(p)
+    p.set_defaults(func=run_kv)
+
+
+def run_kv(args: argparse.Namespace) -> int:
+    from ..plan import kv
+
+    check_writable(args.json)
+    path = os.path.join(args.config, "config.json") if os.path.isdir(args.config) else args.config
+    cfg = _read_json(path, "config")
+    try:
+        geo = kv.Geometry.from_config(cfg)
+        dtype = kv.canonical_dtype(args.dtype)
+        block = args.scale_block
+        if block is None and dtype in ("int8", "int4") or (
+                block is None and dtype in kv.QUANTIZED and geo.kind == "mla"):
+            block = 64
+        fmt = kv.CacheFormat(dtype, block, args.scale_bytes, args.rope_dtype)
+        tb = kv.token_bytes(geo, fmt)
+        budget = None
+        if args.budget is not None:
+            budget = kv.parse_size(args.budget)
+        elif args.hbm is not None:
+            budget = kv.kv_budget(kv.parse_size(args.hbm), kv.parse_size(args.weights),
+                                  args.utilization, kv.parse_size(args.reserve))
+            if budget <= 0:
+                raise UsageError(f"nothing left for the KV cache: {args.hbm} x "
+                                 f"{args.utilization} minus weights {args.weights} "
+                                 f"and reserve {args.reserve} is {budget} bytes")
+        cap = None if budget is None else kv.capacity(tb, budget, args.block_size, args.seq_len)
+    except ValueError as exc:  # ConfigError included
+        raise UsageError(f"{path}: {exc}" if isinstance(exc, kv.ConfigError) else str(exc)) \
+            from None
+    data = kv.plan_json(geo, fmt, tb, cap)
+    return _emit(args, data, _kv_text(geo, fmt, tb, cap))
+
+
+def _kv_text(geo, fmt, tb, cap) -> str:
+    shape = (f"MLA: latent {geo.head_dim} + RoPE key {geo.rope_dim} per layer"
+             if geo.kind == "mla" else
+             f"{geo.kind.upper()}: {geo.kv_heads} KV heads x head_dim {geo.head_dim} "
+             f"({geo.attention_heads} query heads)")
+    scales = ("per-tensor scale" if fmt.scale_block is None else
+              f"one {fmt.scale_bytes}-byte scale per {fmt.scale_block} elements")
+    lines = [f"model      {geo.model_type or '?'}, {geo.layers} layers, {shape}",
+             f"cache      {fmt.dtype}" + (f", {scales}" if fmt.dtype in ("fp8", "int8", "int4")
+                                         else "")
+             + (f", RoPE key in {fmt.rope_dtype}" if geo.kind == "mla"
+                and fmt.dtype in ("fp8", "int8", "int4") else ""),
+             f"per layer  {tb.per_layer:,} B/token (payload {tb.payload:,}, scales {tb.scales:,}"
+             + (f", rope {tb.rope:,}" if geo.kind == "mla" else "") + ")",
+             f"per token  {tb.per_token:,} B ({tb.per_token / 1024:,.1f} KiB) over "
+             f"{geo.layers} layers"]
+    if cap is not None:
+        lines.append(f"budget     {cap.budget_bytes / 2**30:,.2f} GiB for KV -> {cap.blocks:,} "
+                     f"blocks of {cap.block_size} = {cap.tokens:,} tokens")
+        if cap.sequences is not None:
+            lines.append(f"sequences  {cap.sequences:,} concurrent at {cap.seq_len:,} tokens")
+    return "\n".join(lines)
