@@ -21,6 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Planning calculators for layer 4 (see `tailgate plan SUB -h`).")
     plan_sub = p.add_subparsers(dest="plan_command", metavar="SUB", required=True)
     _register_kv(plan_sub)
+    _register_specdec(plan_sub)
 
 
 def _add_json(p: argparse.ArgumentParser) -> None:
@@ -143,3 +144,124 @@ def _kv_text(geo, fmt, tb, cap) -> str:
         if cap.sequences is not None:
             lines.append(f"sequences  {cap.sequences:,} concurrent at {cap.seq_len:,} tokens")
     return "\n".join(lines)
+
+
+# -- specdec ----------------------------------------------------------------------------
+
+
+def _register_specdec(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "specdec", help="speculative decoding: tokens per step, speedup, optimal draft "
+        "length, break-even acceptance, and which drafter to run",
+        description="Leviathan et al. (2023) closed forms from alpha (or an engine's "
+        "counters), draft length gamma and cost ratio c; with --candidate, the method's "
+        "choice between EAGLE/Medusa heads, a draft model and n-gram lookup.",
+        epilog="examples:\n  tailgate plan specdec --alpha 0.8 --gamma 4 --cost 0.05 --explain\n"
+        "  tailgate plan specdec --metrics vllm.prom --cost 0.05\n"
+        "  tailgate plan specdec --concurrency 64 --bound memory --domain general "
+        "--candidate eagle3:eagle:0.75:0.04 --candidate qwen-0.5b:draft:0.8:0.15",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--alpha", type=float, help="per-token acceptance probability")
+    p.add_argument("--metrics", metavar="FILE", help="alpha from an engine's /metrics text "
+                   "(vLLM spec_decode_* counters)")
+    p.add_argument("--gamma", type=int, default=None, help="draft length (default: the "
+                   "engine's, or 4)")
+    p.add_argument("--cost", type=float, default=0.05, help="cost of a draft step over a "
+                   "target step, c (default 0.05)")
+    p.add_argument("--explain", action="store_true", help="print the derivation")
+    g = p.add_argument_group("choosing a drafter")
+    g.add_argument("--candidate", action="append", default=[], metavar="NAME:KIND:ALPHA:COST",
+                   help="a measured drafter; KIND one of eagle, medusa, mtp, draft, ngram "
+                   "(repeatable)")
+    g.add_argument("--concurrency", type=int, default=1, help="sequences per replica")
+    g.add_argument("--bound", default="latency", help="compute, memory or latency")
+    g.add_argument("--domain", default="general",
+                   help="general, chat, reasoning, code or summarization")
+    _add_json(p)
+    p.set_defaults(func=run_specdec)
+
+
+def run_specdec(args: argparse.Namespace) -> int:
+    from ..plan import specdec
+
+    check_writable(args.json)
+    data: dict[str, Any] = {}
+    lines: list[str] = []
+    try:
+        if args.candidate:
+            rec = specdec.recommend(concurrency=args.concurrency, bound=args.bound,
+                                    domain=args.domain,
+                                    candidates=specdec.candidates_from_specs(args.candidate))
+            data["recommendation"] = {"choice": rec.choice, "gamma": rec.gamma,
+                                      "speedup": rec.speedup, "why": rec.why,
+                                      "candidates": rec.table}
+            lines.append(f"{'candidate':<16}{'kind':<8}{'alpha':>7}{'c':>7}{'gamma':>7}"
+                         f"{'speedup':>9}{'break-even':>12}")
+            for r in rec.table:
+                lines.append(f"{r['name']:<16}{r['kind']:<8}{r['alpha']:>7.3f}"
+                             f"{r['cost_ratio']:>7.3f}{r['gamma']:>7}{r['speedup']:>8.2f}x"
+                             f"{r['break_even_alpha']:>12.3f}")
+            lines.append(f"recommendation: {rec.choice or 'no speculation'}"
+                         + (f" with gamma {rec.gamma} ({rec.speedup:.2f}x)" if rec.choice else ""))
+            lines += [f"  - {w}" for w in rec.why]
+            if args.alpha is None and args.metrics is None:
+                return _emit(args, data, "\n".join(lines))
+        alpha, gamma = args.alpha, args.gamma
+        if args.metrics:
+            alpha, gamma, engine = _alpha_from_metrics(args.metrics, gamma)
+            data["engine"] = engine
+            lines.append(f"engine     {engine['drafts']:,.0f} drafts, "
+                         f"{engine['draft_tokens']:,.0f} drafted, {engine['accepted']:,.0f} "
+                         f"accepted: acceptance rate {engine['acceptance_rate']:.3f}, "
+                         f"{engine['tokens_per_step']:.3f} tokens/step -> alpha {alpha:.3f}")
+            if engine.get("per_position_alpha"):
+                lines.append("per position alpha " + " ".join(
+                    f"{a:.3f}" for a in engine["per_position_alpha"]))
+        if alpha is None:
+            raise UsageError("give --alpha, --metrics or --candidate")
+        gamma = 4 if gamma is None else gamma
+        s = specdec.summary(alpha, gamma, args.cost)
+        data["closed_form"] = s
+        lines += [f"alpha {alpha:.4g}, gamma {gamma}, c {args.cost:g}",
+                  f"  tokens per target step  {s['expected_tokens_per_step']:.3f}",
+                  f"  speedup                 {s['speedup']:.3f}x",
+                  f"  optimal gamma           {s['optimal_gamma']} "
+                  f"({s['optimal_speedup']:.3f}x)",
+                  f"  break-even alpha        {s['break_even_alpha']:.3f}"]
+        if args.explain:
+            lines += ["", specdec.explain(alpha, gamma, args.cost)]
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return _emit(args, data, "\n".join(lines))
+
+
+def _alpha_from_metrics(path: str, gamma: int | None) -> tuple[float, int, dict[str, Any]]:
+    from ..llm.engine_metrics import total
+    from ..plan import specdec
+    from ..sources.engine import parse_exposition
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            samples = parse_exposition(fh.read())
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    drafts = total(samples, "vllm:spec_decode_num_drafts_total")
+    drafted = total(samples, "vllm:spec_decode_num_draft_tokens_total")
+    accepted = total(samples, "vllm:spec_decode_num_accepted_tokens_total")
+    if not drafts or not drafted or accepted is None:
+        raise UsageError(f"{path}: no vLLM spec_decode counters with drafts (is speculative "
+                         "decoding on?)")
+    per_pos: dict[int, float] = {}
+    for name, labels, value in samples:
+        if name == "vllm:spec_decode_num_accepted_tokens_per_pos_total":
+            pos = int(labels.get("position", -1))
+            per_pos[pos] = per_pos.get(pos, 0.0) + value
+    positions = [per_pos[i] for i in sorted(per_pos)]
+    k = drafted / drafts
+    engine: dict[str, Any] = {"drafts": drafts, "draft_tokens": drafted, "accepted": accepted,
+                              "acceptance_rate": accepted / drafted,
+                              "tokens_per_step": 1 + accepted / drafts, "draft_length": k}
+    if positions:
+        engine["per_position_alpha"] = specdec.conditional_acceptance(drafts, positions)
+    alpha = specdec.alpha_from_counts(drafts, drafted, accepted)
+    return alpha, gamma if gamma is not None else max(1, round(k)), engine
