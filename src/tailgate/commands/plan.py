@@ -22,6 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     plan_sub = p.add_subparsers(dest="plan_command", metavar="SUB", required=True)
     _register_kv(plan_sub)
     _register_specdec(plan_sub)
+    _register_fanout(plan_sub)
 
 
 def _add_json(p: argparse.ArgumentParser) -> None:
@@ -265,3 +266,122 @@ def _alpha_from_metrics(path: str, gamma: int | None) -> tuple[float, int, dict[
         engine["per_position_alpha"] = specdec.conditional_acceptance(drafts, positions)
     alpha = specdec.alpha_from_counts(drafts, drafted, accepted)
     return alpha, gamma if gamma is not None else max(1, round(k)), engine
+
+
+# -- fanout -----------------------------------------------------------------------------
+
+_QUANTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("p999", 0.999), ("p9999", 0.9999))
+
+
+def _register_fanout(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "fanout", help="tail at scale: a measured leaf latency behind fan-out, hops, hedging",
+        description="End-to-end latency of a request that fans out to N leaves (the slowest "
+        "wins), passes sequential hops (latencies add), optionally hedging each leaf "
+        "after a delay, computed exactly from a measured histogram.",
+        epilog="examples:\n  tailgate bench http://127.0.0.1:8080/ --rate 2000 --duration 20s "
+        "--hdr leaf.hlog\n  tailgate plan fanout --from leaf.hlog --fanout 100\n"
+        "  tailgate plan fanout --from leaf.hlog --fanout 100 --hops 2 --hedge-after p95",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--from", dest="source", required=True, metavar="FILE",
+                   help="an HdrHistogram log (tailgate bench --hdr, values in ns), or a bench "
+                   "JSON (its percentile table: coarse, upper bounds)")
+    p.add_argument("--fanout", type=int, default=1, metavar="N", help="leaves per hop")
+    p.add_argument("--hops", type=int, default=1, help="sequential hops (default 1)")
+    p.add_argument("--hedge-after", metavar="PNN|DURATION",
+                   help="send a second copy to a leaf that has not answered by this leaf "
+                   "percentile (p95) or time (5ms)")
+    p.add_argument("--monte-carlo", type=int, default=0, metavar="REQUESTS",
+                   help="also simulate this many requests and print their percentiles")
+    p.add_argument("--seed", type=int, default=0, help="Monte Carlo seed (default 0)")
+    _add_json(p)
+    p.set_defaults(func=run_fanout)
+
+
+def _leaf_dist(path: str):
+    from ..hist import HistogramError, merged, parse_log
+    from ..plan import fanout
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if text.lstrip().startswith("{"):
+        try:
+            doc = json.loads(text)
+            table = doc["latency_ms"]
+            return fanout.from_percentiles({k: v * 1e6 for k, v in table.items()
+                                            if isinstance(v, int | float)}), "bench JSON percentiles"
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise UsageError(f"{path}: not a tailgate bench JSON with latency_ms ({exc})") from None
+    try:
+        _, intervals = parse_log(text)
+    except HistogramError as exc:
+        raise UsageError(f"{path}: {exc}") from None
+    if not intervals:
+        raise UsageError(f"{path}: no histogram intervals")
+    h = merged((iv.histogram for iv in intervals), intervals[0].histogram.spec)
+    try:
+        return fanout.Dist.from_histogram(h), f"histogram of {h.total:,} samples"
+    except ValueError as exc:
+        raise UsageError(f"{path}: {exc}") from None
+
+
+def run_fanout(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from ..bench.units import parse_duration
+    from ..plan import fanout
+
+    check_writable(args.json)
+    if args.fanout < 1 or args.hops < 1:
+        raise UsageError("--fanout and --hops must be >= 1")
+    leaf, what = _leaf_dist(args.source)
+    delay = None
+    if args.hedge_after:
+        h = args.hedge_after.strip().lower()
+        try:
+            if h.startswith("p"):
+                digits = h[1:]
+                q = float("0." + digits) if not digits.startswith("100") else 1.0
+                delay = leaf.quantile(q)
+            else:
+                delay = parse_duration(h) * 1e9
+        except ValueError:
+            raise UsageError(f"--hedge-after {args.hedge_after}: a percentile (p95, p99) or "
+                             "a time (5ms)") from None
+    try:
+        res = fanout.plan(leaf, args.fanout, args.hops, delay)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    rows = {k: {"leaf_ms": leaf.quantile(q) / 1e6, "end_to_end_ms": res.end_to_end.quantile(q) / 1e6}
+            for k, q in _QUANTILES}
+    data: dict[str, Any] = {"source": args.source, "input": what, "fanout": args.fanout,
+                            "hops": args.hops, "percentiles": rows,
+                            "mean_ms": {"leaf": leaf.mean() / 1e6,
+                                        "end_to_end": res.end_to_end.mean() / 1e6}}
+    if delay is not None:
+        data["hedge"] = {"after_ms": delay / 1e6, "extra_load": res.hedge_extra_load}
+    lines = [f"leaf: {what} from {args.source}",
+             f"request: {args.hops} hop(s) x fan-out {args.fanout}"
+             + (f", each leaf hedged after {delay / 1e6:.3f} ms (+{res.hedge_extra_load:.1%} "
+                "requests)" if delay is not None else ""),
+             f"{'':<8}{'leaf ms':>12}{'end-to-end ms':>16}"]
+    if args.monte_carlo:
+        sims = fanout.monte_carlo(leaf, args.fanout, args.hops, delay, args.monte_carlo,
+                                  np.random.default_rng(args.seed))
+        for k, q in _QUANTILES:
+            rows[k]["monte_carlo_ms"] = float(np.quantile(sims, q, method="inverted_cdf")) / 1e6
+        lines[-1] += f"{'Monte Carlo ms':>16}"
+    for k, _ in _QUANTILES:
+        r = rows[k]
+        lines.append(f"{k:<8}{r['leaf_ms']:>12.3f}{r['end_to_end_ms']:>16.3f}"
+                     + (f"{r['monte_carlo_ms']:>16.3f}" if "monte_carlo_ms" in r else ""))
+    # where the leaf's own tail lands: the end-to-end percentile that equals the leaf P99
+    p99 = leaf.quantile(0.99)
+    share = float(res.end_to_end.cdf(p99))
+    lines.append(f"the leaf's P99 ({p99 / 1e6:.3f} ms) is the end-to-end P{share * 100:.3g}: "
+                 f"{1 - share:.1%} of requests are slower")
+    data["leaf_p99_is_end_to_end_quantile"] = share
+    return _emit(args, data, "\n".join(lines))
