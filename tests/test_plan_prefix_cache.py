@@ -228,3 +228,47 @@ def test_bad_traces(tmp_path):
     bad.write_text("hello\n")
     with pytest.raises(traces.TraceError, match="unknown trace format"):
         traces.load(str(bad))
+
+
+def cli(*argv):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "tailgate", "plan", "prefix-cache", *argv],
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_cli_two_tiers_bytes_prefetch_and_html(tmp_path):
+    import xml.etree.ElementTree as ET
+
+    config = Path(__file__).parent / "fixtures" / "plan" / "configs" / "llama-3.1-8b.json"
+    html_out = tmp_path / "curve.html"
+    r = cli(str(SYNTH), "--kv-config", str(config), "--hbm", "300GB", "--dram", "600GB",
+            "--prefetch-bandwidth", "25GB", "--curve", "4", "--html", str(html_out),
+            "--json", "-")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    block_bytes = 128 * 1024 * 512  # Llama-3.1-8B bf16: 128 KiB a token, 512-token blocks
+    assert data["block_bytes"] == block_bytes
+    rep = data["replay"]
+    assert rep["hbm_blocks"] == 300 * 10**9 // block_bytes
+    _, _, reqs = traces.load(str(SYNTH))
+    ref = pc.replay(reqs, 512, rep["hbm_blocks"], rep["dram_blocks"])
+    assert rep["hit_rate"]["dram"] == pytest.approx(ref.rate(ref.dram_hit_tokens))
+    assert rep["hit_rate"]["dram"] > 0 and data["prefetch"]["loaded_bytes"] == \
+        ref.dram_hit_tokens // 512 * block_bytes
+    assert [p["hbm_blocks"] for p in data["curve"]][-1] == data["trace"]["distinct_blocks"]
+    svg = html_out.read_text().split("<svg", 1)[1].split("</svg>")[0]
+    ET.fromstring("<svg" + svg + "</svg>")  # well-formed
+    assert svg.count("<circle") == 8  # 4 points, total and HBM series
+
+
+def test_cli_errors(tmp_path):
+    r = cli(str(SYNTH), "--hbm", "40GB")
+    assert r.returncode == 2 and "needs --kv-config" in r.stderr
+    r = cli(str(tmp_path / "missing.jsonl"))
+    assert r.returncode == 2 and "no such trace" in r.stderr
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"hash_ids": [1], "input_length": "many"}\n')
+    r = cli(str(bad))
+    assert r.returncode == 2 and "input_length" in r.stderr

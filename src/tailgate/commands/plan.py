@@ -23,6 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     _register_kv(plan_sub)
     _register_specdec(plan_sub)
     _register_fanout(plan_sub)
+    _register_prefix_cache(plan_sub)
 
 
 def _add_json(p: argparse.ArgumentParser) -> None:
@@ -384,4 +385,185 @@ def run_fanout(args: argparse.Namespace) -> int:
     lines.append(f"the leaf's P99 ({p99 / 1e6:.3f} ms) is the end-to-end P{share * 100:.3g}: "
                  f"{1 - share:.1%} of requests are slower")
     data["leaf_p99_is_end_to_end_quantile"] = share
+    return _emit(args, data, "\n".join(lines))
+
+
+# -- prefix-cache -----------------------------------------------------------------------
+
+
+def _register_prefix_cache(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "prefix-cache", help="replay a trace through a two-tier (HBM + DRAM) radix prefix "
+        "cache: hit rates, capacity curve, smallest capacity for a target",
+        description="Replay a trace (Mooncake JSONL with hash_ids, token-id JSONL, or an "
+        "Azure LLM CSV) through a radix-tree prefix cache with an HBM tier and an optional "
+        "host DRAM tier. Capacities are in blocks, or in bytes with the KV size per token "
+        "(--kv-config or --bytes-per-token).",
+        epilog="examples:\n  tailgate plan prefix-cache mooncake_conversation_trace.jsonl\n"
+        "  tailgate plan prefix-cache trace.jsonl --kv-config config.json --kv-dtype fp8 "
+        "--hbm 40GB --dram 400GB --prefetch-bandwidth 25GB --html curve.html",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("trace", metavar="TRACE", help="trace file (.gz accepted)")
+    p.add_argument("--format", choices=("mooncake", "tokens", "azure"),
+                   help="trace format (default: from the first line)")
+    p.add_argument("--block-size", type=int, default=16,
+                   help="tokens per block for token and Azure traces (Mooncake's is 512)")
+    p.add_argument("--limit", type=int, metavar="N", help="replay the first N requests only")
+    p.add_argument("--hbm", metavar="CAP", help="HBM tier: blocks (20000) or bytes (40GB)")
+    p.add_argument("--dram", metavar="CAP", default="0", help="host DRAM tier: blocks or bytes "
+                   "(default 0: no second tier)")
+    p.add_argument("--kv-config", metavar="CONFIG", help="a model's config.json, to turn "
+                   "bytes into blocks (see `tailgate plan kv`)")
+    p.add_argument("--kv-dtype", default="bf16", help="cache dtype with --kv-config")
+    p.add_argument("--bytes-per-token", type=int, help="KV bytes per token (instead of "
+                   "--kv-config)")
+    p.add_argument("--policy", choices=("lru", "weighted"), default="lru",
+                   help="eviction: lru (leaf-first LRU, SGLang's) or weighted")
+    p.add_argument("--weights", default="1,1,0.01", metavar="R,F,D",
+                   help="weighted score R*last_use + F*hits - D*depth (default 1,1,0.01)")
+    p.add_argument("--target", type=float, default=0.9,
+                   help="hit-rate target for the smallest capacity (default 0.9)")
+    p.add_argument("--curve", type=int, default=8, metavar="POINTS",
+                   help="points on the capacity curve (default 8; 0: none)")
+    p.add_argument("--prefetch-bandwidth", metavar="SIZE",
+                   help="DRAM->HBM bytes per second (e.g. 25GB), for the prefetch model")
+    p.add_argument("--prefetch-window", default="50ms",
+                   help="a load finished this soon after arrival is hidden (default 50ms)")
+    p.add_argument("--html", metavar="FILE", help="write the capacity curve as HTML")
+    _add_json(p)
+    p.set_defaults(func=run_prefix_cache)
+
+
+def _capacity(text: str, block_bytes: int | None, what: str) -> int:
+    from ..plan.kv import parse_size
+
+    t = text.strip().lower()
+    if t.isdigit():
+        return int(t)
+    if block_bytes is None:
+        raise UsageError(f"{what} {text}: a size in bytes needs --kv-config or "
+                         "--bytes-per-token (or give a number of blocks)")
+    try:
+        return parse_size(t) // block_bytes
+    except ValueError as exc:
+        raise UsageError(f"{what}: {exc}") from None
+
+
+def run_prefix_cache(args: argparse.Namespace) -> int:
+    from ..bench.units import parse_duration
+    from ..plan import kv, plot, traces
+    from ..plan import prefix_cache as pc
+
+    check_writable(args.json, args.html)
+    if args.limit is not None and args.limit <= 0:
+        raise UsageError("--limit must be > 0")
+    if not 0 < args.target <= 1:
+        raise UsageError("--target must be in (0, 1]")
+    try:
+        r, f, d = (float(x) for x in args.weights.split(","))
+        policy = pc.Policy(args.policy, r, f, d)
+    except ValueError:
+        raise UsageError(f"--weights {args.weights}: expected R,F,D numbers") from None
+    try:
+        fmt, block, reqs = traces.load(args.trace, args.format, args.block_size, args.limit)
+    except FileNotFoundError:
+        raise UsageError(f"no such trace: {args.trace}") from None
+    except (OSError, EOFError) as exc:
+        raise UsageError(f"cannot read {args.trace}: {exc}") from None
+    except ValueError as exc:
+        raise UsageError(f"{args.trace}: {exc}") from None
+    if not reqs:
+        raise UsageError(f"{args.trace}: no requests")
+    per_token = args.bytes_per_token
+    if args.kv_config:
+        try:
+            geo = kv.Geometry.from_config(_read_json(args.kv_config, "config"))
+            per_token = kv.token_bytes(geo, kv.CacheFormat(args.kv_dtype)).per_token
+        except ValueError as exc:
+            raise UsageError(f"{args.kv_config}: {exc}") from None
+    block_bytes = per_token * block if per_token else None
+    unique = pc.unique_blocks(reqs)
+    full = pc.replay(reqs, block, None)
+    top = full.rate(full.hit_tokens)
+    blocks = sum(len(q.chain) for q in reqs)
+    data: dict[str, Any] = {
+        "trace": {"path": args.trace, "format": fmt, "requests": len(reqs), "blocks": blocks,
+                  "block_size": block, "distinct_blocks": unique,
+                  "input_tokens": full.input_tokens},
+        "unlimited": {"hit_rate": top}, "policy": policy.name, "block_bytes": block_bytes}
+
+    def size(n: int) -> str:
+        return f"{n:,} blocks" + (f" ({n * block_bytes / 1e9:,.2f} GB)" if block_bytes else "")
+
+    lines = [f"trace      {fmt}: {len(reqs):,} requests, {full.input_tokens:,} prompt tokens, "
+             f"{blocks:,} full blocks of {block} tokens, {unique:,} distinct",
+             f"unlimited  {top:.2%} of prompt tokens hit (the most any cache can reach)"]
+    if fmt == "azure":
+        lines.append("           (Azure traces carry no content: every prompt counts as unique)")
+    dram = _capacity(args.dram, block_bytes, "--dram")
+    if args.hbm:
+        hbm = _capacity(args.hbm, block_bytes, "--hbm")
+        res = pc.replay(reqs, block, hbm, dram, policy)
+        data["replay"] = {"hbm_blocks": hbm, "dram_blocks": dram, **res.to_json()}
+        data["replay"]["share_of_unlimited"] = res.hit_tokens / full.hit_tokens \
+            if full.hit_tokens else None
+        lines.append(f"replay     HBM {size(hbm)}" + (f" + DRAM {size(dram)}" if dram else "")
+                     + f", {policy.name}: HBM {res.rate(res.hbm_hit_tokens):.2%}, DRAM "
+                     f"{res.rate(res.dram_hit_tokens):.2%}, total {res.rate(res.hit_tokens):.2%}"
+                     + (f" = {res.hit_tokens / full.hit_tokens:.1%} of unlimited"
+                        if full.hit_tokens else ""))
+        if args.prefetch_bandwidth:
+            if not block_bytes:
+                raise UsageError("--prefetch-bandwidth needs --kv-config or --bytes-per-token")
+            try:
+                bw = kv.parse_size(args.prefetch_bandwidth.removesuffix("/s"))
+                window = parse_duration(args.prefetch_window) * 1000.0
+                pf = pc.prefetch(reqs, res.dram_hits_per_request, block_bytes, bw, window)
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
+            data["prefetch"] = {"bandwidth_bytes_s": bw, "window_ms": window,
+                                "loaded_bytes": pf.loaded_bytes,
+                                "in_time_share": pf.in_time_share,
+                                "delay_p50_ms": pf.delay_p50_ms, "delay_p99_ms": pf.delay_p99_ms}
+            lines.append(f"prefetch   {pf.loaded_bytes / 1e9:,.1f} GB from DRAM at "
+                         f"{bw / 1e9:g} GB/s: load delay p50 {pf.delay_p50_ms:.1f} ms, p99 "
+                         f"{pf.delay_p99_ms:.1f} ms; {pf.in_time_share:.1%} of DRAM hits "
+                         f"ready within {window:g} ms")
+    else:
+        hbm = None
+    targets = {"tokens": args.target, "of_unlimited": args.target * top}
+    data["smallest_hbm"] = {}
+    for name, goal in targets.items():
+        need = pc.smallest_capacity(reqs, block, goal, unique, dram, policy) if goal > 0 else 0
+        data["smallest_hbm"][name] = {"target_hit_rate": goal, "hbm_blocks": need}
+        label = (f"{args.target:.0%} of tokens" if name == "tokens"
+                 else f"{args.target:.0%} of unlimited ({goal:.2%})")
+        lines.append(f"smallest   HBM for {label}: "
+                     + (size(need) if need is not None else
+                        f"unreachable (the trace's maximum is {top:.2%})"))
+    if args.curve > 0:
+        # doubling steps up to the distinct-block count: the knee is usually far below it
+        caps = sorted({max(1, unique >> (args.curve - 1 - i)) for i in range(args.curve)})
+        curve = pc.capacity_curve(reqs, block, caps, dram, policy)
+        data["curve"] = [{"hbm_blocks": c.hbm_blocks, "hit_rate": c.hit_rate,
+                          "hbm_hit_rate": c.hbm_hit_rate, "dram_hit_rate": c.dram_hit_rate}
+                         for c in curve]
+        lines.append(f"{'HBM blocks':>12}{'hit rate':>10}" + (f"{'HBM':>9}{'DRAM':>9}"
+                                                             if dram else ""))
+        for c in curve:
+            lines.append(f"{c.hbm_blocks:>12,}{c.hit_rate:>10.2%}"
+                         + (f"{c.hbm_hit_rate:>9.2%}{c.dram_hit_rate:>9.2%}" if dram else ""))
+        if args.html:
+            series = [("total hit rate", [c.hbm_blocks for c in curve],
+                       [c.hit_rate for c in curve])]
+            if dram:
+                series.append(("HBM hit rate", [c.hbm_blocks for c in curve],
+                               [c.hbm_hit_rate for c in curve]))
+            write_output(args.html, plot.line_chart_html(
+                f"prefix cache: {os.path.basename(args.trace)}", "HBM capacity (blocks)",
+                "share of prompt tokens hit (capacity doubles per point)", series,
+                notes=lines[:2] + [f"policy {policy.name}, DRAM {dram:,} blocks"],
+                hline=("unlimited", top)))
+    elif args.html:
+        raise UsageError("--html draws the capacity curve: give --curve > 0")
     return _emit(args, data, "\n".join(lines))
