@@ -272,3 +272,16 @@ def test_cli_errors(tmp_path):
     bad.write_text('{"hash_ids": [1], "input_length": "many"}\n')
     r = cli(str(bad))
     assert r.returncode == 2 and "input_length" in r.stderr
+
+
+def test_matcher_benchmark_runs_and_its_three_matchers_agree():
+    """benchmarks/bench_prefix_match.py asserts the radix tree, the per-token trie and the
+    block-hash dict find the same cached prefix before timing them (small sizes here)."""
+    import subprocess
+    import sys
+
+    bench = Path(__file__).parents[1] / "benchmarks" / "bench_prefix_match.py"
+    r = subprocess.run([sys.executable, str(bench), "--nodes", "300", "--prompt-tokens", "2048",
+                        "--runs", "40"], capture_output=True, text=True, timeout=120, check=False)
+    assert r.returncode == 0, r.stderr
+    assert "x the 32 µs bar" in r.stdout and "M blocks/s" in r.stdout
