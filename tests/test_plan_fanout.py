@@ -93,6 +93,11 @@ def test_bad_input():
         fanout.Dist.from_histogram(Histogram())
     with pytest.raises(ValueError, match="max"):
         fanout.from_percentiles({"p50": 1.0})
+    with pytest.raises(ValueError, match="ascending"):
+        fanout.from_percentiles({"p50": 5.0, "p90": 1.0, "max": 6.0})
+    # a bench's p9999 may pass its exact max by under one bucket: accepted, kept in order
+    d = fanout.from_percentiles({"p50": 1.0, "p9999": 2.001, "max": 2.0})
+    assert d.quantile(1.0) == 2.001
 
 
 def cli(*argv):
@@ -123,3 +128,38 @@ def test_cli_hdr_log_and_bench_json(tmp_path):
     assert r.returncode == 2 and "latency_ms" in r.stderr
     r = cli("--from", str(tmp_path / "none.hlog"))
     assert r.returncode == 2 and "cannot read" in r.stderr
+
+
+def test_fanout_from_a_real_bench_run_against_nginx(tmp_path):
+    """tailgate bench measures nginx on loopback (bounded: 1,000 requests in 2 s) and
+    writes its HdrHistogram log; plan fanout reads it, and its exact answer agrees with
+    a Monte Carlo over the same histogram."""
+    from support.nginx import Nginx
+
+    hlog = tmp_path / "leaf.hlog"
+    with Nginx(workers=1) as ng:
+        r = subprocess.run([sys.executable, "-m", "tailgate", "bench", ng.url("/"), "--rate",
+                            "500", "--duration", "2s", "--workers", "1", "--connections", "4",
+                            "--hdr", str(hlog), "--json", str(tmp_path / "bench.json")],
+                           capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == 0, r.stderr
+    r = cli("--from", str(hlog), "--fanout", "100", "--hops", "2", "--hedge-after", "p95",
+            "--monte-carlo", "20000", "--json", "-")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    _, ivs = parse_log(hlog.read_text())
+    leaf = fanout.Dist.from_histogram(merged((iv.histogram for iv in ivs),
+                                             ivs[0].histogram.spec))
+    assert data["input"] == f"histogram of {sum(iv.histogram.total for iv in ivs):,} samples"
+    res = fanout.plan(leaf, 100, 2, leaf.quantile(0.95))
+    sims = fanout.monte_carlo(leaf, 100, 2, leaf.quantile(0.95), 20_000,
+                              np.random.default_rng(3))
+    assert_bracketed(res.end_to_end, sims, qs=(0.5, 0.9, 0.99))
+    p = data["percentiles"]
+    assert p["p50"]["end_to_end_ms"] == pytest.approx(res.end_to_end.quantile(0.5) / 1e6)
+    assert p["p50"]["end_to_end_ms"] > 2 * p["p50"]["leaf_ms"]  # two hops of 100-way max
+    # the bench JSON's percentile table gives a coarser, upper-bound answer
+    r = cli("--from", str(tmp_path / "bench.json"), "--fanout", "100", "--json", "-")
+    assert r.returncode == 0, r.stderr
+    coarse = json.loads(r.stdout)["percentiles"]["p50"]["end_to_end_ms"]
+    assert coarse >= fanout.fan_out(leaf, 100).quantile(0.5) / 1e6 * 0.99

@@ -216,9 +216,12 @@ def run_specdec(args: argparse.Namespace) -> int:
                          f"{engine['draft_tokens']:,.0f} drafted, {engine['accepted']:,.0f} "
                          f"accepted: acceptance rate {engine['acceptance_rate']:.3f}, "
                          f"{engine['tokens_per_step']:.3f} tokens/step -> alpha {alpha:.3f}")
-            if engine.get("per_position_alpha"):
-                lines.append("per position alpha " + " ".join(
-                    f"{a:.3f}" for a in engine["per_position_alpha"]))
+            pos = engine.get("per_position_alpha")
+            if pos:
+                lines.append("per position alpha " + " ".join(f"{a:.3f}" for a in pos))
+                if len(pos) > 1 and pos[-1] < pos[0] - 0.05:
+                    lines.append("           alpha falls with draft depth: the i.i.d. closed "
+                                 "forms overstate the gain of longer drafts")
         if alpha is None:
             raise UsageError("give --alpha, --metrics or --candidate")
         gamma = 4 if gamma is None else gamma

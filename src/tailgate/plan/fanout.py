@@ -185,7 +185,9 @@ def from_percentiles(table: dict[str, float]) -> Dist:
             cum.append(q)
     if not vals or cum[-1] != 1.0:
         raise ValueError("a percentile table needs at least 'max' (bench JSON latency_ms)")
-    if any(b < a for a, b in zip(vals, vals[1:], strict=False)):
+    # HdrHistogram's top percentiles report a bucket's highest equivalent value, which
+    # may pass the exact max by under one bucket (1e-3): keep the larger, in order
+    if any(b < a * 0.99 for a, b in zip(vals, vals[1:], strict=False)):
         raise ValueError("percentiles are not ascending")
     probs = np.diff(np.array(cum), prepend=0.0)
-    return Dist(np.array(vals), probs)
+    return Dist(np.maximum.accumulate(np.array(vals)), probs)
