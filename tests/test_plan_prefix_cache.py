@@ -257,7 +257,17 @@ def test_cli_two_tiers_bytes_prefetch_and_html(tmp_path):
     assert rep["hit_rate"]["dram"] == pytest.approx(ref.rate(ref.dram_hit_tokens))
     assert rep["hit_rate"]["dram"] > 0 and data["prefetch"]["loaded_bytes"] == \
         ref.dram_hit_tokens // 512 * block_bytes
-    assert [p["hbm_blocks"] for p in data["curve"]][-1] == data["trace"]["distinct_blocks"]
+    unique = data["trace"]["distinct_blocks"]
+    assert [p["hbm_blocks"] for p in data["curve"]][-1] == unique
+    # smallest HBM reaching 90 % of the unlimited hit rate from HBM alone: it does, and a
+    # bisection step less does not
+    alone = data["smallest_hbm"]["hbm"]["of_unlimited"]
+    need, goal = alone["hbm_blocks"], alone["target_hit_rate"]
+    at = pc.replay(reqs, 512, need)
+    below = pc.replay(reqs, 512, need - max(1, unique // 200))
+    assert at.rate(at.hit_tokens) >= goal > below.rate(below.hit_tokens)
+    # with the DRAM tier behind it, far less HBM reaches the same total
+    assert data["smallest_hbm"]["total"]["of_unlimited"]["hbm_blocks"] < need
     svg = html_out.read_text().split("<svg", 1)[1].split("</svg>")[0]
     ET.fromstring("<svg" + svg + "</svg>")  # well-formed
     assert svg.count("<circle") == 8  # 4 points, total and HBM series

@@ -536,14 +536,21 @@ def run_prefix_cache(args: argparse.Namespace) -> int:
         hbm = None
     targets = {"tokens": args.target, "of_unlimited": args.target * top}
     data["smallest_hbm"] = {}
-    for name, goal in targets.items():
-        need = pc.smallest_capacity(reqs, block, goal, unique, dram, policy) if goal > 0 else 0
-        data["smallest_hbm"][name] = {"target_hit_rate": goal, "hbm_blocks": need}
-        label = (f"{args.target:.0%} of tokens" if name == "tokens"
-                 else f"{args.target:.0%} of unlimited ({goal:.2%})")
-        lines.append(f"smallest   HBM for {label}: "
-                     + (size(need) if need is not None else
-                        f"unreachable (the trace's maximum is {top:.2%})"))
+    # with a DRAM tier: the HBM that reaches the target with DRAM hits counted, and the
+    # HBM that reaches it alone (no loads from host memory on the way)
+    for tier in (("total", "hbm") if dram else ("total",)):
+        found = data["smallest_hbm"].setdefault(tier, {})
+        for name, goal in targets.items():
+            need = (pc.smallest_capacity(reqs, block, goal, unique, dram if tier == "total"
+                                         else 0, policy) if goal > 0 else 0)
+            found[name] = {"target_hit_rate": goal, "hbm_blocks": need}
+            label = (f"{args.target:.0%} of tokens" if name == "tokens"
+                     else f"{args.target:.0%} of unlimited ({goal:.2%})")
+            how = ("" if not dram else " with the DRAM tier" if tier == "total"
+                   else " from HBM alone")
+            lines.append(f"smallest   HBM for {label}{how}: "
+                         + (size(need) if need is not None else
+                            f"unreachable (the trace's maximum is {top:.2%})"))
     if args.curve > 0:
         # doubling steps up to the distinct-block count: the knee is usually far below it
         caps = sorted({max(1, unique >> (args.curve - 1 - i)) for i in range(args.curve)})
