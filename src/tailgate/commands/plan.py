@@ -65,25 +65,27 @@ def _register_kv(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("config", metavar="CONFIG", help="a Hugging Face config.json "
                    "(or the model directory holding one)")
-    p.add_argument("--dtype", default="bf16", help="cache dtype: bf16, fp16, fp8, int8, int4 "
+    p.add_argument("--dtype", default="bf16", metavar="DTYPE",
+                   help="cache dtype: bf16, fp16, fp8, int8, int4 "
                    "(default bf16)")
     p.add_argument("--scale-block", type=int, default=None, metavar="N",
                    help="elements per quantization scale (default: per-tensor for GQA fp8, "
                    "64 for int8/int4 and for a quantized MLA latent)")
     p.add_argument("--scale-bytes", type=int, default=4, metavar="B",
                    help="bytes per scale (default 4, float32)")
-    p.add_argument("--rope-dtype", default="bf16", help="MLA: precision of the RoPE key in a "
-                   "quantized cache (default bf16)")
+    p.add_argument("--rope-dtype", default="bf16", metavar="DTYPE",
+                   help="MLA: precision of the RoPE key in a quantized cache (default bf16)")
     p.add_argument("--hbm", metavar="SIZE", help="accelerator memory, e.g. 80GiB, 141GB")
     p.add_argument("--weights", metavar="SIZE", default="0",
                    help="memory taken by the weights on this device (e.g. 16GB)")
     p.add_argument("--reserve", metavar="SIZE", default="0",
                    help="activation peak and graphs to leave free (default 0)")
-    p.add_argument("--utilization", type=float, default=0.9,
+    p.add_argument("--utilization", type=float, default=0.9, metavar="FRACTION",
                    help="share of --hbm the engine may use (vLLM's gpu_memory_utilization, "
                    "default 0.9)")
     p.add_argument("--budget", metavar="SIZE", help="KV bytes directly (instead of --hbm)")
-    p.add_argument("--block-size", type=int, default=16, help="tokens per cache block "
+    p.add_argument("--block-size", type=int, default=16, metavar="TOKENS",
+                   help="tokens per cache block "
                    "(default 16)")
     p.add_argument("--seq-len", type=int, metavar="TOKENS",
                    help="tokens per sequence, for the concurrency that fits")
@@ -163,22 +165,25 @@ def _register_specdec(sub: argparse._SubParsersAction) -> None:
         "  tailgate plan specdec --concurrency 64 --bound memory --domain general "
         "--candidate eagle3:eagle:0.75:0.04 --candidate qwen-0.5b:draft:0.8:0.15",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--alpha", type=float, help="per-token acceptance probability")
+    p.add_argument("--alpha", type=float, metavar="ALPHA", help="per-token acceptance probability")
     p.add_argument("--metrics", metavar="FILE", help="alpha from an engine's /metrics text "
                    "(vLLM spec_decode_* counters)")
-    p.add_argument("--gamma", type=int, default=None, help="draft length (default: the "
+    p.add_argument("--gamma", type=int, default=None, metavar="N", help="draft length (default: the "
                    "engine's, or 4)")
-    p.add_argument("--cost", type=float, default=0.05, help="cost of a draft step over a "
+    p.add_argument("--cost", type=float, default=0.05, metavar="C", help="cost of a draft step over a "
                    "target step, c (default 0.05)")
     p.add_argument("--explain", action="store_true", help="print the derivation")
     g = p.add_argument_group("choosing a drafter")
     g.add_argument("--candidate", action="append", default=[], metavar="NAME:KIND:ALPHA:COST",
                    help="a measured drafter; KIND one of eagle, medusa, mtp, draft, ngram "
                    "(repeatable)")
-    g.add_argument("--concurrency", type=int, default=1, help="sequences per replica")
-    g.add_argument("--bound", default="latency", help="compute, memory or latency")
+    g.add_argument("--concurrency", type=int, default=1, metavar="N",
+                   help="sequences per replica (default 1)")
+    g.add_argument("--bound", default="latency", choices=("compute", "memory", "latency"),
+                   help="what limits the deployment (default latency)")
     g.add_argument("--domain", default="general",
-                   help="general, chat, reasoning, code or summarization")
+                   choices=("general", "chat", "reasoning", "code", "summarization"),
+                   help="the traffic (default general)")
     _add_json(p)
     p.set_defaults(func=run_specdec)
 
@@ -290,14 +295,16 @@ def _register_fanout(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--from", dest="source", required=True, metavar="FILE",
                    help="an HdrHistogram log (tailgate bench --hdr, values in ns), or a bench "
                    "JSON (its percentile table: coarse, upper bounds)")
-    p.add_argument("--fanout", type=int, default=1, metavar="N", help="leaves per hop")
-    p.add_argument("--hops", type=int, default=1, help="sequential hops (default 1)")
+    p.add_argument("--fanout", type=int, default=1, metavar="N",
+                   help="leaves per hop (default 1)")
+    p.add_argument("--hops", type=int, default=1, metavar="K", help="sequential hops (default 1)")
     p.add_argument("--hedge-after", metavar="PNN|DURATION",
                    help="send a second copy to a leaf that has not answered by this leaf "
                    "percentile (p95) or time (5ms)")
     p.add_argument("--monte-carlo", type=int, default=0, metavar="REQUESTS",
                    help="also simulate this many requests and print their percentiles")
-    p.add_argument("--seed", type=int, default=0, help="Monte Carlo seed (default 0)")
+    p.add_argument("--seed", type=int, default=0, metavar="SEED",
+                   help="Monte Carlo seed (default 0)")
     _add_json(p)
     p.set_defaults(func=run_fanout)
 
@@ -409,28 +416,30 @@ def _register_prefix_cache(sub: argparse._SubParsersAction) -> None:
     p.add_argument("trace", metavar="TRACE", help="trace file (.gz accepted)")
     p.add_argument("--format", choices=("mooncake", "tokens", "azure"),
                    help="trace format (default: from the first line)")
-    p.add_argument("--block-size", type=int, default=16,
-                   help="tokens per block for token and Azure traces (Mooncake's is 512)")
+    p.add_argument("--block-size", type=int, default=16, metavar="TOKENS",
+                   help="tokens per block for token and Azure traces (default 16; Mooncake's "
+                   "is 512)")
     p.add_argument("--limit", type=int, metavar="N", help="replay the first N requests only")
     p.add_argument("--hbm", metavar="CAP", help="HBM tier: blocks (20000) or bytes (40GB)")
     p.add_argument("--dram", metavar="CAP", default="0", help="host DRAM tier: blocks or bytes "
                    "(default 0: no second tier)")
     p.add_argument("--kv-config", metavar="CONFIG", help="a model's config.json, to turn "
                    "bytes into blocks (see `tailgate plan kv`)")
-    p.add_argument("--kv-dtype", default="bf16", help="cache dtype with --kv-config")
-    p.add_argument("--bytes-per-token", type=int, help="KV bytes per token (instead of "
+    p.add_argument("--kv-dtype", default="bf16", metavar="DTYPE",
+                   help="cache dtype with --kv-config (default bf16)")
+    p.add_argument("--bytes-per-token", type=int, metavar="BYTES", help="KV bytes per token (instead of "
                    "--kv-config)")
     p.add_argument("--policy", choices=("lru", "weighted"), default="lru",
-                   help="eviction: lru (leaf-first LRU, SGLang's) or weighted")
+                   help="eviction: lru (leaf-first LRU, SGLang's) or weighted (default lru)")
     p.add_argument("--weights", default="1,1,0.01", metavar="R,F,D",
                    help="weighted score R*last_use + F*hits - D*depth (default 1,1,0.01)")
-    p.add_argument("--target", type=float, default=0.9,
+    p.add_argument("--target", type=float, default=0.9, metavar="RATE",
                    help="hit-rate target for the smallest capacity (default 0.9)")
     p.add_argument("--curve", type=int, default=8, metavar="POINTS",
                    help="points on the capacity curve (default 8; 0: none)")
     p.add_argument("--prefetch-bandwidth", metavar="SIZE",
                    help="DRAM->HBM bytes per second (e.g. 25GB), for the prefetch model")
-    p.add_argument("--prefetch-window", default="50ms",
+    p.add_argument("--prefetch-window", default="50ms", metavar="DURATION",
                    help="a load finished this soon after arrival is hidden (default 50ms)")
     p.add_argument("--html", metavar="FILE", help="write the capacity curve as HTML")
     _add_json(p)
