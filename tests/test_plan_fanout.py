@@ -134,8 +134,10 @@ def test_fanout_from_a_real_bench_run_against_nginx(tmp_path):
     """tailgate bench measures nginx on loopback (bounded: 1,000 requests in 2 s) and
     writes its HdrHistogram log; plan fanout reads it, and its exact answer agrees with
     a Monte Carlo over the same histogram."""
-    from support.nginx import Nginx
+    from support.nginx import Nginx, available
+    from support.require import require
 
+    require(available())
     hlog = tmp_path / "leaf.hlog"
     with Nginx(workers=1) as ng:
         r = subprocess.run([sys.executable, "-m", "tailgate", "bench", ng.url("/"), "--rate",
