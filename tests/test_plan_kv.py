@@ -129,6 +129,7 @@ def test_cli_kv_json_and_text(tmp_path):
                 "--weights", "85GB", "--seq-len", "32768", "--json", "-")
     assert r.returncode == 0, r.stderr
     data = json.loads(r.stdout)
+    assert (data["tailgate_plan"], data["kind"]) == (1, "kv")
     assert data["bytes_per_token_per_layer"] == {"payload": 512, "scales": 32, "rope": 128,
                                                  "total": 672}
     cap = data["capacity"]

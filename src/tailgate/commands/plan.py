@@ -31,6 +31,8 @@ def _add_json(p: argparse.ArgumentParser) -> None:
 
 
 def _emit(args: argparse.Namespace, data: dict[str, Any], text: str) -> int:
+    # a versioned document, like bench's: {"tailgate_plan": 1, "kind": "kv", ...}
+    data = {"tailgate_plan": 1, "kind": args.plan_command, **data}
     if args.json:
         write_output(args.json, json.dumps(data, indent=2) + "\n")
     if args.json != "-":
