@@ -103,6 +103,54 @@ def test_capacity_whole_blocks_and_sequences():
     assert budget == int(80 * 2**30 * 0.9) - 16 * 10**9
 
 
+def params(name: str) -> kv.Parameters:
+    return kv.parameters(json.loads((CONFIGS / f"{name}.json").read_text()))
+
+
+def test_parameter_counts_match_published_sizes():
+    """Model cards and papers: Llama-3.1-8B 8.03B (Hugging Face's count 8,030,261,248),
+    Llama-3.1-405B 405.85B, Qwen2.5-72B "Number of Parameters: 72.7B" (model card),
+    Mistral-7B-v0.1 7.24B; DeepSeek-V2 "236B total parameters, of which 21B are
+    activated for each token" (arXiv:2405.04434 abstract); DeepSeek-V3 "671B total
+    parameters with 37B activated for each token" (arXiv:2412.19437 abstract; the
+    Hugging Face checkpoint's 685B adds the 14B multi-token-prediction module)."""
+    assert params("llama-3.1-8b").total == 8_030_261_248
+    assert params("llama-3.1-405b").total == pytest.approx(405.85e9, rel=1e-3)
+    assert params("qwen2.5-72b").total == pytest.approx(72.7e9, rel=1e-3)
+    assert params("mistral-7b-v0.1").total == pytest.approx(7.24e9, rel=1e-3)
+    v2, v3 = params("deepseek-v2"), params("deepseek-v3")
+    assert v2.total == pytest.approx(236e9, rel=0.005) and v2.active == pytest.approx(21e9,
+                                                                                      rel=0.03)
+    assert v3.total == pytest.approx(671e9, rel=0.001) and v3.active == pytest.approx(37e9,
+                                                                                      rel=0.02)
+    assert kv.weights_dtype(json.loads((CONFIGS / "deepseek-v3.json").read_text())) == "fp8"
+    with pytest.raises(kv.ConfigError, match="model_type 'opt'"):
+        params("opt-13b")
+
+
+def test_tensor_parallel_splits_gqa_heads_and_replicates_mla():
+    llama = kv.tensor_parallel(geo("llama-3.1-405b"), 8)
+    assert llama.kv_heads == 1
+    assert kv.token_bytes(llama, kv.CacheFormat()).per_token == 516_096 // 8
+    # 16 ranks for 8 KV heads: each head is held twice (vLLM replicates), never less than one
+    assert kv.tensor_parallel(geo("llama-3.1-405b"), 16).kv_heads == 1
+    ds = kv.tensor_parallel(geo("deepseek-v3"), 8)
+    assert kv.token_bytes(ds, kv.CacheFormat()).per_token == 70_272
+
+
+def test_cli_weights_counted_and_split_across_ranks():
+    r = run_cli("kv", str(CONFIGS / "deepseek-v3.json"), "--dtype", "fp8", "--hbm", "141GB",
+                "--tp", "8", "--seq-len", "32768", "--json", "-")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    w = data["weights"]
+    assert w["dtype"] == "fp8" and w["bytes"] == w["parameters"]
+    assert w["bytes_per_rank"] == -(-w["bytes"] // 8)
+    assert data["capacity"]["budget_bytes"] == int(141e9 * 0.9) - w["bytes_per_rank"]
+    r = run_cli("kv", str(CONFIGS / "opt-13b.json"), "--hbm", "80GB")
+    assert r.returncode == 2 and "--weights SIZE" in r.stderr
+
+
 def test_bad_configs_are_clear_errors():
     with pytest.raises(kv.ConfigError, match="num_hidden_layers"):
         kv.Geometry.from_config({"hidden_size": 10})

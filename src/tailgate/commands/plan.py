@@ -77,9 +77,15 @@ def _register_kv(sub: argparse._SubParsersAction) -> None:
                    help="bytes per scale (default 4, float32)")
     p.add_argument("--rope-dtype", default="bf16", metavar="DTYPE",
                    help="MLA: precision of the RoPE key in a quantized cache (default bf16)")
-    p.add_argument("--hbm", metavar="SIZE", help="accelerator memory, e.g. 80GiB, 141GB")
-    p.add_argument("--weights", metavar="SIZE", default="0",
-                   help="memory taken by the weights on this device (e.g. 16GB)")
+    p.add_argument("--hbm", metavar="SIZE", help="memory of one accelerator, e.g. 80GiB, 141GB")
+    p.add_argument("--weights", metavar="SIZE", default="auto",
+                   help="memory the weights take on the whole deployment (e.g. 16GB), or auto: "
+                   "parameters counted from the config x --weight-dtype (default auto)")
+    p.add_argument("--weight-dtype", metavar="DTYPE",
+                   help="dtype of the weights for --weights auto (default: the checkpoint's)")
+    p.add_argument("--tp", type=int, default=1, metavar="N",
+                   help="tensor-parallel ranks: weights and GQA KV heads split across them, an "
+                   "MLA latent is replicated; sizes are per rank (default 1)")
     p.add_argument("--reserve", metavar="SIZE", default="0",
                    help="activation peak and graphs to leave free (default 0)")
     p.add_argument("--utilization", type=float, default=0.9, metavar="FRACTION",
@@ -109,26 +115,52 @@ def run_kv(args: argparse.Namespace) -> int:
                 block is None and dtype in kv.QUANTIZED and geo.kind == "mla"):
             block = 64
         fmt = kv.CacheFormat(dtype, block, args.scale_bytes, args.rope_dtype)
-        tb = kv.token_bytes(geo, fmt)
+        rank_geo = kv.tensor_parallel(geo, args.tp)
+        tb = kv.token_bytes(rank_geo, fmt)
         budget = None
+        weights: dict[str, Any] | None = None
         if args.budget is not None:
             budget = kv.parse_size(args.budget)
         elif args.hbm is not None:
-            budget = kv.kv_budget(kv.parse_size(args.hbm), kv.parse_size(args.weights),
+            weights = _weights(args, cfg)
+            budget = kv.kv_budget(kv.parse_size(args.hbm), weights["bytes_per_rank"],
                                   args.utilization, kv.parse_size(args.reserve))
             if budget <= 0:
                 raise UsageError(f"nothing left for the KV cache: {args.hbm} x "
-                                 f"{args.utilization} minus weights {args.weights} "
-                                 f"and reserve {args.reserve} is {budget} bytes")
+                                 f"{args.utilization} minus weights "
+                                 f"{weights['bytes_per_rank'] / 1e9:,.2f} GB per rank and "
+                                 f"reserve {args.reserve} is {budget} bytes")
         cap = None if budget is None else kv.capacity(tb, budget, args.block_size, args.seq_len)
     except ValueError as exc:  # ConfigError included
         raise UsageError(f"{path}: {exc}" if isinstance(exc, kv.ConfigError) else str(exc)) \
             from None
     data = kv.plan_json(geo, fmt, tb, cap)
-    return _emit(args, data, _kv_text(geo, fmt, tb, cap))
+    data["tensor_parallel"] = args.tp
+    if weights is not None:
+        data["weights"] = weights
+    return _emit(args, data, _kv_text(geo, fmt, tb, cap, args.tp, weights))
 
 
-def _kv_text(geo, fmt, tb, cap) -> str:
+def _weights(args: argparse.Namespace, cfg: Any) -> dict[str, Any]:
+    from ..plan import kv
+
+    if args.tp < 1:
+        raise UsageError("--tp must be >= 1")
+    if args.weights != "auto":
+        total = kv.parse_size(args.weights)
+        return {"source": "given", "bytes": total, "bytes_per_rank": -(-total // args.tp)}
+    try:
+        params = kv.parameters(cfg)
+        wdtype = kv.canonical_dtype(args.weight_dtype) if args.weight_dtype else \
+            kv.weights_dtype(cfg)
+    except kv.ConfigError as exc:
+        raise UsageError(f"--weights auto: {exc}") from None
+    total = params.total * kv.DTYPE_BITS[wdtype] // 8
+    return {"source": "counted", "parameters": params.total, "active_parameters": params.active,
+            "dtype": wdtype, "bytes": total, "bytes_per_rank": -(-total // args.tp)}
+
+
+def _kv_text(geo, fmt, tb, cap, tp=1, weights=None) -> str:
     shape = (f"MLA: latent {geo.head_dim} + RoPE key {geo.rope_dim} per layer"
              if geo.kind == "mla" else
              f"{geo.kind.upper()}: {geo.kv_heads} KV heads x head_dim {geo.head_dim} "
@@ -143,7 +175,22 @@ def _kv_text(geo, fmt, tb, cap) -> str:
              f"per layer  {tb.per_layer:,} B/token (payload {tb.payload:,}, scales {tb.scales:,}"
              + (f", rope {tb.rope:,}" if geo.kind == "mla" else "") + ")",
              f"per token  {tb.per_token:,} B ({tb.per_token / 1024:,.1f} KiB) over "
-             f"{geo.layers} layers"]
+             f"{geo.layers} layers" + (f", per rank of TP {tp}" if tp > 1 else "")]
+    if tp > 1 and geo.kind == "mla":
+        lines.append(f"           (the MLA latent is replicated on each of the {tp} ranks)")
+    if weights is not None:
+        if weights["source"] == "counted":
+            act = weights["active_parameters"]
+            lines.append(f"weights    {weights['parameters'] / 1e9:,.2f}B parameters"
+                         + (f" ({act / 1e9:,.2f}B active)" if act != weights["parameters"]
+                            else "")
+                         + f" in {weights['dtype']} = {weights['bytes'] / 1e9:,.1f} GB"
+                         + (f", {weights['bytes_per_rank'] / 1e9:,.1f} GB per rank"
+                            if tp > 1 else ""))
+        else:
+            lines.append(f"weights    {weights['bytes'] / 1e9:,.1f} GB"
+                         + (f", {weights['bytes_per_rank'] / 1e9:,.1f} GB per rank"
+                            if tp > 1 else ""))
     if cap is not None:
         lines.append(f"budget     {cap.budget_bytes / 2**30:,.2f} GiB for KV -> {cap.blocks:,} "
                      f"blocks of {cap.block_size} = {cap.tokens:,} tokens")

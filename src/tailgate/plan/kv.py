@@ -232,6 +232,100 @@ def kv_budget(hbm_bytes: int, weights_bytes: int, utilization: float = 0.9,
     return int(hbm_bytes * utilization) - weights_bytes - reserve_bytes
 
 
+@dataclass(frozen=True)
+class Parameters:
+    total: int
+    active: int  # per token: with MoE, only the routed and shared experts that run
+
+
+_DENSE_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "phi3", "yi", "internlm2")
+
+
+def parameters(cfg: dict[str, Any]) -> Parameters:
+    """Parameter count of a Llama-style dense decoder or a DeepSeek MLA + MoE one.
+
+    Counted from the shapes the config gives: embeddings (and an untied LM head),
+    per layer the attention projections (GQA q/k/v/o, Qwen2's q/k/v biases; or
+    MLA's q_a/q_b/kv_a/kv_b/o with their norms), the gated MLP (gate, up, down),
+    MoE experts and router, and the RMSNorm weights. Other families raise
+    ConfigError: give the weights' size instead.
+    """
+    if isinstance(cfg.get("text_config"), dict):
+        cfg = {**cfg["text_config"], "model_type": cfg.get("model_type", "")}
+    geo = Geometry.from_config(cfg)
+    mtype = str(cfg.get("model_type", ""))
+    if geo.kind != "mla" and mtype not in _DENSE_TYPES and mtype != "":
+        raise ConfigError(f"cannot count the parameters of model_type {mtype!r}: give the "
+                          "weights' size (--weights SIZE)")
+    try:
+        h = int(cfg["hidden_size"])
+        vocab = int(cfg["vocab_size"])
+        inter = int(cfg["intermediate_size"])
+    except (KeyError, TypeError, ValueError):
+        raise ConfigError("need hidden_size, vocab_size and intermediate_size to count "
+                          "parameters") from None
+    embed = vocab * h * (1 if cfg.get("tie_word_embeddings") else 2) + h  # + final norm
+    layers, heads = geo.layers, geo.attention_heads
+    if geo.kind == "mla":
+        try:
+            q_lora = cfg.get("q_lora_rank")
+            nope, rope = int(cfg["qk_nope_head_dim"]), geo.rope_dim
+            v_dim = int(cfg["v_head_dim"])
+        except (KeyError, TypeError, ValueError):
+            raise ConfigError("MLA config lacks qk_nope_head_dim or v_head_dim") from None
+        qk = heads * (nope + rope)
+        q = h * qk if not q_lora else h * q_lora + q_lora + q_lora * qk
+        attn = (q + h * (geo.head_dim + rope) + geo.head_dim
+                + geo.head_dim * heads * (nope + v_dim) + heads * v_dim * h)
+    else:
+        hd, kv = geo.head_dim, geo.kv_heads
+        attn = h * heads * hd + 2 * h * kv * hd + heads * hd * h
+        if mtype == "qwen2":  # q, k and v carry biases
+            attn += heads * hd + 2 * kv * hd
+    norms = 2 * h
+    mlp_dense = 3 * h * inter
+    experts = cfg.get("n_routed_experts")
+    if experts:
+        moe_inter = int(cfg.get("moe_intermediate_size") or inter)
+        shared = int(cfg.get("n_shared_experts") or 0)
+        per_tok = int(cfg.get("num_experts_per_tok") or 0)
+        dense_layers = int(cfg.get("first_k_dense_replace") or 0)
+        expert = 3 * h * moe_inter
+        router = experts * h
+        moe_total = (experts + shared) * expert + router
+        moe_active = (per_tok + shared) * expert + router
+        n_moe = layers - dense_layers
+        total = embed + layers * (attn + norms) + dense_layers * mlp_dense + n_moe * moe_total
+        active = embed + layers * (attn + norms) + dense_layers * mlp_dense + n_moe * moe_active
+        return Parameters(total, active)
+    total = embed + layers * (attn + norms + mlp_dense)
+    return Parameters(total, total)
+
+
+def weights_dtype(cfg: dict[str, Any]) -> str:
+    """The dtype the checkpoint ships in: an fp8 quantization_config, else torch_dtype."""
+    q = cfg.get("quantization_config")
+    if isinstance(q, dict) and str(q.get("quant_method", "")).lower() == "fp8":
+        return "fp8"
+    return Geometry.from_config(cfg).weights_dtype
+
+
+def tensor_parallel(geo: Geometry, tp: int) -> Geometry:
+    """The KV geometry one of ``tp`` ranks holds.
+
+    GQA/MHA split their KV heads across ranks (replicated when there are fewer KV
+    heads than ranks, as vLLM does); MLA's single latent is replicated on every
+    rank, so tensor parallelism does not shrink its per-rank KV cache.
+    """
+    if tp < 1:
+        raise ValueError(f"tensor parallel size must be >= 1, not {tp}")
+    if geo.kind == "mla" or tp == 1:
+        return geo
+    return Geometry(geo.kind, geo.layers, max(1, geo.attention_heads // tp),
+                    max(1, math.ceil(geo.kv_heads / tp)), geo.head_dim, geo.rope_dim,
+                    geo.model_type, geo.weights_dtype)
+
+
 def plan_json(geo: Geometry, fmt: CacheFormat, tb: TokenBytes,
               cap: Capacity | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {
