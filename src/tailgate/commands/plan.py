@@ -628,10 +628,10 @@ def run_prefix_cache(args: argparse.Namespace) -> int:
                 series.append(("HBM hit rate", [c.hbm_blocks for c in curve],
                                [c.hbm_hit_rate for c in curve]))
             write_output(args.html, plot.line_chart_html(
-                f"prefix cache: {os.path.basename(args.trace)}", "HBM capacity (blocks)",
-                "share of prompt tokens hit (capacity doubles per point)", series,
+                f"prefix cache: {os.path.basename(args.trace)}",
+                "HBM capacity (blocks, log scale)", "share of prompt tokens hit", series,
                 notes=lines[:2] + [f"policy {policy.name}, DRAM {dram:,} blocks"],
-                hline=("unlimited", top)))
+                hline=("unlimited", top), log_x=True))
     elif args.html:
         raise UsageError("--html draws the capacity curve: give --curve > 0")
     return _emit(args, data, "\n".join(lines))

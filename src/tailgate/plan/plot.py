@@ -7,6 +7,7 @@ plotting library among its dependencies. Renders only; computes nothing.
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Sequence
 
 _COLORS = ("#0969da", "#cf222e", "#1a7f37", "#8250df")
@@ -14,16 +15,26 @@ _COLORS = ("#0969da", "#cf222e", "#1a7f37", "#8250df")
 
 def line_chart_html(title: str, x_label: str, y_label: str,
                     series: Sequence[tuple[str, Sequence[float], Sequence[float]]],
-                    notes: Sequence[str] = (), hline: tuple[str, float] | None = None) -> str:
-    """``series``: (name, xs, ys). y is drawn from 0; x from 0 to its maximum."""
+                    notes: Sequence[str] = (), hline: tuple[str, float] | None = None,
+                    log_x: bool = False) -> str:
+    """``series``: (name, xs, ys). y is drawn from 0; x from 0 to its maximum, or on a
+    log scale between its extremes with ``log_x`` (ticks at the data's x values)."""
     w, h, left, bottom, top, right = 720, 400, 70, 50, 20, 20
     xs_all = [x for _, xs, _ in series for x in xs] or [1.0]
     ys_all = [y for _, _, ys in series for y in ys] + ([hline[1]] if hline else []) or [1.0]
     x_max = max(xs_all) or 1.0
     y_max = max(ys_all) * 1.05 or 1.0
+    x_min = min(x for x in xs_all if x > 0) if log_x and any(x > 0 for x in xs_all) else 0.0
+    log_x = log_x and 0 < x_min < x_max
 
     def px(x: float) -> float:
+        if log_x:
+            return left + (w - left - right) * (math.log(max(x, x_min) / x_min)
+                                                / math.log(x_max / x_min))
         return left + (w - left - right) * x / x_max
+
+    def label(v: float) -> str:
+        return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
 
     def py(y: float) -> float:
         return h - bottom - (h - bottom - top) * y / y_max
@@ -33,10 +44,13 @@ def line_chart_html(title: str, x_label: str, y_label: str,
              f"<line x1='{left}' y1='{h - bottom}' x2='{w - right}' y2='{h - bottom}' "
              "stroke='#333'/>",
              f"<line x1='{left}' y1='{top}' x2='{left}' y2='{h - bottom}' stroke='#333'/>"]
-    for i in range(6):
-        xv, yv = x_max * i / 5, y_max * i / 5
+    x_ticks = sorted(set(series[0][1])) if log_x and series else [x_max * i / 5
+                                                                   for i in range(6)]
+    for xv in x_ticks:
         parts.append(f"<text x='{px(xv):.1f}' y='{h - bottom + 16}' text-anchor='middle'>"
-                     f"{xv:,.4g}</text>")
+                     f"{label(xv)}</text>")
+    for i in range(6):
+        yv = y_max * i / 5
         parts.append(f"<text x='{left - 6}' y='{py(yv) + 4:.1f}' text-anchor='end'>"
                      f"{yv:.3g}</text>")
     parts.append(f"<text x='{(w + left) / 2}' y='{h - 10}' text-anchor='middle'>"
