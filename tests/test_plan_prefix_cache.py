@@ -19,6 +19,7 @@ LLM = Path(__file__).parent / "fixtures" / "llm"
 CONV = LLM / "mooncake_conversation_trace.jsonl.gz"
 SYNTH = LLM / "mooncake_synthetic_trace.jsonl.gz"
 AZURE = LLM / "azure_llm_inference_trace_2023_conv.csv.gz"
+AZURE_CODE = LLM / "azure_llm_inference_trace_2023_code.csv.gz"
 
 
 def check_invariants(cache: pc.RadixCache) -> None:
@@ -176,9 +177,11 @@ def test_real_mooncake_traces_replay(path):
     assert at.rate(at.hit_tokens) >= 0.9 * top
 
 
-def test_real_azure_trace_has_no_sharing_information():
-    fmt, block, reqs = traces.load(str(AZURE), block_size=16)
-    assert fmt == "azure" and len(reqs) == 19_366
+@pytest.mark.parametrize("path,rows", [(AZURE, 19_366), (AZURE_CODE, 8_819)],
+                         ids=["conv", "code"])
+def test_real_azure_traces_have_no_sharing_information(path, rows):
+    fmt, block, reqs = traces.load(str(path), block_size=16)
+    assert fmt == "azure" and len(reqs) == rows
     r = pc.replay(reqs, block, 100_000)
     assert r.hit_tokens == 0 and r.input_tokens == sum(q.input_tokens for q in reqs)
     assert reqs[-1].timestamp_ms > reqs[0].timestamp_ms

@@ -171,3 +171,29 @@ def test_cli_recommend_and_errors():
     assert r.returncode == 2 and "kind must be one of" in r.stderr
     r = subprocess.run(base, capture_output=True, text=True, timeout=60, check=False)
     assert r.returncode == 2 and "--alpha" in r.stderr
+
+
+def test_cli_alpha_from_logged_probabilities(tmp_path):
+    rng = np.random.default_rng(5)
+    p, q = pair(rng)
+    drafted = rng.choice(q.size, size=20_000, p=q)
+    sampled = tmp_path / "sampled.jsonl"
+    sampled.write_text("".join(json.dumps({"target_prob": float(p[x]), "draft_prob": float(q[x])})
+                               + "\n" for x in drafted))
+    base = [sys.executable, "-m", "tailgate", "plan", "specdec", "--gamma", "4", "--json", "-"]
+    r = subprocess.run(base + ["--probs", str(sampled)], capture_output=True, text=True,
+                       timeout=60, check=False)
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    exact = specdec.acceptance_from_distributions(p, q)
+    assert data["closed_form"]["alpha"] == pytest.approx(exact, abs=0.01)
+    dists = tmp_path / "dists.jsonl"
+    dists.write_text(json.dumps({"target": [0.5, 0.3, 0.15, 0.05],
+                                 "draft": [0.3, 0.5, 0.1, 0.1]}) + "\n")
+    r = subprocess.run(base + ["--probs", str(dists), "--top-p", "0.8"], capture_output=True,
+                       text=True, timeout=60, check=False)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["closed_form"]["alpha"] == pytest.approx(0.75)
+    r = subprocess.run(base + ["--probs", str(sampled), "--top-p", "0.8"], capture_output=True,
+                       text=True, timeout=60, check=False)
+    assert r.returncode == 2 and "whole distributions" in r.stderr

@@ -217,6 +217,12 @@ def _register_specdec(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--alpha", type=float, metavar="ALPHA", help="per-token acceptance probability")
     p.add_argument("--metrics", metavar="FILE", help="alpha from an engine's /metrics text "
                    "(vLLM spec_decode_* counters)")
+    p.add_argument("--probs", metavar="FILE",
+                   help="alpha from logged probabilities, JSON lines: {\"target_prob\": p(x), "
+                   "\"draft_prob\": q(x)} per drafted token x, or {\"target\": [...], "
+                   "\"draft\": [...]} distributions per position")
+    p.add_argument("--top-p", type=float, metavar="P", help="with --probs distributions: "
+                   "truncate both to the nucleus first (the top-p-aligned estimate)")
     p.add_argument("--gamma", type=int, default=None, metavar="N", help="draft length (default: the "
                    "engine's, or 4)")
     p.add_argument("--cost", type=float, default=0.05, metavar="C", help="cost of a draft step over a "
@@ -276,8 +282,13 @@ def run_specdec(args: argparse.Namespace) -> int:
                 if len(pos) > 1 and pos[-1] < pos[0] - 0.05:
                     lines.append("           alpha falls with draft depth: the i.i.d. closed "
                                  "forms overstate the gain of longer drafts")
+        if args.probs:
+            alpha, est = _alpha_from_probs(args.probs, args.top_p)
+            data["estimate"] = est
+            lines.append(f"estimate   alpha {alpha:.4f} from {est['positions']:,} logged "
+                         f"positions ({est['method']})")
         if alpha is None:
-            raise UsageError("give --alpha, --metrics or --candidate")
+            raise UsageError("give --alpha, --metrics, --probs or --candidate")
         gamma = 4 if gamma is None else gamma
         s = specdec.summary(alpha, gamma, args.cost)
         data["closed_form"] = s
@@ -292,6 +303,45 @@ def run_specdec(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     return _emit(args, data, "\n".join(lines))
+
+
+def _alpha_from_probs(path: str, top_p: float | None) -> tuple[float, dict[str, Any]]:
+    from ..plan import specdec
+
+    sampled_p, sampled_q, dists_p, dists_q = [], [], [], []
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for n, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line)
+                    if "target_prob" in obj:
+                        sampled_p.append(float(obj["target_prob"]))
+                        sampled_q.append(float(obj["draft_prob"]))
+                    else:
+                        dists_p.append(obj["target"])
+                        dists_q.append(obj["draft"])
+                except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+                    raise UsageError(f"{path}: line {n}: expected target_prob/draft_prob or "
+                                     "target/draft") from None
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if sampled_p and dists_p:
+        raise UsageError(f"{path}: mixes sampled probabilities and distributions")
+    if sampled_p:
+        if top_p is not None:
+            raise UsageError("--top-p needs whole distributions (target/draft lists)")
+        return (specdec.acceptance_from_sampled(sampled_p, sampled_q),
+                {"positions": len(sampled_p), "method": "mean of min(1, p(x)/q(x))"})
+    if not dists_p:
+        raise UsageError(f"{path}: no logged positions")
+    try:
+        alpha = specdec.acceptance_from_distributions(dists_p, dists_q, top_p)
+    except ValueError as exc:
+        raise UsageError(f"{path}: {exc}") from None
+    return alpha, {"positions": len(dists_p), "method": "mean of sum min(p, q)"
+                   + (f", both truncated to top-p {top_p:g}" if top_p is not None else "")}
 
 
 def _alpha_from_metrics(path: str, gamma: int | None) -> tuple[float, int, dict[str, Any]]:
