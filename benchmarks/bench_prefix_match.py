@@ -22,6 +22,7 @@ Mooncake conversation trace, in blocks per second, against the 1M/s bar.
 from __future__ import annotations
 
 import argparse
+import math
 import random
 import statistics
 import time
@@ -61,14 +62,15 @@ def build(nodes: int, seed: int = 0):
 
 
 def per_call_us(fn, arg, runs: int) -> float:
-    """Median over batches of the mean time per call, in µs."""
+    """Median over batches of the mean CPU time per call, in µs (this process's CPU clock:
+    on a shared machine, what one core does, without the time spent waiting for it)."""
     batch = max(1, runs // 20)
     samples = []
     for _ in range(20):
-        t0 = time.perf_counter_ns()
+        t0 = time.process_time_ns()
         for _ in range(batch):
             fn(arg)
-        samples.append((time.perf_counter_ns() - t0) / batch / 1000.0)
+        samples.append((time.process_time_ns() - t0) / batch / 1000.0)
     return statistics.median(samples)
 
 
@@ -125,12 +127,19 @@ def main() -> int:
     _, block, reqs = traces.load(str(TRACE))
     blocks = sum(len(r.chain) for r in reqs)
     unique = pc.unique_blocks(reqs)
+    # best of 3, in wall time and in this process's CPU time (on a shared machine the
+    # CPU time is what one core does; the wall time includes waiting for it)
     for label, cap in (("unlimited", None), ("1/8 of distinct", unique // 8)):
-        t0 = time.perf_counter()
-        pc.replay(reqs, block, cap)
-        dt = time.perf_counter() - t0
-        print(f"replay Mooncake conversation ({label}): {blocks:,} blocks in {dt * 1000:.0f} ms"
-              f" = {blocks / dt / 1e6:.2f}M blocks/s ({blocks / dt / 1e6:.1f}x the 1M/s bar)")
+        wall = cpu = math.inf
+        for _ in range(3):
+            t0, c0 = time.perf_counter(), time.process_time()
+            pc.replay(reqs, block, cap)
+            wall = min(wall, time.perf_counter() - t0)
+            cpu = min(cpu, time.process_time() - c0)
+        print(f"replay Mooncake conversation ({label}): {blocks:,} blocks; CPU "
+              f"{cpu * 1000:.0f} ms = {blocks / cpu / 1e6:.2f}M blocks/s "
+              f"({blocks / cpu / 1e6:.1f}x the 1M/s bar), wall {wall * 1000:.0f} ms = "
+              f"{blocks / wall / 1e6:.2f}M blocks/s")
     return 0
 
 

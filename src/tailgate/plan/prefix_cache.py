@@ -187,8 +187,9 @@ class RadixCache:
                 if parent is not self.root:
                     parent.hbm_children += 1
                 self._push(leaf)
-        for p in path:
-            self._push(p)
+        for p in path:  # re-rank the path's leaves (inner nodes are never evicted first)
+            if p.hbm_children == 0 if p.tier == HBM else not p.children:
+                self._push(p)
         return hbm_hit, dram_hit
 
     # -- tiers and eviction ----------------------------------------------------------------
