@@ -67,6 +67,34 @@ def test_llama3_8b_128_kib_and_fp8_halves_it():
     assert per_token("llama-3.1-8b", dtype="fp8") == 64 * 1024
 
 
+@pytest.mark.parametrize("model,max_len,needed_gib,available_gib,vllm_estimate", [
+    ("qwen2.5-14b", 131072, "24.00", 10.91, 59584),
+    ("qwen3-8b", 32768, "4.50", 4.47, 32560),
+    ("qwen3-8b", 40960, "5.62", 4.50, 32768),
+])
+def test_vllm_reported_kv_sizes(model, max_len, needed_gib, available_gib, vllm_estimate):
+    """vLLM v1's start-up check (vllm/v1/core/kv_cache_utils.py, check_enough_kv_cache_memory)
+    as captured in public logs found with the search tool: "To serve at least one request
+    with the models's max seq len (N), X GiB KV cache is needed, which is larger than the
+    available KV cache memory (Y GiB). Based on the available memory, the estimated maximum
+    model length is M."
+    * Qwen2.5-14B-Instruct: N=131072, X=24.00, Y=10.91, M=59584 (a research log of
+      github.com/reinthal/model-organisms-for-EM, 2026-02-27);
+    * DeepSeek-R1-0528-Qwen3-8B (Qwen3-8B shape): N=32768, X=4.50, Y=4.47, M=32560 (a
+      deployment note, vllm serve ... --max-model-len 32560);
+    * a Qwen3-8B fine-tune: N=40960, X=5.62, Y=4.50, M=32768 (hzqjgthy/vllm,
+      KV_Cache_显存不足错误解决方案.md).
+    vLLM prints GiB to two decimals, so the available memory is known to +-0.005 GiB: the
+    engine's M must lie between tailgate's capacities at those two bounds (whole 16-token
+    blocks), and X must be tailgate's bytes for N tokens, printed the same way."""
+    tb = kv.token_bytes(geo(model), kv.CacheFormat("bf16"))
+    assert f"{tb.per_token * max_len / 2**30:.2f}" == needed_gib
+    lo = kv.capacity(tb, int((available_gib - 0.005) * 2**30), 16).tokens
+    hi = kv.capacity(tb, int((available_gib + 0.005) * 2**30), 16).tokens
+    assert lo <= vllm_estimate <= hi, (lo, vllm_estimate, hi)
+    assert hi - lo < 0.003 * vllm_estimate  # the check is tight: two-decimal rounding only
+
+
 def test_flashmla_fp8_with_scale_format_is_656_bytes():
     """deepseek-ai/FlashMLA README, "FP8 KV Cache": each token's KV cache is 656 bytes:
     512 float8_e4m3 latent values, 4 float32 scales (one per 128 values), and the RoPE
