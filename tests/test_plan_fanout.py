@@ -114,6 +114,9 @@ def test_cli_hdr_log_and_bench_json(tmp_path):
     assert data["percentiles"]["p99"]["end_to_end_ms"] == pytest.approx(
         res.end_to_end.quantile(0.99) / 1e6)
     assert data["hedge"]["extra_load"] == pytest.approx(res.hedge_extra_load)
+    p999 = leaf.quantile(0.999)
+    assert data["leaf_p999_is_end_to_end_quantile"] == pytest.approx(
+        float(res.end_to_end.cdf(p999)))
     bench = tmp_path / "bench.json"
     bench.write_text(json.dumps({"tailgate_bench": 1, "latency_ms": {
         "p50": 1.0, "p90": 2.0, "p99": 5.0, "p999": 9.0, "p9999": 20.0, "max": 25.0,
