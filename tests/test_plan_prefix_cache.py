@@ -91,7 +91,7 @@ def test_unlimited_cache_equals_brute_force_prefix_set(seed):
 
 @settings(max_examples=40, deadline=None)
 @given(st.integers(0, 10_000), st.integers(1, 40), st.integers(0, 30),
-       st.sampled_from(["lru", "weighted"]))
+       st.sampled_from(["lru", "block-lru", "weighted"]))
 def test_bounded_two_tier_invariants(seed, hbm, dram, policy):
     reqs = prompts(seed, n=150)
     ref = unlimited_reference(reqs)
@@ -119,6 +119,17 @@ def test_lru_evicts_the_least_recently_used_leaf_and_dram_catches_it():
         cache.access(chain)
     assert cache.access(a) == (2, 1)
     check_invariants(cache)
+
+
+def test_block_lru_evicts_only_the_blocks_needed_from_the_tail():
+    node_lru, block_lru = pc.RadixCache(5), pc.RadixCache(5, policy=pc.Policy("block-lru"))
+    for cache in (node_lru, block_lru):
+        cache.access([1, 2, 3, 4])
+        cache.access([9, 8])  # needs 2 blocks, 1 is free
+        check_invariants(cache)
+    assert node_lru.lookup([1, 2, 3, 4]) == 0  # the whole node went
+    assert block_lru.lookup([1, 2, 3, 4]) == 3  # only its last block
+    assert block_lru.access([1, 2, 3, 4]) == (3, 0)
 
 
 def test_weighted_policy_keeps_the_frequently_used_prefix():

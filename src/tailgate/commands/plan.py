@@ -529,8 +529,9 @@ def _register_prefix_cache(sub: argparse._SubParsersAction) -> None:
                    help="cache dtype with --kv-config (default bf16)")
     p.add_argument("--bytes-per-token", type=int, metavar="BYTES", help="KV bytes per token (instead of "
                    "--kv-config)")
-    p.add_argument("--policy", choices=("lru", "weighted"), default="lru",
-                   help="eviction: lru (leaf-first LRU, SGLang's) or weighted (default lru)")
+    p.add_argument("--policy", choices=("lru", "block-lru", "weighted"), default="lru",
+                   help="eviction: lru (leaf-first LRU of whole nodes, SGLang's), block-lru "
+                   "(LRU one block at a time from the tail, vLLM's) or weighted (default lru)")
     p.add_argument("--weights", default="1,1,0.01", metavar="R,F,D",
                    help="weighted score R*last_use + F*hits - D*depth (default 1,1,0.01)")
     p.add_argument("--target", type=float, default=0.9, metavar="RATE",

@@ -23,10 +23,12 @@ removed. A request:
    missed as a new HBM leaf, evicting (never a pinned node) to make room; a
    prompt longer than HBM caches only the prefix that fits.
 
-Which leaf goes first is the policy: ``lru`` (least recently used leaf, the
-tree's own leaf-first pruning as in SGLang) or ``weighted`` (lowest
-``R * last_use + F * hits - D * depth_in_blocks``: recency, frequency, and
-deep, specific prefixes before shallow shared ones). Priorities sit in a heap
+Which leaf goes first is the policy: ``lru`` (least recently used leaf, whole
+nodes: the tree's own leaf-first pruning as in SGLang), ``block-lru`` (the same
+order, but only as many blocks as needed, from the leaf's tail: vLLM frees a
+request's blocks tail first into an LRU queue and reuses them one by one) or
+``weighted`` (lowest ``R * last_use + F * hits - D * depth_in_blocks``: recency,
+frequency, and deep, specific prefixes before shallow shared ones). Priorities sit in a heap
 with lazy invalidation: a node pushes a new entry when its priority changes,
 stale entries are skipped when popped.
 """
@@ -38,6 +40,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 NONE, HBM, DRAM = 0, 1, 2
+POLICIES = ("lru", "block-lru", "weighted")
 
 
 class Node:
@@ -59,17 +62,23 @@ class Node:
 
 @dataclass(frozen=True)
 class Policy:
-    name: str = "lru"  # "lru" or "weighted"
+    name: str = "lru"  # "lru", "block-lru" or "weighted"
     recency: float = 1.0
     frequency: float = 1.0
     depth: float = 0.01
 
     def __post_init__(self) -> None:
-        if self.name not in ("lru", "weighted"):
-            raise ValueError(f"eviction policy must be lru or weighted, not {self.name!r}")
+        if self.name not in POLICIES:
+            raise ValueError(f"eviction policy must be one of {', '.join(POLICIES)}, "
+                             f"not {self.name!r}")
+
+    @property
+    def per_block(self) -> bool:
+        """Evict only the blocks needed, from a leaf's tail (vLLM's free-block queue)."""
+        return self.name == "block-lru"
 
     def score(self, node: Node) -> float:
-        if self.name == "lru":
+        if self.name != "weighted":
             return node.last
         return self.recency * node.last + self.frequency * node.hits - self.depth * node.depth
 
@@ -253,6 +262,9 @@ class RadixCache:
             if node.pin == now:
                 skipped.append(entry)
                 continue
+            excess = (self.hbm_used if tier == HBM else self.dram_used) + blocks - cap
+            if self.policy.per_block and len(node.key) > excess:
+                self._split(node, len(node.key) - excess)  # node keeps the tail it loses
             self._evict(node, now)
         for entry in skipped:
             heapq.heappush(heap, entry)
