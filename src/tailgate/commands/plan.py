@@ -93,8 +93,7 @@ def _register_kv(sub: argparse._SubParsersAction) -> None:
                    "default 0.9)")
     p.add_argument("--budget", metavar="SIZE", help="KV bytes directly (instead of --hbm)")
     p.add_argument("--block-size", type=int, default=16, metavar="TOKENS",
-                   help="tokens per cache block "
-                   "(default 16)")
+                   help="tokens per cache block (default 16)")
     p.add_argument("--seq-len", type=int, metavar="TOKENS",
                    help="tokens per sequence, for the concurrency that fits")
     _add_json(p)
@@ -111,8 +110,10 @@ def run_kv(args: argparse.Namespace) -> int:
         geo = kv.Geometry.from_config(cfg)
         dtype = kv.canonical_dtype(args.dtype)
         block = args.scale_block
-        if block is None and dtype in ("int8", "int4") or (
-                block is None and dtype in kv.QUANTIZED and geo.kind == "mla"):
+        # int8/int4 need block scales to be usable; fp8 GQA uses a per-tensor scale (vLLM),
+        # a quantized MLA latent one scale per 64 (the method's block-64 format)
+        if block is None and (dtype in ("int8", "int4")
+                              or dtype in kv.QUANTIZED and geo.kind == "mla"):
             block = 64
         fmt = kv.CacheFormat(dtype, block, args.scale_bytes, args.rope_dtype)
         rank_geo = kv.tensor_parallel(geo, args.tp)
