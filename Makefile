@@ -4,7 +4,8 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 # Debian packages: the tools tailgate reads from and the real servers/peers the tests use.
 APT_RUN  := ethtool iproute2 bpftrace
-APT_TEST := $(APT_RUN) nginx-light wrk prometheus-node-exporter gcc g++ cmake libc6-dev liburing-dev
+APT_TEST := $(APT_RUN) nginx-light wrk prometheus-node-exporter gcc g++ cmake libc6-dev liburing-dev \
+            numactl
 
 .PHONY: run test venv venv-test apt-run apt-test tracefs lint bench clean
 

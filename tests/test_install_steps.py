@@ -32,6 +32,7 @@ TEST_NEEDS = {
     "cmake": "the llama-cpp-python source build",
     "libc6-dev": "C workloads",
     "liburing-dev": "tests/support/uring_ring.c (liburing.h)",
+    "numactl": "the live l2.numa.affinity tests (tests/test_numa_live.py)",
 }
 
 
