@@ -287,6 +287,15 @@ def test_cli_two_tiers_bytes_prefetch_and_html(tmp_path):
     assert svg.count("<circle") == 8  # 4 points, total and HBM series
 
 
+def test_cli_capacity_in_tokens():
+    r = cli(str(SYNTH), "--hbm", "2.5M tokens", "--dram", "1000", "--curve", "0", "--json", "-")
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)["replay"]
+    assert (rep["hbm_blocks"], rep["dram_blocks"]) == (2_500_000 // 512, 1000)
+    r = cli(str(SYNTH), "--hbm", "2MB tokens")
+    assert r.returncode == 2 and "count" in r.stderr
+
+
 def test_cli_errors(tmp_path):
     r = cli(str(SYNTH), "--hbm", "40GB")
     assert r.returncode == 2 and "needs --kv-config" in r.stderr

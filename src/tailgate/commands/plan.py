@@ -522,9 +522,10 @@ def _register_prefix_cache(sub: argparse._SubParsersAction) -> None:
                    help="tokens per block for token and Azure traces (default 16; Mooncake's "
                    "is 512)")
     p.add_argument("--limit", type=int, metavar="N", help="replay the first N requests only")
-    p.add_argument("--hbm", metavar="CAP", help="HBM tier: blocks (20000) or bytes (40GB)")
-    p.add_argument("--dram", metavar="CAP", default="0", help="host DRAM tier: blocks or bytes "
-                   "(default 0: no second tier)")
+    p.add_argument("--hbm", metavar="CAP", help="HBM tier: blocks (20000), tokens (2Mtok) or "
+                   "bytes (40GB)")
+    p.add_argument("--dram", metavar="CAP", default="0", help="host DRAM tier: blocks, tokens "
+                   "or bytes (default 0: no second tier)")
     p.add_argument("--kv-config", metavar="CONFIG", help="a model's config.json, to turn "
                    "bytes into blocks (see `tailgate plan kv`)")
     p.add_argument("--kv-dtype", default="bf16", metavar="DTYPE",
@@ -549,12 +550,22 @@ def _register_prefix_cache(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_prefix_cache)
 
 
-def _capacity(text: str, block_bytes: int | None, what: str) -> int:
+def _capacity(text: str, block_bytes: int | None, what: str, block: int = 1) -> int:
+    """Blocks from '20000' (blocks), '2M tokens' / '500ktok' (whole blocks), or '40GB'."""
     from ..plan.kv import parse_size
 
     t = text.strip().lower()
     if t.isdigit():
         return int(t)
+    for suffix in ("tokens", "token", "tok"):
+        if t.endswith(suffix):
+            num = t[:-len(suffix)].strip()
+            if num.endswith("b"):
+                raise UsageError(f"{what} {text}: tokens are a count (2M tokens), not bytes")
+            try:
+                return parse_size(num) // block  # '2M' is 2,000,000 tokens; whole blocks
+            except ValueError as exc:
+                raise UsageError(f"{what}: {exc}") from None
     if block_bytes is None:
         raise UsageError(f"{what} {text}: a size in bytes needs --kv-config or "
                          "--bytes-per-token (or give a number of blocks)")
@@ -615,9 +626,9 @@ def run_prefix_cache(args: argparse.Namespace) -> int:
              f"unlimited  {top:.2%} of prompt tokens hit (the most any cache can reach)"]
     if fmt == "azure":
         lines.append("           (Azure traces carry no content: every prompt counts as unique)")
-    dram = _capacity(args.dram, block_bytes, "--dram")
+    dram = _capacity(args.dram, block_bytes, "--dram", block)
     if args.hbm:
-        hbm = _capacity(args.hbm, block_bytes, "--hbm")
+        hbm = _capacity(args.hbm, block_bytes, "--hbm", block)
         res = pc.replay(reqs, block, hbm, dram, policy)
         data["replay"] = {"hbm_blocks": hbm, "dram_blocks": dram, **res.to_json()}
         data["replay"]["share_of_unlimited"] = res.hit_tokens / full.hit_tokens \
