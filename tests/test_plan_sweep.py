@@ -68,7 +68,7 @@ def test_sweep_finds_the_capacity_of_a_serial_server(tmp_path):
             [sys.executable, "-m", "tailgate", "bench", f"http://127.0.0.1:{srv.port}/",
              "--sweep", "25..400", "--sweep-steps", "5", "--sweep-bisect", "2",
              "--duration", "1s", "--workers", "1", "--connections", "4", "--timeout", "3s",
-             "--slo", "p99<300ms", "--json", str(tmp_path / "sweep.json"),
+             "--slo", "p90<500ms", "--json", str(tmp_path / "sweep.json"),
              "--sweep-html", str(tmp_path / "sweep.html")],
             capture_output=True, text=True, timeout=120, check=False)
     finally:
@@ -78,9 +78,9 @@ def test_sweep_finds_the_capacity_of_a_serial_server(tmp_path):
     rates = [p["rate"] for p in data["points"]]
     assert rates == sorted(rates) and rates[0] == pytest.approx(25)
     top = data["max_rate_meeting_slo"]
-    # a quarter of the capacity holds (a 300 ms p99 leaves room for a loaded test machine);
-    # 200/s is twice the capacity: the queue grows by 100 requests a second, so its p99
-    # nears a second within the run
+    # a quarter of the capacity holds (a 500 ms p90 leaves room for a loaded test machine);
+    # 200/s is twice the capacity: the queue grows by 100 requests a second, so latency
+    # climbs to about a second within the run and its p90 to about 0.9 s
     assert top is not None and 25 <= top["rate"] < 200, rates
     failing = [p for p in data["points"] if not p["holds"]]
     assert failing and min(p["rate"] for p in failing) > top["rate"]
