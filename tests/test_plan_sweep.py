@@ -112,6 +112,19 @@ def test_search_steps_then_bisects():
     assert not P(100, 80, 1.0).holds
 
 
+def test_llm_points_are_sustained_by_lateness_not_by_span():
+    """A long generation stretches an openai+ run's span (first send to last response), so
+    its "achieved" rate falls short of the offered one even when every request went out on
+    time; the generator's lateness is what says the rate was held."""
+    base = {"rate": {"target": 2, "achieved": 1.03}, "latency_ms": {"p99": 9000.0},
+            "throughput": {"output_tokens_per_s": 40.0, "goodput_rps": 1.0}, "slo": []}
+    on_time = sweep.point_from_result(2.0, {**base, "lateness_ms": {"p99": 3.0}})
+    behind = sweep.point_from_result(2.0, {**base, "lateness_ms": {"p99": 900.0}})
+    assert on_time.holds and not behind.holds
+    http = sweep.point_from_result(1000.0, {"rate": {"achieved": 900.0}, "latency_ms": {}})
+    assert not http.sustained
+
+
 def test_knee_is_where_latency_turns_up():
     pts = [P(r, a, p) for r, a, p in ((100, 100, 1.0), (200, 200, 1.1), (400, 400, 1.3),
                                       (800, 790, 2.0), (1600, 900, 80.0))]
