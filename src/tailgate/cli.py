@@ -31,6 +31,7 @@ COMMAND_MODULES = (
     "tailgate.commands.rules",
     "tailgate.commands.compare",
     "tailgate.commands.diagnose",
+    "tailgate.commands.plan",
 )
 
 

@@ -33,6 +33,17 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "or an OpenAI-compatible LLM server: openai+http://host:port/v1")
     add_load_options(p)
     add_request_options(p)
+    g = p.add_argument_group("rate sweep (tailgate.plan.sweep)")
+    g.add_argument("--sweep", metavar="LO..HI", help="run once per offered rate from LO to HI "
+                   "(e.g. 1k..50k; --rate is ignored) and report the highest rate meeting "
+                   "every --slo, the latency-throughput curve and its knee")
+    g.add_argument("--sweep-steps", type=int, default=6, metavar="N",
+                   help="geometric steps from LO to HI (default 6)")
+    g.add_argument("--sweep-bisect", type=int, default=3, metavar="N",
+                   help="bisections between the last rate that held and the first that "
+                   "failed (default 3)")
+    g.add_argument("--sweep-html", metavar="FILE", help="write the latency-throughput curve "
+                   "as HTML")
     p.set_defaults(func=run)
 
 
@@ -203,6 +214,8 @@ def run(args: argparse.Namespace) -> int:
     from ..bench.slo import evaluate
     from ..bench.workers import WorkerFailure, plan, run_workers
 
+    if getattr(args, "sweep", None):
+        return _sweep(args)
     if args.target.startswith("openai+"):
         from ..llm.command import run_llm
 
@@ -283,3 +296,16 @@ def _dumps(data: dict[str, Any]) -> str:
     import json
 
     return json.dumps(data, indent=2) + "\n"
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    from ..bench.units import parse_rate
+    from ..plan.sweep import SweepError, run_sweep
+
+    check_writable(args.json, args.sweep_html)
+    if args.rate is None:
+        args.rate = "1"  # checked per run; the sweep sets it
+    try:
+        return run_sweep(args, run, parse_rate, write_output)
+    except SweepError as exc:
+        raise UsageError(str(exc)) from None
