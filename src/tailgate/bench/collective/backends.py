@@ -150,6 +150,10 @@ class TorchComm(Comm):
         except ImportError as exc:
             raise BackendUnavailable(f"--backend {backend} needs torch ({exc}): "
                                      "pip install 'tailgate[torch]'") from None
+        if backend == "nccl" and not torch.cuda.is_available():
+            raise BackendUnavailable(
+                "--backend nccl needs an NVIDIA GPU: torch.cuda.is_available() is False "
+                f"here (torch {torch.__version__}, CUDA build: {torch.version.cuda or 'no'})")
         missing = [k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
                    if k not in os.environ]
         if missing:
@@ -160,10 +164,6 @@ class TorchComm(Comm):
         self.torch, self.dist = torch, dist
         self.backend = backend
         if backend == "nccl":
-            if not torch.cuda.is_available():
-                raise BackendUnavailable(
-                    "--backend nccl needs an NVIDIA GPU: torch.cuda.is_available() is False "
-                    f"here (torch {torch.__version__}, CUDA build: {torch.version.cuda or 'no'})")
             self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
             torch.cuda.set_device(self.device)
         else:

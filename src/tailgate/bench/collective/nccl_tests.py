@@ -54,6 +54,7 @@ _COLLECTIVES = {"all_reduce": "allreduce", "all_gather": "allgather",
                 "hypercube": "hypercube"}
 _SCALING = ("allreduce", "allgather", "reducescatter", "alltoall", "alltoallv", "gather",
             "scatter")
+_PREAMBLE = ("# nThread", "# nccl-tests version", "# Collective test starting")
 _INT = re.compile(r"^-?\d+$")
 _TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\d$")
 
@@ -111,27 +112,29 @@ def _side(values: list[str], cols: list[str], line_no: int, time_scale: float) -
 
 
 def _runs(lines: list[str]) -> list[list[tuple[int, str]]]:
-    """Split the text into runs: each begins at a table header (rank lines before it kept)."""
+    """Split the text into runs: each begins at a table header (its preamble kept with it)."""
     runs: list[list[tuple[int, str]]] = []
     pre: list[tuple[int, str]] = []
     for no, line in enumerate(lines, 1):
-        toks = line.lstrip("#").split()
-        if line.startswith("#") and toks and toks[0].lower() in _HEADER_NAMES and (
-                "time" in [t.lower() for t in toks] or "cputime" in [t.lower() for t in toks]):
+        toks = [t.lower() for t in line.lstrip("#").split()]
+        if line.startswith("#") and toks and toks[0] in _HEADER_NAMES and (
+                "time" in toks or "cputime" in toks):
             runs.append([*pre, (no, line)])
             pre = []
-        elif runs and not (line.startswith("# nThread") or _RANK_LINE.match(line)):
-            runs[-1].append((no, line))
-        else:
-            if line.startswith("# nThread"):
-                pre = []
+        elif line.startswith(_PREAMBLE) or _RANK_LINE.match(line) or pre or not runs:
             pre.append((no, line))
+        else:
+            runs[-1].append((no, line))
     return runs
+
+
+_TAG = re.compile(r"^\s*(?:\[\d+,\d+\]<std(?:out|err)>:)?\s*")
 
 
 def parse(text: str, ranks: int | None = None, collective: str | None = None) -> dict[str, Any]:
     """The first run in an nccl-tests output, as a collective result document."""
-    lines = text.splitlines()
+    # mpirun --tag-output prefixes every line with [job,rank]<stdout>:
+    lines = [_TAG.sub("", line, count=1) for line in text.splitlines()]
     runs = _runs(lines)
     if not runs:
         raise NcclTestsError("no nccl-tests table (no '#  size  count  type ... time  algbw  "
@@ -171,7 +174,7 @@ def _parse_run(run: list[tuple[int, str]], lines: list[str], ranks: int | None,
                         meta[key] = int(mm.group(1))
             elif body.startswith("nccl-tests version"):
                 meta["version"] = body.split()[2]
-            elif body.startswith("Collective test starting:"):
+            elif body.startswith(("Collective test starting:", "Collective test concluded:")):
                 meta["program"] = body.split(":", 1)[1].strip()
             elif body.startswith("Out of bounds values"):
                 mm = re.search(r":\s*(\d+)", body)
@@ -306,13 +309,16 @@ def _ranks(given: int | None, hosts: dict[int, str], meta: dict[str, Any],
     if given:
         return given, "--ranks"
     if hosts:
-        return len(hosts), "devices"
-    if collective in _SCALING:  # busbw/algbw grows with n for these, so it names n
-        for r in rows:
-            side = r.get("out_of_place") or r.get("in_place")
-            if side and side["algbw"] >= 1.0:  # two printed decimals: a usable ratio
-                ratio = side["busbw"] / side["algbw"]
-                best = min(range(2, 4097), key=lambda n: abs(BUS_FACTORS[collective](n) - ratio))
-                if abs(BUS_FACTORS[collective](best) - ratio) < 0.01 * ratio:
-                    return best, "busbw/algbw"
+        return max(hosts) + 1, "devices"
+    if collective in _SCALING:  # busbw/algbw grows with n for these, so it can name n
+        sides = [r.get("out_of_place") or r.get("in_place") for r in rows]
+        best = max((sd for sd in sides if sd), key=lambda sd: sd["algbw"], default=None)
+        if best and best["algbw"] >= 1.0:
+            ratio = best["busbw"] / best["algbw"]
+            # both printed with two decimals: the ratio is known to within this
+            tol = ratio * (0.005 / best["algbw"] + 0.005 / max(best["busbw"], 0.005))
+            fits = [n for n in range(2, 4097)
+                    if abs(BUS_FACTORS[collective](n) - ratio) <= tol]
+            if len(fits) == 1:
+                return fits[0], "busbw/algbw"
     return None, None

@@ -99,8 +99,11 @@ def warnings(sizes: list[dict[str, Any]], min_tail_samples: int) -> list[str]:
 
 
 def exit_status(doc: dict[str, Any]) -> int:
-    """1 when a result was wrong or an SLO failed, else 0."""
+    """1 when a result was wrong (or nccl-tests counted out-of-bounds values), an SLO
+    failed, else 0."""
     if any(b.get("wrong") for b in doc["sizes"]):
+        return 1
+    if (doc.get("nccl_tests") or {}).get("out_of_bounds"):
         return 1
     return 0 if all(s["pass"] for s in doc.get("slo", [])) else 1
 
