@@ -17,11 +17,16 @@ when it left (``CLOCK_MONOTONIC`` ns, shifted onto rank 0's clock). Then:
   one, so the rank with the longest time in the call is usually a victim, not
   the cause. Each rank's *lag* at every timestamp (entering or leaving an
   iteration) is how far behind the earliest rank it is; a rank that gets
-  stalled (descheduled, stopped, slow between iterations, slow inside the call)
-  sees its lag grow, while a lag it merely carries along (an algorithm that
-  always serves one rank last) does not grow. The straggler is the rank whose
-  lag grew the most in total (``delay_ms``: the delay it introduced), reported
-  with how often it arrived last.
+  stalled (descheduled, stopped, slow between iterations, slow inside the call
+  after its data left) sees its lag grow, while a lag it merely carries along
+  (an algorithm that always serves one rank last) does not grow. Each of the
+  slowest 1 % of iterations (the tail) is blamed on the rank whose lag grew
+  the most in it; the straggler is the rank blamed for the most tail time
+  (``tail_ms``, ``tail_iterations``). ``delay_ms`` is all the lag a rank
+  introduced, tail or not, and ``last_arrivals`` how often it entered last.
+  A rank stopped inside the call *before* its data left makes every rank wait
+  alike: no timestamp can tell that one apart, and no straggler is named for it
+  with any confidence (the share says how clear the verdict is).
 """
 
 from __future__ import annotations
@@ -85,13 +90,23 @@ def analyze(run: SizeRun, spec: HistogramSpec | None = None,
     mean_s = float(latency.mean()) / 1e9 if latency.size else 0.0
     algbw = algbw_gbps(run.nbytes, mean_s)
     # Lag behind the earliest rank at each timestamp, entering and leaving in turn.
+    tail_ms = np.zeros(n)
+    tail_count = np.zeros(n, dtype=np.int64)
     if latency.size:
         points = np.empty((n, 2 * latency.size), dtype=np.int64)
         points[:, 0::2], points[:, 1::2] = enter, leave
         lag = points - points.min(axis=0)
-        grew = np.diff(lag, axis=1, prepend=0)
-        introduced = np.clip(grew, 0, None).sum(axis=1)
+        grew = np.clip(np.diff(lag, axis=1, prepend=0), 0, None)
+        introduced = grew.sum(axis=1)
+        per_iter = grew[:, 0::2] + grew[:, 1::2]  # [rank, iteration]: outside, then inside
         last = enter.argmax(axis=0)
+        # The tail: the slowest 1 % of iterations (at least one), each blamed on the rank
+        # whose lag grew the most in it.
+        k_tail = max(1, latency.size // 100)
+        for i in np.argsort(latency, kind="stable")[-k_tail:]:
+            culprit = int(per_iter[:, i].argmax())
+            tail_ms[culprit] += latency[i] / NS_PER_MS
+            tail_count[culprit] += 1
     else:
         introduced = np.zeros(n, dtype=np.int64)
         last = np.zeros(0, dtype=np.int64)
@@ -103,15 +118,18 @@ def analyze(run: SizeRun, spec: HistogramSpec | None = None,
             "max_us": round(float(inside[k].max()) / NS_PER_US, 3) if latency.size else 0.0,
             "last_arrivals": int(np.count_nonzero(last == k)),
             "delay_ms": round(float(introduced[k]) / NS_PER_MS, 6),
+            "tail_iterations": int(tail_count[k]),
+            "tail_ms": round(float(tail_ms[k]), 6),
             "wrong": r.wrong,
         })
-    total = float(introduced.sum()) / NS_PER_MS
+    total = float(tail_ms.sum())
     straggler = None
     if n > 1 and latency.size:
-        top = max(per_rank, key=lambda p: (p["delay_ms"], p["last_arrivals"]))
+        top = max(per_rank, key=lambda p: (p["tail_ms"], p["delay_ms"]))
         straggler = {"rank": top["rank"], "host": top["host"],
-                     "last_arrivals": top["last_arrivals"], "delay_ms": top["delay_ms"],
-                     "share": round(top["delay_ms"] / total, 4) if total else 0.0}
+                     "tail_iterations": top["tail_iterations"], "tail_ms": top["tail_ms"],
+                     "share": round(top["tail_ms"] / total, 4) if total else 0.0,
+                     "delay_ms": top["delay_ms"], "last_arrivals": top["last_arrivals"]}
     wrongs = [r.wrong for r in ranks]
     block: dict[str, Any] = {
         "bytes": run.nbytes, "count": run.count, "dtype": run.dtype, "op": run.op,

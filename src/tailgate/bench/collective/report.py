@@ -9,7 +9,8 @@ measured it or it was read from nccl-tests output (:mod:`.nccl_tests`)::
                 "time_us", "algbw_gbps", "busbw_gbps", "wrong",
                 "latency_ms": {"p50", "p90", "p99", "p999", "p9999", "max", "mean",
                                "count", "samples_above", "clamped"},
-                "straggler": {"rank", "host", "last_arrivals", "delay_ms", "share"},
+                "straggler": {"rank", "host", "tail_iterations", "tail_ms", "share",
+                              "delay_ms", "last_arrivals"},
                 "per_rank": [...]}],
      "warnings": [...], "slo": [{"expr", "pass", "observed", "per_size": [...]}]}
 
@@ -137,8 +138,8 @@ def summary_text(doc: dict[str, Any]) -> str:
     for b in doc["sizes"]:
         wrong = "n/a" if b.get("wrong") is None else str(b["wrong"])
         st = b.get("straggler")
-        who = (f"rank {st['rank']} ({st['delay_ms']:.3g} ms, {st['share'] * 100:.0f}% of "
-               "delay)") if st else "-"
+        who = (f"rank {st['rank']} ({st['share'] * 100:.0f}% of the tail, "
+               f"{st['tail_iterations']} it.)") if st else "-"
         place = {"out_of_place": "out", "in_place": "in"}.get(b.get("placement"), "-")
         lines.append(
             f"{format_size(b['bytes']):>10}{place:>6} "
