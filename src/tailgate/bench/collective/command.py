@@ -240,7 +240,7 @@ def _from_nccl_tests(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise UsageError(f"cannot read {args.nccl_tests}: {exc.strerror or exc}") from None
     try:
-        doc = parse(text, ranks=args.ranks)
+        doc = parse(text, ranks=args.ranks, default_collective="allreduce")
     except NcclTestsError as exc:
         raise UsageError(f"{args.nccl_tests}: {exc}") from None
     doc["file"] = args.nccl_tests

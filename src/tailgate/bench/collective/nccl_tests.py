@@ -131,15 +131,19 @@ def _runs(lines: list[str]) -> list[list[tuple[int, str]]]:
 _TAG = re.compile(r"^\s*(?:\[\d+,\d+\]<std(?:out|err)>:)?\s*")
 
 
-def parse(text: str, ranks: int | None = None, collective: str | None = None) -> dict[str, Any]:
-    """The first run in an nccl-tests output, as a collective result document."""
+def parse(text: str, ranks: int | None = None, collective: str | None = None,
+          default_collective: str | None = None) -> dict[str, Any]:
+    """The first run in an nccl-tests output, as a collective result document.
+
+    ``collective`` overrides what the output says; ``default_collective`` is
+    used (with a warning) when it says nothing."""
     # mpirun --tag-output prefixes every line with [job,rank]<stdout>:
     lines = [_TAG.sub("", line, count=1) for line in text.splitlines()]
     runs = _runs(lines)
     if not runs:
         raise NcclTestsError("no nccl-tests table (no '#  size  count  type ... time  algbw  "
                              "busbw' header line)")
-    doc = _parse_run(runs[0], lines, ranks, collective)
+    doc = _parse_run(runs[0], lines, ranks, collective, default_collective)
     if len(runs) > 1:
         doc["warnings"].append(f"{len(runs) - 1} more table(s) in this output were not read "
                                "(one run per document)")
@@ -147,7 +151,7 @@ def parse(text: str, ranks: int | None = None, collective: str | None = None) ->
 
 
 def _parse_run(run: list[tuple[int, str]], lines: list[str], ranks: int | None,
-               collective: str | None) -> dict[str, Any]:
+               collective: str | None, default_collective: str | None) -> dict[str, Any]:
     meta: dict[str, Any] = {}
     hosts: dict[int, str] = {}
     header: list[str] | None = None
@@ -203,9 +207,15 @@ def _parse_run(run: list[tuple[int, str]], lines: list[str], ranks: int | None,
     if not rows:
         raise NcclTestsError(f"a table header at line {first_no} but no result rows")
     name = collective or _collective(meta.get("program"), lines[: run[0][0]])
+    assumed = name is None and default_collective is not None
+    if assumed:
+        name = default_collective
     n, ranks_from = _ranks(ranks, hosts, meta, name, rows)
     blocks = [b for r in rows for b in _blocks(r, meta)]
     warnings = []
+    if assumed:
+        warnings.append(f"the output does not name its test (no '# Collective test starting' "
+                        f"line or *_perf command): read as {name}")
     if ranks_from == "busbw/algbw":
         warnings.append(f"number of ranks ({n}) derived from busbw/algbw: the output lists no "
                         "devices (give --ranks)")

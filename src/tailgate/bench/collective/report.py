@@ -118,7 +118,8 @@ def summary_text(doc: dict[str, Any]) -> str:
     """The terminal report: one row per size (and placement), then warnings and SLOs."""
     cfg = doc.get("config") or {}
     head = (f"{doc['collective']} over {doc.get('ranks') or '?'} rank(s)"
-            + (f" on {len(set(doc['hosts']))} host(s)" if doc.get("hosts") else "")
+            + (f" on {len(set(doc['hosts']))} host(s)"
+               if doc.get("hosts") and len(doc["hosts"]) == doc.get("ranks") else "")
             + f", {doc.get('backend') or doc['source']}"
             + (f" ({doc['library']})" if doc.get("library") else ""))
     lines = [head]
@@ -161,7 +162,7 @@ def summary_text(doc: dict[str, Any]) -> str:
             shown = "no value at any size"
         else:
             shown = f"worst {s['observed']:.6g} {s['unit'] if s['unit'] == 'ms' else ''}".rstrip()
-        bad = [format_size(r["bytes"]) for r in s["per_size"] if not r["pass"]]
+        bad = list(dict.fromkeys(format_size(r["bytes"]) for r in s["per_size"] if not r["pass"]))
         lines.append(f"SLO {s['expr']}: {verdict} ({shown})"
                      + (f" at {', '.join(bad)}" if bad else ""))
     return "\n".join(lines)
