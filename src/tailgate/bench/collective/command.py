@@ -195,7 +195,7 @@ def _report(args: argparse.Namespace, comm: Any, plan: Any, slos: list[Any],
     doc: dict[str, Any] = {
         "tailgate_collective": 1, "source": "tailgate", "collective": plan.collective,
         "backend": comm.backend, "library": comm.library, "ranks": comm.size,
-        "hosts": sorted({r.host for r in runs[0].ranks}) if runs else [],
+        "hosts": [r.host for r in sorted(runs[0].ranks, key=lambda r: r.rank)] if runs else [],
         "config": {"dtype": plan.dtype.name, "op": plan.op, "placement": plan.placement,
                    "iters": plan.iters, "warmup": plan.warmup, "gap_s": plan.gap_s,
                    "check": plan.check, "sizes": list(plan.sizes)},
