@@ -194,6 +194,12 @@ def test_cli_reads_a_file_gates_on_busbw_and_fails_on_wrong_results(tmp_path):
     assert doc["slo"][0]["pass"] and doc["slo"][0]["observed"] == 576.74
     assert "SLO busbw>=500: pass" in r.stdout
     assert doc["collective"] == "allreduce" and "read as allreduce" in r.stdout
+    page = tmp_path / "r.html"
+    r = cli("--nccl-tests", str(FIX / "variant-wrong.txt"), "--html", str(page))
+    assert r.returncode == 1
+    text = page.read_text()
+    assert text.startswith("<!doctype html>") and "<script" not in text
+    assert text.count("<tr class='bad'>") == 1 and "4096" in text
     r = cli("--nccl-tests", str(FIX / "all_reduce_perf-gb200-nvl72.txt"), "--slo", "busbw>=600")
     assert r.returncode == 1 and "SLO busbw>=600: FAIL" in r.stdout and "512MB" in r.stdout
     r = cli("--nccl-tests", str(FIX / "all_reduce_perf-gb200-nvl72.txt"), "--slo", "p999<1ms")

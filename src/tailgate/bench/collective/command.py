@@ -77,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="objective every size must meet: 'p999<200ms', 'p99<5ms', 'max<1s', "
                    "'busbw>=10' (GB/s), 'algbw>=5', 'wrong<=0' (repeatable; exit 1 if one fails)")
     g.add_argument("--json", metavar="FILE", help="write the result JSON to FILE ('-': stdout)")
+    g.add_argument("--html", metavar="FILE", help="write a self-contained HTML page")
     g.add_argument("--hdr", metavar="FILE",
                    help="write the per-iteration histograms as an HdrHistogram log, one tag "
                    "per size")
@@ -147,7 +148,7 @@ def _run(args: argparse.Namespace) -> int:
     problem = None
     if comm.rank == 0:
         try:
-            check_writable(args.json, args.hdr)
+            check_writable(args.json, args.hdr, args.html)
         except UsageError as exc:
             problem = str(exc)
     problem = comm.bcast(problem)
@@ -182,7 +183,14 @@ def _run(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace, comm: Any, plan: Any, slos: list[Any],
             runs: list[Any], clock: Any) -> int:
     from .analyze import analyze
-    from .report import evaluate_slos, exit_status, summary_text, warnings, write_hdr
+    from .report import (
+        evaluate_slos,
+        exit_status,
+        render_html,
+        summary_text,
+        warnings,
+        write_hdr,
+    )
 
     blocks, hists = [], []
     t_first = min(int(r.enter_ns.min()) for r in runs[0].ranks) if runs else 0
@@ -209,6 +217,8 @@ def _report(args: argparse.Namespace, comm: Any, plan: Any, slos: list[Any],
     doc["slo"] = evaluate_slos(slos, blocks)
     if args.json:
         write_output(args.json, json.dumps(doc, indent=2) + "\n")
+    if args.html:
+        write_output(args.html, render_html(doc))
     if args.hdr:
         epoch0 = time.time() - (time.monotonic_ns() - t_first) / 1e9
         with open(args.hdr, "w", encoding="ascii") as f:
@@ -220,7 +230,7 @@ def _report(args: argparse.Namespace, comm: Any, plan: Any, slos: list[Any],
 
 def _from_nccl_tests(args: argparse.Namespace) -> int:
     from .nccl_tests import NcclTestsError, parse
-    from .report import evaluate_slos, exit_status, parse_slo, summary_text
+    from .report import evaluate_slos, exit_status, parse_slo, render_html, summary_text
 
     try:
         slos = [parse_slo(e) for e in args.slo]
@@ -230,7 +240,7 @@ def _from_nccl_tests(args: argparse.Namespace) -> int:
         raise UsageError("--hdr needs measured iterations; nccl-tests output has only means")
     if args.ranks is not None and args.ranks < 1:
         raise UsageError("--ranks must be >= 1")
-    check_writable(args.json)
+    check_writable(args.json, args.html)
     try:
         if args.nccl_tests == "-":
             text = sys.stdin.read()
@@ -247,6 +257,8 @@ def _from_nccl_tests(args: argparse.Namespace) -> int:
     doc["slo"] = evaluate_slos(slos, doc["sizes"])
     if args.json:
         write_output(args.json, json.dumps(doc, indent=2) + "\n")
+    if args.html:
+        write_output(args.html, render_html(doc))
     stream = sys.stderr if args.json == "-" else sys.stdout
     print(summary_text(doc), file=stream)
     return exit_status(doc)

@@ -23,6 +23,7 @@ and with ``-I 1`` the per-iteration max and P99), never zero-filled.
 
 from __future__ import annotations
 
+import json
 from typing import IO, Any
 
 from ...hist import Histogram, encode
@@ -186,3 +187,41 @@ def write_hdr(out: IO[str], doc: dict[str, Any], hists: list[tuple[float, float,
     out.write('"StartTimestamp","Interval_Length","Interval_Max","Interval_Compressed_Histogram"\n')
     for block, (t0, length, h) in zip(doc["sizes"], hists, strict=True):
         out.write(f"Tag={block['bytes']}B,{t0:.3f},{length:.3f},{h.max / 1e6:.3f},{encode(h)}\n")
+
+
+def render_html(doc: dict[str, Any]) -> str:
+    """A self-contained page (no scripts, no external assets): the table, warnings, SLOs."""
+    import html
+
+    def cell(v: Any) -> str:
+        return html.escape("" if v is None else str(v))
+
+    cols = ("size", "placement", "p50 us", "p90 us", "p99 us", "p999 us", "max us", "mean us",
+            "algbw GB/s", "busbw GB/s", "wrong", "straggler")
+    rows = []
+    for b in doc["sizes"]:
+        lat = b.get("latency_ms") or {}
+        us = [f"{lat[k] * 1e3:.1f}" if lat.get(k) is not None else "-"
+              for k in ("p50", "p90", "p99", "p999", "max")]
+        st = b.get("straggler")
+        who = f"rank {st['rank']} ({st['share'] * 100:.0f}% of the tail)" if st else "-"
+        wrong = "n/a" if b.get("wrong") is None else b["wrong"]
+        bad = " class='bad'" if b.get("wrong") else ""
+        vals = (format_size(b["bytes"]), b.get("placement"), *us, f"{b['time_us']:.1f}",
+                f"{b['algbw_gbps']:.3f}", f"{b['busbw_gbps']:.3f}", wrong, who)
+        rows.append(f"<tr{bad}>" + "".join(f"<td>{cell(v)}</td>" for v in vals) + "</tr>")
+    notes = "".join(f"<li>warning: {cell(w)}</li>" for w in doc.get("warnings", []))
+    notes += "".join(
+        f"<li class='{'ok' if s['pass'] else 'bad'}'>SLO {cell(s['expr'])}: "
+        f"{'pass' if s['pass'] else 'FAIL'} (worst {cell(s['observed'])})</li>"
+        for s in doc.get("slo", []))
+    title = (f"tailgate bench {cell(doc['collective'])}: {cell(doc.get('ranks'))} ranks, "
+             f"{cell(doc.get('backend'))} ({cell(doc.get('library'))}), source "
+             f"{cell(doc['source'])}")
+    return ("<!doctype html><html><head><meta charset='utf-8'><title>" + title + "</title>"
+            "<style>body{font-family:sans-serif}table{border-collapse:collapse}"
+            "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}"
+            ".bad{color:#cf222e}.ok{color:#1a7f37}</style></head><body>"
+            f"<h1>{title}</h1><p>{cell(json.dumps(doc.get('config')))}</p><table><tr>"
+            + "".join(f"<th>{c}</th>" for c in cols) + "</tr>" + "".join(rows)
+            + f"</table><ul>{notes}</ul></body></html>\n")
