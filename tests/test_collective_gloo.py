@@ -81,3 +81,11 @@ def test_a_corrupted_contribution_fails_the_check(tmp_path):
     assert r.returncode != 0, r.stdout + r.stderr  # torchrun: a rank exited 1
     b = json.loads(out.read_text())["sizes"][0]
     assert b["wrong"] == 2 * 40 and [p["wrong"] for p in b["per_rank"]] == [40, 40]
+
+
+def test_a_run_past_its_timeout_ends_every_rank():
+    started = time.monotonic()
+    r = co.run("gloo", 2, "--sizes", "1KB", "--iters", "1000000", "--gap", "1ms",
+               "--timeout", "3s", "--quiet", timeout=90)
+    assert r.returncode != 0 and "passed --timeout 3s" in r.stderr, r.stderr
+    assert time.monotonic() - started < 60

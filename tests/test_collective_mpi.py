@@ -140,3 +140,12 @@ def test_nccl_without_a_gpu_says_so_and_exits_2():
     r = co.run("nccl", 1, "--sizes", "1KB", "--iters", "5")
     assert r.returncode != 0
     assert "--backend nccl needs an NVIDIA GPU" in r.stderr
+
+
+def test_a_run_past_its_timeout_ends_every_rank():
+    started = time.monotonic()
+    r = co.run("mpi", 2, "--sizes", "1KB", "--iters", "1000000", "--gap", "1ms",
+               "--timeout", "2s", "--quiet", timeout=60)
+    assert r.returncode == 124, r.stderr
+    assert "passed --timeout 2s" in r.stderr
+    assert time.monotonic() - started < 30

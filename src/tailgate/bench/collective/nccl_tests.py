@@ -88,7 +88,7 @@ def _columns(tokens: list[str]) -> tuple[list[str], list[list[str]], bool]:
     if not sides or "size" not in prefix:
         raise NcclTestsError(f"not an nccl-tests table header: {' '.join(tokens)!r}")
     unknown = [n for s in sides for n in s if n not in _SIDE_FIELDS]
-    unknown += [n for n in prefix if n not in _PREFIX_FIELDS | {"count"}]
+    unknown += [n for n in prefix if n not in _PREFIX_FIELDS]
     if unknown:
         raise NcclTestsError(f"unknown nccl-tests column(s) {unknown} in header "
                              f"{' '.join(tokens)!r}")
@@ -104,8 +104,6 @@ def _side(values: list[str], cols: list[str], line_no: int, time_scale: float) -
             out[name] = int(_num(text, line_no, "#wrong"))
         elif name == "time":
             out["time_us"] = _num(text, line_no, "time") * time_scale
-        elif name in ("i_min", "i_max", "i_p99"):
-            out[name] = _num(text, line_no, name)
         else:
             out[name] = _num(text, line_no, name)
     return out
