@@ -8,6 +8,8 @@ saying so.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -89,3 +91,12 @@ def test_a_run_past_its_timeout_ends_every_rank():
                "--timeout", "3s", "--quiet", timeout=90)
     assert r.returncode != 0 and "passed --timeout 3s" in r.stderr, r.stderr
     assert time.monotonic() - started < 60
+
+
+def test_nccl_without_a_gpu_says_so_and_exits_2():
+    # this machine has no GPU: said before anything else is asked of the launch
+    r = subprocess.run([sys.executable, "-m", "tailgate", "bench", "allreduce", "--backend",
+                        "nccl", "--sizes", "1KB"], capture_output=True, text=True, timeout=120,
+                       env=co.env())
+    assert r.returncode == 2, r.stderr
+    assert "--backend nccl needs an NVIDIA GPU: torch.cuda.is_available() is False" in r.stderr

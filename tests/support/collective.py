@@ -42,7 +42,7 @@ def missing() -> str | None:
     return None
 
 
-def _env() -> dict[str, str]:
+def env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = SRC + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.setdefault("OMP_NUM_THREADS", "1")  # torchrun would print a warning to set it
@@ -64,7 +64,7 @@ def command(backend: str, ranks: int, *args: str, script: str | None = None) -> 
 
 
 def launch(backend: str, ranks: int, *args: str, script: str | None = None) -> subprocess.Popen:
-    return subprocess.Popen(command(backend, ranks, *args, script=script), env=_env(),
+    return subprocess.Popen(command(backend, ranks, *args, script=script), env=env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
 
