@@ -19,6 +19,7 @@ from tailgate.bench.collective.spec import (
     parse_size,
     parse_sizes,
 )
+from tailgate.hist import decode
 
 
 def test_sizes_follow_nccl_tests_conventions():
@@ -97,6 +98,8 @@ def test_latency_is_the_slowest_rank_and_the_late_arrival_is_the_straggler():
         leave[r][50] = enter[2][50] + 10_000
     block, hist = analyze(_run(enter, leave))
     assert hist.total == 200 and block["iterations"] == 200
+    again = decode(block["histogram_ns"])
+    assert np.array_equal(again.counts, hist.counts)  # the JSON carries the exact histogram
     lat = block["latency_ms"]
     assert lat["max"] == pytest.approx(5.010) and lat["p50"] == pytest.approx(0.010, rel=1e-3)
     assert lat["p999"] == pytest.approx(5.010, rel=1e-3)  # 1 in 200: the P999

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from ...hist import Histogram, HistogramSpec
+from ...hist import Histogram, HistogramSpec, encode
 from ..result import summarize
 from .spec import algbw_gbps, bus_factor
 
@@ -139,6 +139,8 @@ def analyze(run: SizeRun, spec: HistogramSpec | None = None,
         "busbw_gbps": round(algbw * bus_factor(run.collective, n), 6),
         "wrong": None if any(w is None for w in wrongs) else int(sum(wrongs)),  # type: ignore[arg-type]
         "latency_ms": summarize(hist, NS_PER_MS),
+        # the histogram itself (HdrHistogram V2, ns): runs merge exactly, e.g. for a compare
+        "histogram_ns": encode(hist),
         "straggler": straggler,
         "per_rank": per_rank,
     }

@@ -9,6 +9,7 @@ measured it or it was read from nccl-tests output (:mod:`.nccl_tests`)::
                 "time_us", "algbw_gbps", "busbw_gbps", "wrong",
                 "latency_ms": {"p50", "p90", "p99", "p999", "p9999", "max", "mean",
                                "count", "samples_above", "clamped"},
+                "histogram_ns": "HISTFAAA..." (HdrHistogram V2, ns; measured runs only),
                 "straggler": {"rank", "host", "tail_iterations", "tail_ms", "share",
                               "delay_ms", "last_arrivals"},
                 "per_rank": [...]}],
