@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 # Debian packages: the tools tailgate reads from and the real servers/peers the tests use.
 APT_RUN  := ethtool iproute2 bpftrace
 APT_TEST := $(APT_RUN) nginx-light wrk prometheus-node-exporter gcc g++ cmake libc6-dev liburing-dev \
-            numactl prometheus chromium
+            numactl prometheus chromium openmpi-bin libopenmpi-dev
 
 .PHONY: run test venv venv-test apt-run apt-test tracefs lint bench clean
 

@@ -35,6 +35,8 @@ TEST_NEEDS = {
     "numactl": "the live l2.numa.affinity tests (tests/test_numa_live.py)",
     "prometheus": "promtool and the real Prometheus of tests/test_fleet_prometheus.py",
     "chromium": "the headless browser of tests/test_html_browser.py",
+    "openmpi-bin": "mpirun for tailgate bench allreduce --backend mpi",
+    "libopenmpi-dev": "mpicc and the headers mpi4py builds against",
 }
 
 

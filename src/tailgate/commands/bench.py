@@ -27,7 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "  tailgate bench tcp://127.0.0.1:6379 --payload 'PING\\r\\n' --delimiter '\\r\\n' "
         "--rate 5000 --duration 10s\n"
         "  tailgate bench openai+http://127.0.0.1:8000/v1 --model M --api chat --rate 2 "
-        "--duration 60s --slo 'ttft_p99<2s' --slo 'itl_p99<50ms'",
+        "--duration 60s --slo 'ttft_p99<2s' --slo 'itl_p99<50ms'\n"
+        "  mpirun -np 4 tailgate bench allreduce --backend mpi --sizes 8B..1MB  "
+        "(collectives: tailgate bench allreduce --help)",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("target", metavar="TARGET", help="http://host:port/path, tcp://host:port, "
                    "or an OpenAI-compatible LLM server: openai+http://host:port/v1")
