@@ -25,7 +25,8 @@ import threading
 import time
 from typing import Any
 
-from ...cli import UsageError, check_writable, write_output
+from ...commands.options import check_writable, write_output
+from ...errors import UsageError
 from .backends import BACKENDS
 from .spec import DTYPES, OPS
 
