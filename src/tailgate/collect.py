@@ -41,6 +41,7 @@ SOURCE_MODULES = (
     "tailgate.sources.ptp",
     "tailgate.sources.qdisc",
     "tailgate.sources.probes",
+    "tailgate.sources.dpdk",
     # helpers add their source modules here (one line each)
 )
 
