@@ -33,6 +33,7 @@ import os
 import re
 import socket
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ..collect import Target, collector
@@ -91,6 +92,9 @@ class Telemetry:
             return json.loads(data)
         except ValueError as exc:
             raise ParseError(f"{self.path}: reply to {what} is not JSON: {data[:80]!r}") from exc
+
+    def clock(self) -> float:
+        return time.monotonic()
 
     def query(self, command: str) -> Any:
         """Send ``/cmd[,param]`` and return the reply's data (``None``: not offered)."""
@@ -368,14 +372,16 @@ def _try(tel: Telemetry, command: str, parse, missing: dict[str, str]) -> Any:
         return None
 
 
-def read_process(path: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[str, Any]:
+def read_process(path: str, timeout_s: float = DEFAULT_TIMEOUT_S,
+                 client: Callable[[str, float], Telemetry] = Telemetry) -> dict[str, Any]:
     """Everything tailgate reads from one DPDK process, as one JSON-able sample.
 
     Raises SourceError when the socket cannot be read at all, or the process exits
-    mid-read (a half sample must not be judged as a whole one).
+    mid-read (a half sample must not be judged as a whole one). ``client`` stands in
+    for the socket when captured replies are replayed (tests, fixtures).
     """
     missing: dict[str, str] = {}
-    with Telemetry(path, timeout_s) as tel:
+    with client(path, timeout_s) as tel:
         hello = tel.hello
         offered = tel.query("/")
         commands = set(offered) if isinstance(offered, list) else set()
@@ -393,12 +399,12 @@ def read_process(path: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[str, A
 
         for port in parse_port_list(tel.query("/ethdev/list")):
             entry: dict[str, Any] = {}
-            t0 = time.monotonic()
+            t0 = tel.clock()
             stats = tel.query(f"/ethdev/stats,{port}")
             xstats = tel.query(f"/ethdev/xstats,{port}")
             # The counters' own clock: rates divide by the time between two reads of them,
             # not by the interval of the whole inspection (other sources take time too).
-            entry["t"] = (t0 + time.monotonic()) / 2
+            entry["t"] = (t0 + tel.clock()) / 2
             if stats is None:
                 # The port went away between /ethdev/list and now (hot-unplug).
                 missing[f"/ethdev/stats,{port}"] = f"port {port}: no statistics (removed?)"

@@ -1,0 +1,124 @@
+"""The DPDK scenarios the tests (and the fixture capture) run against a real testpmd.
+
+Each scenario makes its own network namespace (removed afterwards), starts testpmd on a
+port there, and drives traffic into that port from the kernel side with a bounded UDP
+sender, so nothing leaves the namespace. ``sample_pair`` takes tailgate's two samples of
+the process while the sender runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from tailgate.collect import Target, collectors, run_collector
+from tailgate.host import Host
+from tailgate.model import Snapshot
+
+from .testpmd import Testpmd, netns_sh
+
+SENDER = r"""
+import socket, sys, time
+dst, seconds, count, flows = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+payload = b"x" * 18
+print("start", flush=True)
+deadline = time.monotonic() + seconds
+sent = 0
+while sent < count and time.monotonic() < deadline:
+    for i in range(256):
+        s.sendto(payload, (dst, 20000 + (sent + i) % flows))
+    sent += 256
+print(sent, flush=True)
+"""
+
+PEER = "10.77.0.2"  # a static neighbour: frames go out the port, nobody needs to answer
+
+
+@contextlib.contextmanager
+def netns() -> Iterator[str]:
+    name = f"tg-dpdk-{uuid.uuid4().hex[:6]}"
+    subprocess.run(["ip", "netns", "add", name], check=True, timeout=30)
+    try:
+        netns_sh(name, "ip", "link", "set", "lo", "up")
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=False, timeout=30)
+
+
+def _address(ns: str, dev: str) -> None:
+    netns_sh(ns, "ip", "link", "set", dev, "up")
+    netns_sh(ns, "ip", "addr", "add", "10.77.0.1/24", "dev", dev)
+    netns_sh(ns, "ip", "neigh", "replace", PEER, "lladdr", "02:00:00:00:00:02", "dev", dev)
+
+
+@contextlib.contextmanager
+def tap_port(ns: str, app: list[str], *, mbufs: int = 8192,
+             interactive: bool = False) -> Iterator[Testpmd]:
+    """testpmd on a tap port created inside ``ns`` (the kernel side is dtg0)."""
+    with Testpmd(["--vdev", "net_tap0,iface=dtg0"], app, netns=ns, mbufs=mbufs,
+                 interactive=interactive) as pmd:
+        _address(ns, "dtg0")
+        yield pmd
+
+
+@contextlib.contextmanager
+def pcap_port(ns: str, app: list[str]) -> Iterator[Testpmd]:
+    """testpmd capturing a veth end (vtg0) through libpcap; the kernel sends on vtg1."""
+    netns_sh(ns, "ip", "link", "add", "vtg0", "type", "veth", "peer", "name", "vtg1")
+    netns_sh(ns, "ip", "link", "set", "vtg0", "up")
+    _address(ns, "vtg1")
+    with Testpmd(["--vdev", "net_pcap0,iface=vtg0"], app, netns=ns) as pmd:
+        yield pmd
+
+
+@contextlib.contextmanager
+def traffic(ns: str, *, seconds: float, count: int, flows: int) -> Iterator[subprocess.Popen]:
+    """A bounded UDP sender in ``ns``: at most ``count`` packets and ``seconds``."""
+    proc = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-c", SENDER, PEER,
+                             str(seconds), str(count), str(flows)],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "start"
+        yield proc
+    finally:
+        try:
+            proc.wait(timeout=seconds + 10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def sample_pair(prefix: str, interval_s: float) -> Snapshot:
+    """tailgate's two samples of one DPDK process, ``interval_s`` apart (the dpdk collector
+    alone, as collect() runs it)."""
+    c = collectors()["dpdk"]
+    host, target = Host("/"), Target(options={"dpdk": [prefix]})
+    before = run_collector(c, host, target)
+    t0 = time.monotonic()
+    time.sleep(interval_s)
+    facts = run_collector(c, host, target)
+    return Snapshot(host={"hostname": "test"}, target=target.to_json(),
+                    interval_s=time.monotonic() - t0, taken_at=time.time(), facts=facts,
+                    before=before)
+
+
+def sample_value(snap: Snapshot, prefix: str) -> dict[str, Any]:
+    fact = snap.fact(f"dpdk.{prefix}")
+    assert fact.ok, fact.missing
+    return fact.value
+
+
+# testpmd arguments of each scenario.
+# Too few mbufs: the tap's Rx ring alone takes 1024 of the 1025, so refills fail.
+EXHAUST_APP = ["--forward-mode=rxonly", "--rxq=1", "--txq=1", "--rxd=1024", "--mbcache=0"]
+EXHAUST_MBUFS = 1025
+# More than one core can take: testpmd's noisy mode does 20000 random reads per packet.
+OVERFLOW_APP = ["--forward-mode=noisy", "--noisy-lkup-memory=16", "--noisy-lkup-num-reads=20000"]
+# Two Rx queues; the tun driver picks the queue by flow hash.
+SPREAD_APP = ["--forward-mode=rxonly", "--rxq=2", "--txq=2"]
