@@ -27,6 +27,7 @@ RUN_DIR = Path("/var/run/dpdk")
 
 
 class Testpmd:
+    __test__ = False  # not a test class, whatever pytest guesses from the name
     def __init__(self, eal: list[str], app: list[str], *, netns: str | None = None,
                  lcores: str = "0@0,1@1", interactive: bool = False, mbufs: int = 8192):
         if shutil.which(TESTPMD) is None:

@@ -1,0 +1,143 @@
+"""DPDK checks against a real testpmd (Debian dpdk-dev): one scenario per check, each failing
+only its own check, the packet rate against testpmd's own statistics, and the telemetry
+socket's failure modes. Root is needed (network namespaces, /var/run/dpdk); a missing
+testpmd fails with the reason. testpmd busy-polls one core (CPU 1) for a few seconds per test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from support import dpdk_scenarios as sc
+from support.testpmd import Testpmd
+from tailgate.baseline import default_baseline
+from tailgate.judge import checks, run_check
+from tailgate.model import SourceError
+from tailgate.sources.dpdk import Telemetry
+
+DPDK_IDS = ("l3.dpdk.rx_overflow", "l3.dpdk.mbuf_exhaustion", "l3.dpdk.queue_spread",
+            "l3.dpdk.tx_queue_per_lcore", "l3.dpdk.packet_rate")
+INTERVAL_S = 1.0
+
+@pytest.fixture(autouse=True)
+def _root():
+    assert os.geteuid() == 0, "DPDK tests need root (network namespaces, /var/run/dpdk)"
+
+
+def statuses(snap) -> dict[str, tuple[str, object, str]]:
+    out = {}
+    for cid in DPDK_IDS:
+        (f,) = run_check(cid, checks()[cid], snap, default_baseline().get(cid))
+        out[cid] = (f.status, f.observed, f.reason, f)
+    return out
+
+
+def only_failing(found: dict) -> set[str]:
+    return {cid for cid, v in found.items() if v[0] == "fail"}
+
+
+def test_too_small_mempool_fails_buffer_exhaustion_only():
+    with sc.netns() as ns, sc.tap_port(ns, sc.EXHAUST_APP, mbufs=sc.EXHAUST_MBUFS) as pmd, \
+            sc.traffic(ns, seconds=3, count=1_000_000, flows=64):
+        snap = sc.sample_pair(pmd.prefix, INTERVAL_S)
+    found = statuses(snap)
+    assert only_failing(found) == {"l3.dpdk.mbuf_exhaustion"}, found
+    f = found["l3.dpdk.mbuf_exhaustion"][3]
+    assert f.observed > 0 and f.evidence["mempools"]["mb_pool_0"]["size"] == sc.EXHAUST_MBUFS
+
+
+def test_overloaded_core_fails_ring_overflow_only():
+    with sc.netns() as ns, sc.pcap_port(ns, sc.OVERFLOW_APP) as pmd, \
+            sc.traffic(ns, seconds=3, count=1_000_000, flows=64):
+        snap = sc.sample_pair(pmd.prefix, INTERVAL_S)
+    found = statuses(snap)
+    assert only_failing(found) == {"l3.dpdk.rx_overflow"}, found
+    f = found["l3.dpdk.rx_overflow"][3]
+    # imissed is what the kernel dropped on the full capture ring; far more than was taken in.
+    assert f.observed > f.evidence["rx_packets"] > 0
+    # per queue from xstats, read just after stats: the same packets within a burst or two
+    (per_q,) = f.evidence["rx_packets_per_queue"]
+    assert per_q == pytest.approx(f.evidence["rx_packets"], abs=256)
+
+
+def test_one_flow_on_two_queues_fails_spread_only():
+    with sc.netns() as ns, sc.tap_port(ns, sc.SPREAD_APP) as pmd, \
+            sc.traffic(ns, seconds=3, count=1_000_000, flows=1):
+        snap = sc.sample_pair(pmd.prefix, INTERVAL_S)
+    found = statuses(snap)
+    assert only_failing(found) == {"l3.dpdk.queue_spread"}, found
+    f = found["l3.dpdk.queue_spread"][3]
+    assert f.observed > 1.9 and min(f.evidence["share_per_queue"]) < 0.05
+
+
+def test_clean_run_passes_through_inspect_cli_with_process_in_subject():
+    with sc.netns() as ns, sc.tap_port(ns, sc.SPREAD_APP) as pmd, \
+            sc.traffic(ns, seconds=4, count=2_000_000, flows=256):
+        out = subprocess.run([sys.executable, "-m", "tailgate", "inspect", "--dpdk", pmd.prefix,
+                              "--interval", str(INTERVAL_S), "--no-history", "--json", "-"],
+                             capture_output=True, text=True, timeout=120, check=False)
+        pid = pmd.proc.pid
+    assert out.returncode in (0, 1), out.stderr
+    findings = [f for f in json.loads(out.stdout)["findings"] if f["id"] in DPDK_IDS]
+    assert {f["id"]: f["status"] for f in findings} == dict.fromkeys(DPDK_IDS, "pass"), findings
+    for f in findings:
+        assert f["subject"].startswith(f"dpdk {pmd.prefix} pid ") and "port 0 net_tap0" in f["subject"]
+        # ip netns exec execs testpmd: the pid tailgate reports is the one the test started
+        assert f" pid {pid} " in f["subject"]
+    spread = next(f for f in findings if f["id"] == "l3.dpdk.queue_spread")
+    assert len(spread["evidence"]["rx_packets_per_queue"]) == 2 and spread["observed"] < 1.5
+
+
+def _pps(text: str) -> tuple[int, int]:
+    rx = re.search(r"Rx-pps:\s+(\d+)", text)
+    tx = re.search(r"Tx-pps:\s+(\d+)", text)
+    assert rx and tx, text
+    return int(rx.group(1)), int(tx.group(1))
+
+
+def test_packet_rate_equals_testpmds_own_statistics_within_one_percent():
+    with Testpmd(["--vdev", "net_null0"], ["--forward-mode=io"], interactive=True) as pmd:
+        pmd.command("show port stats 0", "Tx-pps")  # testpmd's rate counts from here
+        snap = sc.sample_pair(pmd.prefix, 2.0)
+        rx_pps, tx_pps = _pps(pmd.command("show port stats 0", "Tx-pps"))
+    (f,) = run_check("l3.dpdk.packet_rate", checks()["l3.dpdk.packet_rate"], snap, {})
+    assert f.status == "pass" and rx_pps > 1_000_000
+    assert f.evidence["rx_mpps"] * 1e6 == pytest.approx(rx_pps, rel=0.01)
+    assert f.evidence["tx_mpps"] * 1e6 == pytest.approx(tx_pps, rel=0.01)
+
+
+def test_named_prefix_without_process_is_unknown_with_reason():
+    out = subprocess.run([sys.executable, "-m", "tailgate", "inspect", "--dpdk", "tg-no-such-prefix",
+                          "--interval", "0", "--no-history", "--json", "-"],
+                         capture_output=True, text=True, timeout=120, check=False)
+    findings = [f for f in json.loads(out.stdout)["findings"] if f["id"] in DPDK_IDS]
+    assert findings and all(f["status"] == "unknown" for f in findings)
+    assert all("tg-no-such-prefix" in f["reason"] and "no runtime directory" in f["reason"]
+               for f in findings)
+
+
+def test_exited_process_leaves_a_stale_directory_that_is_unknown_not_pass():
+    pmd = Testpmd(["--vdev", "net_null0"], ["--forward-mode=io"])
+    with pmd:
+        tel = Telemetry(pmd.socket)
+        tel.query("/ethdev/list")
+        pmd.proc.kill()  # exits mid-conversation, as a crashing data plane would
+        pmd.proc.wait()
+        with pytest.raises(SourceError, match="closed|exited"):
+            for _ in range(3):
+                tel.query("/ethdev/stats,0")
+        tel.close()
+        # The runtime directory stays behind; named, it is unknown with the reason.
+        os.makedirs(os.path.dirname(pmd.socket), exist_ok=True)
+        snap_cli = subprocess.run([sys.executable, "-m", "tailgate", "inspect", "--dpdk", pmd.prefix,
+                                   "--interval", "0", "--no-history", "--json", "-"],
+                                  capture_output=True, text=True, timeout=120, check=False)
+    findings = [f for f in json.loads(snap_cli.stdout)["findings"] if f["id"] in DPDK_IDS]
+    assert findings and all(f["status"] == "unknown" for f in findings), findings
+    assert all(re.search(r"no dpdk_telemetry\.v2|refused", f["reason"]) for f in findings)
