@@ -234,7 +234,11 @@ def queue_spread(snap: Snapshot, p: dict) -> list[Result]:
 def forwarding_lcores(proc: dict[str, Any]) -> tuple[int, str]:
     """How many lcores forward, and from what it was read."""
     params = proc.get("eal_params") or []
-    eal = parse_eal_lcores(params) if params else {}
+    try:
+        eal = parse_eal_lcores(params) if params else {}
+        nb = testpmd_forwarding_cores(proc.get("app_params") or [])
+    except ValueError as exc:
+        raise Unknown(f"cannot read the lcores from /eal/params {params}: {exc}") from exc
     lcores = proc.get("lcores")
     if lcores:
         rte = sorted(int(k) for k, v in lcores.items() if v.get("role") == "RTE")
@@ -248,7 +252,6 @@ def forwarding_lcores(proc: dict[str, Any]) -> tuple[int, str]:
         raise Unknown("the lcores are not reported (no /eal/lcore/list, and /eal/params has "
                       "no -l, -c or --lcores: EAL then uses every CPU)")
     count = max(1, len(workers))  # a main-only application forwards on the main lcore
-    nb = testpmd_forwarding_cores(proc.get("app_params") or [])
     if nb is not None and nb < count:
         count = nb
         source += f"; testpmd --nb-cores={nb}"

@@ -12,13 +12,14 @@ reply shapes differ between releases, and the parsers here accept all of them
 (from DPDK's ``lib/ethdev/rte_ethdev_telemetry.c``, ``lib/mempool/rte_mempool.c``,
 ``lib/ring/rte_ring.c``, ``lib/eal/common/eal_common_lcore.c`` per LTS tag):
 
-* 20.11: no ``/ethdev/info``; stats and xstats as integers.
-* 21.11, 22.11: ``/ethdev/info`` with integer offload masks and ``rx_mbuf_alloc_fail``
-  (21.11 only); no ``/eal/lcore/*`` nor ``/ring/*``; ``/mempool/info`` has no fill count.
-* 23.11, 24.11: ``dev_flags``/``ethdev_rss_hf`` as ``"0x.."`` strings, offloads as
-  lists of names; ``/mempool/info`` adds ``common_pool_count`` and ``total_cache_count``
-  (the free objects); ``/eal/lcore/list``, ``/eal/lcore/info`` (role, cpuset) and
-  ``/ring/list``, ``/ring/info`` (size, used_count) exist.
+* 20.11: ``/ethdev/{list,stats,xstats,link_status}`` and ``/eal/params`` only: no
+  ``/ethdev/info``, no ``/mempool/*``.
+* 21.11, 22.11: ``/ethdev/info`` with integer offload masks (``rx_mbuf_alloc_fail`` in
+  21.11 only) and ``/mempool/{list,info}`` without a fill count; no ``/eal/lcore/*``.
+* 23.11: ``/eal/lcore/list`` and ``/eal/lcore/info`` (role, cpuset, busy cycles);
+  ``dev_flags``/``ethdev_rss_hf`` as ``"0x.."`` strings, offloads as lists of names;
+  ``/mempool/info`` adds ``common_pool_count`` and ``total_cache_count`` (the free objects).
+* 24.11: ``/ring/list`` and ``/ring/info`` (size, capacity, used_count) as well.
 
 A command the process does not offer answers ``null``; it is recorded as absent with
 the reason, never as zero. The client (``Telemetry``) alone touches the socket; the
@@ -372,6 +373,13 @@ def _try(tel: Telemetry, command: str, parse, missing: dict[str, str]) -> Any:
         return None
 
 
+def _list(data: Any) -> list[Any]:
+    """A list reply's items that can name a thing (a ring, a pool, an lcore)."""
+    if not isinstance(data, list):
+        return []
+    return [x for x in data if isinstance(x, (str, int)) and not isinstance(x, bool)]
+
+
 def read_process(path: str, timeout_s: float = DEFAULT_TIMEOUT_S,
                  client: Callable[[str, float], Telemetry] = Telemetry) -> dict[str, Any]:
     """Everything tailgate reads from one DPDK process, as one JSON-able sample.
@@ -384,7 +392,7 @@ def read_process(path: str, timeout_s: float = DEFAULT_TIMEOUT_S,
     with client(path, timeout_s) as tel:
         hello = tel.hello
         offered = tel.query("/")
-        commands = set(offered) if isinstance(offered, list) else set()
+        commands = {c for c in _list(offered) if isinstance(c, str)}
         sample: dict[str, Any] = {
             "pid": as_int(hello.get("pid")),
             "version": str(hello.get("version", "")),
@@ -414,39 +422,41 @@ def read_process(path: str, timeout_s: float = DEFAULT_TIMEOUT_S,
             if "/ethdev/info" in commands:
                 entry["info"] = _try(tel, f"/ethdev/info,{port}", parse_info, missing)
             else:
-                missing[f"/ethdev/info,{port}"] = "/ethdev/info: not offered (DPDK < 21.11)"
+                missing[f"/ethdev/info,{port}"] = "/ethdev/info: not offered (before DPDK 21.11)"
             entry["link"] = _try(tel, f"/ethdev/link_status,{port}", parse_link, missing)
             sample["ports"][str(port)] = entry
 
         pools: dict[str, Any] = {}
         names = tel.query("/mempool/list") if "/mempool/list" in commands else None
-        for name in names if isinstance(names, list) else []:
+        for name in _list(names):
             info = _try(tel, f"/mempool/info,{name}", parse_mempool, missing)
             if info is not None:
                 pools[str(name)] = info
-        sample["mempools"] = pools if names is not None else None
+        sample["mempools"] = pools if isinstance(names, list) else None
+        if names is None:
+            missing["/mempool/list"] = "/mempool/list: not offered (before DPDK 21.05)"
 
         if "/eal/lcore/list" in commands:
             lcores: dict[str, Any] = {}
-            for lc in tel.query("/eal/lcore/list") or []:
+            for lc in _list(tel.query("/eal/lcore/list")):
                 info = _try(tel, f"/eal/lcore/info,{lc}", parse_lcore, missing)
                 if info is not None:
                     lcores[str(lc)] = info
             sample["lcores"] = lcores
         else:
             sample["lcores"] = None
-            missing["/eal/lcore/list"] = "/eal/lcore/list: not offered (DPDK < 23.03)"
+            missing["/eal/lcore/list"] = "/eal/lcore/list: not offered (before DPDK 23.03)"
 
         if "/ring/list" in commands:
             rings: dict[str, Any] = {}
-            for name in tel.query("/ring/list") or []:
+            for name in _list(tel.query("/ring/list")):
                 info = _try(tel, f"/ring/info,{name}", parse_ring, missing)
                 if info is not None:
                     rings[str(name)] = info
             sample["rings"] = rings
         else:
             sample["rings"] = None
-            missing["/ring/list"] = "/ring/list: not offered (DPDK < 23.07)"
+            missing["/ring/list"] = "/ring/list: not offered (before DPDK 24.03)"
     sample["missing"] = missing
     return sample
 
