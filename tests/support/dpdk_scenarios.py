@@ -25,12 +25,17 @@ from .testpmd import Testpmd, netns_sh
 SENDER = r"""
 import socket, sys, time
 dst, seconds, count, flows = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+rate = float(sys.argv[5])  # packets per second, 0: as fast as it can
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 payload = b"x" * 18
 print("start", flush=True)
-deadline = time.monotonic() + seconds
+start = time.monotonic()
+deadline = start + seconds
 sent = 0
 while sent < count and time.monotonic() < deadline:
+    if rate and sent > rate * (time.monotonic() - start):
+        time.sleep(256 / rate)
+        continue
     for i in range(256):
         try:
             s.sendto(payload, (dst, 20000 + (sent + i) % flows))
@@ -71,20 +76,24 @@ def tap_port(ns: str, app: list[str], *, mbufs: int = 8192,
 
 
 @contextlib.contextmanager
-def pcap_port(ns: str, app: list[str]) -> Iterator[Testpmd]:
+def pcap_port(ns: str, app: list[str], *, mbufs: int = 8192) -> Iterator[Testpmd]:
     """testpmd capturing a veth end (vtg0) through libpcap; the kernel sends on vtg1."""
     netns_sh(ns, "ip", "link", "add", "vtg0", "type", "veth", "peer", "name", "vtg1")
     netns_sh(ns, "ip", "link", "set", "vtg0", "up")
     _address(ns, "vtg1")
-    with Testpmd(["--vdev", "net_pcap0,iface=vtg0"], app, netns=ns) as pmd:
+    # rx_iface_in: capture only what arrives, or testpmd would read back what it sends itself
+    with Testpmd(["--vdev", "net_pcap0,rx_iface_in=vtg0,tx_iface=vtg0"], app, netns=ns,
+                 mbufs=mbufs) as pmd:
         yield pmd
 
 
 @contextlib.contextmanager
-def traffic(ns: str, *, seconds: float, count: int, flows: int) -> Iterator[subprocess.Popen]:
-    """A bounded UDP sender in ``ns``: at most ``count`` packets and ``seconds``."""
+def traffic(ns: str, *, seconds: float, count: int, flows: int,
+            rate: float = 0) -> Iterator[subprocess.Popen]:
+    """A bounded UDP sender in ``ns``: at most ``count`` packets and ``seconds``, paced to
+    ``rate`` packets per second when given."""
     proc = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-c", SENDER, PEER,
-                             str(seconds), str(count), str(flows)],
+                             str(seconds), str(count), str(flows), str(rate)],
                             stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "start"
@@ -118,12 +127,17 @@ def sample_value(snap: Snapshot, prefix: str) -> dict[str, Any]:
 
 
 # testpmd arguments of each scenario.
-# Too few mbufs: the tap's Rx ring alone takes 1024 of the 1025, so once a backlog builds
-# (the core is slowed by noisy lookups) the refill of every packet after the first fails.
-EXHAUST_APP = ["--forward-mode=noisy", "--noisy-lkup-memory=16", "--noisy-lkup-num-reads=2000",
-               "--rxq=1", "--txq=1", "--rxd=1024", "--mbcache=0"]
-EXHAUST_MBUFS = 1025
+# Too few mbufs for the packets held in flight: testpmd's noisy mode parks every packet in
+# a 2048-entry software FIFO that is never flushed, so the 1100 mbufs run out and each
+# packet after that fails its allocation (pcap allocates one mbuf per received packet).
+EXHAUST_APP = ["--forward-mode=noisy", "--noisy-tx-sw-buffer-size=2048",
+               "--noisy-tx-sw-buffer-flushtime=0", "--mbcache=0"]
+EXHAUST_MBUFS = 1100
+EXHAUST_RATE = 3_000  # paced, so the capture ring never overflows even on a busy machine
 # More than one core can take: testpmd's noisy mode does 20000 random reads per packet.
 OVERFLOW_APP = ["--forward-mode=noisy", "--noisy-lkup-memory=16", "--noisy-lkup-num-reads=20000"]
 # Two Rx queues; the tun driver picks the queue by flow hash.
 SPREAD_APP = ["--forward-mode=rxonly", "--rxq=2", "--txq=2"]
+# A clean data plane: io forwarding on one pcap port at a rate it takes easily.
+CLEAN_APP = ["--forward-mode=io"]
+CLEAN_RATE = 2_000  # low enough that a forwarding core starved by a busy host keeps up
