@@ -19,6 +19,7 @@ from typing import Any
 from tailgate.collect import Target, collectors, run_collector
 from tailgate.host import Host
 from tailgate.model import Snapshot
+from tailgate.sources.dpdk import read_process
 
 from .testpmd import Testpmd, netns_sh
 
@@ -26,6 +27,7 @@ SENDER = r"""
 import socket, sys, time
 dst, seconds, count, flows = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 rate = float(sys.argv[5])  # packets per second, 0: as fast as it can
+burst = int(sys.argv[6])  # sent unpaced first
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 payload = b"x" * 18
 print("start", flush=True)
@@ -33,7 +35,7 @@ start = time.monotonic()
 deadline = start + seconds
 sent = 0
 while sent < count and time.monotonic() < deadline:
-    if rate and sent > rate * (time.monotonic() - start):
+    if rate and sent > burst and sent - burst > rate * (time.monotonic() - start):
         time.sleep(256 / rate)
         continue
     for i in range(256):
@@ -89,11 +91,11 @@ def pcap_port(ns: str, app: list[str], *, mbufs: int = 8192) -> Iterator[Testpmd
 
 @contextlib.contextmanager
 def traffic(ns: str, *, seconds: float, count: int, flows: int,
-            rate: float = 0) -> Iterator[subprocess.Popen]:
+            rate: float = 0, burst: int = 0) -> Iterator[subprocess.Popen]:
     """A bounded UDP sender in ``ns``: at most ``count`` packets and ``seconds``, paced to
-    ``rate`` packets per second when given."""
+    ``rate`` packets per second when given, after an unpaced ``burst``."""
     proc = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-c", SENDER, PEER,
-                             str(seconds), str(count), str(flows), str(rate)],
+                             str(seconds), str(count), str(flows), str(rate), str(burst)],
                             stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "start"
@@ -120,6 +122,16 @@ def sample_pair(prefix: str, interval_s: float) -> Snapshot:
                     before=before)
 
 
+def wait_until(sock: str, predicate, limit_s: float) -> None:
+    """Poll port 0's telemetry until ``predicate(port)`` holds (bounded by ``limit_s``)."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if predicate(read_process(sock)["ports"]["0"]):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"condition not reached in {limit_s:g} s")
+
+
 def sample_value(snap: Snapshot, prefix: str) -> dict[str, Any]:
     fact = snap.fact(f"dpdk.{prefix}")
     assert fact.ok, fact.missing
@@ -133,11 +145,11 @@ def sample_value(snap: Snapshot, prefix: str) -> dict[str, Any]:
 EXHAUST_APP = ["--forward-mode=noisy", "--noisy-tx-sw-buffer-size=2048",
                "--noisy-tx-sw-buffer-flushtime=0", "--mbcache=0"]
 EXHAUST_MBUFS = 1100
-EXHAUST_RATE = 3_000  # paced, so the capture ring never overflows even on a busy machine
+EXHAUST_RATE = 300  # paced: a starved forwarding core on a busy host must not overflow the capture ring
 # More than one core can take: testpmd's noisy mode does 20000 random reads per packet.
 OVERFLOW_APP = ["--forward-mode=noisy", "--noisy-lkup-memory=16", "--noisy-lkup-num-reads=20000"]
 # Two Rx queues; the tun driver picks the queue by flow hash.
 SPREAD_APP = ["--forward-mode=rxonly", "--rxq=2", "--txq=2"]
 # A clean data plane: io forwarding on one pcap port at a rate it takes easily.
 CLEAN_APP = ["--forward-mode=io"]
-CLEAN_RATE = 2_000  # low enough that a forwarding core starved by a busy host keeps up
+CLEAN_RATE = 300  # the libpcap ring holds ~128 packets (16 KiB blocks): idle enough for a starved core
