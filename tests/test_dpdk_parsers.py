@@ -287,3 +287,41 @@ def test_fuzzed_replies_give_a_sample_or_a_reason_and_checks_never_crash(data):
     before = replay(BASE["samples"][0])
     for cid, f in judge_all(snapshot(before, after)).items():
         assert not f.reason.startswith("internal error"), (cid, f.reason)
+
+
+# -- discovery: runtime directories under XDG_RUNTIME_DIR, stale ones, refusing sockets -----------
+
+def test_xdg_runtime_dir_socket_that_refuses_is_unknown_and_stale_dirs_are_named(tmp_path, monkeypatch):
+    import socket
+
+    from tailgate.collect import Target, collectors, run_collector
+    from tailgate.host import Host
+
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    live = tmp_path / "dpdk" / "tg-refusing"
+    live.mkdir(parents=True)
+    (tmp_path / "dpdk" / "tg-stale").mkdir()
+    # a real SEQPACKET socket bound and never listened on: what an exited process leaves
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.bind(str(live / "dpdk_telemetry.v2"))
+    try:
+        c = collectors()["dpdk"]
+        auto = run_collector(c, Host("/"), Target())
+        assert "tg-refusing" in auto["dpdk"].value and "tg-stale" not in auto["dpdk"].value
+        assert "refused" in auto["dpdk.tg-refusing"].missing
+        named = run_collector(c, Host("/"), Target(options={"dpdk": ["tg-stale", "tg-none"]}))
+        assert "no dpdk_telemetry.v2" in named["dpdk.tg-stale"].missing
+        assert "no runtime directory" in named["dpdk.tg-none"].missing
+        assert sorted(named["dpdk"].value) == ["tg-none", "tg-stale"]
+    finally:
+        s.close()
+
+
+def test_invalid_dpdk_prefix_is_a_usage_error():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "tailgate", "inspect", "--dpdk", "../etc",
+                          "--interval", "0", "--no-history"], capture_output=True, text=True,
+                         timeout=60, check=False)
+    assert out.returncode == 2 and "invalid DPDK file prefix" in out.stderr
