@@ -21,6 +21,8 @@ reply shapes differ between releases, and the parsers here accept all of them
   ``/mempool/info`` adds ``common_pool_count`` and ``total_cache_count`` (the free objects).
 * 24.11: ``/ring/list`` and ``/ring/info`` (size, capacity, used_count) as well.
 
+``/ethdev/module_eeprom`` (22.07+) is read and kept for the optics; no check judges it yet.
+
 A command the process does not offer answers ``null``; it is recorded as absent with
 the reason, never as zero. The client (``Telemetry``) alone touches the socket; the
 ``parse_*`` functions are pure, so captured replies test them.
@@ -221,6 +223,14 @@ def parse_link(data: Any) -> dict[str, Any]:
     if isinstance(data.get("duplex"), str):
         out["duplex"] = data["duplex"]
     return out
+
+
+def parse_module_eeprom(data: Any) -> dict[str, str] | None:
+    """``/ethdev/module_eeprom`` (22.07+): the SFF-8079/8472/8636 fields DPDK decodes, named
+    as ``ethtool -m`` prints them; kept as text. ``{}`` (no module) gives None."""
+    if not isinstance(data, dict) or not data:
+        return None
+    return {str(k): str(v) for k, v in data.items() if isinstance(v, (str, int, float))}
 
 
 def parse_mempool(data: Any) -> dict[str, Any]:
@@ -424,6 +434,12 @@ def read_process(path: str, timeout_s: float = DEFAULT_TIMEOUT_S,
             else:
                 missing[f"/ethdev/info,{port}"] = "/ethdev/info: not offered (before DPDK 21.11)"
             entry["link"] = _try(tel, f"/ethdev/link_status,{port}", parse_link, missing)
+            if "/ethdev/module_eeprom" in commands:  # 22.07+: the optic, decoded like ethtool -m
+                eeprom = tel.query(f"/ethdev/module_eeprom,{port}")
+                entry["module_eeprom"] = parse_module_eeprom(eeprom)
+                if entry["module_eeprom"] is None:
+                    missing[f"/ethdev/module_eeprom,{port}"] = (
+                        f"port {port}: no module EEPROM (a virtual device, or no pluggable module)")
             sample["ports"][str(port)] = entry
 
         pools: dict[str, Any] = {}
