@@ -328,3 +328,28 @@ def test_invalid_dpdk_prefix_is_a_usage_error():
                           "--interval", "0", "--no-history"], capture_output=True, text=True,
                          timeout=60, check=False)
     assert out.returncode == 2 and "invalid DPDK file prefix" in out.stderr
+
+
+ARGS = st.lists(st.sampled_from(["-l", "-c", "--lcores", "--main-lcore", "--master-lcore", "-l1-2",
+                                 "--lcores=0@0,(1,2)@1", "0x6", "1-3", "(1,2)@1", "x", "", "-n", "4",
+                                 "3-1", "0@0,1@1", "--nb-cores=2"]), max_size=6)
+
+
+@given(ARGS)
+def test_eal_params_parser_raises_only_value_error(params):
+    try:
+        out = parse_eal_lcores(["app", *params])
+    except ValueError:
+        return
+    if "lcores" in out:
+        assert out["lcores"] == sorted(set(out["lcores"]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(ARGS)
+def test_any_eal_params_in_a_sample_never_crash_the_lcore_check(params):
+    a, b = (replay(r) for r in BASE["samples"])
+    a["eal_params"] = b["eal_params"] = ["app", *params]
+    (f,) = run_check("l3.dpdk.tx_queue_per_lcore", checks()["l3.dpdk.tx_queue_per_lcore"],
+                     snapshot(a, b), {})
+    assert f.status in ("pass", "fail", "unknown") and not f.reason.startswith("internal error")
