@@ -11,12 +11,14 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 
 from support import dpdk_scenarios as sc
 from support.testpmd import Testpmd
 from tailgate.baseline import default_baseline
+from tailgate.collect import collectors
 from tailgate.judge import checks, run_check
 from tailgate.model import SourceError
 from tailgate.sources.dpdk import Telemetry
@@ -121,15 +123,41 @@ def _pps(text: str) -> tuple[int, int]:
     return int(rx.group(1)), int(tx.group(1))
 
 
-def test_packet_rate_equals_testpmds_own_statistics_within_one_percent():
-    with Testpmd(["--vdev", "net_null0"], ["--forward-mode=io"], interactive=True) as pmd:
-        pmd.command("show port stats 0", "Tx-pps")  # testpmd's rate counts from here
-        snap = sc.sample_pair(pmd.prefix, 2.0)
-        rx_pps, tx_pps = _pps(pmd.command("show port stats 0", "Tx-pps"))
+def rate_attempt(pmd: Testpmd, interval_s: float) -> dict:
+    """testpmd's Rx-pps/Tx-pps between two `show port stats`, and tailgate's rate between its two
+    samples taken inside that window, with how far apart the windows' edges can be: testpmd
+    reads its clock while handling each command, somewhere between our send and its reply."""
+    send1 = time.monotonic()
+    pmd.command("show port stats 0", "Tx-pps")  # testpmd's window starts here
+    snap = sc.sample_pair(pmd.prefix, interval_s)
+    send2 = time.monotonic()
+    rx_pps, tx_pps = _pps(pmd.command("show port stats 0", "Tx-pps"))
+    recv2 = time.monotonic()
+    t0 = snap.before[f"dpdk.{pmd.prefix}"].value["ports"]["0"]["t"]
+    t1 = snap.facts[f"dpdk.{pmd.prefix}"].value["ports"]["0"]["t"]
     (f,) = run_check("l3.dpdk.packet_rate", checks()["l3.dpdk.packet_rate"], snap, {})
-    assert f.status == "pass" and rx_pps > 1_000_000
-    assert f.evidence["rx_mpps"] * 1e6 == pytest.approx(rx_pps, rel=0.01)
-    assert f.evidence["tx_mpps"] * 1e6 == pytest.approx(tx_pps, rel=0.01)
+    return {"finding": f, "rx_pps": rx_pps, "tx_pps": tx_pps,
+            "skew": (t0 - send1) + (recv2 - t1), "window": t1 - t0, "send2_after_t1": send2 - t1}
+
+
+def test_packet_rate_equals_testpmds_own_statistics_within_one_percent():
+    # On a shared host the scheduler can hold testpmd's command handling back; an attempt is
+    # judged only when both windows' edges are within 0.3 % of the window of each other (so
+    # even a rate that halves during the skew moves the average by under 1 %).
+    attempts = []
+    collectors()  # import every source module now, not inside the first window
+    with Testpmd(["--vdev", "net_null0"], ["--forward-mode=io"], interactive=True) as pmd:
+        for _ in range(4):
+            a = rate_attempt(pmd, 3.0)
+            attempts.append({k: v for k, v in a.items() if k != "finding"})
+            if a["skew"] < 0.003 * a["window"]:
+                break
+        else:
+            pytest.fail(f"testpmd's and tailgate's windows never lined up: {attempts}")
+    f = a["finding"]
+    assert f.status == "pass" and a["rx_pps"] > 1_000_000
+    assert f.evidence["rx_mpps"] * 1e6 == pytest.approx(a["rx_pps"], rel=0.01), attempts
+    assert f.evidence["tx_mpps"] * 1e6 == pytest.approx(a["tx_pps"], rel=0.01), attempts
 
 
 def test_named_prefix_without_process_is_unknown_with_reason():

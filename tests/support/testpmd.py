@@ -89,7 +89,7 @@ class Testpmd:
             text = self.output()[start:]
             if marker in text and text.rstrip().endswith("testpmd>"):
                 return text
-            time.sleep(0.005)
+            time.sleep(0.001)
         raise RuntimeError(f"no answer to {line!r} in {timeout_s:g} s")
 
     def stop(self) -> None:

@@ -401,13 +401,22 @@ def read_process(path: str, timeout_s: float = DEFAULT_TIMEOUT_S,
     missing: dict[str, str] = {}
     with client(path, timeout_s) as tel:
         hello = tel.hello
-        offered = tel.query("/")
-        commands = {c for c in _list(offered) if isinstance(c, str)}
         sample: dict[str, Any] = {
             "pid": as_int(hello.get("pid")),
             "version": str(hello.get("version", "")),
             "ports": {},
         }
+        # The counters first, each between two clock readings: rates divide by the time
+        # between two reads of the same counters, not by the interval of the whole
+        # inspection, and nothing slower sits between connecting and reading them.
+        counters: dict[int, tuple[float, Any]] = {}
+        for port in parse_port_list(tel.query("/ethdev/list")):
+            t0 = tel.clock()
+            stats = tel.query(f"/ethdev/stats,{port}")
+            counters[port] = ((t0 + tel.clock()) / 2, stats)
+
+        offered = tel.query("/")
+        commands = {c for c in _list(offered) if isinstance(c, str)}
         eal = tel.query("/eal/params")
         sample["eal_params"] = [str(a) for a in eal] if isinstance(eal, list) else None
         if eal is None:
@@ -415,14 +424,10 @@ def read_process(path: str, timeout_s: float = DEFAULT_TIMEOUT_S,
         app = tel.query("/eal/app_params") if "/eal/app_params" in commands else None
         sample["app_params"] = [str(a) for a in app] if isinstance(app, list) else None
 
-        for port in parse_port_list(tel.query("/ethdev/list")):
-            entry: dict[str, Any] = {}
-            t0 = tel.clock()
-            stats = tel.query(f"/ethdev/stats,{port}")
+        for port, (when, stats) in counters.items():
+            entry: dict[str, Any] = {"t": when}
+            # xstats a moment later: the per-queue split and driver counters, not the rate
             xstats = tel.query(f"/ethdev/xstats,{port}")
-            # The counters' own clock: rates divide by the time between two reads of them,
-            # not by the interval of the whole inspection (other sources take time too).
-            entry["t"] = (t0 + tel.clock()) / 2
             if stats is None:
                 # The port went away between /ethdev/list and now (hot-unplug).
                 missing[f"/ethdev/stats,{port}"] = f"port {port}: no statistics (removed?)"
