@@ -183,6 +183,30 @@ def test_dpdk_24_11_shapes_fill_level_lcores_and_rings():
     assert tx.status == "fail" and tx.evidence["forwarding_lcores"] == 3 and tx.observed == 1
 
 
+def test_24_11_application_rings_are_evidence_of_the_overflow_check():
+    doc = load("pcap-rx-overflow")
+    samples = [as_24_11(r, pool_free=8000, lcores={0: "RTE", 1: "RTE"}) for r in doc["samples"]]
+    for r in samples:
+        r["replies"]["/ring/list"].append("worker_ring")
+        r["replies"]["/ring/info,worker_ring"] = {"name": "worker_ring", "capacity": 1023,
+                                                  "size": 1024, "used_count": 1023}
+    f = judge_all(snapshot(*(replay(r) for r in samples)))["l3.dpdk.rx_overflow"]
+    assert f.status == "fail" and f.evidence["software_rings_in_use"] == {"worker_ring": 1.0}
+
+
+def test_two_processes_are_judged_apart():
+    snap = fixture_snapshot("pcap-rx-overflow")
+    other = fixture_snapshot("tap-2q-one-flow")
+    snap.facts.update({k: v for k, v in other.facts.items() if k != "dpdk"})
+    snap.before.update(other.before)
+    snap.facts["dpdk"] = Fact(value=["pcap-rx-overflow", "tap-2q-one-flow"])
+    for cid, fails in (("l3.dpdk.rx_overflow", "pcap-rx-overflow"),
+                       ("l3.dpdk.queue_spread", "tap-2q-one-flow")):
+        found = run_check(cid, checks()[cid], snap, default_baseline().get(cid))
+        assert len(found) == 2
+        assert [f.subject.split()[1] for f in found if f.status == "fail"] == [fails]
+
+
 def test_roomy_24_11_pool_passes():
     doc = load("null-io-clean")
     samples = [as_24_11(r, pool_free=8000, lcores={0: "RTE", 1: "RTE"}) for r in doc["samples"]]

@@ -159,6 +159,9 @@ def rx_overflow(snap: Snapshot, p: dict) -> list[Result]:
             raise Unknown("neither imissed nor rx_missed_errors is reported")
         ev = {"imissed": missed, "seconds": round(port.seconds, 6),
               "rx_packets": port.delta("ipackets"), **_rx_breakdown(port)}
+        rings = _ring_fill(port.proc)
+        if rings:
+            ev["software_rings_in_use"] = rings
         if missed > p["limit"]:
             return Result("fail", subject=port.subject, observed=missed, evidence=ev,
                           reason=f"{missed} packets dropped on full Rx rings in "
@@ -166,6 +169,17 @@ def rx_overflow(snap: Snapshot, p: dict) -> list[Result]:
         return Result("pass", subject=port.subject, observed=missed, evidence=ev,
                       reason=f"no Rx ring overflow in {port.seconds:.2f} s")
     return _each(snap, judge_port)
+
+
+def _ring_fill(proc: dict[str, Any]) -> dict[str, float]:
+    """How full the application's own rings are (/ring/info, 24.x), mempools' rings left out
+    (their entries are free mbufs, not queued work)."""
+    out = {}
+    for name, info in (proc.get("rings") or {}).items():
+        if name.startswith("MP_") or not info.get("capacity") or "used_count" not in info:
+            continue
+        out[name] = round(info["used_count"] / info["capacity"], 4)
+    return out
 
 
 def _pool_fill(proc: dict[str, Any]) -> dict[str, Any]:
