@@ -4,7 +4,8 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 # Debian packages: the tools tailgate reads from and the real servers/peers the tests use.
 APT_RUN  := ethtool iproute2 bpftrace
-APT_TEST := $(APT_RUN) nginx-light wrk prometheus-node-exporter gcc g++ cmake libc6-dev liburing-dev
+APT_TEST := $(APT_RUN) nginx-light wrk prometheus-node-exporter gcc g++ cmake libc6-dev liburing-dev \
+            numactl prometheus
 
 .PHONY: run test venv venv-test apt-run apt-test tracefs lint bench clean
 
@@ -49,8 +50,14 @@ tracefs:
 
 # Inspect this host: pyramid report on the terminal, JSON in report.json.
 # Exit status 1 (a red line crossed) is a result, not a failure of `make run`.
+# As root with bpftrace, a short probe window measures the run-queue P999 (l2.sched.runqlat)
+# and the other probed red lines; otherwise the report says which stayed unmeasured and why.
+PROBE_WINDOW ?= 3
 run: venv apt-run tracefs
-	$(VENV)/bin/tailgate inspect --json report.json; rc=$$?; [ $$rc -le 1 ]
+	@window=""; if [ "$$(id -u)" = 0 ] && command -v bpftrace >/dev/null; then \
+	  window="--probe-window $(PROBE_WINDOW)"; fi; \
+	echo "tailgate inspect $$window --json report.json"; \
+	$(VENV)/bin/tailgate inspect $$window --json report.json; rc=$$?; [ $$rc -le 1 ]
 
 lint: venv-test
 	$(VENV)/bin/ruff check src tests benchmarks

@@ -11,13 +11,18 @@ import numpy as np
 import pytest
 
 from support.nginx import Nginx, available, free_port
+from support.require import require
 from tailgate.bench.result import RunInfo, build_result
 from tailgate.bench.target import parse_target
 from tailgate.bench.workers import plan, run_here, run_workers
 
 # The run must end on its own (duration + time-out): a hang fails by this time-out.
-pytestmark = [pytest.mark.skipif(available() is not None, reason=str(available())),
-              pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.timeout(120)]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _needs_nginx():
+    require(available())
 
 
 def bench(url: str, rate: float, duration: float, timeout: float = 1.0, workers: int = 1,

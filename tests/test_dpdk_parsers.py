@@ -313,7 +313,7 @@ def test_fuzzed_replies_give_a_sample_or_a_reason_and_checks_never_crash(data):
         return
     before = replay(BASE["samples"][0])
     for cid, f in judge_all(snapshot(before, after)).items():
-        assert not f.reason.startswith("internal error"), (cid, f.reason)
+        assert f.status != "error", (cid, f.reason)
 
 
 # -- discovery: runtime directories under XDG_RUNTIME_DIR, stale ones, refusing sockets -----------
@@ -376,4 +376,4 @@ def test_any_eal_params_in_a_sample_never_crash_the_lcore_check(params):
     a["eal_params"] = b["eal_params"] = ["app", *params]
     (f,) = run_check("l3.dpdk.tx_queue_per_lcore", checks()["l3.dpdk.tx_queue_per_lcore"],
                      snapshot(a, b), {})
-    assert f.status in ("pass", "fail", "unknown") and not f.reason.startswith("internal error")
+    assert f.status in ("pass", "fail", "unknown"), f.reason

@@ -17,6 +17,7 @@ from support.llm_server import (
     llama_cpp_available,
     llama_server,
 )
+from support.require import require
 
 FIX = Path(__file__).parent / "fixtures" / "llm"
 
@@ -29,9 +30,7 @@ def tailgate(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    reason = llama_cpp_available()
-    if reason:
-        pytest.skip(reason)
+    require(llama_cpp_available())
     with llama_server(tmp_path_factory.mktemp("llama-cli")) as base:
         yield base
 

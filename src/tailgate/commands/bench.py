@@ -11,7 +11,8 @@ import argparse
 import sys
 from typing import Any
 
-from ..cli import UsageError, check_writable, write_output
+from ..errors import UsageError
+from .options import check_writable, write_output
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -7,7 +7,8 @@ import argparse
 import json
 from typing import Any
 
-from ..cli import UsageError, check_writable, existing_cgroup, existing_pids, write_output
+from ..errors import UsageError
+from .options import check_writable, existing_cgroup, existing_pids, write_output
 
 NAMES = ("runqlat", "offcpu", "futex", "switches", "sockopt", "mmsg", "malloc", "softirq")
 MAX_DURATION_S = 3600.0

@@ -86,20 +86,20 @@ def _seconds(value: Any, what: str) -> float | None:
 
 
 def _usage(msg: str) -> Exception:
-    from ..cli import UsageError
+    from ..errors import UsageError
 
     return UsageError(msg)
 
 
 def _write(path: str, text: str) -> None:
-    from ..cli import write_output
+    from ..commands.options import write_output
 
     write_output(path, text)
 
 
 def run_llm(args: argparse.Namespace) -> int:
     from ..bench.units import parse_rate
-    from ..cli import check_writable
+    from ..commands.options import check_writable
     from . import workload as wl
     from .client import Endpoint
     from .results import analyse, format_report, parse_slo, records_json, slo_failed

@@ -510,7 +510,8 @@ def discover(host: Host, prefixes: tuple[str, ...] = ()) -> dict[str, str | None
     return found
 
 
-@collector("dpdk", counter=True, multi=True)
+@collector("dpdk", counter=True, multi=True,
+           names=lambda t: ["dpdk", *(f"dpdk.{p}" for p in t.options.get("dpdk") or ())])
 def dpdk(host: Host, target: Target) -> dict[str, Fact]:
     """``dpdk``: the file prefixes seen; ``dpdk.<prefix>``: one process's sample."""
     prefixes = tuple(target.options.get("dpdk") or ())
