@@ -14,7 +14,6 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
-from typing import Any
 
 from tailgate.collect import Target, collectors, run_collector
 from tailgate.host import Host
@@ -130,12 +129,6 @@ def wait_until(sock: str, predicate, limit_s: float) -> None:
             return
         time.sleep(0.05)
     raise AssertionError(f"condition not reached in {limit_s:g} s")
-
-
-def sample_value(snap: Snapshot, prefix: str) -> dict[str, Any]:
-    fact = snap.fact(f"dpdk.{prefix}")
-    assert fact.ok, fact.missing
-    return fact.value
 
 
 # testpmd arguments of each scenario.
