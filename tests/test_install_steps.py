@@ -34,6 +34,9 @@ TEST_NEEDS = {
     "liburing-dev": "tests/support/uring_ring.c (liburing.h)",
     "numactl": "the live l2.numa.affinity tests (tests/test_numa_live.py)",
     "prometheus": "promtool and the real Prometheus of tests/test_fleet_prometheus.py",
+    "chromium": "the headless browser of tests/test_html_browser.py",
+    "openmpi-bin": "mpirun for tailgate bench allreduce --backend mpi",
+    "libopenmpi-dev": "mpicc and the headers mpi4py builds against",
 }
 
 

@@ -85,7 +85,7 @@ def test_bench_cli_counts_faults_and_uses_usage():
                        "8", "--output-len", "5", "--json", "-", "--slo", "error_rate<1%")
     assert out.returncode == 1  # 6 of 8 failed
     rep = json.loads(out.stdout)
-    assert rep["requests"]["errors"] == {"status_5xx": 2, "reset": 2, "no_token": 2}
+    assert rep["requests"]["errors"] == {"status_5xx": 2, "truncated": 2, "no_token": 2}
     assert rep["requests"]["ok"] == 2 and rep["tokens"]["counted_by"] == "usage"
 
 

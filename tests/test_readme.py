@@ -37,6 +37,10 @@ def test_no_link_leaves_the_repository():
 def test_every_option_is_documented(name):
     text = reference(name)
     parser = commands()[name]
+    # "Every option of `tailgate bench`": those are documented in bench's section
+    inherits = re.findall(r"Every option of `tailgate (\w+)`", text)
+    for other in inherits:
+        text += reference(other)
     missing = [opt for action in parser._actions if not isinstance(action, argparse._HelpAction)
                for opt in action.option_strings
                if not re.search(rf"(`|, ){re.escape(opt)}[ `,\\]", text)]

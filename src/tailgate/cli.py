@@ -29,6 +29,9 @@ COMMAND_MODULES = (
     "tailgate.commands.bench",
     "tailgate.commands.serve",
     "tailgate.commands.rules",
+    "tailgate.commands.compare",
+    "tailgate.commands.diagnose",
+    "tailgate.commands.plan",
 )
 
 
@@ -52,8 +55,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:2] == ["bench", "allreduce"]:
+        # A collective is its own launcher-run program with its own options (tailgate.bench.collective).
+        from .bench.collective.command import build_parser as collective_parser
+        from .bench.collective.command import run as collective_run
+
+        args = collective_parser().parse_args(argv[2:])
+        args.command, args.func = "bench allreduce", collective_run
+    else:
+        args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except TailgateError as exc:
