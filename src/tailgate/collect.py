@@ -48,6 +48,7 @@ SOURCE_MODULES = (
     "tailgate.sources.ptp",
     "tailgate.sources.qdisc",
     "tailgate.sources.probes",
+    "tailgate.sources.dpdk",
     "tailgate.sources.topology",
     # helpers add their source modules here (one line each)
 )

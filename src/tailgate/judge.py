@@ -35,6 +35,7 @@ CHECK_MODULES = (
     "tailgate.checks.l4_inference",
     "tailgate.checks.probed",
     "tailgate.checks.l3_connections",
+    "tailgate.checks.l3_dpdk",
 )
 
 CheckFn = Callable[[Snapshot, dict[str, Any]], "Result | list[Result]"]

@@ -24,6 +24,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the service's cgroup: a directory, or a path inside the cpu hierarchy")
     p.add_argument("--iface", action="append", default=[], metavar="IFACE",
                    help="the service's network interface (repeatable; default: all non-loopback)")
+    p.add_argument("--dpdk", action="append", default=[], metavar="PREFIX",
+                   help="a DPDK process's --file-prefix to read through its telemetry socket "
+                   "(repeatable; default: every one under /var/run/dpdk and "
+                   "$XDG_RUNTIME_DIR/dpdk)")
     p.add_argument("--interval", type=float, default=5.0, metavar="SECONDS",
                    help="seconds between the two counter samples (default 5)")
     p.add_argument("--probe-window", type=float, metavar="SECONDS",
@@ -79,6 +83,13 @@ def _target(args: argparse.Namespace, host):
         options["engine"] = args.engine
     if getattr(args, "memory_stats", None):
         options["memory_stats"] = os.path.abspath(args.memory_stats)
+    if getattr(args, "dpdk", None):
+        from ..sources.dpdk import valid_prefix
+
+        try:
+            options["dpdk"] = [valid_prefix(x) for x in args.dpdk]
+        except ValueError as exc:
+            raise UsageError(str(exc)) from exc
     window = getattr(args, "probe_window", None)
     if window is not None:
         if not 0 < window <= 3600:
