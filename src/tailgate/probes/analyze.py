@@ -209,12 +209,17 @@ def _frames(stack: str) -> list[str]:
 
 
 def malloc(out: BpftraceOutput, pids: Collection[int] = (), keep: Keep = None,
-           duration_s: float | None = None, top: int = 5) -> dict[str, Any]:
+           duration_s: float | None = None, top: int = 5,
+           allocators: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """``allocators``: per pid (a string), what was found before probing
+    (:meth:`tailgate.sources.allocators.Detection.to_json`): the allocators probed and
+    the reasons others could not be."""
     rows: dict[int, dict[str, Any]] = {}
 
     def row(pid: int) -> dict[str, Any]:
-        return rows.setdefault(pid, {"calls": 0, "functions": {}, "bytes": 0, "per_s": None,
-                                     "callers": {}, "top_stacks": []})
+        return rows.setdefault(pid, {"calls": 0, "functions": {}, "by_allocator": {},
+                                     "bytes": 0, "per_s": None, "callers": {},
+                                     "top_stacks": []})
 
     for pid in pids:
         row(pid)
@@ -223,8 +228,11 @@ def malloc(out: BpftraceOutput, pids: Collection[int] = (), keep: Keep = None,
         if _kept(pid, keep):
             r = row(pid)
             r["calls"] += n
-            fn = probe.rsplit(":", 1)[-1]
+            # "family:entry" (an older program keyed "uprobe:libc:malloc")
+            family, _, fn = probe.rpartition(":")
             r["functions"][fn] = r["functions"].get(fn, 0) + n
+            family = family.rpartition(":")[2] or "libc"
+            r["by_allocator"][family] = r["by_allocator"].get(family, 0) + n
     for (who,), n in keyed(out.map("@bytes"), 1):
         if _kept(int_key(who), keep):
             row(int_key(who))["bytes"] = n
@@ -247,6 +255,11 @@ def malloc(out: BpftraceOutput, pids: Collection[int] = (), keep: Keep = None,
     if duration_s:
         for r in rows.values():
             r["per_s"] = round(r["calls"] / duration_s, 3)
+    for pid_s, found in (allocators or {}).items():
+        if _kept(int(pid_s), keep) or int(pid_s) in pids:
+            r = row(int(pid_s))
+            r["allocators"] = list(found.get("allocators") or [])
+            r["unprobed"] = list(found.get("unprobed") or [])
     return {"probe": "malloc", "unit": "calls", "duration_s": duration_s,
             "processes": {str(p): rows[p] for p in sorted(rows)}}
 
