@@ -61,9 +61,11 @@ def test_allocating_fails_and_preallocated_passes_plainly_and_in_namespaces(tmp_
         found = _inspect(tmp_path, [alloc.pid, pre.pid, nalloc.pid, npre.pid])
     for w, where in ((alloc, None), (nalloc, ns_alloc)):
         f = found[f"pid {w.pid}"]
-        assert f["status"] == "fail", f
+        assert f["status"] == "fail", json.dumps(found, indent=1)
         assert f["evidence"]["by_allocator"].get(family, 0) > 0, f
         assert f"through {family}" in f["reason"]
+        handler = "main.handleRequestAlloc" if family == "go" else "handle_request_alloc"
+        assert f"called most from {handler}" in f["reason"], f
         objects = {a["family"]: a["object"] for a in f["evidence"]["allocators"]}
         if where is not None and allocator in INSIDE:
             # the path as the process sees it, on the namespace's tmpfs

@@ -151,6 +151,13 @@ def test_render_refuses_anything_else(bad):
         malloc_program.render([bad])
 
 
+def test_a_probe_that_did_not_attach_is_a_shortfall():
+    text = malloc_program.render([_alloc(entries=("malloc", "calloc"))])
+    assert malloc_program.attach_shortfall(text, 3) is None
+    assert "attached 2 of the program's 3" in malloc_program.attach_shortfall(text, 2)
+    assert malloc_program.attach_shortfall(text, None)
+
+
 def test_prepare_reports_processes_it_cannot_read():
     def detect(pid):
         raise SourceError(f"/proc/{pid}/maps: No such file or directory")
@@ -186,6 +193,8 @@ def test_each_allocator_is_counted_and_named():
     assert "handle_request_alloc" in je.reason and je.evidence["by_allocator"] == {
         "jemalloc": je.evidence["calls"]}
     assert go.status == "fail" and "through go" in go.reason
+    # not runtime.makeslice, its immediate caller: the Go function that allocates
+    assert "called most from main.handleRequestAlloc" in go.reason
     assert go.evidence["functions"] == {"runtime.mallocgc": go.evidence["calls"]}
     assert quiet.status == "pass" and "jemalloc (libjemalloc.so.2)" in quiet.reason
 
@@ -201,3 +210,33 @@ def test_zero_calls_with_an_unprobed_allocator_is_unknown_and_a_fail_stays_a_fai
 def test_nothing_probed_is_unknown():
     found = _judge({"103": {"allocators": [], "unprobed": []}}, pids=(103,))
     assert found["pid 103"].status == "unknown"
+
+
+def _result(text: str, output):
+    from tailgate.probes.driver import Result, Run
+
+    return Result(run=Run("malloc", 1.0, 0, (101,), text=text), output=output, sampled_s=1.0,
+                  startup_s=0.1, stopped=None)
+
+
+def test_an_output_cut_before_its_end_line_is_an_error_not_zero_calls():
+    from tailgate.probes import Request, _summary
+
+    text = malloc_program.render([_alloc()])
+    lines = (FIX / "malloc-allocators.jsonl").read_text(encoding="utf-8").splitlines()
+    whole = parse_output("\n".join(lines))
+    assert malloc_program.complete(whole.printf)
+    req = Request("malloc", 1.0, (101,))
+    ctx = {"allocators": {"101": {"allocators": [JE], "unprobed": []}}}
+    # the fixture's program had 26 probes: this one's 2 all attached
+    s = _summary(req, _result(text, whole), ctx)
+    assert s["processes"]["101"]["calls"] > 0 and s["processes"]["101"]["unprobed"] == []
+    # What bpftrace 0.17 was seen to print: @bytes, then nothing more.
+    cut = parse_output("\n".join(ln for ln in lines if "@bytes" in ln or "attached" in ln))
+    with pytest.raises(SourceError, match="ended before printing all its maps"):
+        _summary(req, _result(text, cut), ctx)
+    # Fewer probes attached than written: counted, but reported as unprobed.
+    few = parse_output(lines[0].replace('"probes": 27', '"probes": 1') + "\n"
+                       + "\n".join(lines[1:]))
+    s = _summary(req, _result(text, few), ctx)
+    assert "attached 1 of the program's 2 probes" in s["processes"]["101"]["unprobed"][0]

@@ -189,6 +189,20 @@ def _watched(r: dict[str, Any]) -> str:
                      for a in found) or "none"
 
 
+def _site(r: dict[str, Any]) -> str | None:
+    """Where the allocations come from: the top caller, or, when that is the Go runtime's
+    own helper (runtime.makeslice), the first frame of the top stack outside the runtime."""
+    callers = list((r.get("callers") or {}).items())
+    if callers and not callers[0][0].startswith("runtime."):
+        return f"{callers[0][0]} ({callers[0][1]} calls)"
+    for st in r.get("top_stacks") or []:
+        for frame in (st.get("frames") or [])[1:]:
+            name = frame.split("+")[0]
+            if not name.startswith("runtime."):
+                return f"{name} ({st.get('count')} calls on this stack)"
+    return f"{callers[0][0]} ({callers[0][1]} calls)" if callers else None
+
+
 @check("l3.alloc.hot_path")
 def alloc_hot_path(snap: Snapshot, p: dict) -> list[Result]:
     """Calls are counted at the entry points of the allocators found in the process
@@ -214,9 +228,8 @@ def alloc_hot_path(snap: Snapshot, p: dict) -> list[Result]:
             evidence["unprobed"] = unprobed
         subject = f"pid {pid}"
         if rate > limit:
-            callers = list((r.get("callers") or {}).items())
-            where = (f"; called most from {callers[0][0]} ({callers[0][1]} calls)"
-                     if callers else "")
+            site = _site(r)
+            where = f"; called most from {site}" if site else ""
             by = r.get("by_allocator") or {}
             through = (" through " + ", ".join(f"{k} ({v})" for k, v in by.items())
                        if by else "")

@@ -120,6 +120,17 @@ def _summary(req: Request, res: Result | None, context: dict[str, Any]) -> dict[
                 "pids": list(req.pids), "lost_events": res.output.lost_events if res else 0})
     if res is None:
         out["not_run"] = "nothing to probe"
+    elif res.run.text:
+        # Generated uprobes: one that did not attach would count zero calls, never a pass.
+        from .malloc_program import attach_shortfall, complete
+
+        if not complete(res.output.printf):
+            how = f" (stopped with {res.stopped})" if res.stopped else ""
+            raise SourceError(f"bpftrace {req.probe} ended before printing all its maps{how}: "
+                              "its counts are incomplete")
+        short = attach_shortfall(res.run.text, res.output.attached)
+        for r in (out.get("processes") or {}).values() if short else ():
+            r.setdefault("unprobed", []).append(short)
     if res and res.stopped:
         out["stopped"] = res.stopped
     if req.raw and res:

@@ -18,8 +18,10 @@ from ..sources.allocators import FAMILY_NAMES, SIZE_ARG, UNRECOGNISED, Allocator
 from .driver import program_text
 
 _FILE_RE = re.compile(r"/proc/[1-9][0-9]{0,9}/map_files/[0-9a-f]{1,16}-[0-9a-f]{1,16}")
-_PIDS = ("/$3 != 0 && (pid == $3 || pid == $4 || pid == $5 || pid == $6 ||\n"
-         "             pid == $7 || pid == $8 || pid == $9 || pid == $10)/")
+_PIDS = ("/$3 != 0 && @stop == 0 &&\n"
+         " (pid == $3 || pid == $4 || pid == $5 || pid == $6 ||\n"
+         "  pid == $7 || pid == $8 || pid == $9 || pid == $10)/")
+END_LINE = "tailgate-malloc: end"  # printed by END after the maps (malloc.bt)
 BLOCK = """
 uprobe:{file}:{entry}
 {pids}
@@ -56,6 +58,20 @@ def render(allocators: Iterable[Allocator]) -> str:
     if not blocks:
         raise ValueError("no allocator entry point to probe")
     return program_text("malloc") + "".join(blocks)
+
+
+def attach_shortfall(text: str, attached: int | None) -> str | None:
+    """Why the run does not count everything it was written to (None when it does): bpftrace
+    reports how many probes it attached; the program has one per uprobe block plus its timer."""
+    expected = text.count("\nuprobe:") + 1
+    if attached is None or attached < expected:
+        return f"bpftrace attached {attached} of the program's {expected} probes"
+    return None
+
+
+def complete(printf: Iterable[str]) -> bool:
+    """Whether bpftrace printed the whole output: END's last line came."""
+    return any(END_LINE in chunk for chunk in printf)
 
 
 def detect_all(pids: Iterable[int], detect: Callable[[int], Detection] = allocators.detect
