@@ -18,7 +18,7 @@ from support import workloads
 from support.workloads import allocators as wl
 
 WINDOW_S = "1"
-LIFE_S = 25  # each workload ends by itself after this, whatever happens to the test
+LIFE_S = 60  # each workload ends by itself after this (killed sooner, at the end of its test)
 FAMILY = {"musl-static": "musl", "go-stripped": "go"}
 # Those whose allocator is on the namespace's tmpfs (a copied library or the executable
 # itself); glibc and dynamic musl stay in /usr/lib.
@@ -42,8 +42,10 @@ def _inspect(tmp_path, pids) -> dict[str, dict]:
         args += ["--pid", str(pid)]
     res = tailgate(*args)
     assert res.returncode in (0, 1), res.stderr
-    return {f["subject"]: f for f in json.loads(res.stdout)["findings"]
-            if f["id"] == "l3.alloc.hot_path"}
+    found = {f["subject"]: f for f in json.loads(res.stdout)["findings"]
+             if f["id"] == "l3.alloc.hot_path"}
+    assert {f"pid {p}" for p in pids} == set(found), json.dumps(found, indent=1)  # each judged
+    return found
 
 
 @pytest.mark.parametrize("allocator", ["glibc", "musl", "musl-static", "jemalloc", "tcmalloc",
@@ -104,15 +106,27 @@ def test_probe_malloc_cli_counts_each_allocator_in_namespaces(tmp_path):
     assert procs[pids[3]]["by_allocator"]["mimalloc"] > 0
 
 
-def test_a_stripped_go_binary_is_unknown_never_a_pass(tmp_path):
-    with wl.running(("go-stripped", "alloc", LIFE_S), ("go-stripped", "prealloc", LIFE_S),
-                    ("glibc", "prealloc", LIFE_S)) as (alloc, pre, fine):
-        probe = tailgate("probe", "malloc", "--pid", str(alloc.pid), "--duration", WINDOW_S)
-        found = _inspect(tmp_path, [alloc.pid, pre.pid, fine.pid])
+def test_what_cannot_be_probed_is_unknown_never_a_pass(tmp_path):
+    # A stripped Go binary (no runtime.mallocgc to attach to) and a Python process asleep
+    # (pymalloc makes no call a uprobe could count): zero calls seen prove nothing.
+    idle_py = subprocess.Popen([sys.executable, "-c", "import time; print('ready', flush=True); "
+                                f"time.sleep({LIFE_S})"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert idle_py.stdout.readline().strip() == "ready"
+        with wl.running(("go-stripped", "alloc", LIFE_S), ("go-stripped", "prealloc", LIFE_S),
+                        ("glibc", "prealloc", LIFE_S)) as (alloc, pre, fine):
+            probe = tailgate("probe", "malloc", "--pid", str(alloc.pid), "--duration", WINDOW_S)
+            found = _inspect(tmp_path, [alloc.pid, pre.pid, fine.pid, idle_py.pid])
+    finally:
+        idle_py.kill()
+        idle_py.wait()
+        idle_py.stdout.close()
     # Nothing of it can be probed: the probe says so and exits 2.
     assert probe.returncode == 2 and "stripped" in probe.stderr, probe.stderr
-    for w in (alloc, pre):  # allocating or not, zero calls seen proves nothing
+    for w in (alloc, pre):  # allocating or not
         f = found[f"pid {w.pid}"]
         assert f["status"] == "unknown" and "runtime.mallocgc" in f["reason"], f
         assert "stripped" in f["reason"]
+    py = found[f"pid {idle_py.pid}"]
+    assert py["status"] == "unknown" and "pymalloc" in py["reason"], py
     assert found[f"pid {fine.pid}"]["status"] == "pass"

@@ -2,10 +2,12 @@
 parsing, the symbol tables of the real allocator libraries Debian installs (CI has them:
 see the Makefile), the program template's refusals, and l3.alloc.hot_path's judgments on a
 real captured output of the generated program (fixtures/probes/malloc-allocators.jsonl:
-pid 101 jemalloc allocating, 102 Go allocating, 103 jemalloc preallocated)."""
+pid 101 jemalloc allocating, 102 Go allocating, 103 jemalloc preallocated; the names of its
+return addresses, taken from the live processes then, in malloc-allocators.names.json)."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -100,6 +102,13 @@ def test_an_unknown_allocator_is_probed_but_reported():
     assert "libsnmalloc.so defines malloc" in problem
 
 
+def test_the_python_running_these_tests_is_a_runtime_that_cannot_be_probed():
+    # pymalloc serves small objects without malloc: zero calls must not pass.
+    found = al.detect(os.getpid())
+    assert any(p.startswith("cpython runtime in ") and "pymalloc" in p for p in found.problems)
+    assert "glibc" in {a.family for a in found.allocators}
+
+
 def test_an_object_that_is_no_allocator_is_ignored():
     obj = al.ObjectSymbols({}, frozenset({".text"}), True)
     assert al.judge_object(_region(), 9, obj, (1, 7)) == (None, None)
@@ -177,7 +186,8 @@ GO = {"family": "go", "object": "/srv/alloc_go", "entries": ["runtime.mallocgc"]
 
 def _judge(found: dict, pids=(101, 102, 103)) -> dict[str, object]:
     out = parse_output((FIX / "malloc-allocators.jsonl").read_text(encoding="utf-8"))
-    s = analyze.malloc(out, pids=pids, duration_s=1.0, allocators=found)
+    names = json.loads((FIX / "malloc-allocators.names.json").read_text(encoding="utf-8"))
+    s = analyze.malloc(out, pids=pids, duration_s=1.0, allocators=found, names=names)
     snap = Snapshot(host={}, target={"pids": list(pids)}, interval_s=1.0, taken_at=0.0,
                     facts={"probe.malloc": Fact(value=s)})
     return {f.subject: f for f in run_check("l3.alloc.hot_path", checks()["l3.alloc.hot_path"],
@@ -193,6 +203,10 @@ def test_each_allocator_is_counted_and_named():
     assert "handle_request_alloc" in je.reason and je.evidence["by_allocator"] == {
         "jemalloc": je.evidence["calls"]}
     assert go.status == "fail" and "through go" in go.reason
+    assert go.evidence["top_stacks"][0]["frames"][:2] == ["runtime.makeslice+82",
+                                                          "main.handleRequestAlloc+69"] or \
+        go.evidence["top_stacks"][0]["frames"][:2] == ["runtime.growslice+1196",
+                                                       "main.handleRequestAlloc+135"]
     # not runtime.makeslice, its immediate caller: the Go function that allocates
     assert "called most from main.handleRequestAlloc" in go.reason
     assert go.evidence["functions"] == {"runtime.mallocgc": go.evidence["calls"]}
@@ -228,9 +242,12 @@ def test_an_output_cut_before_its_end_line_is_an_error_not_zero_calls():
     assert malloc_program.complete(whole.printf)
     req = Request("malloc", 1.0, (101,))
     ctx = {"allocators": {"101": {"allocators": [JE], "unprobed": []}}}
-    # the fixture's program had 26 probes: this one's 2 all attached
+    # the fixture's program had 27 probes: this one's 2 all attached. Its pids are gone:
+    # the addresses stay numbers.
     s = _summary(req, _result(text, whole), ctx)
-    assert s["processes"]["101"]["calls"] > 0 and s["processes"]["101"]["unprobed"] == []
+    row = s["processes"]["101"]
+    assert row["calls"] > 0 and row["unprobed"] == []
+    assert all(c.startswith("0x") for c in row["callers"])
     # What bpftrace 0.17 was seen to print: @bytes, then nothing more.
     cut = parse_output("\n".join(ln for ln in lines if "@bytes" in ln or "attached" in ln))
     with pytest.raises(SourceError, match="ended before printing all its maps"):
@@ -240,3 +257,27 @@ def test_an_output_cut_before_its_end_line_is_an_error_not_zero_calls():
                        + "\n".join(lines[1:]))
     s = _summary(req, _result(text, few), ctx)
     assert "attached 1 of the program's 2 probes" in s["processes"]["101"]["unprobed"][0]
+
+
+@pytest.mark.parametrize("cut", [0, 4, 64, 1000, 20000, 100000, -1000])
+def test_a_truncated_elf_file_is_a_source_error_never_a_crash(tmp_path, cut):
+    data = (LIBDIR / "libjemalloc.so.2").read_bytes()
+    bad = tmp_path / "cut.so"
+    bad.write_bytes(data[:cut])
+    with pytest.raises(SourceError):
+        al.read_symbols(str(bad))
+
+
+def test_symbolizer_names_this_process_and_refuses_other_addresses():
+    import ctypes
+
+    from tailgate.sources.symbols import Symbolizer, name_addresses
+
+    libc = ctypes.CDLL("libc.so.6")
+    addr = ctypes.cast(libc.malloc, ctypes.c_void_p).value
+    sym = Symbolizer(os.getpid())
+    assert sym(addr) == ("malloc", 0)
+    assert sym(addr + 3) == ("malloc", 3)
+    assert sym(8) is None  # not mapped
+    assert name_addresses(os.getpid(), {addr}) == {addr: "malloc+0"}
+    assert name_addresses(2**22 + 12345, {addr}) == {}  # no such process: nothing named

@@ -113,6 +113,10 @@ def _summary(req: Request, res: Result | None, context: dict[str, Any]) -> dict[
     # around it also counts attaching the other probes and printing the maps.
     if p.wants_duration:
         kwargs["duration_s"] = float(req.duration_s)
+    if res is not None and res.run.text:  # malloc: name the call sites while they live
+        from .malloc_program import name_sites
+
+        kwargs["names"] = name_sites(res.output)
     out = p.analyze(res.output if res else BpftraceOutput(), **kwargs)
     out.update({"duration_s": float(req.duration_s),
                 "wall_s": res.sampled_s if res else None,

@@ -210,10 +210,13 @@ def _frames(stack: str) -> list[str]:
 
 def malloc(out: BpftraceOutput, pids: Collection[int] = (), keep: Keep = None,
            duration_s: float | None = None, top: int = 5,
-           allocators: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+           allocators: dict[str, dict[str, Any]] | None = None,
+           names: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:
     """``allocators``: per pid (a string), what was found before probing
     (:meth:`tailgate.sources.allocators.Detection.to_json`): the allocators probed and
-    the reasons others could not be."""
+    the reasons others could not be. ``names``: per pid, ``{address: "function+offset"}``
+    for the return addresses in ``@sites`` (an older program printed ``@callers`` and
+    ``@stacks`` already named by bpftrace)."""
     rows: dict[int, dict[str, Any]] = {}
 
     def row(pid: int) -> dict[str, Any]:
@@ -250,6 +253,23 @@ def malloc(out: BpftraceOutput, pids: Collection[int] = (), keep: Keep = None,
         if _kept(pid, keep):
             by = callers.setdefault(pid, {})
             by[caller.strip()] = by.get(caller.strip(), 0) + n
+    site_stacks: dict[int, dict[tuple[str, ...], int]] = {}
+    for key, n in keyed(out.map("@sites"), 5):
+        pid, *addrs = (int_key(k) for k in key)
+        if not _kept(pid, keep):
+            continue
+        named = (names or {}).get(str(pid), {})
+        frames = tuple(named.get(str(a), hex(a)) for a in addrs if a)
+        if not frames:
+            continue
+        by = callers.setdefault(pid, {})
+        caller = frames[0].rsplit("+", 1)[0] if str(addrs[0]) in named else frames[0]
+        by[caller] = by.get(caller, 0) + n
+        st = site_stacks.setdefault(pid, {})
+        st[frames] = st.get(frames, 0) + n
+    for pid, st in site_stacks.items():
+        ranked = sorted(st.items(), key=lambda kv: -kv[1])[:top]
+        row(pid)["top_stacks"] = [{"count": n, "frames": list(f)} for f, n in ranked]
     for pid, by in callers.items():
         row(pid)["callers"] = dict(sorted(by.items(), key=lambda kv: -kv[1])[:top])
     if duration_s:

@@ -13,9 +13,10 @@ import re
 from collections.abc import Callable, Iterable
 
 from ..model import SourceError
-from ..sources import allocators
+from ..sources import allocators, symbols
 from ..sources.allocators import FAMILY_NAMES, SIZE_ARG, UNRECOGNISED, Allocator, Detection
 from .driver import program_text
+from .output import BpftraceOutput, int_key, keyed
 
 _FILE_RE = re.compile(r"/proc/[1-9][0-9]{0,9}/map_files/[0-9a-f]{1,16}-[0-9a-f]{1,16}")
 _PIDS = ("/$3 != 0 && @stop == 0 &&\n"
@@ -28,8 +29,10 @@ uprobe:{file}:{entry}
 {{
   @calls[pid, "{family}:{entry}"] = count();
   @bytes[pid] = sum({size});
-  @callers[pid, usym(*(uint64 *)reg("sp"))] = count();
-  @stacks[pid, ustack(8)] = count();
+  $fp = *(uint64 *)reg("bp");
+  $fp2 = *(uint64 *)$fp;
+  @sites[pid, *(uint64 *)reg("sp"), *(uint64 *)(reg("bp") + 8), *(uint64 *)($fp + 8),
+         *(uint64 *)($fp2 + 8)] = count();
 }}
 """
 
@@ -72,6 +75,21 @@ def attach_shortfall(text: str, attached: int | None) -> str | None:
 def complete(printf: Iterable[str]) -> bool:
     """Whether bpftrace printed the whole output: END's last line came."""
     return any(END_LINE in chunk for chunk in printf)
+
+
+def site_addresses(out: BpftraceOutput) -> dict[int, set[int]]:
+    """The return addresses recorded per process (keys of @sites), to be named."""
+    found: dict[int, set[int]] = {}
+    for key, _n in keyed(out.map("@sites"), 5):
+        addrs = [int_key(k) for k in key]
+        found.setdefault(addrs[0], set()).update(a for a in addrs[1:] if a)
+    return found
+
+
+def name_sites(out: BpftraceOutput) -> dict[str, dict[str, str]]:
+    """``{pid: {address: "function+offset"}}`` while the processes are alive (I/O)."""
+    return {str(pid): {str(a): n for a, n in symbols.name_addresses(pid, addrs).items()}
+            for pid, addrs in site_addresses(out).items()}
 
 
 def detect_all(pids: Iterable[int], detect: Callable[[int], Detection] = allocators.detect

@@ -16,8 +16,9 @@ bpftrace is built from integers alone. Symbols come from ``.dynsym`` and
 Judging which allocator an object is (:func:`classify`) and which entry points to
 probe (:func:`entry_points`) is pure, from the symbols. An object that defines
 ``malloc`` but matches no known allocator, an allocator whose entry points are not
-in its symbol table (a stripped static binary) and an object that could not be
-read are *problems*: with zero calls counted the finding is ``unknown`` with that
+in its symbol table (a stripped static binary), a runtime whose allocator makes no
+call a uprobe could count (CPython's pymalloc, the JVM's TLABs) and an object that
+could not be read are *problems*: with zero calls counted the finding is ``unknown`` with that
 reason, never a pass.
 """
 
@@ -84,7 +85,18 @@ FAMILIES: tuple[Family, ...] = (
                     "__bin_chunk", "__expand_heap", "__simple_malloc"),
            ("malloc", "calloc", "realloc", "aligned_alloc")),
     Family("glibc", ("gnu_get_libc_version", "_int_malloc", "main_arena", "__libc_malloc"), STD),
+    # Runtimes whose own allocators serve objects without calling any entry point that a
+    # uprobe can see: recognised, so that zero calls elsewhere is unknown, not a pass.
+    Family("cpython", ("PyObject_Malloc",), ()),
+    Family("jvm", ("JNI_CreateJavaVM",), ()),
 )
+UNPROBEABLE = {
+    "cpython": "CPython's object allocator (pymalloc) serves small objects from its own "
+               "arenas, and optimised builds inline its entry points, so its calls cannot be "
+               "counted",
+    "jvm": "the JVM allocates objects by bumping a pointer in thread-local buffers, with no "
+           "call to count",
+}
 FAMILY_NAMES = tuple(f.name for f in FAMILIES)
 UNRECOGNISED = "unrecognised"
 _WANTED = frozenset(n for f in FAMILIES for n in (*f.signatures, *f.entries))
@@ -99,6 +111,7 @@ class Region:
     perms: str
     inode: int
     path: str  # as the process sees it; "" for anonymous memory
+    offset: int = 0  # of the mapping in the file
 
     @property
     def executable(self) -> bool:
@@ -109,7 +122,7 @@ class Region:
         return f"/proc/{valid_pid(pid)}/map_files/{self.start:x}-{self.end:x}"
 
 
-_MAPS_RE = re.compile(r"([0-9a-f]+)-([0-9a-f]+) ([-rwxps]{4}) [0-9a-f]+ [0-9a-f]+:[0-9a-f]+ "
+_MAPS_RE = re.compile(r"([0-9a-f]+)-([0-9a-f]+) ([-rwxps]{4}) ([0-9a-f]+) [0-9a-f]+:[0-9a-f]+ "
                       r"(\d+)(?: +(.*))?")
 
 
@@ -122,7 +135,8 @@ def parse_maps(text: str) -> list[Region]:
         m = _MAPS_RE.fullmatch(line.rstrip("\n"))
         if not m:
             raise ParseError(f"maps line {n}: unexpected format {line[:80]!r}")
-        out.append(Region(int(m[1], 16), int(m[2], 16), m[3], int(m[4]), m[5] or ""))
+        out.append(Region(int(m[1], 16), int(m[2], 16), m[3], int(m[5]), m[6] or "",
+                          int(m[4], 16)))
     return out
 
 
@@ -234,8 +248,10 @@ def judge_object(m: Region, pid: int, obj: ObjectSymbols, ident: tuple[int, int]
     family = classify(obj)
     if family is None:
         return None, None
-    entries = entry_points(family, obj)
     where = _name(m.path)
+    if family in UNPROBEABLE:
+        return None, f"{family} runtime in {where}: {UNPROBEABLE[family]}"
+    entries = entry_points(family, obj)
     if not entries:
         why = ("its symbol table is stripped" if not obj.has_symtab
                else "none of them is in its symbol table")
