@@ -187,9 +187,12 @@ def entry_points(family: str, obj: ObjectSymbols) -> tuple[str, ...]:
 
 def read_symbols(path: str) -> ObjectSymbols:
     """Read the wanted symbols of the ELF file at ``path`` (pyelftools)."""
-    from elftools.common.exceptions import ELFError
-    from elftools.elf.elffile import ELFFile
-    from elftools.elf.sections import SymbolTableSection
+    try:
+        from elftools.common.exceptions import ELFError
+        from elftools.elf.elffile import ELFFile
+        from elftools.elf.sections import SymbolTableSection
+    except ImportError as exc:  # a dependency of tailgate; said, not crashed on
+        raise SourceError("pyelftools is not installed (pip install pyelftools)") from exc
 
     try:
         with open(path, "rb") as fh:

@@ -45,9 +45,12 @@ class FunctionTable:
 
 def read_functions(path: str) -> FunctionTable:
     """All function symbols of the ELF file at ``path`` (.symtab and .dynsym)."""
-    from elftools.common.exceptions import ELFError
-    from elftools.elf.elffile import ELFFile
-    from elftools.elf.sections import SymbolTableSection
+    try:
+        from elftools.common.exceptions import ELFError
+        from elftools.elf.elffile import ELFFile
+        from elftools.elf.sections import SymbolTableSection
+    except ImportError as exc:  # a dependency of tailgate; said, not crashed on
+        raise SourceError("pyelftools is not installed (pip install pyelftools)") from exc
 
     funcs: dict[int, tuple[int, str]] = {}
     try:
