@@ -106,6 +106,23 @@ def test_probe_malloc_cli_counts_each_allocator_in_namespaces(tmp_path):
     assert procs[pids[3]]["by_allocator"]["mimalloc"] > 0
 
 
+def test_operator_new_of_a_replacing_allocator_is_counted(tmp_path):
+    # C++ allocating with new: jemalloc, tcmalloc and mimalloc replace operator new and
+    # serve it without entering their malloc, so only probing it sees these allocations.
+    ns = tmp_path / "ns"
+    ns.mkdir()
+    with wl.running(("jemalloc-cxx", "alloc", LIFE_S), ("tcmalloc-cxx", "alloc", LIFE_S, ns),
+                    ("mimalloc-cxx", "alloc", LIFE_S),
+                    ("tcmalloc-cxx", "prealloc", LIFE_S)) as ws:
+        found = _inspect(tmp_path, [w.pid for w in ws])
+    for w, family in zip(ws[:3], ("jemalloc", "tcmalloc", "mimalloc"), strict=True):
+        f = found[f"pid {w.pid}"]
+        assert f["status"] == "fail" and f["evidence"]["by_allocator"].get(family, 0) > 0, f
+        assert set(f["evidence"]["functions"]) & {"_Znwm", "mi_new"}, f
+        assert "handle_request_alloc" in f["reason"], f
+    assert found[f"pid {ws[3].pid}"]["status"] == "pass"
+
+
 def test_what_cannot_be_probed_is_unknown_never_a_pass(tmp_path):
     # A stripped Go binary (no runtime.mallocgc to attach to) and a Python process asleep
     # (pymalloc makes no call a uprobe could count): zero calls seen prove nothing.

@@ -1,7 +1,7 @@
 // alloc_go MODE SECONDS: the Go twin of alloc.c. A request loop that either allocates per
 // request on the Go heap (MODE "alloc": slices that escape, so runtime.mallocgc runs) or
 // works on a buffer allocated once at start-up (MODE "prealloc"). About 1000-2000
-// requests/s; ends by itself after SECONDS (at most 30).
+// requests/s; ends by itself after SECONDS (at most 60).
 package main
 
 import (
@@ -36,8 +36,8 @@ func main() {
 	}
 	alloc := os.Args[1] == "alloc"
 	secs, err := strconv.ParseFloat(os.Args[2], 64)
-	if err != nil || secs <= 0 || secs > 30 {
-		secs = 30
+	if err != nil || secs <= 0 || secs > 60 {
+		secs = 60
 	}
 	end := time.Now().Add(time.Duration(secs * float64(time.Second)))
 	var acc byte

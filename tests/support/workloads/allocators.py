@@ -20,15 +20,19 @@ from pathlib import Path
 
 from . import _BUILD, CFLAGS, HERE
 
-# allocator -> (compiler, link flags). --no-as-needed keeps the library even where the
-# compiler's own builtins would let the linker drop it.
-C_BUILDS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "glibc": ("gcc", ()),
-    "musl": ("musl-gcc", ()),
-    "musl-static": ("musl-gcc", ("-static",)),
-    "jemalloc": ("gcc", ("-Wl,--no-as-needed", "-ljemalloc")),
-    "tcmalloc": ("gcc", ("-Wl,--no-as-needed", "-ltcmalloc")),
-    "mimalloc": ("gcc", ("-Wl,--no-as-needed", "-lmimalloc")),
+# build -> (compiler, link flags, source). --no-as-needed keeps the library even where the
+# compiler's own builtins would let the linker drop it. The -cxx builds allocate with
+# operator new, which jemalloc, tcmalloc and mimalloc replace (never entering malloc).
+C_BUILDS: dict[str, tuple[str, tuple[str, ...], str]] = {
+    "glibc": ("gcc", (), "alloc.c"),
+    "musl": ("musl-gcc", (), "alloc.c"),
+    "musl-static": ("musl-gcc", ("-static",), "alloc.c"),
+    "jemalloc": ("gcc", ("-Wl,--no-as-needed", "-ljemalloc"), "alloc.c"),
+    "tcmalloc": ("gcc", ("-Wl,--no-as-needed", "-ltcmalloc"), "alloc.c"),
+    "mimalloc": ("gcc", ("-Wl,--no-as-needed", "-lmimalloc"), "alloc.c"),
+    "jemalloc-cxx": ("g++", ("-Wl,--no-as-needed", "-ljemalloc"), "alloc_cxx.cc"),
+    "tcmalloc-cxx": ("g++", ("-Wl,--no-as-needed", "-ltcmalloc"), "alloc_cxx.cc"),
+    "mimalloc-cxx": ("g++", ("-Wl,--no-as-needed", "-lmimalloc"), "alloc_cxx.cc"),
 }
 # The shared library each one brings (copied into the namespace's tmpfs).
 LIBRARY = {"jemalloc": "libjemalloc.so", "tcmalloc": "libtcmalloc.so",
@@ -56,8 +60,8 @@ def build(allocator: str) -> Path:
                            env=env, cwd=_BUILD)
             tmp.replace(out)
         return out
-    cc, flags = C_BUILDS[allocator]
-    src = HERE / "alloc.c"
+    cc, flags, source = C_BUILDS[allocator]
+    src = HERE / source
     if not _fresh(out, src):
         subprocess.run([shutil.which(cc) or cc, *CFLAGS, "-o", str(tmp), str(src), *flags],
                        check=True, capture_output=True, timeout=120)
@@ -67,7 +71,7 @@ def build(allocator: str) -> Path:
 
 def library(binary: Path, allocator: str) -> Path | None:
     """The allocator's shared library as the loader resolves it for ``binary`` (ldd)."""
-    prefix = LIBRARY.get(allocator)
+    prefix = LIBRARY.get(allocator.removesuffix("-cxx"))
     if prefix is None:
         return None
     out = subprocess.run(["ldd", str(binary)], capture_output=True, text=True, timeout=30,
