@@ -84,6 +84,19 @@ def test_aliases_are_probed_once():
     assert al.entry_points("tcmalloc", obj) == ("malloc", "calloc", "_Znwm")
 
 
+def test_a_rust_binary_with_jemalloc_linked_in_is_jemalloc():
+    # tikv-jemallocator's prefixed symbols, in the executable's own .symtab
+    obj = al.ObjectSymbols({"_rjem_mallocx": 0x10, "_rjem_rallocx": 0x20, "_rjem_malloc": 0x30,
+                            "_rjem_calloc": 0x40}, frozenset(), True)
+    assert al.classify(obj) == "jemalloc"
+    entries = al.entry_points("jemalloc", obj)
+    assert set(entries) == {"_rjem_mallocx", "_rjem_rallocx", "_rjem_malloc", "_rjem_calloc"}
+    assert al.SIZE_ARG["_rjem_calloc"] == "arg0 * arg1" and al.SIZE_ARG["je_rallocx"] == "arg1"
+    text = malloc_program.render([al.Allocator("jemalloc", "/srv/svc", "/proc/9/map_files/1-2",
+                                               (1, 1), entries)])
+    assert 'sum(arg0 * arg1)' in text and '"jemalloc:_rjem_calloc"' in text
+
+
 def _region(path="/srv/svc"):
     return al.Region(0x400000, 0x480000, "r-xp", 7, path)
 

@@ -50,14 +50,18 @@ SIZE_ARG: dict[str, str] = {
     "aligned_alloc": "arg1", "memalign": "arg1", "valloc": "arg0", "pvalloc": "arg0",
     "mallocx": "arg0", "rallocx": "arg1",
     "mi_malloc": "arg0", "mi_calloc": "arg0 * arg1", "mi_zalloc": "arg0", "mi_realloc": "arg1",
-    "mi_malloc_aligned": "arg0", "mi_new": "arg0",
+    "mi_malloc_aligned": "arg0", "mi_zalloc_aligned": "arg0", "mi_realloc_aligned": "arg1",
+    "mi_new": "arg0",
     GO_MALLOC: 'reg("ax")',
     **{name: "arg0" for name in NEW},
 }
-# jemalloc built with a prefix (--with-jemalloc-prefix=je_) exports je_malloc & co.
-_JE = ("je_malloc", "je_calloc", "je_realloc", "je_posix_memalign", "je_aligned_alloc",
-       "je_mallocx", "je_rallocx")
-SIZE_ARG.update({name: SIZE_ARG[name[3:]] for name in _JE})
+# jemalloc built with a prefix: je_ (--with-jemalloc-prefix=je_), _rjem_ (Rust's
+# tikv-jemallocator, linked into the executable).
+_JE_BASE = ("malloc", "calloc", "realloc", "posix_memalign", "aligned_alloc", "mallocx",
+            "rallocx")
+_JE = tuple(f"{prefix}{n}" for prefix in ("je_", "_rjem_") for n in _JE_BASE)
+SIZE_ARG.update({name: SIZE_ARG[name.removeprefix("je_").removeprefix("_rjem_")]
+                 for name in _JE})
 
 
 @dataclass(frozen=True)
@@ -72,12 +76,13 @@ class Family:
 # __libc_malloc, so glibc comes last.
 FAMILIES: tuple[Family, ...] = (
     Family("go", (GO_MALLOC,), (GO_MALLOC,), sections=(".go.buildinfo", ".note.go.buildid")),
-    Family("jemalloc", ("mallocx", "je_mallocx", "je_malloc"),
+    Family("jemalloc", ("mallocx", "je_mallocx", "je_malloc", "_rjem_mallocx"),
            STD + ("mallocx", "rallocx") + _JE + NEW),
-    Family("tcmalloc", ("tc_malloc",), STD + NEW),
+    # gperftools (tc_malloc) and Google's newer tcmalloc (TCMallocInternalMalloc)
+    Family("tcmalloc", ("tc_malloc", "TCMallocInternalMalloc"), STD + NEW),
     Family("mimalloc", ("mi_malloc",),
            STD + ("mi_malloc", "mi_calloc", "mi_zalloc", "mi_realloc", "mi_malloc_aligned",
-                  "mi_new") + NEW),
+                  "mi_zalloc_aligned", "mi_realloc_aligned", "mi_new") + NEW),
     # Dynamic musl exports __dls2b/__dls3 (its loader stages); static musl keeps the
     # internal names of mallocng (1.2) or oldmalloc (1.1) in .symtab. musl forwards
     # memalign/posix_memalign/valloc to aligned_alloc, which is probed.
