@@ -41,6 +41,26 @@ GO_BUILDS = {"go": (), "go-stripped": ("-ldflags=-s -w",)}
 ALL = (*C_BUILDS, *GO_BUILDS)
 
 
+# What CI installs for each tool or library (the Makefile's APT_TEST): a missing one fails
+# the test with this hint, never skips it.
+DEBIAN = {"musl-gcc": "musl-tools", "go": "golang-go", "g++": "g++", "gcc": "gcc",
+          "-ljemalloc": "libjemalloc-dev", "-ltcmalloc": "libgoogle-perftools-dev",
+          "-lmimalloc": "libmimalloc-dev"}
+
+
+def _tool(name: str) -> str:
+    path = shutil.which(name)
+    assert path, f"{name} is not installed (Debian: apt-get install {DEBIAN.get(name, name)})"
+    return path
+
+
+def _compile(argv: list[str], **kw) -> None:
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False, **kw)
+    hints = [DEBIAN[a] for a in argv if a in DEBIAN and a.startswith("-l")]
+    assert res.returncode == 0, (f"{' '.join(argv)} failed (needs Debian {', '.join(hints)}?):"
+                                 f" {res.stderr[-2000:]}" if hints else res.stderr[-2000:])
+
+
 def _fresh(out: Path, src: Path) -> bool:
     return out.exists() and out.stat().st_mtime >= src.stat().st_mtime
 
@@ -55,16 +75,14 @@ def build(allocator: str) -> Path:
         if not _fresh(out, src):
             env = {**os.environ, "CGO_ENABLED": "0", "GOCACHE": str(_BUILD / "gocache"),
                    "GOPATH": str(_BUILD / "gopath"), "GOFLAGS": "", "GO111MODULE": "off"}
-            subprocess.run([shutil.which("go") or "go", "build", *GO_BUILDS[allocator], "-o",
-                            str(tmp), str(src)], check=True, capture_output=True, timeout=300,
-                           env=env, cwd=_BUILD)
+            _compile([_tool("go"), "build", *GO_BUILDS[allocator], "-o", str(tmp), str(src)],
+                     env=env, cwd=_BUILD)
             tmp.replace(out)
         return out
     cc, flags, source = C_BUILDS[allocator]
     src = HERE / source
     if not _fresh(out, src):
-        subprocess.run([shutil.which(cc) or cc, *CFLAGS, "-o", str(tmp), str(src), *flags],
-                       check=True, capture_output=True, timeout=120)
+        _compile([_tool(cc), *CFLAGS, "-o", str(tmp), str(src), *flags])
         tmp.replace(out)
     return out
 
