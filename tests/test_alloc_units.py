@@ -294,3 +294,12 @@ def test_symbolizer_names_this_process_and_refuses_other_addresses():
     assert sym(8) is None  # not mapped
     assert name_addresses(os.getpid(), {addr}) == {addr: "malloc+0"}
     assert name_addresses(2**22 + 12345, {addr}) == {}  # no such process: nothing named
+
+
+def test_cxx_names_are_demangled_like_cxxfilt():
+    from tailgate.sources.symbols import demangle
+
+    assert demangle("_ZL20handle_request_alloci") == "handle_request_alloc(int)"
+    assert demangle("_Znwm") == "operator new(unsigned long)"
+    for plain in ("main", "runtime.mallocgc", "_Zbogus"):
+        assert demangle(plain) == plain

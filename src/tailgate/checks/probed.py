@@ -197,7 +197,7 @@ def _site(r: dict[str, Any]) -> str | None:
         return f"{callers[0][0]} ({callers[0][1]} calls)"
     for st in r.get("top_stacks") or []:
         for frame in (st.get("frames") or [])[1:]:
-            name = frame.split("+")[0]
+            name = frame.rsplit("+", 1)[0]
             if not name.startswith("runtime."):
                 return f"{name} ({st.get('count')} calls on this stack)"
     return f"{callers[0][0]} ({callers[0][1]} calls)" if callers else None

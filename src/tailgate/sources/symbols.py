@@ -10,6 +10,9 @@ An address outside any function stays a hex number, never a guess.
 from __future__ import annotations
 
 import bisect
+import ctypes
+import ctypes.util
+import functools
 import os
 from dataclasses import dataclass
 
@@ -75,6 +78,36 @@ def read_functions(path: str) -> FunctionTable:
                          tuple(funcs[a][1] for a in order), segments)
 
 
+@functools.cache
+def _cxa_demangle():
+    """libstdc++'s own demangler (what c++filt and bpftrace use), or None without it."""
+    name = ctypes.util.find_library("stdc++")
+    try:
+        fn = ctypes.CDLL(name or "libstdc++.so.6").__cxa_demangle
+    except (OSError, AttributeError):
+        return None
+    fn.restype = ctypes.c_void_p
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_size_t),
+                   ctypes.POINTER(ctypes.c_int)]
+    return fn
+
+
+@functools.lru_cache(maxsize=4096)
+def demangle(name: str) -> str:
+    """``_ZL20handle_request_alloci`` -> ``handle_request_alloc(int)``; anything else as is."""
+    fn = _cxa_demangle() if name.startswith("_Z") else None
+    if fn is None:
+        return name
+    status = ctypes.c_int(-1)
+    ptr = fn(name.encode(), None, None, ctypes.byref(status))
+    if status.value != 0 or not ptr:
+        return name
+    try:
+        return ctypes.string_at(ptr).decode("utf-8", "replace")
+    finally:
+        ctypes.CDLL(None).free(ctypes.c_void_p(ptr))
+
+
 class Symbolizer:
     """``Symbolizer(pid)(address)`` -> ``(function, offset)`` or None. Reads each mapped
     file once, when an address first falls in it."""
@@ -128,5 +161,5 @@ def name_addresses(pid: int, addresses: set[int], proc: str = "/proc") -> dict[i
     for addr in addresses:
         found = sym(addr)
         if found:
-            out[addr] = f"{found[0]}+{found[1]}"
+            out[addr] = f"{demangle(found[0])}+{found[1]}"
     return out
