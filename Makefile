@@ -5,7 +5,8 @@ PY     := $(VENV)/bin/python
 # Debian packages: the tools tailgate reads from and the real servers/peers the tests use.
 APT_RUN  := ethtool iproute2 bpftrace
 APT_TEST := $(APT_RUN) nginx-light wrk prometheus-node-exporter gcc g++ cmake libc6-dev liburing-dev \
-            numactl prometheus chromium openmpi-bin libopenmpi-dev
+            numactl prometheus chromium openmpi-bin libopenmpi-dev dpdk-dev \
+            musl-tools libjemalloc-dev libgoogle-perftools-dev libmimalloc-dev golang-go
 
 .PHONY: run test venv venv-test apt-run apt-test tracefs lint bench clean
 

@@ -37,6 +37,12 @@ TEST_NEEDS = {
     "chromium": "the headless browser of tests/test_html_browser.py",
     "openmpi-bin": "mpirun for tailgate bench allreduce --backend mpi",
     "libopenmpi-dev": "mpicc and the headers mpi4py builds against",
+    "dpdk-dev": "dpdk-testpmd for tests/test_dpdk_live.py",
+    "musl-tools": "musl-gcc for the allocator tests (tests/test_alloc_live.py)",
+    "libjemalloc-dev": "a jemalloc-linked workload (tests/test_alloc_live.py)",
+    "libgoogle-perftools-dev": "a tcmalloc-linked workload (tests/test_alloc_live.py)",
+    "libmimalloc-dev": "a mimalloc-linked workload (tests/test_alloc_live.py)",
+    "golang-go": "a Go workload (runtime.mallocgc) for tests/test_alloc_live.py",
 }
 
 
