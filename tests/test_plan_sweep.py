@@ -86,7 +86,7 @@ def test_sweep_finds_the_capacity_of_a_serial_server(tmp_path):
     assert failing and min(p["rate"] for p in failing) > top["rate"]
     assert max(rates) <= 200 * 1.001  # stepping stopped at the first failure (no 400/s run)
     assert "highest rate meeting every SLO" in r.stdout
-    assert "<svg" in (tmp_path / "sweep.html").read_text()
+    assert "Plotly.newPlot" in (tmp_path / "sweep.html").read_text()
 
 
 def P(rate, achieved, p99, ok=True):  # noqa: N802 - a table row
