@@ -18,18 +18,16 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
+from support.cgroups import cpu_cgroup
 from support.netloss import Veth, random_loss
 from support.nginx import Nginx, available, free_port
 from support.require import require
 from support.workloads import finish, start
 
-CPU_V1 = Path("/sys/fs/cgroup/cpu")
 pytestmark = pytest.mark.timeout(180)
 
 
@@ -86,22 +84,9 @@ def busy_on_cpu1(n: int = 2) -> Iterator[None]:
 
 @contextlib.contextmanager
 def quota(pid: int, quota_us: int = 3000) -> Iterator[None]:
-    cg = CPU_V1 / f"tailgate-test-{uuid.uuid4().hex[:8]}"
-    cg.mkdir()
-    try:
+    with cpu_cgroup(quota_us) as cg:
         (cg / "cgroup.procs").write_text(str(pid))
-        (cg / "cpu.cfs_period_us").write_text("100000")
-        (cg / "cpu.cfs_quota_us").write_text(str(quota_us))
         yield
-    finally:
-        with contextlib.suppress(OSError):
-            (CPU_V1 / "cgroup.procs").write_text(str(pid))
-        for _ in range(50):
-            try:
-                cg.rmdir()
-                break
-            except OSError:
-                time.sleep(0.1)
 
 
 @contextlib.contextmanager

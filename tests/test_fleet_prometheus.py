@@ -14,13 +14,13 @@ import subprocess
 import sys
 import time
 import urllib.request
-import uuid
 from pathlib import Path
 
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from support.cgroups import cpu_cgroup
 from tailgate.baseline import catalog, default_baseline
 from tailgate.model import Finding, Report, Verdict
 from tailgate.probes import loglin
@@ -28,7 +28,6 @@ from tailgate.report import prometheus as prom
 from tailgate.rules import RuleOptions, alert_name, generate, to_yaml
 
 TAILGATE = [sys.executable, "-m", "tailgate"]
-CPU_V1 = Path("/sys/fs/cgroup/cpu")
 
 
 def need(tool: str) -> str:
@@ -282,63 +281,52 @@ def wait_for(pred, timeout: float, what: str):
 
 def test_throttling_alert_fires_in_prometheus_and_resolves(tmp_path):
     prometheus = need("prometheus")
-    if not CPU_V1.is_dir() or os.geteuid() != 0:
-        pytest.fail("needs root and the cgroup v1 cpu controller (MACHINE.md: present here)")
-    cg = CPU_V1 / f"tailgate-test-{uuid.uuid4().hex[:8]}"
-    cg.mkdir()
     procs: list[subprocess.Popen] = []
-    try:
-        busy = subprocess.Popen(["sh", "-c", "end=$(($(date +%s)+120)); "
-                                 "while [ $(date +%s) -lt $end ]; do :; done"])
-        procs.append(busy)
-        (cg / "cgroup.procs").write_text(str(busy.pid))
-        (cg / "cpu.cfs_period_us").write_text("100000")
-        (cg / "cpu.cfs_quota_us").write_text("10000")  # the fault: 10 % of a CPU
-        port, prom_port = free_port(), free_port()
-        serve = subprocess.Popen([*TAILGATE, "serve", "--listen", f"127.0.0.1:{port}",
-                                  "--interval", "1", "--probe", "", "--cgroup", str(cg)],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        procs.append(serve)
-        rules = write_rules(tmp_path, for_fail="2s")
-        (tmp_path / "prometheus.yml").write_text(yaml.safe_dump({
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "rule_files": [str(rules)],
-            "scrape_configs": [{"job_name": "tailgate",
-                                "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]}]}))
-        server = subprocess.Popen(
-            [prometheus, f"--config.file={tmp_path / 'prometheus.yml'}",
-             f"--storage.tsdb.path={tmp_path / 'data'}",
-             f"--web.listen-address=127.0.0.1:{prom_port}"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        procs.append(server)
-        api = f"http://127.0.0.1:{prom_port}/api/v1/alerts"
+    with cpu_cgroup(quota_us=10000) as cg:  # the fault: 10 % of a CPU
+        try:
+            busy = subprocess.Popen(["sh", "-c", "end=$(($(date +%s)+120)); "
+                                     "while [ $(date +%s) -lt $end ]; do :; done"])
+            procs.append(busy)
+            (cg / "cgroup.procs").write_text(str(busy.pid))
+            port, prom_port = free_port(), free_port()
+            serve = subprocess.Popen([*TAILGATE, "serve", "--listen", f"127.0.0.1:{port}",
+                                      "--interval", "1", "--probe", "", "--cgroup", str(cg)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            procs.append(serve)
+            rules = write_rules(tmp_path, for_fail="2s")
+            (tmp_path / "prometheus.yml").write_text(yaml.safe_dump({
+                "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                "rule_files": [str(rules)],
+                "scrape_configs": [{"job_name": "tailgate",
+                                    "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]}]}))
+            server = subprocess.Popen(
+                [prometheus, f"--config.file={tmp_path / 'prometheus.yml'}",
+                 f"--storage.tsdb.path={tmp_path / 'data'}",
+                 f"--web.listen-address=127.0.0.1:{prom_port}"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            procs.append(server)
+            api = f"http://127.0.0.1:{prom_port}/api/v1/alerts"
 
-        def state() -> str | None:
-            try:
-                alerts = get_json(api)["data"]["alerts"]
-            except OSError:
-                return None
-            found = [a["state"] for a in alerts
-                     if a["labels"]["alertname"] == "TailgateL2CgroupThrottling"]
-            return found[0] if found else "inactive"
+            def state() -> str | None:
+                try:
+                    alerts = get_json(api)["data"]["alerts"]
+                except OSError:
+                    return None
+                found = [a["state"] for a in alerts
+                         if a["labels"]["alertname"] == "TailgateL2CgroupThrottling"]
+                return found[0] if found else "inactive"
 
-        assert wait_for(lambda: state() == "firing", 60, "the throttling alert to fire")
-        (cg / "cpu.cfs_quota_us").write_text("-1")  # the fault removed
-        wait_for(lambda: state() == "inactive", 60, "the alert to resolve")
-    finally:
-        for p in reversed(procs):
-            p.send_signal(signal.SIGTERM)
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        for _ in range(50):
-            try:
-                cg.rmdir()
-                break
-            except OSError:
-                time.sleep(0.1)
+            assert wait_for(lambda: state() == "firing", 60, "the throttling alert to fire")
+            (cg / "cpu.cfs_quota_us").write_text("-1")  # the fault removed
+            wait_for(lambda: state() == "inactive", 60, "the alert to resolve")
+        finally:
+            for p in reversed(procs):
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
 
 
 def test_a_probe_that_cannot_run_is_a_series_not_a_crash(tmp_path):
