@@ -87,13 +87,15 @@ def collectors() -> dict[str, Collector]:
 
 
 def run_collector(c: Collector, host: Host, target: Target) -> dict[str, Fact]:
+    host.forget_source()
     try:
         value = c.fn(host, target)
     except SourceError as exc:
-        return {c.name: Fact(missing=str(exc))}
+        return {c.name: Fact(missing=host.blame(exc))}
     except (ValueError, KeyError, IndexError, TypeError) as exc:
         # A parser bug on unexpected input must not crash the whole inspection.
-        return {c.name: Fact(missing=f"parse error: {type(exc).__name__}: {exc}")}
+        return {c.name: Fact(missing=host.blame(
+            ValueError(f"parse error: {type(exc).__name__}: {exc}")))}
     if not c.multi:
         return {c.name: Fact(value=value)}
     return {k: v if isinstance(v, Fact) else Fact(value=v) for k, v in value.items()}
@@ -103,9 +105,17 @@ def _sample(host: Host, target: Target, chosen: list[Collector]) -> dict[str, Fa
     """Run collectors concurrently: most wait on a file or a command (ethtool, pmc), so a
     sample takes as long as its slowest source rather than the sum of all of them."""
     facts: dict[str, Fact] = {}
-    with ThreadPoolExecutor(max_workers=8, thread_name_prefix="collect") as pool:
+    pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="collect")
+    try:
         for part in pool.map(lambda c: run_collector(c, host, target), chosen):
             facts.update(part)
+    except BaseException:
+        # Ctrl-C: kill the commands still running so their threads end now, drop what
+        # was not started, and let the caller discard the partial sample.
+        host.cancel()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
     return facts
 
 

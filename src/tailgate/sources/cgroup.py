@@ -145,5 +145,5 @@ def cgroup_cpu(host: Host, target: Target) -> dict[str, object]:
             path = cgroup_of_pid(host, int(spec[4:])) if spec.startswith("pid:") else spec
             out[name] = read_cpu_bandwidth(host, path)
         except (SourceError, ValueError) as exc:
-            out[name] = Fact(missing=str(exc))
+            out[name] = Fact(missing=host.blame(exc))
     return out

@@ -373,9 +373,9 @@ def per_iface(prefix: str, host: Host, target: Target, fn) -> dict[str, object]:
         try:
             out[f"{prefix}.{iface}"] = fn(iface)
         except SourceError as exc:
-            out[f"{prefix}.{iface}"] = Fact(missing=str(exc))
+            out[f"{prefix}.{iface}"] = Fact(missing=host.blame(exc))
         except (ValueError, KeyError, IndexError, TypeError) as exc:
-            out[f"{prefix}.{iface}"] = Fact(missing=f"parse error: {exc}")
+            out[f"{prefix}.{iface}"] = Fact(missing=host.blame(ValueError(f"parse error: {exc}")))
     return out
 
 

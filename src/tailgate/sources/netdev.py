@@ -113,5 +113,5 @@ def nics(host: Host, target: Target) -> dict[str, object]:
         try:
             out[f"nic.{iface}"] = nic_info(host, iface, interrupts)
         except SourceError as exc:
-            out[f"nic.{iface}"] = Fact(missing=str(exc))
+            out[f"nic.{iface}"] = Fact(missing=host.blame(exc))
     return out

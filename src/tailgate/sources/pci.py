@@ -168,7 +168,7 @@ def pci_aer(host: Host, target: Target) -> dict[str, Any]:
         try:
             counters[bdf] = parse_aer(host.read(f"/sys/bus/pci/devices/{bdf}/aer_dev_correctable"))
         except SourceError as exc:
-            errors[bdf] = str(exc)
+            errors[bdf] = host.blame(exc)
     return {"counters": counters, "errors": errors}
 
 
@@ -213,7 +213,7 @@ def pci_replay(host: Host, target: Target) -> dict[str, Any]:
                 counters[bdf] = {"pcie_replay_count": n}
                 sources[bdf] = "amdgpu pcie_replay_count"
             except SourceError as exc:
-                errors[bdf] = str(exc)
+                errors[bdf] = host.blame(exc)
     gpus = [b for b, e in devices.items() if e.get("vendor") == NVIDIA and e["kind"] == "gpu"]
     if gpus:
         got: dict[str, dict[str, int]] = {}
@@ -227,7 +227,7 @@ def pci_replay(host: Host, target: Target) -> dict[str, Any]:
             try:
                 got = parse_nvidia_smi(host.run(["nvidia-smi", "-q"], timeout_s=20))
             except SourceError as exc:
-                errors["nvidia-smi"] = str(exc)
+                errors["nvidia-smi"] = host.blame(exc)
         for bdf in gpus:
             if got.get(bdf):
                 counters[bdf] = got[bdf]

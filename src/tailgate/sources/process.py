@@ -132,7 +132,8 @@ def pid_status(host: Host, target: Target) -> dict[str, object]:
                          "threads": int(st.get("Threads", "0") or 0),
                    "rss_bytes": _kib(st.get("VmRSS"))}
         except SourceError as exc:
-            out[name] = Fact(missing=f"pid {pid}: {exc} (did the process exit?)")
+            out[name] = Fact(missing=f"pid {pid}: {host.blame(exc)}"
+                             + ("" if isinstance(exc, ParseError) else " (did the process exit?)"))
     return out
 
 
@@ -143,7 +144,7 @@ def pid_schedstat(host: Host, target: Target) -> dict[str, object]:
         try:
             out[f"proc.{pid}.schedstat"] = parse_schedstat(host.read(f"/proc/{pid}/schedstat"))
         except SourceError as exc:
-            out[f"proc.{pid}.schedstat"] = Fact(missing=f"pid {pid}: {exc}")
+            out[f"proc.{pid}.schedstat"] = Fact(missing=f"pid {pid}: {host.blame(exc)}")
     return out
 
 
@@ -166,7 +167,7 @@ def pid_io_uring(host: Host, target: Target) -> dict[str, object]:
                     rings.append({"fd": int(fd), **info})
             out[name] = rings
         except ParseError as exc:
-            out[name] = Fact(missing=f"pid {pid}: io_uring fdinfo: {exc}")
+            out[name] = Fact(missing=f"pid {pid}: io_uring fdinfo: {host.blame(exc)}")
         except SourceError as exc:
-            out[name] = Fact(missing=f"pid {pid}: {exc}")
+            out[name] = Fact(missing=f"pid {pid}: {host.blame(exc)}")
     return out

@@ -208,5 +208,6 @@ def pressure(host: Host, target: Target) -> dict:
         except ParseError as exc:
             out[f"pressure.{res}"] = Fact(missing=f"/proc/pressure/{res}: {exc}")
         except SourceError as exc:
-            out[f"pressure.{res}"] = Fact(missing=f"{exc} (needs CONFIG_PSI)")
+            hint = " (needs CONFIG_PSI)" if str(exc).endswith(": absent") else ""
+            out[f"pressure.{res}"] = Fact(missing=f"{exc}{hint}")
     return out

@@ -69,7 +69,7 @@ def pid_sockets(host: Host, target: Target) -> dict[str, object]:
     try:
         sockets = parse_ss(host.run(["ss", "-tmpin", "state", "established"]))
     except SourceError as exc:
-        return {f"sockets.{pid}": Fact(missing=str(exc)) for pid in target.pids}
+        return {f"sockets.{pid}": Fact(missing=host.blame(exc)) for pid in target.pids}
     out: dict[str, object] = {}
     for pid in target.pids:
         mine = [s for s in sockets if pid in s["pids"]]
