@@ -293,6 +293,7 @@ def pcie_link_recovery(snap: Snapshot, p: dict) -> list[Result]:
     limit = float(p.get("limit", 0))
     aer_f, replay_f = snap.fact("pci.aer"), snap.fact("pci.replay")
     aer = aer_f.value.get("counters", {}) if aer_f.ok else {}
+    aer_errors = aer_f.value.get("errors", {}) if aer_f.ok else {}
     replay = replay_f.value if replay_f.ok else {"counters": {}, "sources": {}, "errors": {}}
     mlx5 = _mlx5_ifaces(snap)
     results = []
@@ -314,10 +315,16 @@ def pcie_link_recovery(snap: Snapshot, p: dict) -> list[Result]:
                               f"ethtool.phy.{i}",
                               lambda v: {n: v[n] for n in ("rx_pci_signal_integrity",
                                                            "tx_pci_signal_integrity") if n in v}))
-        if not stand_ins:
+        # A counter this device has but that could not be read leaves the others unable
+        # to vouch for it: the device is unknown unless what was read already fails.
+        unreadable = [f"{what} unreadable: {why}" for what, why in (
+            ("AER counters", aer_errors.get(bdf)), ("replay counter", replay.get("errors", {}).get(bdf)))
+            if why]
+        if not stand_ins and not unreadable:
             continue
         evidence: dict[str, Any] = {"stand_ins": [s[0] for s in stand_ins], "grown": {}}
-        total, unknown, window = 0.0, [], None
+        total, window = 0.0, None
+        unknown = list(unreadable)
         for what, name, pick in stand_ins:
             try:
                 g = growth(snap, name, pick)

@@ -72,7 +72,7 @@ def parse_driver_info(text: str) -> dict[str, str]:
     return out
 
 
-_STAT_RE = re.compile(r"^\s*([^:\s][^:]*):\s*(-?\d+)\s*$")
+_STAT_RE = re.compile(r"^\s*([^:\s][^:]*):\s*(-?[0-9]+)\s*$")
 
 
 def parse_stats(text: str) -> dict[str, int]:
@@ -92,12 +92,16 @@ def parse_stats(text: str) -> dict[str, int]:
 
 
 def phy_counters(stats: dict[str, int]) -> dict[str, int]:
-    return {k: v for k, v in stats.items() if _PHY_COUNTER_RE.search(k)}
+    kept = {k: v for k, v in stats.items() if _PHY_COUNTER_RE.search(k)}
+    negative = [k for k, v in kept.items() if v < 0]
+    if negative:  # error counters only count up: a negative one is garbage, not a rate
+        raise ParseError(f"ethtool -S: negative counter {negative[0]}: {kept[negative[0]]}")
+    return kept
 
 
 _FEC_STATS = ("corrected_blocks", "uncorrectable_blocks", "corrected_bits")
-_FEC_STAT_RE = re.compile(r"^  (\w+):\s+(\d+)\s*$")
-_FEC_LANE_RE = re.compile(r"^\s+Lane (\d+):\s+(\d+)\s*$")
+_FEC_STAT_RE = re.compile(r"^  (\w+):\s+([0-9]+)\s*$")
+_FEC_LANE_RE = re.compile(r"^\s+Lane ([0-9]+):\s+([0-9]+)\s*$")
 
 
 def parse_fec(text: str) -> dict[str, Any]:
@@ -161,9 +165,14 @@ def _rx_power(name: str, value: str) -> dict[str, Any] | None:
     if not v:
         raise ParseError(f"ethtool -m: {name}: not a power reading: {value!r}")
     dbm = None if v.group(2) == "-inf" else float(v.group(2))
-    if dbm is not None and not math.isfinite(dbm):
-        raise ParseError(f"ethtool -m: {name}: bad dBm {v.group(2)!r}")
-    return {"lane": int(pm.group(2)) if pm.group(2) else 1, "mw": float(v.group(1)), "dbm": dbm,
+    mw = float(v.group(1))
+    # A module reads 0 .. 6.5535 mW (a 16-bit field of 0.1 uW): beyond a watt, or a dBm
+    # outside -60 .. +30, is a corrupt EEPROM or capture, never light on a fiber.
+    if dbm is not None and not (math.isfinite(dbm) and -60.0 <= dbm <= 30.0):
+        raise ParseError(f"ethtool -m: {name}: implausible dBm {v.group(2)[:20]!r}")
+    if not (math.isfinite(mw) and 0.0 <= mw <= 1000.0):
+        raise ParseError(f"ethtool -m: {name}: implausible power {v.group(1)[:20]!r} mW")
+    return {"lane": int(pm.group(2)) if pm.group(2) else 1, "mw": mw, "dbm": dbm,
             "kind": "oma" if "OMA" in pm.group(1) else "avg"}
 
 
@@ -260,7 +269,7 @@ def parse_rings(text: str) -> dict[str, dict[str, int | None]]:
             value = m.group(2)
             if value == "n/a":
                 out.setdefault(section, {})[m.group(1)] = None
-            elif value.isdigit():
+            elif re.fullmatch(r"[0-9]{1,10}", value):
                 out.setdefault(section, {})[m.group(1)] = int(value)
             else:
                 raise ParseError(f"ethtool -g: {m.group(1)}: not a size: {value!r}")

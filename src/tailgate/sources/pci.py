@@ -56,7 +56,7 @@ def parse_aer(text: str) -> dict[str, int]:
         if not m:
             continue
         name = _AER_LONG.get(m.group(1), m.group(1))
-        if not m.group(2).isdigit():
+        if not _count(m.group(2)):
             if name in AER_CORRECTABLE:
                 raise ParseError(f"aer_dev_correctable: {name}: not a count: {m.group(2)!r}")
             continue
@@ -67,9 +67,14 @@ def parse_aer(text: str) -> dict[str, int]:
     return out
 
 
+def _count(text: str) -> bool:
+    """ASCII digits of a u64 (str.isdigit() also takes '²' and other scripts' digits)."""
+    return re.fullmatch(r"[0-9]{1,20}", text) is not None
+
+
 def parse_int_file(text: str, what: str) -> int:
     s = text.strip()
-    if not s.isdigit():
+    if not _count(s):
         raise ParseError(f"{what}: not a count: {s[:40]!r}")
     return int(s)
 
@@ -98,7 +103,7 @@ def parse_nvidia_smi(text: str) -> dict[str, dict[str, int]]:
         name = {"replays since reset": "replays",
                 "replay number rollovers": "replay_rollovers"}.get(k)
         if name:
-            if v.isdigit():
+            if _count(v):
                 out[gpu][name] = int(v)
             elif v not in ("N/A", "[N/A]", "Unknown Error", "[Not Supported]"):
                 raise ParseError(f"nvidia-smi -q: {key.strip()}: not a count: {v!r}")
@@ -232,4 +237,6 @@ def pci_replay(host: Host, target: Target) -> dict[str, Any]:
             if got.get(bdf):
                 counters[bdf] = got[bdf]
                 sources[bdf] = how
+            else:  # a GPU whose counter could not be read is unknown, not silently dropped
+                errors[bdf] = errors.get("nvidia-smi") or f"nvidia-smi -q: no replay counter for {bdf}"
     return {"counters": counters, "sources": sources, "errors": errors}

@@ -20,7 +20,7 @@ import re
 from typing import Any
 
 from ..collect import Target, collector
-from ..host import Host
+from ..host import Host, Refused, TooLarge
 from ..model import ParseError, SourceError
 
 _RESPONSE_RE = re.compile(r"^\s*(\S+)\s+seq\s+\d+\s+RESPONSE\s+MANAGEMENT\s+(\S+)")
@@ -69,11 +69,21 @@ def time_status(responses: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+# linuxptp's ts_str(): every value PORT_PROPERTIES_NP can print for `timestamping`.
+TIMESTAMPING = frozenset({"SOFTWARE", "HARDWARE", "LEGACY_HW", "ONESTEP", "P2P1STEP"})
+
+
 def port_properties(responses: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{"port": r["port"], "state": r["fields"].get("portState"),
-             "timestamping": r["fields"].get("timestamping"),
-             "interface": r["fields"].get("interface")}
-            for r in responses if r["message"] == "PORT_PROPERTIES_NP"]
+    out = []
+    for r in responses:
+        if r["message"] != "PORT_PROPERTIES_NP":
+            continue
+        ts = r["fields"].get("timestamping")
+        if ts not in TIMESTAMPING:
+            raise ParseError(f"pmc PORT_PROPERTIES_NP: unknown timestamping {str(ts)[:40]!r}")
+        out.append({"port": r["port"], "state": r["fields"].get("portState"),
+                    "timestamping": ts, "interface": r["fields"].get("interface")})
+    return out
 
 
 _PROG_RE = re.compile(r"\b(ptp4l|phc2sys)\[")
@@ -158,10 +168,13 @@ def ptp_pmc(host: Host, target: Target) -> dict[str, Any]:
     ports: list[dict[str, Any]] = []
     if status:
         try:
-            ports = port_properties(parse_pmc(
-                host.run(["pmc", "-u", "-b", "0", "GET PORT_PROPERTIES_NP"])))
-        except SourceError:
-            pass  # linuxptp before 2.0 has no PORT_PROPERTIES_NP: the offset still counts
+            text = host.run(["pmc", "-u", "-b", "0", "GET PORT_PROPERTIES_NP"])
+        except SourceError as exc:
+            if isinstance(exc, (ParseError, TooLarge, Refused)):
+                raise  # an answer that is not pmc's: never read as "no software timestamps"
+            text = None  # linuxptp before 2.0 has no PORT_PROPERTIES_NP: the offset still counts
+        if text is not None:
+            ports = port_properties(parse_pmc(text))
     return {"time_status": status, "ports": ports}
 
 

@@ -49,16 +49,20 @@ def parse_ss(text: str) -> list[dict[str, object]]:
 def parse_slabinfo(text: str) -> dict[str, int]:
     """/proc/slabinfo 2.x: object size in bytes per cache name."""
     out = {}
+    first = next((ln for ln in text.splitlines() if ln.strip() and not ln.startswith("#")), "")
+    if not first.startswith("slabinfo - version: 2."):
+        raise ParseError("slabinfo: no 'slabinfo - version: 2.x' header (empty or not slabinfo)")
     for line in text.splitlines():
         if line.startswith(("slabinfo", "#")) or not line.strip():
             continue
         parts = line.split()
         if len(parts) < 4:
-            raise ParseError(f"slabinfo: short line {line!r}")
-        try:
-            out[parts[0]] = int(parts[3])
-        except ValueError as exc:
-            raise ParseError(f"slabinfo {parts[0]}: objsize not an integer") from exc
+            raise ParseError(f"slabinfo: short line {line[:60]!r}")
+        if not re.fullmatch(r"[0-9]{1,10}", parts[3]) or int(parts[3]) == 0:
+            raise ParseError(f"slabinfo {parts[0][:40]}: objsize not a size: {parts[3][:20]!r}")
+        out[parts[0]] = int(parts[3])
+    if not out:
+        raise ParseError("slabinfo: no caches")
     return out
 
 

@@ -28,13 +28,33 @@ def knob_name(path: str) -> str:
 
 
 def parse_ints(text: str, count: int | None = None) -> list[int]:
-    try:
-        vals = [int(t) for t in text.split()]
-    except ValueError as exc:
-        raise ParseError(f"not a list of integers: {text.strip()!r}") from exc
+    if not all(re.fullmatch(r"-?[0-9]{1,20}", t) for t in text.split()):
+        raise ParseError(f"not a list of integers: {text.strip()[:60]!r}")
+    vals = [int(t) for t in text.split()]
     if count is not None and len(vals) != count:
         raise ParseError(f"expected {count} integers, got {len(vals)}: {text.strip()!r}")
     return vals
+
+
+# Knobs that hold sizes or switches: their values must be that many integers >= 0.
+_INT_KNOBS = {"net/ipv4/tcp_moderate_rcvbuf": 1, "net/ipv4/tcp_mem": 3, "net/ipv4/tcp_rmem": 3,
+              "net/ipv4/tcp_wmem": 3, "net/core/rmem_max": 1, "kernel/io_uring_disabled": 1}
+
+
+def read_knob(host: Host, path: str) -> str:
+    """One /proc/sys value, as text; a size or switch that is not one is a parse error
+    (the check would otherwise judge garbage), and so is an empty value."""
+    value = host.read(f"/proc/sys/{path}").strip()
+    if not value:
+        raise ParseError(f"/proc/sys/{path}: empty")
+    if path in _INT_KNOBS:
+        try:
+            ints = parse_ints(value, _INT_KNOBS[path])
+        except ParseError as exc:
+            raise ParseError(f"/proc/sys/{path}: {exc}") from exc
+        if any(v < 0 for v in ints):
+            raise ParseError(f"/proc/sys/{path}: negative value {value[:60]!r}")
+    return value
 
 
 @collector("sysctl", multi=True)
@@ -42,7 +62,7 @@ def sysctls(host: Host, target: Target) -> dict[str, object]:
     out: dict[str, object] = {}
     for path in NET_KNOBS:
         try:
-            out[knob_name(path)] = host.read(f"/proc/sys/{path}").strip()
+            out[knob_name(path)] = read_knob(host, path)
         except SourceError as exc:
             out[knob_name(path)] = Fact(missing=str(exc))
     return out
@@ -82,4 +102,4 @@ def page_size(host: Host, target: Target) -> int:
 def numa_nodes(host: Host, target: Target) -> list[int]:
     from .process import parse_cpulist
 
-    return parse_cpulist(host.read("/sys/devices/system/node/online"))
+    return parse_cpulist(host.read("/sys/devices/system/node/online"), empty_ok=False)
