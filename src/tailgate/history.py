@@ -291,7 +291,8 @@ def growth(snap: Snapshot, name: str, pick: Callable[[Any], Any] = lambda v: v) 
         common = [k for k in now if k in before]
         back = [k for k in common if now[k] < before[k]]
         if back:
-            raise NoWindow(f"{back[0] or 'the counter'} went backwards during the interval (counter reset)")
+            raise NoWindow(f"{name}: {back[0] or 'the counter'} went backwards during the "
+                           "interval (counter reset)")
         return Growth({k: now[k] - before[k] for k in common}, snap.interval_s, "interval",
                       snap.taken_at, note)
     if not note:

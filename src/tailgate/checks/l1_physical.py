@@ -272,17 +272,27 @@ def pcie_bad_tlp(snap: Snapshot, p: dict) -> list[Result]:
     return results
 
 
-def _mlx5_ifaces(snap: Snapshot) -> dict[str, str]:
-    """PCI address -> interface, for NICs whose ethtool -S has PCIe signal-integrity counters."""
-    out = {}
+def _mlx5_ifaces(snap: Snapshot) -> tuple[dict[str, str], dict[str, str]]:
+    """PCI address -> interface, for NICs whose ethtool -S has PCIe signal-integrity
+    counters; and PCI address -> reason, for NICs whose ethtool output could not be read
+    (they may have such counters: their device cannot pass on the others alone)."""
+    out, unreadable = {}, {}
     names = snap.fact("ethtool.phy")
     for iface in names.value if names.ok and isinstance(names.value, list) else []:
         info, phy = snap.fact(f"ethtool.info.{iface}"), snap.fact(f"ethtool.phy.{iface}")
-        if info.ok and phy.ok and "rx_pci_signal_integrity" in phy.value:
-            bus = info.value.get("bus-info")
-            if bus:
-                out[bus.lower()] = iface
-    return out
+        nic = snap.fact(f"nic.{iface}")
+        # sysfs's PCI address first: ethtool's bus-info is free text of the driver
+        bus = (nic.value.get("pci") if nic.ok and isinstance(nic.value, dict) else None) \
+            or (info.value.get("bus-info") if info.ok and isinstance(info.value, dict) else None)
+        if not bus:
+            continue
+        if not info.ok:
+            unreadable[bus.lower()] = f"{iface}: {info.missing}"
+        elif not phy.ok and info.value.get("driver") == "mlx5_core":
+            unreadable[bus.lower()] = f"{iface}: {phy.missing}"
+        elif "rx_pci_signal_integrity" in phy.value:
+            out[bus.lower()] = iface
+    return out, unreadable
 
 
 @check("l1.pcie.link_recovery")
@@ -295,7 +305,7 @@ def pcie_link_recovery(snap: Snapshot, p: dict) -> list[Result]:
     aer = aer_f.value.get("counters", {}) if aer_f.ok else {}
     aer_errors = aer_f.value.get("errors", {}) if aer_f.ok else {}
     replay = replay_f.value if replay_f.ok else {"counters": {}, "sources": {}, "errors": {}}
-    mlx5 = _mlx5_ifaces(snap)
+    mlx5, mlx5_unreadable = _mlx5_ifaces(snap)
     results = []
     for bdf in sorted(devices):
         subject = _subject(bdf, devices[bdf])
@@ -318,8 +328,8 @@ def pcie_link_recovery(snap: Snapshot, p: dict) -> list[Result]:
         # A counter this device has but that could not be read leaves the others unable
         # to vouch for it: the device is unknown unless what was read already fails.
         unreadable = [f"{what} unreadable: {why}" for what, why in (
-            ("AER counters", aer_errors.get(bdf)), ("replay counter", replay.get("errors", {}).get(bdf)))
-            if why]
+            ("AER counters", aer_errors.get(bdf)), ("replay counter", replay.get("errors", {}).get(bdf)),
+            ("ethtool counters", mlx5_unreadable.get(bdf))) if why]
         if not stand_ins and not unreadable:
             continue
         evidence: dict[str, Any] = {"stand_ins": [s[0] for s in stand_ins], "grown": {}}

@@ -71,9 +71,12 @@ def cgroup_throttling(snap: Snapshot, p: dict) -> list[Result]:
                 results.append(Result("unknown", subject=subject, evidence=evidence,
                                       reason="cpu.stat has no nr_throttled"))
             continue
-        if not then.ok or snap.interval_s <= 0:
+        if not then.ok or snap.interval_s < MIN_RATE_INTERVAL_S:
+            # An interval of ~0 s (--interval 0) is no window: whether a period was
+            # throttled in it would be chance, not a measurement.
             results.append(Result("unknown", subject=subject, evidence=evidence,
-                                  reason="needs two samples (--interval > 0)"))
+                                  reason=f"needs two samples at least {MIN_RATE_INTERVAL_S:g} s "
+                                  "apart (--interval)"))
             continue
         old = then.value["stat"]
         back = [k for k in ("nr_throttled", "nr_periods", "throttled_time", "throttled_usec")
@@ -215,6 +218,10 @@ def irq_isolation(snap: Snapshot, p: dict) -> list[Result]:
             elif unreadable:
                 results.append(Result("unknown", subject=subject, evidence=ev,
                                       reason=f"affinity of IRQs {','.join(unreadable)} unreadable"))
+            elif nic.get("interrupts_error"):  # IRQs named only there may be missing
+                results.append(Result("unknown", subject=subject, evidence=ev,
+                                      reason=f"the NIC's IRQs may be incomplete: "
+                                      f"{nic['interrupts_error']}"))
             else:
                 results.append(Result("pass", subject=subject, observed="", evidence=ev,
                                       reason=f"NIC IRQs on CPUs {_cpus(irq_cpus)}, service elsewhere"))

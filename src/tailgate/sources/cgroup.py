@@ -52,6 +52,8 @@ def parse_cpu_max(text: str) -> tuple[int | None, int]:
 def parse_mounts(text: str) -> list[tuple[str, str, list[str]]]:
     """(mount point, fstype, options) of cgroup and cgroup2 mounts in /proc/mounts."""
     out = []
+    if not text.strip():  # the root file system at least is always mounted
+        raise ParseError("/proc/mounts is empty")
     for line in text.splitlines():
         parts = line.split()
         if len(parts) >= 4 and parts[2] in ("cgroup", "cgroup2"):
@@ -68,6 +70,8 @@ def parse_proc_cgroup(text: str) -> dict[str, str]:
             continue
         for ctrl in parts[1].split(",") if parts[1] else [""]:
             out[ctrl] = parts[2]
+    if not out:  # every process is in some cgroup: nothing here is a broken source
+        raise ParseError("no 'hierarchy:controllers:path' line")
     return out
 
 

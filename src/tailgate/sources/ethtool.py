@@ -86,6 +86,9 @@ def parse_stats(text: str) -> dict[str, int]:
         m = _STAT_RE.match(line)
         if m:
             out[m.group(1).strip()] = int(m.group(2))
+        elif header and re.match(r"^\s+[^:\s][^:]*:\s*\S+\s*$", line):
+            # every ethtool -S value is an integer: anything else is not a statistic
+            raise ParseError(f"ethtool -S: not a counter: {line.strip()[:60]!r}")
     if not out and not header:
         raise ParseError("ethtool -S: no statistics")
     return out
@@ -144,6 +147,7 @@ _RX_POWER_RE = re.compile(
     r"^(Rcvr signal avg optical power|Receiver signal average optical power|"
     r"Receiver signal OMA|Rcvr signal OMA)\s*(?:\((?:Channel|Chan) (\d+)\))?$"
 )
+_RX_POWER_NAME_RE = re.compile(r"^(Rcvr signal|Receiver signal)")
 _POWER_VALUE_RE = re.compile(r"^([0-9.]+)\s*mW\s*/\s*(-inf|[-+]?[0-9.]+)\s*dBm")
 # ethtool prints 0.0001 mW (-40 dBm) for the smallest non-zero reading: no light.
 LOS_DBM = -40.0
@@ -160,6 +164,8 @@ def _rx_power(name: str, value: str) -> dict[str, Any] | None:
     """One ``ethtool -m`` field as a received-power reading, or None if it is not one."""
     pm = _RX_POWER_RE.match(name)
     if not pm:
+        if _RX_POWER_NAME_RE.match(name):  # a power field whose lane we cannot read
+            raise ParseError(f"ethtool -m: malformed power field {name[:60]!r}")
         return None
     v = _POWER_VALUE_RE.match(value)
     if not v:

@@ -119,6 +119,14 @@ def _read(host: Host, path: str) -> str | None:
         return None
 
 
+def _hex_file(host: Host, path: str, digits: int) -> str:
+    """A sysfs ID file (``0x020000`` class, ``0x15b3`` vendor)."""
+    text = host.read(path).strip()
+    if not re.fullmatch(rf"0x[0-9a-fA-F]{{{digits}}}", text):
+        raise ParseError(f"{path}: not a PCI id: {text[:20]!r}")
+    return text
+
+
 def device_path(host: Host, bdf: str) -> list[str]:
     """BDFs from the root port down to ``bdf``, from the sysfs link's target."""
     try:
@@ -133,14 +141,16 @@ def pci_devices(host: Host) -> dict[str, dict[str, Any]]:
     """The judged devices (NICs, GPUs, accelerators) and their upstream ports."""
     out: dict[str, dict[str, Any]] = {}
     for bdf in host.listdir("/sys/bus/pci/devices"):
-        cls = _read(host, f"/sys/bus/pci/devices/{bdf}/class") or ""
-        kind = KINDS.get(cls[2:4].lower()) if cls.startswith("0x") else None
+        # Strict: a device whose class cannot be read might be the NIC or GPU to judge,
+        # so an unreadable or malformed class is an error, never "not one of ours".
+        cls = _hex_file(host, f"/sys/bus/pci/devices/{bdf}/class", 6)
+        kind = KINDS.get(cls[2:4].lower())
         if kind is None:
             continue
         chain = device_path(host, bdf)
         out.setdefault(bdf, {}).update({
             "kind": kind, "class": cls,
-            "vendor": _read(host, f"/sys/bus/pci/devices/{bdf}/vendor"),
+            "vendor": _hex_file(host, f"/sys/bus/pci/devices/{bdf}/vendor", 4),
             "upstream": chain[:-1],
         })
         for up in chain[:-1]:

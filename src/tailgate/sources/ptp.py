@@ -37,6 +37,8 @@ def parse_pmc(text: str) -> list[dict[str, Any]]:
             current = {"port": m.group(1), "message": m.group(2), "fields": {}}
             out.append(current)
             continue
+        if "RESPONSE MANAGEMENT" in line:  # a response we cannot read is not "no answer"
+            raise ParseError(f"pmc: malformed response header {line.strip()[:80]!r}")
         if line.lstrip().startswith("sending:"):
             sent, current = True, None
             continue

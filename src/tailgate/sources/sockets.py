@@ -25,10 +25,15 @@ SLABS = ("TCP", "TCPv6", "sock_inode_cache", "filp")
 def parse_ss(text: str) -> list[dict[str, object]]:
     """`ss -tmpi` output: one dict per socket with its owning pids and skmem fields."""
     sockets: list[dict[str, object]] = []
+    if not any(line.startswith(("State", "Recv-Q")) for line in text.splitlines()[:3]):
+        # ss prints its header even with no socket: without it this is not ss output
+        raise ParseError("ss: no 'State'/'Recv-Q' header line")
     for line in text.splitlines():
         if not line.strip() or line.startswith(("#", "State", "Recv-Q")):
             continue
         if not line[0].isspace():
+            if line.count("pid=") != len(_PID_RE.findall(line)):  # the owner must be readable
+                raise ParseError(f"ss: unreadable process in {line.strip()[-80:]!r}")
             sockets.append({"pids": sorted({int(p) for p in _PID_RE.findall(line)}),
                             "local": line.split()[-3] if len(line.split()) >= 5 else None})
             continue

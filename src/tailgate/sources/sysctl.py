@@ -94,8 +94,10 @@ def tcp_bbr(host: Host, target: Target) -> dict:
 def page_size(host: Host, target: Target) -> int:
     if host.live:
         return os.sysconf("SC_PAGE_SIZE")
-    out = host.run(["getconf", "PAGESIZE"])
-    return parse_ints(out, 1)[0]
+    size = parse_ints(host.run(["getconf", "PAGESIZE"]), 1)[0]
+    if size < 4096 or size & (size - 1):  # every Linux page size is a power of two >= 4 KiB
+        raise ParseError(f"getconf PAGESIZE: not a page size: {size}")
+    return size
 
 
 @collector("numa.nodes")
