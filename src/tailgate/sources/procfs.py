@@ -104,6 +104,8 @@ def parse_net_dev(text: str) -> dict[str, dict[str, int]]:
         row = {f"rx_{k}": v for k, v in zip(_NET_DEV_FIELDS, vals[:8], strict=True)}
         row.update({f"tx_{k}": v for k, v in zip(_NET_DEV_TX, vals[8:], strict=True)})
         out[name.strip()] = row
+    if not out:  # lo is always there: no interface at all is a broken file
+        raise ParseError("net/dev lists no interface")
     return out
 
 
