@@ -183,8 +183,9 @@ def load_baseline(path: str) -> Baseline:
                                 "(see `tailgate checks`)")
         try:
             value = yaml.load(yaml.serialize(value_node), Loader=_Loader)
-        except yaml.YAMLError as exc:  # e.g. !!python/object: the safe loader builds no objects
-            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        except (yaml.YAMLError, ValueError) as exc:  # !!python/object (the safe loader builds
+            # no objects), an integer of 5,000 digits
+            problem = getattr(exc, "problem", None) or (str(exc).splitlines() or [""])[0]
             raise BaselineError(f"{path}:{line}: key {cid}: {shorten(problem, 120)}") from exc
         if isinstance(value_node, yaml.MappingNode):
             items = []

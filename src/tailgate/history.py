@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,7 +78,18 @@ class HistoryStore:
 
     def _check_header(self) -> None:
         try:
-            with open(self.path, "rb") as fh:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise HistoryError(f"{self.path}: cannot read: {exc.strerror or exc}") from exc
+        if not stat.S_ISREG(st.st_mode):  # a FIFO would block open() and sqlite forever
+            raise _refuse(self.path, "not a regular file")
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            with os.fdopen(fd, "rb") as fh:
+                if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                    raise _refuse(self.path, "not a regular file")
                 head = fh.read(len(_SQLITE_MAGIC))
         except FileNotFoundError:
             return
