@@ -389,3 +389,52 @@ def test_a_pid_within_pid_max_that_does_not_exist():
     free = next(p for p in range(pid_max - 1, 1, -1) if not os.path.exists(f"/proc/{p}"))
     proc = tailgate("inspect", "--interval", "0", "--no-history", "--pid", str(free))
     assert proc.returncode == 2 and "no such process" in proc.stderr, proc.stderr
+
+
+def test_an_engine_restart_between_scrapes_is_a_reset_not_a_rate():
+    from tailgate.baseline import default_baseline
+    from tailgate.judge import judge
+    from tailgate.model import Fact, Snapshot
+    from tailgate.sources.engine import engine_samples, parse_exposition
+
+    prom = Path(__file__).parent / "fixtures" / "llm" / "vllm_0.32.0_cpu_metrics_real.prom"
+    after = engine_samples(parse_exposition(prom.read_text()))
+    before = [[n, lab, v + 1000 if n.startswith("vllm:prefix_cache_") else v]
+              for n, lab, v in after]
+    url = "http://127.0.0.1:8000/metrics"
+    snap = Snapshot(host={}, target={"engine": url}, interval_s=5.0, taken_at=0.0,
+                    facts={"engine.metrics": Fact(value={"url": url, "samples": after})},
+                    before={"engine.metrics": Fact(value={"url": url, "samples": before})})
+    (f,) = [f for f in judge(snap, default_baseline()) if f.id == "l4.prefix_cache.hit_rate"]
+    assert f.status == "unknown" and "counter reset" in f.reason, f
+    assert "vllm:prefix_cache_" in f.reason
+
+
+def test_a_cpu_max_symlink_loop_is_not_no_quota(tmp_path):
+    from tailgate.sources.cgroup import read_cpu_bandwidth
+
+    cg = tmp_path / "sys/fs/cgroup/svc"
+    cg.mkdir(parents=True)
+    (cg / "cpu.stat").write_text("usage_usec 10\nnr_periods 0\nnr_throttled 0\n"
+                                 "throttled_usec 0\n")
+    os.symlink("cpu.max", cg / "cpu.max")
+    with pytest.raises(SourceError, match="symlink loop"):
+        read_cpu_bandwidth(Host(tmp_path), "/sys/fs/cgroup/svc")
+
+
+def test_strict_json_has_no_nan_literals():
+    from tailgate.report.safe import strict_json
+
+    text = strict_json({"a": float("nan"), "b": [float("inf"), -float("inf")], "c": 1.5})
+    assert json.loads(text, parse_constant=lambda c: pytest.fail(c)) == {
+        "a": "nan", "b": ["inf", "-inf"], "c": 1.5}
+
+
+def test_a_sysctl_value_of_megabytes_is_refused(tmp_path):
+    from tailgate.sources.sysctl import read_knob
+
+    knob = tmp_path / "proc/sys/net/ipv4/tcp_congestion_control"
+    knob.parent.mkdir(parents=True)
+    knob.write_text("bbr" * 100_000)
+    with pytest.raises(TooLarge, match="tcp_congestion_control"):
+        read_knob(Host(tmp_path), "net/ipv4/tcp_congestion_control")

@@ -36,6 +36,7 @@ def parse_ints(text: str, count: int | None = None) -> list[int]:
     return vals
 
 
+MAX_KNOB_BYTES = 64 * 1024
 # Knobs that hold sizes or switches: their values must be that many integers >= 0.
 _INT_KNOBS = {"net/ipv4/tcp_moderate_rcvbuf": 1, "net/ipv4/tcp_mem": 3, "net/ipv4/tcp_rmem": 3,
               "net/ipv4/tcp_wmem": 3, "net/core/rmem_max": 1, "kernel/io_uring_disabled": 1}
@@ -44,7 +45,8 @@ _INT_KNOBS = {"net/ipv4/tcp_moderate_rcvbuf": 1, "net/ipv4/tcp_mem": 3, "net/ipv
 def read_knob(host: Host, path: str) -> str:
     """One /proc/sys value, as text; a size or switch that is not one is a parse error
     (the check would otherwise judge garbage), and so is an empty value."""
-    value = host.read(f"/proc/sys/{path}").strip()
+    # A sysctl value is at most a page or two; a bigger one is not the kernel's.
+    value = host.read(f"/proc/sys/{path}", limit=MAX_KNOB_BYTES).strip()
     if not value:
         raise ParseError(f"/proc/sys/{path}: empty")
     if path in _INT_KNOBS:
