@@ -438,3 +438,20 @@ def test_a_sysctl_value_of_megabytes_is_refused(tmp_path):
     knob.write_text("bbr" * 100_000)
     with pytest.raises(TooLarge, match="tcp_congestion_control"):
         read_knob(Host(tmp_path), "net/ipv4/tcp_congestion_control")
+
+
+def test_a_snapshot_holding_surrogates_and_escapes_renders_valid_outputs(saved_snapshot, tmp_path):
+    data = json.loads(saved_snapshot.read_text())
+    evil = "\ud800\x1b[2J\x07\u202e\ufffe"
+    data["host"]["hostname"] = evil
+    data["facts"]["sysctl.net.ipv4.tcp_congestion_control"] = {"value": "cubic" + evil}
+    src = tmp_path / "s.json"
+    src.write_text(json.dumps(data))  # ASCII escapes: the file is valid UTF-8 JSON
+    outs = {k: tmp_path / f"r.{k}" for k in ("json", "junit", "html")}
+    proc = tailgate("inspect", "--from", str(src), "--json", str(outs["json"]),
+                    "--junit", str(outs["junit"]), "--html", str(outs["html"]))
+    assert proc.returncode == 1, proc.stderr  # cubic: a red line, judged and reported
+    assert not any(c in proc.stdout for c in "\x1b\x07\u202e"), proc.stdout[:500]
+    ET.parse(outs["junit"])
+    assert "\x1b" not in outs["html"].read_text()
+    json.loads(outs["json"].read_text())
