@@ -292,8 +292,8 @@ class Host:
             raise SourceError(f"`{argv[0]}` is not installed")
         limit = self.timeout_s if timeout_s is None else timeout_s
         code, out, err = self._spawn(argv, shown, limit)
-        if code != 0:
-            lines = as_text(err or out, f"`{shown}`").strip().splitlines()
+        if code != 0:  # the reason is the last line the tool printed, whatever its bytes
+            lines = (err or out).replace(b"\0", b"").decode("utf-8", "replace").strip().splitlines()
             tail = lines[-1] if lines else ""
             raise SourceError(f"`{shown}` exited {code}: {shorten(tail, 300)}".rstrip(": "))
         return as_text(out, f"`{shown}`")

@@ -200,6 +200,8 @@ def violations(rel: str, kind: str, clean, snap, report, out) -> list[str]:
     if any(CANARY in out[name] for name in out):
         bad.append("the canary from outside the root was read")
     for f in report.findings:
+        if f.status not in ("pass", "warn", "fail", "skip", "unknown"):  # e.g. "error"
+            bad.append(f"{f.id}: status {f.status}: {f.reason[:160]}")
         if "internal error" in f.reason:
             bad.append(f"{f.id}: a check crashed: {f.reason[:160]}")
     if kind == "control":  # a string with control characters is still a value: shown escaped
