@@ -427,7 +427,14 @@ def clock_ptp(snap: Snapshot, p: dict) -> Result:
         if unlocked:
             return Result("fail", evidence=evidence, reason="; ".join(unlocked))
         offsets = {f"ptp4l {s['port']} master_offset": s["master_offset_ns"] for s in synced}
-        return _judge_offsets({**offsets, **recent}, limit, evidence, "PTP")
+        judged = _judge_offsets({**offsets, **recent}, limit, evidence, "PTP")
+        if judged.status == "pass" and not log.ok:
+            # The journal would have shown an unlocked servo or worse offsets: without it
+            # pmc's one offset cannot vouch for the clock.
+            return Result("unknown", observed=judged.observed, evidence=evidence,
+                          reason=f"{judged.reason}, but the ptp4l/phc2sys journal is "
+                          f"unreadable: {log.missing}")
+        return judged
     if log.ok and log.value["samples"]:
         evidence["log_tail"] = log.value["samples"][-10:]
         if unlocked:
@@ -449,6 +456,8 @@ def clock_ptp(snap: Snapshot, p: dict) -> Result:
     evidence["missing"] = {n: f.missing for n, f in
                            (("ptp.pmc", pmc), ("ptp.log", log), ("chrony.tracking", chrony))
                            if not f.ok}
+    if log.ok and log.value.get("unavailable"):
+        evidence["missing"]["ptp.log"] = log.value["unavailable"]
     pmc_empty = pmc.ok and not pmc.value["time_status"]
     if ts and not hw and any("missing" not in v for v in ts.values()):
         return Result("fail", evidence=evidence,

@@ -100,10 +100,11 @@ def parse_io_uring_fdinfo(text: str) -> dict[str, object]:
         raw = fields.get(key, "")
         if raw == "":
             return listed.get(key) if key in fields else None
-        try:
-            return int(raw)
-        except ValueError as exc:
-            raise ParseError(f"{key}: not an integer: {raw!r}") from exc
+        # -1 is "none" for the SQPOLL thread and its CPU; every other field is a count.
+        allowed = r"-1|[0-9]{1,10}" if key in ("SqThread", "SqThreadCpu") else r"[0-9]{1,10}"
+        if not re.fullmatch(allowed, raw):
+            raise ParseError(f"{key}: not a value: {raw[:40]!r}")
+        return int(raw)
 
     sq_thread = number("SqThread")
     return {

@@ -92,6 +92,7 @@ _PROG_RE = re.compile(r"\b(ptp4l|phc2sys)\[")
 _MASTER_RE = re.compile(
     r"master offset\s+(-?\d+)\s+s(\d)\s+freq\s+([+-]?\d+)\s+path delay\s+(-?\d+)")
 _PHC_RE = re.compile(r"(?:phc|sys) offset\s+(-?\d+)\s+s(\d)\s+freq\s+([+-]?\d+)\s+delay\s+(-?\d+)")
+_OFFSET_LINE_RE = re.compile(r"\b(master|phc|sys) offset\b|\brms\s")
 _RMS_RE = re.compile(r"\brms\s+(\d+)\s+max\s+(\d+)\s+freq\s+([+-]?\d+)\s+\+/-\s+(\d+)")
 
 
@@ -117,6 +118,10 @@ def parse_ptp_log(text: str) -> dict[str, list[dict[str, Any]]]:
         if m:
             summaries.append({"prog": tag.group(1) if tag else "ptp4l",
                               "rms_ns": int(m.group(1)), "max_ns": int(m.group(2))})
+        elif _OFFSET_LINE_RE.search(line):
+            # An offset line we cannot read would silently drop the sample that says the
+            # servo is unlocked: refuse the journal rather than judge what is left.
+            raise ParseError(f"ptp4l/phc2sys journal: malformed offset line {line.strip()[-80:]!r}")
     return {"samples": samples, "summaries": summaries}
 
 
@@ -184,8 +189,14 @@ def ptp_pmc(host: Host, target: Target) -> dict[str, Any]:
 def ptp_log(host: Host, target: Target) -> dict[str, Any]:
     """The last five minutes of ptp4l/phc2sys journal lines (older lines say nothing
     about the clock now)."""
-    text = host.run(["journalctl", "-q", "--no-pager", "-o", "short", "--since=-5min",
-                     "-t", "ptp4l", "-t", "phc2sys"])
+    try:
+        text = host.run(["journalctl", "-q", "--no-pager", "-o", "short", "--since=-5min",
+                         "-t", "ptp4l", "-t", "phc2sys"])
+    except (ParseError, TooLarge, Refused):
+        raise  # a journal that is there but broken: the fact is missing, the check unknown
+    except SourceError as exc:
+        # No journal here (no systemd, no journalctl): nothing to add to pmc's answer.
+        return {"samples": [], "summaries": [], "unavailable": str(exc)}
     return parse_ptp_log(text)
 
 
