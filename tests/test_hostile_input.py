@@ -7,6 +7,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -455,3 +456,26 @@ def test_a_snapshot_holding_surrogates_and_escapes_renders_valid_outputs(saved_s
     ET.parse(outs["junit"])
     assert "\x1b" not in outs["html"].read_text()
     json.loads(outs["json"].read_text())
+
+
+def test_ctrl_c_during_a_probe_window_stops_the_probes_now(tmp_path):
+    """The probes run in a collector thread: Ctrl-C must stop them, not wait out the window."""
+    out = tmp_path / "r.json"
+    proc = subprocess.Popen([sys.executable, "-m", "tailgate", "inspect", "--interval", "0",
+                             "--no-history", "--probe-window", "120", "--json", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(5)  # inside the window (or still attaching)
+    proc.send_signal(signal.SIGINT)
+    try:
+        _, err = proc.communicate(timeout=60)  # far less than the 120 s window
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail("inspect waited out the probe window after Ctrl-C")
+    assert proc.returncode == 130, err
+    assert not out.exists()
+    from tailgate.probes.driver import program_path
+
+    ours = re.escape(str(program_path("runqlat").parent)) + "/.*\\.bt"  # this tree's programs
+    left = subprocess.run(["pgrep", "-f", ours], capture_output=True, text=True,
+                          check=False).stdout.split()
+    assert not left, f"bpftrace still running: {left}"

@@ -357,6 +357,10 @@ class Host:
             pass
         proc.wait()
 
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
     def cancel(self) -> None:
         """Kill every command still running and run no new one (Ctrl-C)."""
         self._cancelled = True

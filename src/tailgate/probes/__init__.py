@@ -108,7 +108,8 @@ def _summary(req: Request, res) -> dict[str, Any]:
     return out
 
 
-def measure_many(requests: Sequence[Request], on_progress: Progress | None = None
+def measure_many(requests: Sequence[Request], on_progress: Progress | None = None,
+                 cancelled: Callable[[], bool] | None = None
                  ) -> list[dict[str, Any] | SourceError]:
     """Run every request over the same window; a summary or the error for each."""
     runs: list[Run | SourceError] = []
@@ -117,7 +118,8 @@ def measure_many(requests: Sequence[Request], on_progress: Progress | None = Non
             runs.append(req.validate())
         except ValueError as exc:
             runs.append(SourceError(str(exc)))
-    started = run_probes([r for r in runs if isinstance(r, Run)], on_progress)
+    started = run_probes([r for r in runs if isinstance(r, Run)], on_progress,
+                         cancelled=cancelled)
     it = iter(started)
     out: list[dict[str, Any] | SourceError] = []
     for req, run in zip(requests, runs, strict=True):
