@@ -479,3 +479,19 @@ def test_ctrl_c_during_a_probe_window_stops_the_probes_now(tmp_path):
     left = subprocess.run(["pgrep", "-f", ours], capture_output=True, text=True,
                           check=False).stdout.split()
     assert not left, f"bpftrace still running: {left}"
+
+
+@pytest.mark.parametrize("kind", ["fifo", "devzero"])
+def test_memory_stats_that_never_end_are_unknown(kind, tmp_path):
+    path = tmp_path / "stats.json"
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        os.symlink("/dev/zero", path)
+    proc = tailgate("inspect", "--root", str(VM_L2), "--interval", "0", "--no-history",
+                    "--memory-stats", str(path), "--json", "-", timeout=60)
+    assert proc.returncode in (0, 1), proc.stderr
+    (f,) = [f for f in json.loads(proc.stdout)["findings"]
+            if f["id"] == "l4.memory.fragmentation"]
+    assert f["status"] == "unknown" and "stats.json" in f["reason"], f
+    assert "not a regular file" in f["reason"]
