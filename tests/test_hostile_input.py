@@ -495,3 +495,16 @@ def test_memory_stats_that_never_end_are_unknown(kind, tmp_path):
             if f["id"] == "l4.memory.fragmentation"]
     assert f["status"] == "unknown" and "stats.json" in f["reason"], f
     assert "not a regular file" in f["reason"]
+
+
+def test_the_opened_descriptor_itself_must_lie_inside_the_root(tmp_path):
+    """The last check, on /proc/self/fd: whatever path reached it, a file opened outside
+    the root (a component swapped for a symlink after the path was checked) is refused."""
+    from tailgate.host import read_regular
+
+    outside = tmp_path / "outside"
+    outside.write_text("987654321\n")
+    (tmp_path / "root").mkdir()
+    with pytest.raises(Refused, match="opened outside the root"):
+        read_regular(str(outside), 1024, inside=str(tmp_path / "root"))
+    assert read_regular(str(outside), 1024, inside=str(tmp_path)) == b"987654321\n"

@@ -129,12 +129,16 @@ def _mib(n: int) -> str:
     return f"{n / 2**20:g} MiB"
 
 
-def read_regular(path: str, limit: int, what: str | None = None) -> bytes:
+def read_regular(path: str, limit: int, what: str | None = None,
+                 inside: str | None = None) -> bytes:
     """The bytes of the regular file at ``path`` (already resolved), at most ``limit``.
 
     FIFOs, sockets and devices are refused before they are opened (``stat``) and again
     on the open descriptor (``fstat``, against a swap in between); ``O_NONBLOCK`` keeps
-    even that open from blocking. Over ``limit`` bytes is :class:`TooLarge`.
+    even that open from blocking. Over ``limit`` bytes is :class:`TooLarge`. With
+    ``inside``, the open descriptor's real path (``/proc/self/fd``) must lie under that
+    directory: a path component swapped for a symlink between the check and the open is
+    caught here.
     """
     what = what or path
     try:
@@ -151,6 +155,13 @@ def read_regular(path: str, limit: int, what: str | None = None) -> bytes:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise Refused(f"{what}: {_kind(st.st_mode)}, not a regular file: refused")
+        if inside is not None and inside != "/":
+            try:
+                opened = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:  # no /proc here: the path as resolved is the best we have
+                opened = os.path.realpath(path)
+            if not _inside(opened, inside):
+                raise Refused(f"{what}: opened outside the root (to {shorten(opened)}): refused")
         if st.st_size > limit:
             raise TooLarge(f"{what}: {st.st_size} bytes, over the {_mib(limit)} cap: refused")
         chunks, size = [], 0
@@ -241,15 +252,9 @@ class Host:
     def read(self, path: str, limit: int | None = None) -> str:
         self._local.source = path
         real = self._resolve(path)
-        data = read_regular(real, self.max_read if limit is None else limit, what=path)
-        self._check_opened(real, path)
+        data = read_regular(real, self.max_read if limit is None else limit, what=path,
+                            inside=self._real)
         return as_text(data, path)
-
-    def _check_opened(self, real: str, path: str) -> None:
-        # The path was checked before open; a component swapped for a symlink in between
-        # would show in the resolved path now. Cheap, and the last word on where we read.
-        if self._real != "/" and not _inside(os.path.realpath(real), self._real):
-            raise Refused(f"{path}: changed to lead outside the root while read: refused")
 
     def exists(self, path: str) -> bool:
         """Whether ``path`` names anything under the root (a dangling or looping symlink
@@ -280,13 +285,13 @@ class Host:
             rel = f"/commands/{command_file_name(argv)}"
             try:
                 real = self._resolve(rel)
-                data = read_regular(real, self.max_output, what=f"`{shown}` (captured in {rel})")
+                data = read_regular(real, self.max_output, what=f"`{shown}` (captured in {rel})",
+                                    inside=self._real)
             except SourceError as exc:
                 if str(exc).endswith(": absent"):
                     raise SourceError(f"`{shown}`: no captured output under "
                                       f"{self.root}/commands") from exc
                 raise
-            self._check_opened(real, rel)
             return as_text(data, f"`{shown}`")
         if shutil.which(argv[0]) is None:
             raise SourceError(f"`{argv[0]}` is not installed")
