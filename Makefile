@@ -4,7 +4,9 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 # Debian packages: the tools tailgate reads from and the real servers/peers the tests use.
 APT_RUN  := ethtool iproute2 bpftrace
-APT_TEST := $(APT_RUN) nginx-light wrk prometheus-node-exporter gcc g++ cmake libc6-dev liburing-dev
+APT_TEST := $(APT_RUN) nginx-light wrk prometheus-node-exporter gcc g++ cmake libc6-dev liburing-dev \
+            numactl prometheus chromium openmpi-bin libopenmpi-dev dpdk-dev \
+            musl-tools libjemalloc-dev libgoogle-perftools-dev libmimalloc-dev golang-go
 
 .PHONY: run test venv venv-test apt-run apt-test tracefs lint bench clean
 
@@ -13,12 +15,13 @@ $(PY):
 	$(PY) -m pip install -q --upgrade pip
 
 # tailgate and its runtime dependencies (what `make run` needs)
-$(VENV)/.installed-run: pyproject.toml | $(PY)
+$(VENV)/.installed-run: pyproject.toml | $(PY) apt-run
 	$(PY) -m pip install -q -e .
 	touch $@
 
 # plus what the tests need (pytest, hypothesis, ruff, the LLM test server, ...)
-$(VENV)/.installed-test: pyproject.toml | $(PY)
+# (after apt-test: mpi4py builds against Open MPI, llama-cpp-python with cmake and g++)
+$(VENV)/.installed-test: pyproject.toml | $(PY) apt-test
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@ $(VENV)/.installed-run
 
@@ -49,13 +52,19 @@ tracefs:
 
 # Inspect this host: pyramid report on the terminal, JSON in report.json.
 # Exit status 1 (a red line crossed) is a result, not a failure of `make run`.
-run: venv apt-run tracefs
-	$(VENV)/bin/tailgate inspect --json report.json; rc=$$?; [ $$rc -le 1 ]
+# As root with bpftrace, a short probe window measures the run-queue P999 (l2.sched.runqlat)
+# and the other probed red lines; otherwise the report says which stayed unmeasured and why.
+PROBE_WINDOW ?= 3
+run: apt-run venv tracefs
+	@window=""; if [ "$$(id -u)" = 0 ] && command -v bpftrace >/dev/null; then \
+	  window="--probe-window $(PROBE_WINDOW)"; fi; \
+	echo "tailgate inspect $$window --json report.json"; \
+	$(VENV)/bin/tailgate inspect $$window --json report.json; rc=$$?; [ $$rc -le 1 ]
 
 lint: venv-test
 	$(VENV)/bin/ruff check src tests benchmarks
 
-test: venv-test apt-test tracefs lint
+test: apt-test venv-test tracefs lint
 	$(PY) -m pytest
 
 bench: venv-test apt-test

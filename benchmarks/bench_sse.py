@@ -5,7 +5,7 @@
    side by side on this core:
    * ``json.loads`` of each payload alone: the floor any client pays;
    * tailgate's SSE parser + chunk interpretation;
-   * the whole client protocol (httptools chunked decoding, SSE, JSON, the
+   * the whole client protocol (HTTP/1.1 reader de-chunking, SSE, JSON, the
      per-chunk timestamp and record), i.e. what ``tailgate bench`` runs per read.
    Target: 1,000 streams x 50 tokens/s = 50,000 chunks/s on one core.
 

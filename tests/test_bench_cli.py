@@ -15,10 +15,14 @@ from hdrh.histogram import HdrHistogram
 from hdrh.log import HistogramLogReader
 
 from support.nginx import Nginx, available
+from support.require import require
 from tailgate.bench.result import read_log
 from tailgate.hist import DEFAULT_SPEC, Histogram
 
-pytestmark = pytest.mark.skipif(available() is not None, reason=str(available()))
+
+@pytest.fixture(autouse=True, scope="module")
+def _needs_nginx():
+    require(available())
 
 TAILGATE = [sys.executable, "-m", "tailgate", "bench"]
 PCTS = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p999": 99.9, "p9999": 99.99}

@@ -11,13 +11,18 @@ import numpy as np
 import pytest
 
 from support.nginx import Nginx, available, free_port
+from support.require import require
 from tailgate.bench.result import RunInfo, build_result
 from tailgate.bench.target import parse_target
 from tailgate.bench.workers import plan, run_here, run_workers
 
 # The run must end on its own (duration + time-out): a hang fails by this time-out.
-pytestmark = [pytest.mark.skipif(available() is not None, reason=str(available())),
-              pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.timeout(120)]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _needs_nginx():
+    require(available())
 
 
 def bench(url: str, rate: float, duration: float, timeout: float = 1.0, workers: int = 1,
@@ -41,6 +46,7 @@ def accounted(data: dict) -> dict:
     assert req["sent"] == req["scheduled"]
     assert data["latency_ms"]["count"] == req["sent"]
     assert req["abandoned"] == 0
+    assert data["accounting"] == {"consistent": True, "problems": []}
     return req
 
 
@@ -51,6 +57,18 @@ def test_port_nobody_listens_on_gives_connect_errors():
     assert req["errors"]["connect"] == req["sent"] == 200
     assert data["service_time_ms"]["count"] == 0  # nothing ever reached a wire
     assert data["connections"]["connect_failures"] >= 200
+
+
+def test_connect_errors_of_several_workers_are_summed_by_reason():
+    url = f"http://127.0.0.1:{free_port()}/"
+    data = bench(url, rate=200, duration=1.0, workers=2, in_process=False)
+    req = accounted(data)
+    assert req["errors"]["connect"] == 200
+    (ex,) = req["error_examples"]["connect"]  # one reason, both workers' counts summed
+    assert ex["count"] == 200 and "refused" in ex["reason"].lower()
+    (attempts,) = data["generator"]["connect_errors"]
+    assert attempts["reason"] == ex["reason"]
+    assert attempts["count"] == data["connections"]["connect_failures"] >= 200
 
 
 @pytest.fixture(scope="module")
@@ -96,8 +114,10 @@ def test_server_killed_mid_run_gives_errors_not_a_crash():
         killer.join()
     req = accounted(data)
     assert req["ok"] > 100  # the first second was served
-    after = req["errors"]["connect"] + req["errors"]["reset"]
-    assert after > 100  # the rest failed as connection errors
+    # The rest failed as connection errors (a request already on a kept-alive connection
+    # when the server died is a stale_connection).
+    after = req["errors"]["connect"] + req["errors"]["reset"] + req["errors"]["stale_connection"]
+    assert after > 100
     assert req["ok"] + after + req["errors"]["timeout"] == req["sent"] == 750
 
 
@@ -116,10 +136,14 @@ def test_tcp_delimiter_and_length_against_nginx(nginx):
             buf += s.recv(4096)
     data = bench(url, rate=300, duration=1.0, payload=payload, response_length=len(buf))
     assert accounted(data)["ok"] == 300
-    # One byte short: every response overruns the length -> protocol errors, accounted.
+    # One byte short: every response is complete (and timed) one byte early; the byte
+    # after it is the connection's protocol error, never the next request's.
     data = bench(url, rate=100, duration=1.0, payload=payload, response_length=len(buf) - 1)
     req = accounted(data)
-    assert req["errors"]["protocol"] == 100
+    assert req["ok"] == 100
+    assert data["connections"]["errors"] == {"protocol": 100}
+    (ex,) = data["connections"]["error_examples"]["protocol"]
+    assert ex["count"] == 100 and "1 byte(s) after the complete response" in ex["reason"]
 
 
 def test_two_workers_split_the_schedule_and_merge_exactly(nginx):

@@ -27,12 +27,16 @@ import numpy as np
 import pytest
 
 from support.nginx import Nginx, available
+from support.require import require
 from tailgate.bench.result import RunInfo, build_result
 from tailgate.bench.target import parse_target
 from tailgate.bench.workers import plan, run_workers
 from tailgate.hist import Histogram
 
-pytestmark = pytest.mark.skipif(available() is not None, reason=str(available()))
+
+@pytest.fixture(autouse=True, scope="module")
+def _needs_nginx():
+    require(available())
 
 RATE = 500.0
 DURATION = 8.0

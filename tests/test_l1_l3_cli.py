@@ -19,7 +19,8 @@ import pytest
 
 ROOTS = Path(__file__).parent / "fixtures" / "roots"
 OURS = ("l1.fec.uncorrectable", "l1.optics.rx_power", "l1.pcie.bad_tlp", "l1.pcie.link_recovery",
-        "l1.clock.ptp", "l3.rss.symmetric", "l3.xps.per_core_tx", "l3.queue.aqm")
+        "l1.pcie.link_downtrained", "l1.clock.ptp", "l3.rss.symmetric", "l3.xps.per_core_tx",
+        "l3.queue.aqm")
 
 
 def inspect(root: Path, state: Path, *extra: str) -> tuple[int, dict[str, list[dict]]]:
@@ -116,6 +117,25 @@ def test_replay_counters_growth_fails_link_recovery(host):
     assert observed["0000:81:00.0 nic mlx5_core"] == 7  # tx_pci_signal_integrity 2 -> 9
 
 
+def test_downtrained_pcie_links(host):
+    root, state = host
+    _, found = inspect(root, state)
+    links = {f["subject"]: f for f in found["l1.pcie.link_downtrained"]}
+    assert {s: f["status"] for s, f in links.items()} == {
+        "0000:81:00.0 nic": "pass", "0000:c1:00.0 gpu": "pass", "0000:e1:00.0 gpu": "pass"}
+    # the V100 (Gen3) in a Gen4 slot is capped by itself, not downtrained
+    assert links["0000:c1:00.0 gpu"]["evidence"]["capable"] == "8 GT/s x16"
+    shutil.copytree(ROOTS / "l1l3-pcie-downtrained", root, dirs_exist_ok=True)
+    rc, found = inspect(root, state)
+    assert rc == 1 and only_failures(found) == {"l1.pcie.link_downtrained": {"0000:81:00.0 nic"}}
+    links = {f["subject"]: f for f in found["l1.pcie.link_downtrained"]}
+    nic = links["0000:81:00.0 nic"]
+    assert nic["observed"] == "16 GT/s x8" and "capable of 16 GT/s x16" in nic["reason"]
+    assert "2x fewer lanes" in nic["reason"]
+    gpu = links["0000:e1:00.0 gpu"]  # a GPU slows its link when idle: recheck under load
+    assert gpu["status"] == "warn" and "idle" in gpu["reason"] and gpu["observed"] == "2.5 GT/s x16"
+
+
 def test_rx_power_below_minus_10_dbm_fails(host):
     rc, found = second_run(*host, "rx-low")
     assert rc == 1 and only_failures(found) == {"l1.optics.rx_power": {"eth2"}}
@@ -151,6 +171,6 @@ def test_this_vm_never_passes_on_missing_hardware(tmp_path):
     for f in json.loads(proc.stdout)["findings"]:
         found.setdefault(f["id"], []).append(f)
     for cid in ("l1.fec.uncorrectable", "l1.optics.rx_power", "l1.cable.copper_in_rack",
-                "l1.pcie.bad_tlp", "l1.pcie.link_recovery"):
+                "l1.pcie.bad_tlp", "l1.pcie.link_recovery", "l1.pcie.link_downtrained"):
         for f in found[cid]:
             assert f["status"] in ("skip", "unknown") and f["reason"], (cid, f)

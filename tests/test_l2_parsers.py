@@ -203,7 +203,7 @@ def test_sysctl_capture_values():
 PARSERS = [parse_snmp, parse_softnet, parse_net_dev, parse_meminfo, parse_pressure,
            parse_interrupts, parse_softirqs, parse_schedstat, parse_status, parse_cpu_stat,
            parse_cpu_max, parse_io_uring_fdinfo, parse_cpulist, parse_cpumask]
-CORPUS = [fixture(n) for n in sorted(p.name for p in FIX.iterdir())]
+CORPUS = [fixture(n) for n in sorted(p.name for p in FIX.iterdir() if p.is_file())]
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

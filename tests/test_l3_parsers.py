@@ -153,7 +153,8 @@ def test_rss_ethtool_6_8_trailer_with_symmetric_xor():
 def test_rss_virtio_without_key():
     rss = parse_rss(fixture("vm-ethtool-x-virtio.txt"))
     assert rss == {"rings": 1, "table": [], "key": None,
-                   "functions": {"toeplitz": True, "xor": False, "crc32": False}, "transforms": {}}
+                   "functions": {"toeplitz": True, "xor": False, "crc32": False}, "transforms": {},
+                   "unknown_bits": {}}
 
 
 def test_rss_without_header_is_a_parse_error():

@@ -17,6 +17,7 @@ from support.llm_server import (
     llama_cpp_available,
     llama_server,
 )
+from support.require import require
 
 FIX = Path(__file__).parent / "fixtures" / "llm"
 
@@ -29,9 +30,7 @@ def tailgate(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    reason = llama_cpp_available()
-    if reason:
-        pytest.skip(reason)
+    require(llama_cpp_available())
     with llama_server(tmp_path_factory.mktemp("llama-cli")) as base:
         yield base
 
@@ -86,7 +85,7 @@ def test_bench_cli_counts_faults_and_uses_usage():
                        "8", "--output-len", "5", "--json", "-", "--slo", "error_rate<1%")
     assert out.returncode == 1  # 6 of 8 failed
     rep = json.loads(out.stdout)
-    assert rep["requests"]["errors"] == {"status_5xx": 2, "reset": 2, "no_token": 2}
+    assert rep["requests"]["errors"] == {"status_5xx": 2, "truncated": 2, "no_token": 2}
     assert rep["requests"]["ok"] == 2 and rep["tokens"]["counted_by"] == "usage"
 
 

@@ -12,9 +12,14 @@ from tailgate.llm.client import Endpoint
 from tailgate.llm.results import analyse, derive, parse_slo
 from tailgate.llm.run import RunConfig, run
 
-EXPECTED_KIND = {"ok": None, "close_without_done": None, "eof_delimited": None,
+# A stream is complete at data: [DONE] (the OpenAI API sends it): one that ends before it,
+# whatever the HTTP framing says, is truncated, even after a finish_reason.
+EXPECTED_KIND = {"ok": None, "close_without_done": "truncated", "eof_delimited": "truncated",
+                 "eof_delimited_done": None, "interim_100": None,
+                 "short_content_length": "truncated", "eof_mid_chunk": "truncated",
+                 "rst_mid_stream": "reset", "upgrade": "upgrade",
                  "status_500": "status_5xx",
-                 "status_404": "status_4xx", "reset_mid_stream": "reset",
+                 "status_404": "status_4xx", "reset_mid_stream": "truncated",
                  "bad_json": "malformed_sse", "bad_sse_line": "malformed_sse",
                  "no_token": "no_token", "hang": "timeout", "error_object": "server_error",
                  "not_event_stream": "protocol"}
@@ -58,6 +63,34 @@ def test_every_fault_is_counted_by_kind_and_nothing_is_lost(api):
     assert result.end_ns <= last + int(1.5e9) + int(1e9)
     # Timed-out requests stay in the TTFT tail, at the time-out.
     assert rep["ttft_ms"]["max"] >= 1500.0
+
+
+def test_examples_of_each_error_kind_with_counts():
+    with ScriptedServer(modes=("upgrade", "status_500", "short_content_length"),
+                        gap_s=0.001) as srv:
+        result = run(cfg_for(srv.base, requests=6, timeout_s=1.0), wl.independent(1, 6, 3))
+    rep = report(result)
+    ex = rep["requests"]["error_examples"]
+    assert sorted(ex) == ["status_5xx", "truncated", "upgrade"]
+    assert ex["upgrade"] == [{"reason": "101 Switching Protocols (to websocket) without an "
+                                        "upgrade request", "count": 2}]
+    (cut,) = ex["truncated"]  # Content-Length 100000, then the close
+    assert cut["count"] == 2 and cut["reason"].startswith("connection closed after ")
+    assert cut["reason"].endswith(" of 100000 body bytes (Content-Length)")
+    assert ex["status_5xx"][0]["count"] == 2 and "scripted failure" in ex["status_5xx"][0]["reason"]
+    from tailgate.llm.results import format_report
+
+    text = format_report(rep)
+    assert "  upgrade: 101 Switching Protocols (to websocket) without an upgrade request (x2)" in text
+
+
+def test_a_stream_without_done_is_accepted_only_when_asked():
+    with ScriptedServer(modes=("close_without_done",), gap_s=0.001) as srv:
+        strict = report(run(cfg_for(srv.base, requests=2), wl.independent(1, 6, 3)))
+        lax = report(run(cfg_for(srv.base, requests=2, require_done=False),
+                         wl.independent(1, 6, 3)))
+    assert strict["requests"]["errors"] == {"truncated": 2}
+    assert lax["requests"]["ok"] == 2 and lax["requests"]["errors"] == {}
 
 
 def test_connection_refused_is_counted_not_raised():

@@ -14,13 +14,16 @@ from pathlib import Path
 import pytest
 
 from support.llm_server import MODEL_NAME, llama_cpp_available, llama_server
+from support.require import require
 from tailgate.llm import workload as wl
 from tailgate.llm.client import Endpoint
 from tailgate.llm.results import analyse, derive, parse_slo
 from tailgate.llm.run import RunConfig, run
 
-REASON = llama_cpp_available()
-pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
+
+@pytest.fixture(autouse=True, scope="module")
+def _needs_llama_cpp():
+    require(llama_cpp_available())
 
 
 @pytest.fixture(scope="module")

@@ -23,3 +23,7 @@ def test_make_run_from_a_fresh_clone(tmp_path):
     assert "verdict:" in proc.stdout and "L1  physical" in proc.stdout
     rep = json.loads((clone / "report.json").read_text())
     assert {f["id"] for f in rep["findings"]} == set(catalog())
+    # As root with bpftrace (CI, and make test installs bpftrace), the headline L2 red line is
+    # measured by the probe window, not left unknown.
+    runqlat = next(f for f in rep["findings"] if f["id"] == "l2.sched.runqlat")
+    assert runqlat["status"] in ("pass", "warn", "fail"), runqlat

@@ -8,6 +8,7 @@ user's baseline file overrides parameters per id::
     l2.sched.runqlat: {limit: 300}
     l1.cable.copper_in_rack: {in_rack: [eth2, eth3]}
     l1.clock.ptp: {enabled: false}  # any id: reported as skip, "disabled by the baseline"
+    l2.sched.runqlat: {required: true}  # any id: the gate fails unless it is measured
 
 Anything wrong in that file (malformed YAML, an unknown id or parameter, a
 value of the wrong type) raises :class:`BaselineError` naming file, line and key.
@@ -23,10 +24,12 @@ from typing import Any
 
 import yaml
 
+from .errors import ConfigError
+
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-class BaselineError(Exception):
+class BaselineError(ConfigError):
     pass
 
 
@@ -40,6 +43,7 @@ class Entry:
     rationale: str
     measure: str
     remedy: str
+    needs: str = ""  # what it takes to measure it: named in the verdict when it is unknown
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,7 @@ class Baseline:
     params: dict[str, dict[str, Any]] = field(default_factory=dict)
     source: str = "default"
     disabled: frozenset[str] = frozenset()  # ids switched off with `enabled: false`
+    required: frozenset[str] = frozenset()  # ids with `required: true`: unknown or skip fails
 
     def get(self, check_id: str) -> dict[str, Any]:
         return self.params[check_id]
@@ -66,6 +71,7 @@ def catalog() -> dict[str, Entry]:
             rationale=e.get("rationale", ""),
             measure=e.get("measure", ""),
             remedy=e.get("remedy", ""),
+            needs=e.get("needs", ""),
         )
         for cid, e in raw.items()
     }
@@ -172,6 +178,7 @@ def load_baseline(path: str) -> Baseline:
         raise BaselineError(f"{path}:{root.start_mark.line + 1}: expected a mapping of check ids")
     known = catalog()
     disabled: set[str] = set()
+    required: set[str] = set()
     for key_node, value_node in root.value:
         line = key_node.start_mark.line + 1
         if not isinstance(key_node, yaml.ScalarNode):
@@ -206,8 +213,13 @@ def load_baseline(path: str) -> Baseline:
                                         f"{shorten(repr(value_map[name]))}")
                 (disabled.discard if value_map[name] else disabled.add)(cid)
                 continue
+            if name == "required":
+                if not isinstance(value_map[name], bool):
+                    raise BaselineError(f"{where}: expected true or false, got {value_map[name]!r}")
+                (required.add if value_map[name] else required.discard)(cid)
+                continue
             if name not in params[cid]:
-                allowed = ", ".join(sorted([*params[cid], "enabled"]))
+                allowed = ", ".join(sorted([*params[cid], "enabled", "required"]))
                 raise BaselineError(f"{where}: unknown parameter (allowed: {allowed})")
             default, new = params[cid][name], value_map[name]
             if not _type_ok(default, new):
@@ -217,4 +229,9 @@ def load_baseline(path: str) -> Baseline:
             if not _finite(new):
                 raise BaselineError(f"{where}: expected a finite number, got {new!r}")
             params[cid][name] = new
-    return Baseline(params, source=path, disabled=frozenset(disabled))
+    both = sorted(disabled & required)
+    if both:
+        raise BaselineError(f"{path}: {', '.join(both)}: both required and disabled "
+                            "(enabled: false): a required id must be measured")
+    return Baseline(params, source=path, disabled=frozenset(disabled),
+                    required=frozenset(required))

@@ -5,28 +5,34 @@ Each command lives in ``tailgate/commands/<name>.py`` and exposes
 ``run(args) -> int``. Heavy imports stay inside ``run`` so `tailgate --help`
 and `tailgate inspect` start fast.
 
-Exit status: 0 fine, 1 a red line or SLO crossed, 2 usage or configuration error.
+Errors become a message and an exit status here and nowhere else: a
+:class:`~tailgate.errors.TailgateError` carries its own status (2 for usage and
+configuration); any other exception is a defect of tailgate and exits 3 with its
+traceback, so a crash can never pass for "a red line crossed" (1). The statuses are
+listed in ``tailgate.errors``.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
+import traceback
 
 from . import __version__
+from .errors import EXIT_BUG, EXIT_INTERRUPTED, TailgateError
 
 COMMAND_MODULES = (
     "tailgate.commands.inspect",
     "tailgate.commands.catalog",
     "tailgate.commands.probe",
     "tailgate.commands.bench",
+    "tailgate.commands.serve",
+    "tailgate.commands.rules",
+    "tailgate.commands.compare",
+    "tailgate.commands.diagnose",
+    "tailgate.commands.plan",
 )
-
-
-class UsageError(Exception):
-    """Bad input from the user: printed as one line, exit status 2."""
 
 
 def one_line(text: str, limit: int = 400) -> str:
@@ -36,70 +42,6 @@ def one_line(text: str, limit: int = 400) -> str:
 
     text = clean(text, keep_newlines=False)
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def existing_pids(host, values: list[str]) -> tuple[int, ...]:
-    """--pid values as integers of processes that exist on ``host`` (duplicates dropped)."""
-    from .host import PID_MAX_LIMIT, valid_pid
-    from .model import SourceError
-
-    try:  # the host's own ceiling; the kernel's when it cannot be read
-        pid_max = int(host.read("/proc/sys/kernel/pid_max").strip())
-        pid_max = pid_max if 0 < pid_max <= PID_MAX_LIMIT else PID_MAX_LIMIT
-    except (SourceError, ValueError):
-        pid_max = PID_MAX_LIMIT
-    try:
-        pids = tuple(dict.fromkeys(valid_pid(v, pid_max) for v in values))
-    except ValueError as exc:
-        raise UsageError(str(exc)) from exc
-    for pid in pids:
-        try:
-            present = host.exists(f"/proc/{pid}")
-        except SourceError as exc:
-            raise UsageError(f"--pid {pid}: {exc}") from exc
-        if not present:
-            raise UsageError(f"no such process: --pid {pid}")
-    return pids
-
-
-def existing_cgroup(host, spec: str) -> str:
-    """--cgroup as the absolute directory of an existing cgroup on ``host``."""
-    from .model import SourceError
-    from .sources.cgroup import resolve_cgroup
-
-    try:
-        path = resolve_cgroup(host, spec)
-    except (SourceError, ValueError) as exc:
-        raise UsageError(f"--cgroup: {exc}") from exc
-    if path is None:
-        raise UsageError(f"no such cgroup: --cgroup {spec}")
-    return path
-
-
-def check_writable(*paths: str | None) -> None:
-    """Fail before a long run, not after it, when an output path cannot be written."""
-    for path in paths:
-        if not path or path == "-":
-            continue
-        parent = os.path.dirname(os.path.abspath(path))
-        if os.path.isdir(path):
-            raise UsageError(f"cannot write {path}: is a directory")
-        if not os.path.isdir(parent):
-            raise UsageError(f"cannot write {path}: no directory {parent}")
-        if not os.access(path if os.path.exists(path) else parent, os.W_OK):
-            raise UsageError(f"cannot write {path}: permission denied")
-
-
-def write_output(path: str, text: str) -> None:
-    """Write a result to ``path``, or to standard output for ``-``."""
-    if path == "-":
-        sys.stdout.write(text)
-        return
-    try:
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write(text)
-    except OSError as exc:
-        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from exc
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -122,16 +64,29 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:2] == ["bench", "allreduce"]:
+        # A collective is its own launcher-run program with its own options (tailgate.bench.collective).
+        from .bench.collective.command import build_parser as collective_parser
+        from .bench.collective.command import run as collective_run
+
+        args = collective_parser().parse_args(argv[2:])
+        args.command, args.func = "bench allreduce", collective_run
+    else:
+        args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except UsageError as exc:
+    except TailgateError as exc:
         print(f"tailgate {args.command}: error: {one_line(str(exc))}", file=sys.stderr)
-        return 2
+        return exc.exit_status
     except KeyboardInterrupt:
         print("tailgate: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:  # `tailgate ... | head`: the reader left, nothing more to say
         sys.stderr.close()
         return 0
+    except Exception:  # noqa: BLE001 - the one place a crash becomes an exit status
+        traceback.print_exc()
+        print(f"tailgate {args.command}: internal error (a bug in tailgate: please report it "
+              "with the traceback above)", file=sys.stderr)
+        return EXIT_BUG

@@ -10,6 +10,13 @@ A collector returns a JSON-able value, or a ``dict[str, Fact]`` when
 It raises :class:`~tailgate.model.SourceError` when the fact cannot be read;
 that becomes a missing fact with the reason, never a default value. Counter
 collectors run twice, ``interval_s`` apart, so checks can derive rates.
+
+A multi collector names the facts it is to produce with ``names(target)``, so
+that when it fails as a whole each of those facts is missing with the reason (a
+check then says why, not "not collected"); facts named ``<collector>.<key>``
+fall back to the collector's own fact. Any exception other than ``SourceError``
+is a defect of tailgate: the facts are missing with ``error=True`` and the checks
+that read them report ``error``.
 """
 
 from __future__ import annotations
@@ -41,6 +48,8 @@ SOURCE_MODULES = (
     "tailgate.sources.ptp",
     "tailgate.sources.qdisc",
     "tailgate.sources.probes",
+    "tailgate.sources.dpdk",
+    "tailgate.sources.topology",
     # helpers add their source modules here (one line each)
 )
 
@@ -65,16 +74,18 @@ class Collector:
     fn: Callable[[Host, Target], Any]
     counter: bool
     multi: bool
+    names: Callable[[Target], list[str]] | None = None
 
 
 _COLLECTORS: dict[str, Collector] = {}
 
 
-def collector(name: str, *, counter: bool = False, multi: bool = False):
+def collector(name: str, *, counter: bool = False, multi: bool = False,
+              names: Callable[[Target], list[str]] | None = None):
     def register(fn: Callable[[Host, Target], Any]) -> Callable[[Host, Target], Any]:
         if name in _COLLECTORS:
             raise RuntimeError(f"collector {name!r} registered twice")
-        _COLLECTORS[name] = Collector(name, fn, counter, multi)
+        _COLLECTORS[name] = Collector(name, fn, counter, multi, names)
         return fn
 
     return register
@@ -86,16 +97,27 @@ def collectors() -> dict[str, Collector]:
     return _COLLECTORS
 
 
+def _failed(c: Collector, target: Target, fact: Fact) -> dict[str, Fact]:
+    """Every fact ``c`` was to produce, missing with the same reason."""
+    out = {c.name: fact}
+    if c.multi and c.names is not None:
+        out.update((n, fact) for n in c.names(target))
+    return out
+
+
+def crash_fact(what: str, exc: BaseException) -> Fact:
+    """A collector or parser raised something other than SourceError: a tailgate bug."""
+    return Fact(missing=f"tailgate bug: {what} raised {type(exc).__name__}: {exc}", error=True)
+
+
 def run_collector(c: Collector, host: Host, target: Target) -> dict[str, Fact]:
     host.forget_source()
     try:
         value = c.fn(host, target)
     except SourceError as exc:
-        return {c.name: Fact(missing=host.blame(exc))}
-    except (ValueError, KeyError, IndexError, TypeError) as exc:
-        # A parser bug on unexpected input must not crash the whole inspection.
-        return {c.name: Fact(missing=host.blame(
-            ValueError(f"parse error: {type(exc).__name__}: {exc}")))}
+        return _failed(c, target, Fact(missing=host.blame(exc)))
+    except Exception as exc:  # noqa: BLE001 - one broken collector must not hide the others
+        return _failed(c, target, crash_fact(f"collector {c.name}", exc))
     if not c.multi:
         return {c.name: Fact(value=value)}
     return {k: v if isinstance(v, Fact) else Fact(value=v) for k, v in value.items()}

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .errors import ConfigError
 from .model import Fact, Snapshot
 
 APPLICATION_ID = 0x74676831  # "tgh1"
@@ -45,7 +46,7 @@ MIN_WINDOW_S = 0.5
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
-class HistoryError(Exception):
+class HistoryError(ConfigError):
     """The history database cannot be used; the message says why and what to do."""
 
 

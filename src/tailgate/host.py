@@ -249,12 +249,14 @@ class Host:
 
     # -- files ---------------------------------------------------------------------------
 
-    def read(self, path: str, limit: int | None = None) -> str:
+    def read(self, path: str, limit: int | None = None, nul_ok: bool = False) -> str:
+        """The text of ``path`` under the root. NUL bytes mean binary, refused, unless the
+        format separates its records with them (``nul_ok``: modules.builtin.modinfo)."""
         self._local.source = path
         real = self._resolve(path)
         data = read_regular(real, self.max_read if limit is None else limit, what=path,
                             inside=self._real)
-        return as_text(data, path)
+        return data.decode("utf-8", errors="replace") if nul_ok else as_text(data, path)
 
     def exists(self, path: str) -> bool:
         """Whether ``path`` names anything under the root (a dangling or looping symlink

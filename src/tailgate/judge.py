@@ -9,24 +9,33 @@ A check module registers one function per SPEC id::
 :func:`need`, which raises :class:`Unknown` for a missing fact, so the finding
 becomes ``unknown`` with the fact's reason. Every catalog id yields at least one
 finding: an id with no registered check is ``unknown``, "not implemented yet".
+
+Any other exception raised by a check is a defect of tailgate: the finding's status
+is ``error``, with the exception in its reason and evidence. So is a check that read
+a fact whose collector raised (``Fact.error``): what it said about that fact is not
+a judgment of the host.
 """
 
 from __future__ import annotations
 
 import importlib
+import traceback
 from collections.abc import Callable
 from typing import Any
 
 from .baseline import Baseline, catalog
+from .errors import SourceError
 from .model import Finding, Result, Snapshot
 
 CHECK_MODULES = (
     "tailgate.checks.l1_physical",
+    "tailgate.checks.l1_pcie_link",
     "tailgate.checks.l2_kernel",
     "tailgate.checks.l3_dataplane",
     "tailgate.checks.l4_inference",
     "tailgate.checks.probed",
     "tailgate.checks.l3_connections",
+    "tailgate.checks.l3_dpdk",
 )
 
 CheckFn = Callable[[Snapshot, dict[str, Any]], "Result | list[Result]"]
@@ -79,19 +88,47 @@ def finding(check_id: str, result: Result, params: dict[str, Any]) -> Finding:
     )
 
 
+def _crash(check_id: str, exc: BaseException) -> Result:
+    frames = traceback.extract_tb(exc.__traceback__)[-3:]
+    return Result("error", reason=f"tailgate bug: check {check_id} raised "
+                                  f"{type(exc).__name__}: {exc}",
+                  evidence={"check": check_id, "exception": f"{type(exc).__name__}: {exc}",
+                            "traceback": [f"{f.filename}:{f.lineno} in {f.name}" for f in frames]})
+
+
+def _crashed_facts(check_id: str, results: list[Result], crashed: dict[str, str]) -> list[Result]:
+    """A check that read a fact whose collector raised: its unknowns are that error, and
+    a pass or fail built around it still carries one error finding naming the fact."""
+    names = ", ".join(sorted(crashed))
+    out = [r if r.status != "unknown" else Result(
+        "error", subject=r.subject, observed=r.observed, evidence={**r.evidence, "crashed_facts": crashed},
+        reason=f"tailgate bug: collecting {names} raised: {r.reason}") for r in results]
+    if not any(r.status == "error" for r in out):
+        out.append(Result("error", reason=f"tailgate bug: check {check_id} read {names}, whose "
+                                          f"collector raised: {'; '.join(crashed.values())}",
+                          evidence={"crashed_facts": crashed}))
+    return out
+
+
 def run_check(check_id: str, fn: CheckFn | None, snap: Snapshot, params: dict[str, Any]) -> list[Finding]:
     if fn is None:
         results: list[Result] = [Result("unknown", reason="not implemented yet")]
     else:
+        snap.crashed_reads.clear()
         try:
             out = fn(snap, params)
             results = out if isinstance(out, list) else [out]
-        except Unknown as exc:
+            if not results:
+                raise RuntimeError("the check returned no result")
+            if not all(isinstance(r, Result) for r in results):
+                raise TypeError(f"the check returned {results!r}, not Result objects")
+        except (Unknown, SourceError) as exc:  # SourceError: a precise parse failure of host data
             results = [Result("unknown", reason=str(exc))]
         except Exception as exc:  # noqa: BLE001 - one broken check must not hide the others
-            results = [Result("unknown", reason=f"internal error in check: {type(exc).__name__}: {exc}")]
-        if not results:
-            results = [Result("unknown", reason="the check returned no result")]
+            results = [_crash(check_id, exc)]
+        if snap.crashed_reads:
+            results = _crashed_facts(check_id, results, dict(snap.crashed_reads))
+        snap.crashed_reads.clear()
     return [finding(check_id, r, params) for r in results]
 
 

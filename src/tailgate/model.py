@@ -11,39 +11,48 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-Status = Literal["pass", "warn", "fail", "skip", "unknown"]
-STATUSES: tuple[Status, ...] = ("pass", "warn", "fail", "skip", "unknown")
+from .errors import ParseError, SourceError
+
+__all__ = ["ParseError", "SourceError"]  # re-exported: every source imports them from here
+
+# ``error``: a check or a parser raised. That is a defect of tailgate, not a fact about the
+# host, so it is kept apart from ``unknown`` (could not tell) and never passes a gate.
+Status = Literal["pass", "warn", "fail", "skip", "unknown", "error"]
+STATUSES: tuple[Status, ...] = ("pass", "warn", "fail", "skip", "unknown", "error")
 LAYERS = ("L1", "L2", "L3", "L4")
 # How bad a status is, for "worst of" and for --fail-on.
-SEVERITY = {"skip": 0, "pass": 0, "unknown": 1, "warn": 2, "fail": 3}
+SEVERITY = {"skip": 0, "pass": 0, "unknown": 1, "warn": 2, "fail": 3, "error": 4}
+FAIL_ON = ("fail", "warn", "unknown")
+VerdictStatus = Literal["pass", "incomplete", "warn", "fail", "error"]
 
 
-class SourceError(Exception):
-    """A fact could not be read. The message is the reason shown to the user."""
-
-
-class ParseError(SourceError):
-    """A source was read but its content did not have the expected shape."""
 
 
 @dataclass(frozen=True)
 class Fact:
-    """One thing read from the host: a JSON-able value, or the reason it is missing."""
+    """One thing read from the host: a JSON-able value, or the reason it is missing.
+
+    ``error`` marks a missing fact whose collector or parser raised unexpectedly (a
+    tailgate defect): a check that reads it yields ``error``, not ``unknown``.
+    """
 
     value: Any = None
     missing: str | None = None
+    error: bool = False
 
     @property
     def ok(self) -> bool:
         return self.missing is None
 
     def to_json(self) -> dict[str, Any]:
-        return {"missing": self.missing} if self.missing is not None else {"value": self.value}
+        if self.missing is None:
+            return {"value": self.value}
+        return {"missing": self.missing, **({"error": True} if self.error else {})}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Fact:
         if "missing" in data:
-            return cls(missing=str(data["missing"]))
+            return cls(missing=str(data["missing"]), error=data.get("error") is True)
         return cls(value=data.get("value"))
 
 
@@ -67,12 +76,32 @@ class Snapshot:
     # sampled: the long window for per-hour rates. Empty on a first run.
     earlier: dict[str, Fact] = field(default_factory=dict)
     earlier_at: float | None = None
+    # Names of facts read that a collector failed to produce by raising (see Fact.error);
+    # the judge resets it around each check. Not part of the snapshot's data.
+    crashed_reads: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
+
+    def _lookup(self, table: dict[str, Fact], name: str, absent: str) -> Fact:
+        fact = table.get(name)
+        if fact is None:
+            # A collector that failed as a whole left its reason under its own name
+            # ("ethtool.fec" for "ethtool.fec.eth0"): say that, not "not collected".
+            parts = name.split(".")
+            for i in range(len(parts) - 1, 0, -1):
+                parent = table.get(".".join(parts[:i]))
+                if parent is not None and not parent.ok:
+                    fact = Fact(missing=parent.missing, error=parent.error)
+                    break
+            else:
+                fact = Fact(missing=absent)
+        if fact.error:
+            self.crashed_reads[name] = fact.missing or ""
+        return fact
 
     def fact(self, name: str) -> Fact:
-        return self.facts.get(name) or Fact(missing=f"fact {name!r} was not collected")
+        return self._lookup(self.facts, name, f"fact {name!r} was not collected")
 
     def before_fact(self, name: str) -> Fact:
-        return self.before.get(name) or Fact(missing=f"no earlier sample of {name!r}")
+        return self._lookup(self.before, name, f"no earlier sample of {name!r}")
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -183,9 +212,23 @@ class Finding:
 
 @dataclass(frozen=True)
 class Verdict:
-    status: Literal["pass", "warn", "fail"]
+    """The report's summary.
+
+    ``status``: ``error`` when any finding is an error (tailgate failed, trust nothing),
+    else ``fail``/``warn`` from the worst finding, else ``incomplete`` when something
+    applicable was not measured (an ``unknown``, or a required id that was skipped),
+    else ``pass``. ``unmeasured`` names each unknown finding, why, and what would
+    measure it; ``unmet_required`` each required id that was not measured and passed
+    or warned; ``errors`` each error finding.
+    """
+
+    status: VerdictStatus
     first_failing_layer: str | None
     counts: dict[str, int]
+    unmeasured: tuple[dict[str, Any], ...] = ()
+    required: tuple[str, ...] = ()
+    unmet_required: tuple[dict[str, Any], ...] = ()
+    errors: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)

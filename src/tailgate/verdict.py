@@ -1,22 +1,59 @@
-"""Verdict: order findings bottom-up and name the lowest failing layer."""
+"""Verdict: order findings bottom-up, name the lowest failing layer, and decide the gate.
+
+A report passes only when every applicable id passed. What could not be measured
+makes it ``incomplete`` (each unmeasured id is named with what would measure it);
+a check or parser that raised makes it ``error``, whatever else it says.
+"""
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 
-from .model import LAYERS, SEVERITY, Finding, Report, Snapshot, Verdict
+from .baseline import catalog
+from .errors import EXIT_BUG, EXIT_GATE, EXIT_OK
+from .model import FAIL_ON, LAYERS, SEVERITY, STATUSES, Finding, Report, Snapshot, Verdict
+
+UNMEASURED = ("unknown", "skip", "error")  # what leaves a required id unmet
 
 
-def verdict(findings: list[Finding]) -> Verdict:
+def _needs(check_id: str) -> str:
+    entry = catalog().get(check_id)
+    return entry.needs if entry is not None else ""
+
+
+def verdict(findings: list[Finding], required: Iterable[str] = ()) -> Verdict:
     counts = Counter(f.status for f in findings)
-    status = "fail" if counts["fail"] else "warn" if counts["warn"] else "pass"
+    required = tuple(dict.fromkeys(required))
+    unmet = tuple(
+        {"id": cid, "statuses": sorted({f.status for f in mine}),
+         "reason": "; ".join(dict.fromkeys(f.reason for f in mine if f.status in UNMEASURED))
+         or "no finding"}
+        for cid in required
+        for mine in [[f for f in findings if f.id == cid]]
+        if not mine or any(f.status in UNMEASURED for f in mine))
+    if counts["error"]:
+        status = "error"
+    elif counts["fail"]:
+        status = "fail"
+    elif counts["warn"]:
+        status = "warn"
+    elif counts["unknown"] or unmet:
+        status = "incomplete"
+    else:
+        status = "pass"
     first = next((layer for layer in LAYERS if any(
         f.layer == layer and f.status == "fail" for f in findings)), None)
+    unmeasured = tuple({"id": f.id, "subject": f.subject, "reason": f.reason,
+                        "needs": _needs(f.id)} for f in findings if f.status == "unknown")
+    errors = tuple({"id": f.id, "subject": f.subject, "reason": f.reason}
+                   for f in findings if f.status == "error")
     return Verdict(status=status, first_failing_layer=first,
-                   counts={s: counts.get(s, 0) for s in ("pass", "warn", "fail", "skip", "unknown")})
+                   counts={s: counts.get(s, 0) for s in STATUSES},
+                   unmeasured=unmeasured, required=required, unmet_required=unmet, errors=errors)
 
 
-def build_report(snap: Snapshot, findings: list[Finding]) -> Report:
+def build_report(snap: Snapshot, findings: list[Finding], required: Iterable[str] = ()) -> Report:
     order = {layer: i for i, layer in enumerate(LAYERS)}
     ordered = sorted(findings, key=lambda f: order.get(f.layer, 99))  # stable: catalog order inside a layer
     return Report(
@@ -25,13 +62,20 @@ def build_report(snap: Snapshot, findings: list[Finding]) -> Report:
         target=snap.target,
         interval_s=snap.interval_s,
         taken_at=snap.taken_at,
-        verdict=verdict(ordered),
+        verdict=verdict(ordered, required),
         findings=tuple(ordered),
     )
 
 
-def exit_status(report: Report, fail_on: str) -> int:
-    """0 when nothing reaches ``fail_on`` (fail|warn), else 1."""
+def exit_status(report: Report, fail_on: str = "fail") -> int:
+    """The gate: 3 when any finding is an error (tailgate failed); 1 when a finding is at
+    or above ``fail_on`` (fail|warn|unknown) or a required id was not measured; else 0."""
+    if fail_on not in FAIL_ON:
+        raise ValueError(f"fail_on must be one of {', '.join(FAIL_ON)}, not {fail_on!r}")
+    if any(f.status == "error" for f in report.findings):
+        return EXIT_BUG
     threshold = SEVERITY[fail_on]
-    return 1 if any(SEVERITY[f.status] >= threshold and f.status != "unknown"
-                    for f in report.findings) else 0
+    if report.verdict.unmet_required or any(SEVERITY[f.status] >= threshold
+                                            for f in report.findings):
+        return EXIT_GATE
+    return EXIT_OK

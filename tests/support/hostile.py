@@ -155,8 +155,12 @@ def names_source(reason: str, rel: str) -> bool:
     through a symlinked directory) or, for a captured output, the command."""
     from tailgate.host import command_file_name
 
-    if "/".join(rel.split("/")[-2:]) in reason:
+    parts = rel.split("/")
+    if "/".join(parts[-2:]) in reason:
         return True
+    if len(parts) >= 2 and re.search(rf"{re.escape(parts[-2])}\b.*\b{re.escape(parts[-1])}\b",
+                                     reason):
+        return True  # "<device>: <attribute> unreadable"
     if rel.startswith("commands/"):
         name = rel.split("/", 1)[1]
         return any(command_file_name(seg.split(" ")) == name

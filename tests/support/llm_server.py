@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -157,7 +158,9 @@ def llama_server(tmpdir: str | os.PathLike[str], startup_s: float = 120.0) -> It
 
 FAULTS = ("ok", "status_500", "status_404", "reset_mid_stream", "bad_json", "bad_sse_line",
           "no_token", "hang", "error_object", "not_event_stream", "close_without_done",
-          "eof_delimited")
+          "eof_delimited", "eof_delimited_done", "interim_100", "short_content_length",
+          "eof_mid_chunk", "rst_mid_stream", "upgrade")
+# Not in FAULTS (a test of its own): "endless_event", data lines that never end an event.
 
 
 class ScriptedServer:
@@ -260,6 +263,18 @@ class ScriptedServer:
                 writer.write(b"HTTP/1.1 " + code.encode() + b"\r\nContent-Type: application/json"
                              b"\r\nContent-Length: " + str(len(msg)).encode()
                              + b"\r\nConnection: close\r\n\r\n" + msg)
+            elif mode == "upgrade":
+                writer.write(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                             b"Connection: Upgrade\r\n\r\n\x81\x05hello")
+                await writer.drain()
+                await asyncio.sleep(0.05)
+            elif mode == "endless_event":
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                             b"Connection: close\r\n\r\n")
+                line = b"data: " + b"x" * 65536 + b"\n"
+                for _ in range(16384):  # 1 GiB at most; the client cuts it long before
+                    writer.write(line)
+                    await writer.drain()
             elif mode == "hang":
                 writer.write(head_("200 OK"))
                 await writer.drain()
@@ -272,14 +287,20 @@ class ScriptedServer:
                              b"Content-Length: " + str(len(msg)).encode()
                              + b"\r\nConnection: close\r\n\r\n" + msg)
             else:
-                eof = mode == "eof_delimited"  # HTTP/1.0 style: no length, ends at close
-                if eof:
+                # HTTP/1.0 style: no length, ends at close (the same for a short length)
+                eof = mode in ("eof_delimited", "eof_delimited_done", "short_content_length")
+                if mode == "interim_100":
+                    writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+                if mode == "short_content_length":
+                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                                 b"Content-Length: 100000\r\n\r\n")
+                elif eof:
                     writer.write(b"HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\n")
-
-                    def piece(data: bytes) -> bytes:
-                        return data
                 else:
                     writer.write(head_("200 OK"))
+                if eof:
+                    def piece(data: bytes) -> bytes:
+                        return data
                 if chat:
                     writer.write(piece(chunk(None)))  # the role-only first chunk
                 if self.first_empty and not chat:
@@ -308,13 +329,22 @@ class ScriptedServer:
                         "prompt_tokens": n_in, "completion_tokens": tokens,
                         "total_tokens": n_in + tokens}}
                     writer.write(piece(b"data: " + _json.dumps(u).encode() + b"\n\n"))
-                if mode not in ("close_without_done", "eof_delimited"):
+                if mode == "eof_mid_chunk":
+                    writer.write(b"40\r\ndata: [DO")  # the close cuts the last chunk
+                    await writer.drain()
+                    return
+                if mode == "rst_mid_stream":
+                    sock = writer.get_extra_info("socket")
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    writer.transport.abort()
+                    return
+                if mode not in ("close_without_done", "eof_delimited", "short_content_length"):
                     writer.write(piece(b"data: [DONE]\n\n"))
                 if not eof:
                     # close_without_done: the finish chunk was sent, and a complete
                     # response without [DONE] is fine.
                     writer.write(b"0\r\n\r\n")
-                if mode == "ok":
+                if mode in ("ok", "interim_100", "eof_delimited_done"):
                     self.send_ns.append(sends)
             await writer.drain()
         except ConnectionError:

@@ -52,7 +52,7 @@ http {{
     keepalive_timeout 300s;
     default_type text/plain;
     server {{
-        listen 127.0.0.1:{port} backlog=4096;
+        listen {address}:{port} backlog=4096;
         {locations}
     }}
 }}
@@ -77,7 +77,10 @@ class Nginx:
     """Start/stop one nginx master with ``workers`` worker processes."""
 
     def __init__(self, locations: str = DEFAULT_LOCATIONS, workers: int = 1,
-                 port: int | None = None) -> None:
+                 port: int | None = None, address: str = "127.0.0.1",
+                 netns: str | None = None) -> None:
+        """``netns``: run inside that network namespace, listening on ``address`` there."""
+        self.address, self.netns = address, netns
         self.locations = locations
         self.workers = workers
         self.port = port or free_port()
@@ -86,17 +89,18 @@ class Nginx:
 
     @property
     def host(self) -> str:
-        return "127.0.0.1"
+        return self.address
 
     def url(self, path: str = "/") -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
+        return f"http://{self.address}:{self.port}{path}"
 
     def start(self, timeout_s: float = 10.0) -> Nginx:
         conf = self.dir / "nginx.conf"
         conf.write_text(CONFIG.format(workers=self.workers, dir=self.dir, port=self.port,
-                                      locations=self.locations))
+                                      address=self.address, locations=self.locations))
+        netns = ["ip", "netns", "exec", self.netns] if self.netns else []  # execs nginx
         self.proc = subprocess.Popen(
-            [NGINX, "-p", str(self.dir), "-e", str(self.dir / "error.log"), "-c", str(conf)],
+            [*netns, NGINX, "-p", str(self.dir), "-e", str(self.dir / "error.log"), "-c", str(conf)],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -111,7 +115,7 @@ class Nginx:
 
     def _accepts(self) -> bool:
         try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+            with socket.create_connection((self.address, self.port), timeout=0.5):
                 return True
         except OSError:
             return False

@@ -2,9 +2,16 @@
 
 A connection carries at most one request at a time (HTTP/1.1 keep-alive
 without pipelining, request/response TCP). It tells its :class:`Sink` (the
-engine) when a response is complete, when the request failed, and when the
-connection went away. A subclass only parses bytes: ``data_received`` and a
-call to :meth:`Connection.finish`.
+engine) when a response is complete or the request failed (``on_response``,
+exactly once per request sent on it), when a reused connection turned out to
+be dead before any response byte (``on_stale``: the engine retries or records
+``stale_connection``), when the server broke the protocol with no request in
+flight (``on_conn_error``: charged to the connection, never to a request) and
+when the connection went away (``on_closed``).
+
+A subclass owns a sans-I/O reader: it implements :meth:`Connection.expect`,
+``data_received`` and :meth:`Connection.on_eof`, and calls :meth:`complete`,
+:meth:`fail` or :meth:`stray`.
 """
 
 from __future__ import annotations
@@ -13,12 +20,17 @@ import asyncio
 import time
 from typing import Protocol
 
-from .outcome import PROTOCOL, RESET
+from .http1 import FramingError
+from .outcome import CODE, RESET, TRUNCATED
 
 
 class Sink(Protocol):
     def on_response(self, conn: Connection, rid: int, outcome: int, status: int,
-                    nbytes: int) -> None: ...
+                    nbytes: int, reason: str) -> None: ...
+
+    def on_stale(self, conn: Connection, rid: int, reason: str) -> None: ...
+
+    def on_conn_error(self, conn: Connection, kind: int, reason: str) -> None: ...
 
     def on_closed(self, conn: Connection) -> None: ...
 
@@ -32,30 +44,63 @@ class Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.rid = -1  # request in flight, -1 when idle
         self.t_send = 0.0
-        self.nbytes = 0
+        self.nbytes = 0  # bytes received for the request in flight
+        self.served = 0  # responses completed on this connection (>0: a reused connection)
         self.closed = False
+        self.eof = False  # the peer closed its side
         self.reusable = True
+        self.idle = False  # on the engine's idle list (owned by the engine)
+
+    @property
+    def usable(self) -> bool:
+        return self.reusable and not self.closed and not self.eof
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
+    # -- what a subclass provides -------------------------------------------------------
+
+    def expect(self, rid: int) -> None:
+        """A request is about to go out: make the reader wait for its response."""
+
+    def request_for(self, rid: int) -> bytes:
+        return self.request
+
+    def on_eof(self) -> bool:
+        """The peer closed with a request in flight: True when that completed the
+        response (the subclass called :meth:`complete`); raises FramingError if not."""
+        raise FramingError("closed", "connection closed before any response byte")
+
+    # -- the request cycle ---------------------------------------------------------------
+
     def send(self, rid: int, now: float) -> None:
+        self.expect(rid)
         self.rid = rid
         self.t_send = now
         self.nbytes = 0
-        self.transport.write(self.request)
+        self.transport.write(self.request_for(rid))
 
-    def finish(self, outcome: int, status: int = 0) -> None:
+    def complete(self, outcome: int, status: int = 0, reason: str = "") -> None:
         """The response to the request in flight is complete (or failed)."""
         rid = self.rid
+        if rid < 0:
+            raise AssertionError("a response completed with no request in flight")
         self.rid = -1
-        self.sink.on_response(self, rid, outcome, status, self.nbytes)
+        self.served += 1
+        self.sink.on_response(self, rid, outcome, status, self.nbytes, reason)
 
-    def fail(self, outcome: int = PROTOCOL) -> None:
-        """The peer broke the protocol: fail the request in flight and drop the connection."""
+    def fail(self, outcome: int, reason: str) -> None:
+        """The request in flight failed: report it and drop the connection."""
         self.reusable = False
         if self.rid >= 0:
-            self.finish(outcome)
+            rid, self.rid = self.rid, -1
+            self.sink.on_response(self, rid, outcome, 0, self.nbytes, reason)
+        self.abort()
+
+    def stray(self, reason: str) -> None:
+        """Bytes with no request in flight: the connection's protocol error; it is dropped."""
+        self.reusable = False
+        self.sink.on_conn_error(self, CODE["protocol"], reason)
         self.abort()
 
     def abort(self) -> None:
@@ -65,17 +110,49 @@ class Connection(asyncio.Protocol):
         if self.transport is not None and not self.closed:
             self.transport.abort()
 
+    # -- the end of the stream -------------------------------------------------------------
+
+    def eof_received(self) -> bool | None:
+        self.eof = True
+        if self.rid >= 0:
+            self._ended(None)
+        return None  # close our side too
+
     def connection_lost(self, exc: Exception | None) -> None:
         if self.closed:
             return
         self.closed = True
         self.reusable = False
         if self.rid >= 0:
-            self.finish(RESET)
+            self._ended(exc)
         self.sink.on_closed(self)
 
-    def eof_received(self) -> bool | None:
-        return None  # close our side too; connection_lost accounts a request in flight
+    def _ended(self, exc: Exception | None) -> None:
+        """The stream ended with a request in flight: complete, truncated, reset or stale."""
+        if exc is None:
+            try:
+                if self.on_eof():
+                    return
+                kind, reason = "truncated", "connection closed inside the response"
+            except FramingError as err:
+                kind, reason = err.kind, err.reason
+        else:
+            kind = "closed" if not self.nbytes else "reset"
+            reason = f"connection reset after {self.nbytes} response bytes: {exc}"
+        rid, self.rid = self.rid, -1
+        self.reusable = False
+        if kind == "closed":
+            if self.served:
+                reason = (f"reused connection (after {self.served} response(s)) closed "
+                          f"before any response byte"
+                          + ("" if exc is None else f": {exc}"))
+                self.sink.on_stale(self, rid, reason)
+                return
+            kind = "reset"
+            if exc is None:
+                reason = "connection closed before any response byte"
+        outcome = TRUNCATED if kind == "truncated" else CODE.get(kind, RESET)
+        self.sink.on_response(self, rid, outcome, 0, self.nbytes, reason)
 
 
 def monotonic() -> float:

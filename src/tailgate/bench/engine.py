@@ -21,13 +21,31 @@ of the queue. So the server sees the schedule's real burst up to
 our queue — and their latency still counts from their intended time.
 
 Every request ends exactly once (a ``done`` flag per request id): with a
-response (``ok`` or a status error), a connection failure (``connect``,
-``reset``, ``protocol``), or a time-out. Time-outs are found by a sweep over
-the oldest queued and in-flight requests (both FIFO in intended order) and are
-recorded at ``intended + timeout`` exactly, whenever the sweep notices. The
-run ends when the last request has ended, at most ``timeout`` after the last
-one was due, or when :meth:`Engine.stop` is called (the requests still open are
-then reported as ``abandoned``, not as outcomes).
+response (``ok`` or a status error), a failure (``connect``, ``reset``,
+``protocol``, ``truncated``, ``too_large``, ``upgrade``, ``stale_connection``:
+see :mod:`.outcome`), or a time-out. A connection is on the idle list at most
+once (checked: a second entry would hand one connection two requests), and
+bytes that arrive with no request in flight are the connection's error
+(``conn_errors``), never the next request's.
+
+Stale keep-alive: a request sent on a reused connection that closes before any
+byte of the response is ``stale_connection``; with ``retry_stale`` it goes back
+to the head of the queue instead (once) and takes the next free connection (a
+new one is opened for it), its latency still counted from its intended time, so
+the failed attempt and the reconnect stay in the figures; its service time is
+that of the retry.
+
+Accounting is kept by independent counters, so a bookkeeping bug shows in the
+result: ``sent`` (a counter bumped when a measured request gets its outcome),
+the outcome counts (from the recorded outcomes), the latency histogram's count,
+and ``abandoned`` (measured requests whose ``done`` flag is unset at the end).
+
+Time-outs are found by a sweep over the oldest queued and in-flight requests
+(both FIFO in intended order) and are recorded at ``intended + timeout``
+exactly, whenever the sweep notices. The run ends when the last request has
+ended, at most ``timeout`` after the last one was due, or when
+:meth:`Engine.stop` is called (the requests still open are then reported as
+``abandoned``, not as outcomes).
 
 Per-request times are appended to plain lists in the hot path (cheap) and
 turned into numpy arrays and histograms by :meth:`Engine._flush` a few times a
@@ -49,7 +67,8 @@ import numpy as np
 
 from ..hist import Histogram, HistogramSpec
 from .conn import Connection, monotonic
-from .outcome import CONNECT, KINDS, TIMEOUT
+from .http1 import Limits
+from .outcome import CONNECT, KINDS, STALE, TIMEOUT
 from .target import Target
 from .timer import Waker
 
@@ -62,6 +81,16 @@ MAX_CONNECTING = 16
 # ticks at this period and dispatches in batches (a wake-up costs ~20 µs of CPU).
 MIN_TICK_S = 200e-6  # schedule entries turned into a Python list at a time
 LOG_HEADER = "worker,id,intended_s,dispatch_s,send_s,end_s,outcome,status,bytes,warmup\n"
+MAX_REASONS = 5  # distinct example reasons kept per error kind (the rest are counted apart)
+OTHER_REASONS = "(other reasons)"
+
+
+def note_reason(book: dict[str, dict[str, int]], kind: str, reason: str) -> None:
+    """Count one example ``reason`` under ``kind``, keeping at most MAX_REASONS apart."""
+    reasons = book.setdefault(kind, {})
+    if reason not in reasons and len(reasons) >= MAX_REASONS:
+        reason = OTHER_REASONS
+    reasons[reason] = reasons.get(reason, 0) + 1
 
 
 @dataclass(frozen=True)
@@ -79,6 +108,9 @@ class EngineConfig:
     progress_s: float = 0.25  # also how often records become histograms (short: no hiccups)
     worker: int = 0
     spec: HistogramSpec = field(default_factory=HistogramSpec)
+    limits: Limits = field(default_factory=Limits)
+    retry_stale: bool = False  # resend a stale_connection request once (see module doc)
+    check_seq: bool = False  # test mode: stamp requests, check responses carry the stamp
 
 
 @dataclass
@@ -101,8 +133,12 @@ class WorkerResult:
     precise_timer: bool
     log_path: str | None
     warmup_requests: int = 0
-    connect_errors: list[str] = field(default_factory=list)
+    connect_errors: dict[str, int] = field(default_factory=dict)  # reason -> attempts
     cpu_s: float = 0.0  # CPU time of this process during the run (user + system)
+    sent: int = 0  # measured requests that got an outcome (its own counter)
+    error_examples: dict[str, dict[str, int]] = field(default_factory=dict)  # kind -> reasons
+    conn_errors: dict[str, dict[str, int]] = field(default_factory=dict)  # no request charged
+    retried: int = 0  # measured requests resent after a stale connection
 
 
 class Engine:
@@ -116,15 +152,23 @@ class Engine:
         self.times = np.asarray(cfg.times, dtype=np.float64)
         self.n = int(self.times.size)
         t = cfg.target
+        lim, seq = cfg.limits, cfg.check_seq
         if t.kind == "http":
             from .http import HttpConnection
 
-            self._factory: Callable[[], Connection] = lambda: HttpConnection(self, t.request)
+            self._factory: Callable[[], Connection] = lambda: HttpConnection(
+                self, t.request, lim, seq)
         else:
             from .tcp import TcpConnection
 
             self._factory = lambda: TcpConnection(self, t.request, t.delimiter,
-                                                  t.response_length)
+                                                  t.response_length, lim, seq)
+        # Times are sorted: request ids from here on are measured (after the warm-up).
+        self.first_measured = int(np.searchsorted(self.times, cfg.warmup_s, side="left"))
+        self.n_sent = 0
+        self.examples: dict[str, dict[str, int]] = {}
+        self.conn_errors: dict[str, dict[str, int]] = {}
+        self.retried: set[int] = set()
         self.done = bytearray(self.n)
         self.idle: list[Connection] = []
         self.pending: deque[int] = deque()
@@ -267,10 +311,11 @@ class Engine:
                 now = monotonic()  # one fresh look before sleeping
                 continue
             disp.append(now)
-            while idle and idle[-1].closed:
-                idle.pop()
+            while idle and not idle[-1].usable:
+                idle.pop().idle = False
             if idle:
                 conn = idle.pop()
+                conn.idle = False
                 conn.send(i, now)
                 inflight.append((i, conn))
             else:
@@ -298,18 +343,22 @@ class Engine:
             self._check_finished()
 
     def on_response(self, conn: Connection, rid: int, outcome: int, status: int,
-                    nbytes: int) -> None:
+                    nbytes: int, reason: str = "") -> None:
         now = monotonic()
         if rid >= 0 and not self.done[rid]:
             self.done[rid] = 1
             self.n_done += 1
+            if rid >= self.first_measured:
+                self.n_sent += 1
+                if outcome:
+                    note_reason(self.examples, KINDS[outcome], reason or KINDS[outcome])
             self._rid.append(rid)
             self._send.append(conn.t_send)
             self._end.append(now)
             self._out.append(outcome)
             self._status.append(status)
             self._bytes.append(nbytes)
-        if conn.reusable and not conn.closed:
+        if conn.usable:
             self._ready(conn, now)
         else:
             conn.abort()
@@ -320,12 +369,30 @@ class Engine:
 
     def _ready(self, conn: Connection, now: float) -> None:
         """A connection is free: it takes the oldest queued request, or waits idle."""
+        if conn.idle or conn.rid >= 0:
+            raise AssertionError(f"connection freed twice (idle {conn.idle}, request "
+                                 f"{conn.rid} in flight)")
         if self.pending and not self.stopping:
             rid = self.pending.popleft()
             conn.send(rid, now)
             self.inflight.append((rid, conn))
         else:
+            conn.idle = True
             self.idle.append(conn)
+
+    def on_stale(self, conn: Connection, rid: int, reason: str) -> None:
+        """A reused connection died before any response byte: retry once, or record it."""
+        if self.cfg.retry_stale and rid not in self.retried and not self.done[rid] \
+                and not self.stopping:
+            self.retried.add(rid)
+            self.pending.appendleft(rid)
+            self._maybe_open()
+            return
+        self.on_response(conn, rid, STALE, 0, 0, reason)
+
+    def on_conn_error(self, conn: Connection, kind: int, reason: str) -> None:
+        """The server broke the protocol with no request in flight (not a request's error)."""
+        note_reason(self.conn_errors, KINDS[kind], reason)
 
     def on_closed(self, conn: Connection) -> None:
         self.n_open -= 1
@@ -359,7 +426,7 @@ class Engine:
             if self.pending and not initial:
                 # The oldest waiting request could not get this connection.
                 rid = self.pending.popleft()
-                self._record_failure(rid, CONNECT, monotonic())
+                self._record_failure(rid, CONNECT, monotonic(), reason=reason)
                 if self.pending and not self.stopping:
                     self._maybe_open()
             return
@@ -373,11 +440,14 @@ class Engine:
         self._ready(conn, monotonic())
 
     def _record_failure(self, rid: int, outcome: int, end: float, send: float = math.nan,
-                        nbytes: int = 0) -> None:
+                        nbytes: int = 0, reason: str = "") -> None:
         if self.done[rid]:
             return
         self.done[rid] = 1
         self.n_done += 1
+        if rid >= self.first_measured:
+            self.n_sent += 1
+            note_reason(self.examples, KINDS[outcome], reason or KINDS[outcome])
         self._rid.append(rid)
         self._send.append(send)
         self._end.append(end)
@@ -412,7 +482,8 @@ class Engine:
             if intended > limit:
                 break
             pending.popleft()
-            self._record_failure(rid, TIMEOUT, intended + timeout)
+            self._record_failure(rid, TIMEOUT, intended + timeout,
+                                 reason=f"still waiting for a connection after {timeout:g} s")
         inflight = self.inflight
         while inflight:
             rid, conn = inflight[0]
@@ -423,9 +494,13 @@ class Engine:
             if intended > limit:
                 break
             inflight.popleft()
+            if conn.rid != rid:  # resent after a stale connection: the newer entry times it
+                continue
             nbytes = conn.nbytes
             conn.abort()  # HTTP/1.1 cannot cancel a request: the connection goes
-            self._record_failure(rid, TIMEOUT, intended + timeout, conn.t_send, nbytes)
+            self._record_failure(rid, TIMEOUT, intended + timeout, conn.t_send, nbytes,
+                                 reason=f"no complete response within {timeout:g} s "
+                                        f"({'no' if not nbytes else 'partial'} response)")
         if now >= self._next_progress:
             self._next_progress = now + self.cfg.progress_s
             self._flush()
@@ -513,7 +588,9 @@ class Engine:
         warm = self.cfg.warmup_s
         measured_sched = int(np.count_nonzero(self.times >= warm))
         dispatched = int(np.count_nonzero(self.times[:self.next_i] >= warm))
-        abandoned = self.next_i - self.n_done
+        # Measured requests without an outcome (in flight, queued or never due when stopped).
+        abandoned = int(np.count_nonzero(
+            np.frombuffer(bytes(self.done), dtype=np.uint8)[self.first_measured:] == 0))
         return WorkerResult(
             worker=self.cfg.worker,
             counts=self.counts.tolist(),
@@ -528,6 +605,10 @@ class Engine:
             precise_timer=self._precise,
             log_path=self.cfg.log_path,
             warmup_requests=self.n - measured_sched,
-            connect_errors=[f"{k} (x{v})" for k, v in self.connect_errors.items()],
+            connect_errors=dict(self.connect_errors),
             cpu_s=self._cpu_s,
+            sent=self.n_sent,
+            error_examples=self.examples,
+            conn_errors=self.conn_errors,
+            retried=sum(1 for r in self.retried if r >= self.first_measured),
         )

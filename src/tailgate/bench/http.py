@@ -1,51 +1,92 @@
-"""HTTP/1.1 keep-alive responses, parsed by httptools (llhttp, the parser in Node.js)."""
+"""HTTP/1.1 keep-alive responses, framed by the sans-I/O :mod:`.http1` reader."""
 
 from __future__ import annotations
 
-import httptools
-
 from .conn import Connection, Sink
-from .outcome import PROTOCOL, http_outcome
+from .http1 import End, FramingError, Head, Limits, ResponseReader, Unsolicited
+from .outcome import CODE, PROTOCOL, http_outcome
+
+SEQ_HEADER = b"x-tailgate-seq"  # the test mode's sequence stamp, request and response
 
 
 class HttpConnection(Connection):
-    """Counts response bytes, completes on ``on_message_complete`` with the status code.
+    """One request at a time; the response is timed when its framing says it is complete.
 
-    A response that says ``Connection: close`` (or HTTP/1.0 without keep-alive)
-    completes normally and retires the connection. A response to HEAD has no body
-    whatever its Content-Length says (RFC 9110, 9.3.2), but llhttp cannot be told
-    so through httptools: it completes on its headers, and a fresh parser takes the
-    next response.
+    A response that says ``Connection: close`` (or is HTTP/1.0 without keep-alive,
+    or ends at the close) completes normally and retires the connection. With
+    ``check_seq`` (a test mode) every request carries ``X-Tailgate-Seq: <id>`` and
+    a response not stamped with the same id is a ``protocol`` error.
     """
 
-    def __init__(self, sink: Sink, request: bytes) -> None:
+    def __init__(self, sink: Sink, request: bytes, limits: Limits | None = None,
+                 check_seq: bool = False) -> None:
         super().__init__(sink, request)
         self.head = request.startswith(b"HEAD ")
-        self.parser = httptools.HttpResponseParser(self)
+        self.reader = ResponseReader(limits, heads=check_seq)  # heads: for the stamp only
+        self.check_seq = check_seq
+        self.mismatch = ""
+        if check_seq:
+            cut = request.index(b"\r\n\r\n") + 2
+            self._pre, self._post = request[:cut], request[cut:]
+
+    def expect(self, rid: int) -> None:
+        self.reader.expect(self.head)
+        self.mismatch = ""
+
+    def send(self, rid: int, now: float) -> None:
+        # Connection.send without its two hook calls: this is the hot path.
+        self.reader.expect(self.head)
+        self.mismatch = ""
+        self.rid = rid
+        self.t_send = now
+        self.nbytes = 0
+        self.transport.write(self.request_for(rid) if self.check_seq else self.request)
+
+    def request_for(self, rid: int) -> bytes:
+        if not self.check_seq:
+            return self.request
+        return self._pre + b"X-Tailgate-Seq: %d\r\n" % rid + self._post
 
     def data_received(self, data: bytes) -> None:
-        if self.rid < 0:
-            self.fail(PROTOCOL)  # bytes nobody asked for
-            return
-        self.nbytes += len(data)
+        if self.rid >= 0:
+            self.nbytes += len(data)
         try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserError:
-            self.fail(PROTOCOL)
-
-    # httptools callbacks
-    def on_headers_complete(self) -> None:
-        if not self.head:
+            events = self.reader.feed(data)
+        except FramingError as err:
+            self.fail(CODE[err.kind], err.reason)
             return
-        status, keep = self.parser.get_status_code(), self.parser.should_keep_alive()
-        self.parser = httptools.HttpResponseParser(self)
-        if not keep:
-            self.reusable = False
-        self.finish(http_outcome(status), status)
+        if events and type(events[-1]) is Unsolicited:
+            self.reusable = False  # decided before the response completes and frees us
+        for ev in events:
+            kind = type(ev)
+            if kind is End:
+                self._end(ev)
+            elif kind is Head and self.check_seq:
+                self._check(ev)
+            elif kind is Unsolicited:
+                self.stray(ev.describe())
+                return
 
-    def on_message_complete(self) -> None:
-        if self.head:
-            return  # completed on its headers
-        if not self.parser.should_keep_alive():
+    def on_eof(self) -> bool:
+        for ev in self.reader.feed_eof():
+            if type(ev) is End:
+                self._end(ev)
+                return True
+        return False
+
+    def _check(self, head: Head) -> None:
+        stamp = head.get(SEQ_HEADER)
+        if stamp != b"%d" % self.rid:
+            self.mismatch = (f"response stamped for request {stamp.decode('latin-1')}, "
+                             f"not {self.rid}" if stamp is not None
+                             else "response without a sequence stamp")
+
+    def _end(self, ev: End) -> None:
+        if not ev.keep_alive:
             self.reusable = False
-        self.finish(http_outcome(self.parser.get_status_code()), self.parser.get_status_code())
+        if self.mismatch:
+            self.reusable = False
+            self.complete(PROTOCOL, ev.status, self.mismatch)
+            return
+        outcome = http_outcome(ev.status)
+        self.complete(outcome, ev.status, f"HTTP {ev.status}" if outcome else "")

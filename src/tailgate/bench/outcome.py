@@ -1,21 +1,45 @@
 """How a request ended: one small integer per request, one name per kind.
 
 ``sent == ok + sum(errors)`` holds because every request gets exactly one of
-these. New kinds go at the end (codes are stored in per-request logs).
+these. New kinds go at the end (codes are stored in per-request logs). What
+each kind means (also in the README):
+
+* ``connect``: no connection could be made for it (refused, unreachable, connect time-out).
+* ``timeout``: no complete response by intended start + time-out; recorded at the time-out.
+* ``reset``: the connection was reset (RST) during the exchange, or closed before any
+  response byte on a fresh connection.
+* ``status_4xx`` / ``status_5xx``: a complete response with that status class.
+* ``protocol``: a response that is not valid HTTP/1.1 (or, in the test mode that checks
+  sequence stamps, a response stamped for another request).
+* ``truncated``: the connection closed (FIN) inside a response: short Content-Length, EOF
+  inside a chunked body or the header block, a TCP response cut before its length or
+  delimiter, an event stream without its end.
+* ``too_large``: a response passed a buffer limit (header block, chunk-size line, body,
+  one SSE line or event); the connection is dropped at the limit.
+* ``upgrade``: a ``101 Switching Protocols`` nobody asked for.
+* ``stale_connection``: a reused keep-alive connection closed or reset before any byte of
+  the response (the server had closed it); with ``--retry-stale`` the request is sent
+  again on another connection instead and only fails if that fails too.
 """
 
 from __future__ import annotations
 
 OK = 0
-CONNECT = 1  # no connection could be made for it (refused, unreachable, connect time-out)
-TIMEOUT = 2  # no complete response by intended start + time-out; recorded at the time-out
-RESET = 3  # the connection closed or reset before the response was complete
+CONNECT = 1
+TIMEOUT = 2
+RESET = 3
 STATUS_4XX = 4
 STATUS_5XX = 5
-PROTOCOL = 6  # a response we could not parse, or an unexpected status line (1xx)
+PROTOCOL = 6
+TRUNCATED = 7
+TOO_LARGE = 8
+UPGRADE = 9
+STALE = 10
 
-KINDS = ("ok", "connect", "timeout", "reset", "status_4xx", "status_5xx", "protocol")
+KINDS = ("ok", "connect", "timeout", "reset", "status_4xx", "status_5xx", "protocol",
+         "truncated", "too_large", "upgrade", "stale_connection")
 ERROR_KINDS = KINDS[1:]
+CODE = {k: i for i, k in enumerate(KINDS)}
 
 
 def http_outcome(status: int) -> int:

@@ -7,16 +7,29 @@ read::
     {"target", "protocol", "config": {...}, "interrupted", "duration_s",
      "rate": {"target", "achieved", "ok"},
      "requests": {"scheduled", "sent", "ok", "errors": {"connect", "timeout", "reset",
-                  "status_4xx", "status_5xx", "protocol"}, "abandoned", "queued", "warmup"},
-     "connections": {"opened", "connect_failures", "max_open", "cap"},
+                  "status_4xx", "status_5xx", "protocol", "truncated", "too_large",
+                  "upgrade", "stale_connection"},
+                  "error_examples": {kind: [{"reason", "count"}, ...]},
+                  "abandoned", "retried", "queued", "warmup"},
+     "connections": {"opened", "connect_failures", "max_open", "cap",
+                     "errors": {kind: count}, "error_examples": {kind: [...]}},
+     "accounting": {"consistent", "problems"},
      "latency_ms" | "service_time_ms" | "lateness_ms":
          {"p50", "p90", "p99", "p999", "p9999", "max", "mean", "count",
           "samples_above": {"p99", "p999", "p9999"}, "clamped"},
      "warnings": [...], "slo": [{"expr", "observed", "pass", ...}]}
 
-``sent == ok + sum(errors)`` always; ``latency_ms.count == sent`` (every request
-has a latency: time-outs at the time-out). ``abandoned`` is non-zero only for
-an interrupted run (requests in flight when it stopped, without an outcome).
+Accounting, each figure from its own counter (see :mod:`.engine`), checked here
+and reported under ``accounting`` (a warning when it does not add up):
+``scheduled == sent + abandoned``, ``sent == ok + sum(errors)``,
+``latency_ms.count == sent`` (every request has a latency: time-outs at the
+time-out). ``abandoned`` is non-zero only for an interrupted run (measured
+requests without an outcome when it stopped). ``error_examples`` keeps up to
+five reasons per kind with their counts, summed over workers.
+``connections.errors`` are protocol errors with no request in flight (bytes
+after a complete response): charged to the connection, which was dropped, and
+not part of ``sent``. ``retried`` counts requests resent after a stale
+keep-alive connection (``--retry-stale``).
 ``queued`` counts requests that found no idle connection when due and waited for
 one (a new one opening, or a busy one freeing up); ``lateness`` is how late the
 generator itself got to each request. ``generator.cpu_us_per_request`` is the
@@ -35,8 +48,17 @@ from typing import IO, Any
 
 import numpy as np
 
-from ..hist import Histogram, HistogramSpec, Interval, merged, percentile_spectrum, write_log
-from .engine import LOG_HEADER, WorkerResult
+from ..hist import (
+    Histogram,
+    HistogramSpec,
+    Interval,
+    encode,
+    merged,
+    percentile_spectrum,
+    write_log,
+)
+from .engine import LOG_HEADER, MAX_REASONS, OTHER_REASONS, WorkerResult
+from .http1 import Limits
 from .outcome import ERROR_KINDS, KINDS
 
 PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p999": 99.9, "p9999": 99.99}
@@ -62,12 +84,17 @@ class RunInfo:
     min_tail_samples: int = 10
     hdr_interval_s: float | None = None
     spec: HistogramSpec = field(default_factory=HistogramSpec)
+    limits: Limits = field(default_factory=Limits)
+    retry_stale: bool = False
 
     def config_json(self) -> dict[str, Any]:
         return {"rate": self.rate, "duration_s": self.duration_s, "arrival": self.arrival,
                 "warmup_s": self.warmup_s, "workers": self.workers,
                 "connections": self.connections, "max_connections": self.max_connections,
-                "timeout_s": self.timeout_s, "seed": self.seed}
+                "timeout_s": self.timeout_s, "seed": self.seed,
+                "retry_stale": self.retry_stale,
+                "limits": {"max_header_bytes": self.limits.max_header_bytes,
+                           "max_body_bytes": self.limits.max_body_bytes}}
 
 
 @dataclass
@@ -111,7 +138,7 @@ def build_result(info: RunInfo, parts: Sequence[WorkerResult],
             intervals.setdefault(k, Histogram(spec)).add(h)
     counts = np.sum([p.counts for p in parts], axis=0) if parts else np.zeros(len(KINDS))
     by_kind = {k: int(c) for k, c in zip(KINDS, counts, strict=True)}
-    sent = sum(by_kind.values())
+    sent = sum(p.sent for p in parts)
     interrupted = interrupted or any(p.interrupted for p in parts)
     dispatched = sum(p.dispatched for p in parts)
     last = max((p.last_dispatch_s for p in parts), default=0.0) - info.warmup_s
@@ -119,6 +146,7 @@ def build_result(info: RunInfo, parts: Sequence[WorkerResult],
     achieved = dispatched / window if window > 0 else 0.0
     conns = {k: sum(p.connections.get(k, 0) for p in parts)
              for k in ("opened", "connect_failures", "max_open", "cap")}
+    conn_book = _sum_books(p.conn_errors for p in parts)
     data: dict[str, Any] = {
         "tailgate_bench": 1,
         "target": info.target,
@@ -133,14 +161,23 @@ def build_result(info: RunInfo, parts: Sequence[WorkerResult],
             "sent": sent,
             "ok": by_kind["ok"],
             "errors": {k: by_kind[k] for k in ERROR_KINDS},
+            "error_examples": merge_reasons(p.error_examples for p in parts),
             "abandoned": sum(p.abandoned for p in parts),
+            "retried": sum(p.retried for p in parts),
             "queued": sum(p.queued for p in parts),
             "warmup": sum(p.warmup_requests for p in parts),
         },
-        "connections": conns,
+        "connections": {**conns,
+                        "errors": {k: sum(r.values()) for k, r in conn_book.items()},
+                        "error_examples": merge_reasons(p.conn_errors for p in parts)},
         "latency_ms": summarize(latency),
         "service_time_ms": summarize(service),
         "lateness_ms": summarize(lateness),
+        # The recorded histograms (HdrHistogram V2, values in ns): `tailgate compare` merges
+        # runs exactly and tests differences against them.
+        "histogram_unit": "ns",
+        "histograms": {"latency": encode(latency), "service": encode(service),
+                       "lateness": encode(lateness)},
         "generator": {"workers": len(parts),
                       "precise_timer": all(p.precise_timer for p in parts),
                       "cpu_s": round(sum(p.cpu_s for p in parts), 6),
@@ -148,16 +185,66 @@ def build_result(info: RunInfo, parts: Sequence[WorkerResult],
                       "cpu_us_per_request": round(
                           1e6 * sum(p.cpu_s for p in parts)
                           / max(sum(sum(p.counts) + p.warmup_requests for p in parts), 1), 3),
-                      "connect_errors": sorted({e for p in parts for e in p.connect_errors})},
+                      "connect_errors": _top(_sum_books(
+                          {"connect": p.connect_errors} for p in parts).get("connect", {}))},
     }
+    data["accounting"] = accounting(data)
     data["warnings"] = warnings(data, info, parts, list(missing_workers))
     return BenchResult(data, latency, service, lateness, intervals, info)
+
+
+def _sum_books(books: Iterable[dict[str, dict[str, int]]]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for book in books:
+        for kind, reasons in book.items():
+            mine = out.setdefault(kind, {})
+            for reason, n in reasons.items():
+                mine[reason] = mine.get(reason, 0) + n
+    return out
+
+
+def _top(reasons: dict[str, int]) -> list[dict[str, Any]]:
+    """The most frequent reasons first; past MAX_REASONS they add up under 'other'."""
+    ranked = sorted(((n, r) for r, n in reasons.items() if r != OTHER_REASONS),
+                    key=lambda x: (-x[0], x[1]))
+    rest = reasons.get(OTHER_REASONS, 0) + sum(n for n, _ in ranked[MAX_REASONS:])
+    out = [{"reason": r, "count": n} for n, r in ranked[:MAX_REASONS]]
+    if rest:
+        out.append({"reason": OTHER_REASONS, "count": rest})
+    return out
+
+
+def merge_reasons(books: Iterable[dict[str, dict[str, int]]]) -> dict[str, list[dict[str, Any]]]:
+    """Per-worker ``{kind: {reason: count}}`` merged by kind and reason, counts summed."""
+    return {k: _top(r) for k, r in sorted(_sum_books(books).items())}
+
+
+def accounting(data: dict[str, Any]) -> dict[str, Any]:
+    """Check the independent counters against each other (a bookkeeping bug shows)."""
+    req = data["requests"]
+    problems = []
+    if req["scheduled"] != req["sent"] + req["abandoned"]:
+        problems.append(f"scheduled {req['scheduled']} != sent {req['sent']} + abandoned "
+                        f"{req['abandoned']}")
+    if req["sent"] != req["ok"] + sum(req["errors"].values()):
+        problems.append(f"sent {req['sent']} != ok {req['ok']} + errors "
+                        f"{sum(req['errors'].values())}")
+    if data["latency_ms"]["count"] != req["sent"]:
+        problems.append(f"latency count {data['latency_ms']['count']} != sent {req['sent']}")
+    return {"consistent": not problems, "problems": problems}
 
 
 def warnings(data: dict[str, Any], info: RunInfo, parts: Sequence[WorkerResult],
              missing: list[int]) -> list[str]:
     """What a reader must know before trusting the figures."""
     out = []
+    for p in data["accounting"]["problems"]:
+        out.append(f"accounting does not add up ({p}): a tailgate bug, please report it")
+    conn_errs = data["connections"]["errors"]
+    if conn_errs:
+        out.append("the server broke the protocol with no request in flight ("
+                   + ", ".join(f"{k} {v}" for k, v in conn_errs.items())
+                   + "): those connections were dropped; no request was charged")
     if missing:
         out.append(f"workers {missing} sent no result: their requests are missing")
     if data["interrupted"]:
@@ -216,6 +303,14 @@ def summary_text(result: BenchResult, spectrum: bool = False) -> str:
         "samples above (latency): " + ", ".join(
             f"{k} {v}" for k, v in d["latency_ms"]["samples_above"].items()),
     ]
+    detail = [f"  {kind}: " + "; ".join(f"{e['reason']} (x{e['count']})" for e in ex)
+              for kind, ex in req["error_examples"].items()]
+    detail += [f"  connection {kind} (no request in flight): "
+               + "; ".join(f"{e['reason']} (x{e['count']})" for e in ex)
+               for kind, ex in d["connections"]["error_examples"].items()]
+    if req["retried"]:
+        detail.append(f"  retried after a stale keep-alive connection: {req['retried']}")
+    lines[2:2] = detail
     if spectrum:
         lines += ["", "  Detailed Percentile spectrum (latency, ms):",
                   percentile_spectrum(result.latency)]

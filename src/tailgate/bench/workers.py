@@ -61,7 +61,7 @@ def plan(info: RunInfo, target: Target, log_parts: list[str] | None = None,
             timeout_s=info.timeout_s,
             log_path=log_parts[k] if log_parts else None,
             hdr_interval_s=info.hdr_interval_s, progress_s=progress_s, worker=k,
-            spec=info.spec))
+            spec=info.spec, limits=info.limits, retry_stale=info.retry_stale))
     return cfgs
 
 

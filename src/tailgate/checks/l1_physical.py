@@ -42,18 +42,27 @@ def _window_evidence(g: Growth) -> dict[str, Any]:
 
 # -- FEC -----------------------------------------------------------------------------------------
 
-def _fec_source(snap: Snapshot, iface: str) -> tuple[str, str, Any] | Result:
-    """(fact name, description, pick) for this port's uncorrectable count, or a final Result."""
+def _fec_source(snap: Snapshot, iface: str) -> tuple[str, str, Any, str] | Result:
+    """(fact name, description, pick, fallback note) for this port's uncorrectable count, or a
+    final Result. The note says why the standard statistics were not used ("" when they were)."""
     fec = snap.fact(f"ethtool.fec.{iface}")
     driver = _driver(snap, iface)
     if fec.ok and fec.value.get("supported") and "uncorrectable_blocks" in fec.value.get("stats", {}):
         return (f"ethtool.fec.{iface}", "ethtool -I --show-fec uncorrectable_blocks",
-                lambda v: v["stats"]["uncorrectable_blocks"]["total"])
+                lambda v: v["stats"]["uncorrectable_blocks"]["total"], "")
     names = DRIVER_FEC.get(driver or "")
     phy = snap.fact(f"ethtool.phy.{iface}")
     if names and phy.ok and names["uncorrectable"] in phy.value:
         counter = names["uncorrectable"]
-        return (f"ethtool.phy.{iface}", f"ethtool -S {counter} ({driver})", lambda v: v[counter])
+        if not fec.ok:
+            why = f"standard FEC statistics unreadable ({fec.missing})"
+        elif not fec.value.get("supported"):
+            why = f"`ethtool --show-fec` reports no FEC ({fec.value.get('reason')})"
+        else:
+            why = ("`ethtool -I --show-fec` printed no uncorrectable_blocks (a driver or "
+                   "kernel without FEC statistics, or ethtool < 5.13)")
+        return (f"ethtool.phy.{iface}", f"ethtool -S {counter} ({driver})", lambda v: v[counter],
+                f"{why}; used the driver counter {counter} of `ethtool -S` instead")
     if not fec.ok:
         return Result("unknown", subject=iface, reason=fec.missing)
     if not fec.value.get("supported"):
@@ -82,16 +91,23 @@ def fec_uncorrectable(snap: Snapshot, p: dict) -> list[Result]:
         if isinstance(src, Result):
             results.append(src)
             continue
-        name, what, pick = src
+        name, what, pick, note = src
         evidence: dict[str, Any] = {"source": what, "total": pick(snap.facts[name].value)}
+        if note:
+            evidence["fallback"] = note
+        said = f" [{note}]" if note else ""
         fec = snap.fact(f"ethtool.fec.{iface}")
         if fec.ok and fec.value.get("stats"):
             evidence["fec_stats"] = fec.value["stats"]
             evidence["active_fec"] = fec.value.get("active")
+        if fec.ok and fec.value.get("histogram"):
+            # ethtool >= 6.19: symbol errors per FEC codeword, how close the link is to the edge
+            evidence["fec_histogram"] = fec.value["histogram"]
         try:
             g = growth(snap, name, pick)
         except NoWindow as exc:
-            results.append(Result("unknown", subject=iface, reason=str(exc), evidence=evidence))
+            results.append(Result("unknown", subject=iface, reason=str(exc) + said,
+                                  evidence=evidence))
             continue
         grown = sum(g.deltas.values())
         rate = grown * 3600.0 / g.window_s
@@ -99,16 +115,17 @@ def fec_uncorrectable(snap: Snapshot, p: dict) -> list[Result]:
         observed = round(rate, 3)
         if rate <= limit:
             results.append(Result("pass", subject=iface, observed=observed, evidence=evidence,
-                                  reason=f"no uncorrectable FEC blocks in a {g.window_s:.1f} s window"))
+                                  reason=f"no uncorrectable FEC blocks in a {g.window_s:.1f} s "
+                                         f"window{said}"))
         elif rate > escalate:
             results.append(Result(
                 "fail", subject=iface, observed=observed, evidence=evidence,
                 reason=f"{grown:g} uncorrectable blocks in {g.window_s:.1f} s = {rate:.1f}/h "
-                f"(above {escalate:g}/h)", remedy=ESCALATED_FEC_REMEDY.format(limit=escalate)))
+                f"(above {escalate:g}/h){said}", remedy=ESCALATED_FEC_REMEDY.format(limit=escalate)))
         else:
             results.append(Result("fail", subject=iface, observed=observed, evidence=evidence,
                                   reason=f"{grown:g} uncorrectable blocks in {g.window_s:.1f} s "
-                                  f"= {rate:.2f}/h"))
+                                  f"= {rate:.2f}/h{said}"))
     return results
 
 
@@ -129,6 +146,38 @@ def _module_id(m: dict[str, Any]) -> dict[str, Any]:
                                   "media", "cable_length_m")}
 
 
+def _dbm(ln: dict[str, Any]) -> str:
+    return "-inf" if ln["dbm"] is None else f"{ln['dbm']:g}"
+
+
+def _lane(n: int, power: dict[int, dict[str, Any]], causes: dict[int, list[str]]) -> str:
+    also = [_FLAG_NAMES[c] for c in causes[n] if c in _FLAG_NAMES]
+    return f"lane {n} {_dbm(power[n])} dBm" + (f" ({', '.join(also)} flagged)" if also else "")
+
+
+def _lanes(nums: list[int]) -> str:
+    return f"lane{'s' if len(nums) > 1 else ''} {', '.join(str(n) for n in nums)}"
+
+
+def lane_causes(m: dict[str, Any], limit: float) -> dict[int, list[str]]:
+    """Every failing lane with every cause found: ``dark`` (no light) or ``low`` (below the
+    limit), plus ``rx_los``/``rx_lol`` when the module also flagged that lane."""
+    causes: dict[int, list[str]] = {}
+    for ln in m["rx_power"]:
+        if ln["dbm"] is None or ln["dbm"] <= LOS_DBM:
+            causes[ln["lane"]] = ["dark"]
+        elif ln["dbm"] < limit:
+            causes[ln["lane"]] = ["low"]
+    for flag in ("rx_los", "rx_lol"):
+        for lane in m.get("lane_flags", {}).get(flag) or []:
+            if lane in causes:
+                causes[lane].append(flag)
+    return dict(sorted(causes.items()))
+
+
+_FLAG_NAMES = {"rx_los": "Rx LOS", "rx_lol": "Rx LOL"}
+
+
 @check("l1.optics.rx_power")
 def optics_rx_power(snap: Snapshot, p: dict) -> list[Result]:
     ifaces = _ifaces(snap, "ethtool.module")
@@ -141,33 +190,51 @@ def optics_rx_power(snap: Snapshot, p: dict) -> list[Result]:
         if isinstance(m, Result):
             results.append(m)
             continue
-        evidence = {"module": _module_id(m), "lanes": m["rx_power"]}
+        flags = m.get("lane_flags", {})
+        evidence: dict[str, Any] = {
+            "module": _module_id(m), "lanes": m["rx_power"],
+            "lane_flags": flags or "not reported (SFF-8472 modules, or ethtool before 6.4)",
+            "module_rx_thresholds_dbm": m.get("rx_thresholds_dbm") or None}
         if m["media"] == "copper":
             results.append(Result("skip", subject=iface, evidence=evidence,
                                   reason="copper cable: no optical power to measure"))
             continue
         if not m["rx_power"]:
             results.append(Result("unknown", subject=iface, evidence=evidence,
-                                  reason="the module reports no received power (no digital "
-                                  "diagnostics)"))
+                                  reason="no received power in ethtool -m: the module has no "
+                                  "digital diagnostics, or this ethtool does not print them "
+                                  "(before 5.16 none for CMIS modules, 5.16-5.18 none for SFP "
+                                  "modules over netlink)"))
             continue
-        dark = [ln for ln in m["rx_power"] if ln["dbm"] is None or ln["dbm"] <= LOS_DBM]
-        low = [ln for ln in m["rx_power"] if ln not in dark and ln["dbm"] < limit]
+        causes = lane_causes(m, limit)
+        evidence["failing_lanes"] = [{"lane": n, "causes": c} for n, c in causes.items()]
+        power = {ln["lane"]: ln for ln in m["rx_power"]}
         worst = min((ln["dbm"] if ln["dbm"] is not None else float("-inf"))
                     for ln in m["rx_power"])
         observed = "-inf" if worst == float("-inf") else worst
+
+        dark = [n for n, c in causes.items() if c[0] == "dark"]
+        low = [n for n, c in causes.items() if c[0] == "low"]
+        parts = []
         if dark:
-            lanes = ", ".join(f"lane {ln['lane']} ({'-inf' if ln['dbm'] is None else ln['dbm']} dBm)"
-                              for ln in dark)
+            parts.append("loss of signal (no light) on " + ", ".join(_lane(n, power, causes) for n in dark))
+        if low:
+            parts.append(f"received power below {limit:g} dBm: " + ", ".join(_lane(n, power, causes)
+                                                                      for n in low))
+        # The flags are latched (set since the module was last read, link-up included), so
+        # they are evidence beside the power readings, not a verdict of their own.
+        other = {f: [n for n in flags.get(f) or [] if n not in causes] for f in _FLAG_NAMES}
+        latched = "; ".join(f"{_FLAG_NAMES[f]} latched on {_lanes(ns)}"
+                            for f, ns in other.items() if ns)
+        if parts:
             results.append(Result("fail", subject=iface, observed=observed, evidence=evidence,
-                                  reason=f"loss of signal (no light) on {lanes}"))
-        elif low:
-            lanes = ", ".join(f"lane {ln['lane']} {ln['dbm']} dBm" for ln in low)
-            results.append(Result("fail", subject=iface, observed=observed, evidence=evidence,
-                                  reason=f"received power below {limit:g} dBm: {lanes}"))
+                                  reason="; ".join(parts)
+                                  + (f" (other lanes: {latched})" if latched else "")))
         else:
             results.append(Result("pass", subject=iface, observed=observed, evidence=evidence,
-                                  reason=f"{len(m['rx_power'])} lane(s), weakest {worst} dBm"))
+                                  reason=f"{len(m['rx_power'])} lane(s), weakest {worst} dBm"
+                                  + (f"; {latched} (set since the last read, e.g. at link-up; "
+                                     "the power now is within the red line)" if latched else "")))
     return results
 
 
@@ -290,7 +357,7 @@ def _mlx5_ifaces(snap: Snapshot) -> tuple[dict[str, str], dict[str, str]]:
             unreadable[bus.lower()] = f"{iface}: {info.missing}"
         elif not phy.ok and info.value.get("driver") == "mlx5_core":
             unreadable[bus.lower()] = f"{iface}: {phy.missing}"
-        elif "rx_pci_signal_integrity" in phy.value:
+        elif phy.ok and "rx_pci_signal_integrity" in phy.value:
             out[bus.lower()] = iface
     return out, unreadable
 
@@ -303,12 +370,30 @@ def pcie_link_recovery(snap: Snapshot, p: dict) -> list[Result]:
     limit = float(p.get("limit", 0))
     aer_f, replay_f = snap.fact("pci.aer"), snap.fact("pci.replay")
     aer = aer_f.value.get("counters", {}) if aer_f.ok else {}
-    aer_errors = aer_f.value.get("errors", {}) if aer_f.ok else {}
     replay = replay_f.value if replay_f.ok else {"counters": {}, "sources": {}, "errors": {}}
+    aer_errors = aer_f.value.get("errors", {}) if aer_f.ok else {}
     mlx5, mlx5_unreadable = _mlx5_ifaces(snap)
+    # Sources that failed: named in the reason of every device judged without them.
+    failed = [f"AER unreadable ({aer_f.missing})"] if not aer_f.ok else []
+    if not replay_f.ok:
+        failed.append(f"vendor replay counters unreadable ({replay_f.missing})")
+    replay_errors = replay.get("errors", {})
     results = []
     for bdf in sorted(devices):
         subject = _subject(bdf, devices[bdf])
+        notes = list(failed)
+        # A counter this device has but that could not be read: the others cannot vouch
+        # for it alone, so the device is unknown unless what was read already fails.
+        mine = [f"{what} unreadable ({why})" for what, why in (
+            ("replay counter", replay_errors.get(bdf)), ("AER counters", aer_errors.get(bdf)),
+            ("ethtool counters", mlx5_unreadable.get(bdf))) if why]
+        notes += mine
+        if devices[bdf].get("kind") == "gpu" and devices[bdf].get("vendor") == "0x10de":
+            for tool in ("nvml", "nvidia-smi"):
+                if tool in replay_errors:
+                    notes.append(f"{tool}: {replay_errors[tool]}"
+                                 + ("; read nvidia-smi -q instead" if tool == "nvml"
+                                    and bdf in replay.get("counters", {}) else ""))
         # (description of the stand-in, fact, pick) for every counter this device exposes.
         stand_ins: list[tuple[str, str, Any]] = []
         if bdf in aer and {"Rollover", "Timeout"} & set(aer[bdf]):
@@ -325,16 +410,10 @@ def pcie_link_recovery(snap: Snapshot, p: dict) -> list[Result]:
                               f"ethtool.phy.{i}",
                               lambda v: {n: v[n] for n in ("rx_pci_signal_integrity",
                                                            "tx_pci_signal_integrity") if n in v}))
-        # A counter this device has but that could not be read leaves the others unable
-        # to vouch for it: the device is unknown unless what was read already fails.
-        unreadable = [f"{what} unreadable: {why}" for what, why in (
-            ("AER counters", aer_errors.get(bdf)), ("replay counter", replay.get("errors", {}).get(bdf)),
-            ("ethtool counters", mlx5_unreadable.get(bdf))) if why]
-        if not stand_ins and not unreadable:
+        if not stand_ins and not mine:
             continue
         evidence: dict[str, Any] = {"stand_ins": [s[0] for s in stand_ins], "grown": {}}
-        total, window = 0.0, None
-        unknown = list(unreadable)
+        total, unknown, window = 0.0, [], None
         for what, name, pick in stand_ins:
             try:
                 g = growth(snap, name, pick)
@@ -347,13 +426,20 @@ def pcie_link_recovery(snap: Snapshot, p: dict) -> list[Result]:
         if window is not None:
             evidence.update(_window_evidence(window))
         role = _role(devices[bdf])
+        if notes:
+            evidence["unavailable_sources"] = notes
+            role += f" [{'; '.join(notes)}]"
         if total > limit:
             results.append(Result("fail", subject=subject, observed=total, evidence=evidence,
                                   reason=f"{total:g} link replay/recovery events in the window"
                                   + role))
         elif unknown:
             results.append(Result("unknown", subject=subject, evidence=evidence,
-                                  reason="; ".join(unknown)))
+                                  reason="; ".join(unknown) + role))
+        elif mine or failed:  # what was read is quiet, but not everything could be read
+            results.append(Result("unknown", subject=subject, observed=total, evidence=evidence,
+                                  reason="no replay or recovery events in the counters read, "
+                                  "but not all could be read" + role))
         else:
             results.append(Result("pass", subject=subject, observed=total, evidence=evidence,
                                   reason="no replay or recovery events in the window" + role))
@@ -435,12 +521,15 @@ def clock_ptp(snap: Snapshot, p: dict) -> Result:
                           reason=f"{judged.reason}, but the ptp4l/phc2sys journal is "
                           f"unreadable: {log.missing}")
         return judged
+    # pmc gave nothing: what stands in for it (the journal, chrony) says so.
+    instead = "" if pmc.ok else f"pmc: {pmc.missing}; "
     if log.ok and log.value["samples"]:
         evidence["log_tail"] = log.value["samples"][-10:]
         if unlocked:
             return Result("fail", evidence=evidence, reason="; ".join(unlocked))
         if recent:
-            return _judge_offsets(recent, limit, evidence, "PTP (journal)")
+            return _judge_offsets(recent, limit, evidence,
+                                  f"{instead}PTP from the ptp4l/phc2sys journal instead")
     if chrony.ok:
         c = chrony.value
         evidence["chrony"] = c
@@ -452,7 +541,7 @@ def clock_ptp(snap: Snapshot, p: dict) -> Result:
             return Result("fail", evidence=evidence,
                           reason=f"chrony is not synchronised to a reference ({c['leap'] or c['kind']})")
         return _judge_offsets({f"chrony {c['ref_name']}": c["offset_ns"]}, limit, evidence,
-                              f"chrony on hardware reference clock {c['ref_name']}")
+                              f"{instead}chrony on hardware reference clock {c['ref_name']}")
     evidence["missing"] = {n: f.missing for n, f in
                            (("ptp.pmc", pmc), ("ptp.log", log), ("chrony.tracking", chrony))
                            if not f.ok}

@@ -7,7 +7,7 @@ from eBPF evidence in checks/probed.py.)
 from __future__ import annotations
 
 from ..judge import Unknown, check, need
-from ..model import Result, Snapshot
+from ..model import ParseError, Result, Snapshot
 from ..sources.sysctl import knob_name, parse_ints
 
 MIN_RATE_INTERVAL_S = 0.5
@@ -134,30 +134,117 @@ def _service_and_nics(snap: Snapshot) -> tuple[list[tuple[int, dict]], list[dict
     return procs, nics, problems
 
 
+def _memory_nodes(policies: dict[str, int], mems: set[int], local: int) -> dict[str, set[int]]:
+    """Per memory policy in force, the nodes it may allocate from. default/local allocate on
+    the node of the CPU the thread runs on: ``local`` when its CPUs are all local."""
+    from ..sources.process import parse_policy
+
+    out = {}
+    for text in policies:
+        pol = parse_policy(text)
+        nodes = set(pol["nodes"] or ())
+        if pol["mode"] in ("default", "local") or not nodes:
+            out[text] = {local}
+        elif pol["mode"] in ("bind", "interleave", "weighted interleave"):
+            out[text] = (nodes & mems) or nodes  # the cpuset narrows a strict policy
+        else:  # prefer, prefer (many): first choice, may spill elsewhere when full
+            out[text] = nodes
+    return out
+
+
+def _memory_result(pid: int, subject: str, st: dict, nic_node: int, ev: dict,
+                   maps) -> Result:
+    """CPUs are on the NIC's node: judge where memory may come from."""
+    mems = set(st["mems_allowed"])
+    if mems and mems <= {nic_node}:
+        return Result("pass", subject=subject, observed=nic_node, evidence=ev,
+                      reason="CPUs on the NIC's node; the cpuset allows memory there only")
+    if not maps.ok:
+        return Result("unknown", subject=subject, evidence=ev,
+                      reason=f"CPUs on the NIC's node, but the memory policy is unknown "
+                             f"({maps.missing}); the cpuset allows nodes {_cpus(sorted(mems))}")
+    ev["memory_policies"] = maps.value["policies"]
+    ev["resident_bytes_per_node"] = maps.value["resident_bytes"]
+    by_policy = _memory_nodes(maps.value["policies"], mems, nic_node)
+    remote = {t: sorted(n - {nic_node}) for t, n in by_policy.items() if n - {nic_node}}
+    names = ", ".join(sorted(by_policy))
+    if not remote:
+        return Result("pass", subject=subject, observed=nic_node, evidence=ev,
+                      reason=f"CPUs on the NIC's node {nic_node}; memory policy {names} "
+                             "allocates there")
+    only_remote = [t for t, n in by_policy.items() if nic_node not in n]
+    bad = "; ".join(f"{t} may allocate on node(s) {_cpus(n)}" for t, n in sorted(remote.items()))
+    return Result("fail" if only_remote else "warn", subject=subject,
+                  observed=_cpus(sorted({x for n in remote.values() for x in n})), evidence=ev,
+                  reason=f"CPUs are on the NIC's node {nic_node}, but memory policy {bad}",
+                  remedy=f"numactl --membind={nic_node} --cpunodebind={nic_node} for the service "
+                         f"(or migratepages {pid} all {nic_node})")
+
+
+def _gpu_results(snap: Snapshot, procs: list[tuple[int, dict]], devices: dict) -> list[Result]:
+    """Each GPU a service process holds open against the CPUs it may run on."""
+    results = []
+    for pid, st in procs:
+        held = snap.fact(f"proc.{pid}.gpus")
+        if not held.ok:
+            results.append(Result("unknown", subject=f"pid {pid} / GPUs",
+                                  reason=f"which GPUs it uses is unknown: {held.missing}"))
+            continue
+        for dev in held.value.get("unresolved", []):
+            results.append(Result("unknown", subject=f"pid {pid} / {dev}",
+                                  reason=f"{dev} is open but its PCI address is unknown"))
+        for bdf in held.value.get("gpus", []):
+            gpu = devices.get(bdf, {})
+            subject = f"pid {pid} / GPU {bdf}"
+            node, local = gpu.get("numa_node"), gpu.get("local_cpus")
+            ev = {"pid": pid, "gpu": bdf, "gpu_numa_node": node,
+                  "gpu_local_cpus": _cpus(local) if local else None,
+                  "cpus_allowed": _cpus(st["cpus_allowed"])}
+            if node is None or node < 0 or not local:
+                results.append(Result("unknown", subject=subject, evidence=ev,
+                                      reason="the GPU reports no NUMA node or local CPUs"))
+                continue
+            remote = sorted(set(st["cpus_allowed"]) - set(local))
+            if remote:
+                results.append(Result(
+                    "fail", subject=subject, observed=_cpus(remote), evidence=ev,
+                    reason=f"may run on CPUs {_cpus(remote)} off the GPU's node {node}: "
+                           "host-device copies cross the socket interconnect",
+                    remedy=f"taskset -pc {_cpus(local)} {pid}; numactl --cpunodebind={node} "
+                           f"--membind={node} for new processes"))
+            else:
+                results.append(Result("pass", subject=subject, observed=node, evidence=ev,
+                                      reason=f"CPUs on the GPU's node {node}"))
+    return results
+
+
 @check("l2.numa.affinity")
 def numa_affinity(snap: Snapshot, p: dict) -> list[Result]:
     if not _pids(snap):
         return [Result("skip", reason="no service process given (use --pid)")]
     procs, nics, results = _service_and_nics(snap)
-    if not nics and not results:
-        return [Result("skip", reason="no physical network interface on this host")]
+    devices_f = snap.fact("pci.devices")
+    devices = devices_f.value if devices_f.ok and isinstance(devices_f.value, dict) else {}
+    has_gpus = any(e.get("kind") in ("gpu", "accelerator") for e in devices.values())
+    if not nics and not has_gpus and not results:
+        return [Result("skip", reason="no physical network interface or GPU on this host")]
     nodes = need(snap, "numa.nodes")
+    if len(nodes) <= 1:
+        return results + [Result("pass", subject=f"pid {pid}", observed=nodes[0] if nodes else 0,
+                                 reason="single NUMA node: everything is local")
+                          for pid, _ in procs]
     for pid, st in procs:
+        maps = snap.fact(f"proc.{pid}.numa_maps")
         for nic in nics:
             subject = f"pid {pid} / {nic['iface']}"
             ev = {"pid": pid, "process": st["name"], "cpus_allowed": _cpus(st["cpus_allowed"]),
                   "mems_allowed": _cpus(st["mems_allowed"]), "nic_numa_node": nic["numa_node"],
                   "nic_local_cpus": _cpus(nic.get("local_cpus") or []), "numa_nodes": _cpus(nodes)}
-            if len(nodes) <= 1:
-                results.append(Result("pass", subject=subject, observed=nodes[0] if nodes else 0,
-                                      evidence=ev, reason="single NUMA node: everything is local"))
-                continue
             if nic["numa_node"] is None or nic["numa_node"] < 0:
                 results.append(Result("unknown", subject=subject, evidence=ev,
                                       reason="the NIC reports no NUMA node (numa_node -1)"))
                 continue
             remote_cpus = sorted(set(st["cpus_allowed"]) - set(nic.get("local_cpus") or []))
-            remote_mems = sorted(set(st["mems_allowed"]) - {nic["numa_node"]})
             if remote_cpus:
                 results.append(Result(
                     "fail", subject=subject, observed=_cpus(remote_cpus), evidence=ev,
@@ -165,18 +252,44 @@ def numa_affinity(snap: Snapshot, p: dict) -> list[Result]:
                            f"{nic['numa_node']}",
                     remedy=f"taskset -pc {_cpus(nic.get('local_cpus') or [])} {pid}; "
                            f"numactl --membind={nic['numa_node']} for new processes"))
-            elif remote_mems:
-                results.append(Result(
-                    "warn", subject=subject, observed=_cpus(st["mems_allowed"]), evidence=ev,
-                    reason=f"CPUs are local but memory may come from nodes {_cpus(remote_mems)}"))
             else:
-                results.append(Result("pass", subject=subject, observed=nic["numa_node"],
-                                      evidence=ev, reason="CPUs and memory on the NIC's node"))
+                results.append(_memory_result(pid, subject, st, nic["numa_node"], ev, maps))
+    if has_gpus:
+        results += _gpu_results(snap, procs, devices)
+    if not results:
+        return [Result("skip", reason="no physical network interface, and no GPU held open "
+                                      "by the service")]
     return results
+
+
+def _siblings(snap: Snapshot, cpus: list[int]) -> tuple[dict[int, list[int]] | None, str]:
+    """Each CPU's hyperthread siblings (itself excluded), or None with the reason."""
+    fact = snap.fact("cpu.siblings")
+    if not fact.ok:
+        return None, f"hyperthread siblings unknown ({fact.missing})"
+    table = {int(k): v for k, v in fact.value.items()}
+    return {c: [s for s in table.get(c, [c]) if s != c] for c in cpus}, ""
+
+
+def _rps(snap: Snapshot, iface: str) -> tuple[list[int] | None, dict, str]:
+    """The CPUs RPS/RFS may run this NIC's NET_RX softirqs on, evidence, and a problem."""
+    fact = snap.fact(f"rps.{iface}")
+    if not fact.ok:
+        return None, {}, f"RPS masks of {iface} unreadable ({fact.missing})"
+    masks = fact.value["rps_cpus"]
+    cpus = sorted({c for m in masks.values() if m for c in m})
+    ev = {"rps_cpus": _cpus(cpus) if cpus else "none",
+          "rps_flow_cnt": fact.value.get("rps_flow_cnt")}
+    entries = snap.fact(knob_name("net/core/rps_sock_flow_entries"))
+    if entries.ok:
+        ev["rps_sock_flow_entries"] = entries.value
+    return cpus, ev, ""
 
 
 @check("l2.irq.isolation")
 def irq_isolation(snap: Snapshot, p: dict) -> list[Result]:
+    """Physically isolated: no NIC IRQ and no RPS/RFS softirq CPU on a service CPU or on a
+    hyperthread sibling of one (siblings share the core's pipeline and L1/L2 caches)."""
     if not _pids(snap):
         return [Result("skip", reason="no service process given (use --pid)")]
     procs, nics, results = _service_and_nics(snap)
@@ -197,34 +310,59 @@ def irq_isolation(snap: Snapshot, p: dict) -> list[Result]:
             continue
         unreadable = [i for i, cpus in nic["irq_affinity"].items() if cpus is None]
         irq_cpus = sorted({c for cpus in nic["irq_affinity"].values() if cpus for c in cpus})
+        rps_cpus, rps_ev, rps_problem = _rps(snap, nic["iface"])
         for pid, st in procs:
             subject = f"pid {pid} / {nic['iface']}"
-            shared = sorted(set(irq_cpus) & set(st["cpus_allowed"]))
-            ev = {"pid": pid, "process": st["name"], "service_cpus": _cpus(st["cpus_allowed"]),
+            service = sorted(st["cpus_allowed"])
+            siblings, sib_problem = _siblings(snap, service)
+            ev = {"pid": pid, "process": st["name"], "service_cpus": _cpus(service),
                   "nic_irqs": nic["irq_names"] if "irq_names" in nic else nic["irqs"],
                   "irq_cpus": _cpus(irq_cpus),
-                  "irq_affinity": {k: _cpus(v) if v else None for k, v in nic["irq_affinity"].items()}}
+                  "irq_affinity": {k: _cpus(v) if v else None for k, v in nic["irq_affinity"].items()},
+                  **rps_ev}
+            if siblings is not None:
+                ev["service_core_siblings"] = _cpus(sorted({s for v in siblings.values() for s in v}))
             if net_rx is not None:
                 ev["net_rx_softirqs_in_interval_per_cpu"] = net_rx
             probed = snap.fact("probe.softirq")
             if probed.ok:  # eBPF-measured NET_RX time per CPU, with --probe-window
                 ev["net_rx_softirq_time_per_cpu"] = probed.value.get("cpus")
-            if shared:
+            sibling_cpus = set() if siblings is None else {s for v in siblings.values() for s in v}
+            sibling_cpus -= set(service)
+            problems = []
+            for what, cpus in (("NIC IRQs", irq_cpus), ("RPS/RFS softirqs", rps_cpus or [])):
+                same = sorted(set(cpus) & set(service))
+                near = sorted(set(cpus) & sibling_cpus)
+                if same:
+                    problems.append(f"{what} may run on the service's CPUs {_cpus(same)}")
+                if near:
+                    problems.append(f"{what} may run on CPUs {_cpus(near)}, hyperthread siblings "
+                                    "of the service's CPUs (the same physical core)")
+            if problems:
+                shared = sorted((set(irq_cpus) | set(rps_cpus or [])) & (set(service) | sibling_cpus))
                 results.append(Result(
                     "fail", subject=subject, observed=_cpus(shared), evidence=ev,
-                    reason=f"NIC IRQs may run on the service's CPUs {_cpus(shared)}",
+                    reason="; ".join(problems),
                     remedy="echo CPUS > /proc/irq/N/smp_affinity_list for each NIC IRQ (and ban "
-                           "them in irqbalance); pin the service to the other CPUs"))
-            elif unreadable:
+                           "them in irqbalance), clear or move rps_cpus of the NIC's rx queues, "
+                           "on physical cores the service does not use (neither CPU of a "
+                           "hyperthread pair); pin the service to the other cores"))
+                continue
+            missing = [m for m in (rps_problem, sib_problem) if m]
+            if unreadable:
+                missing.insert(0, f"affinity of IRQs {','.join(unreadable)} unreadable")
+            if nic.get("interrupts_error"):  # IRQs named only in /proc/interrupts may be missing
+                missing.append(f"the NIC's IRQs may be incomplete: {nic['interrupts_error']}")
+            if missing:
                 results.append(Result("unknown", subject=subject, evidence=ev,
-                                      reason=f"affinity of IRQs {','.join(unreadable)} unreadable"))
-            elif nic.get("interrupts_error"):  # IRQs named only there may be missing
-                results.append(Result("unknown", subject=subject, evidence=ev,
-                                      reason=f"the NIC's IRQs may be incomplete: "
-                                      f"{nic['interrupts_error']}"))
+                                      reason="; ".join(missing) + ": physical isolation cannot "
+                                             "be confirmed"))
             else:
-                results.append(Result("pass", subject=subject, observed="", evidence=ev,
-                                      reason=f"NIC IRQs on CPUs {_cpus(irq_cpus)}, service elsewhere"))
+                results.append(Result(
+                    "pass", subject=subject, observed="", evidence=ev,
+                    reason=f"NIC IRQs on CPUs {_cpus(irq_cpus)}"
+                           + (f", RPS on {_cpus(rps_cpus)}" if rps_cpus else ", no RPS")
+                           + ": no service CPU and no sibling of one"))
     return results
 
 
@@ -241,13 +379,25 @@ def congestion_control(snap: Snapshot, p: dict) -> Result:
     if algo in p["preferred"]:
         if algo != "bbr":
             return Result("pass", subject="default", observed=algo, evidence=evidence)
+        # The red line is BBRv3: only a declared version 3 passes, v1 is at most a warn.
         bbr = snap.fact("kernel.tcp_bbr")
-        version = bbr.value.get("version") if bbr.ok else None
         evidence["bbr"] = bbr.value if bbr.ok else bbr.missing
-        if version and str(version).split(".")[0] == "3":
-            return Result("pass", subject="default", observed="bbr v3", evidence=evidence)
-        return Result("pass", subject="default", observed="bbr v1", evidence=evidence,
-                      reason="BBR v1 (the kernel declares no module version 3); v3 is preferred")
+        if not bbr.ok:
+            return Result("unknown", subject="default", observed="bbr", evidence=evidence,
+                          reason=f"BBR is the default, but which BBR is unknown ({bbr.missing}); "
+                                 "only BBRv3 passes, v1 is a warn")
+        version = bbr.value.get("version")
+        major = str(version).split(".")[0] if version else None
+        if major == "3":
+            return Result("pass", subject="default", observed="bbr v3", evidence=evidence,
+                          reason=f"BBRv3 ({bbr.value.get('source')})")
+        declared = f"version {version}" if version else "no module version: mainline BBR v1"
+        return Result("warn", subject="default", observed=f"bbr v{major or 1}", evidence=evidence,
+                      reason=f"BBR v{major or 1} ({bbr.value.get('source')}: {declared}); the red "
+                             "line is BBRv3, which keeps queues short under loss and shares "
+                             "fairly with other flows",
+                      remedy="Run a kernel carrying BBRv3 (google/bbr v3 branch, or a distribution "
+                             "kernel that ships it) and keep net.ipv4.tcp_congestion_control=bbr.")
     hint = "bbr is available" if "bbr" in str(evidence["available"]).split() else \
         "bbr is not available (modprobe tcp_bbr)"
     return Result("fail", subject="default", observed=algo, evidence=evidence,
@@ -352,7 +502,7 @@ def mem_sizing(snap: Snapshot, p: dict) -> Result:
     try:
         tcp_mem = parse_ints(need(snap, knob_name("net/ipv4/tcp_mem")), 3)
         tcp_rmem = parse_ints(need(snap, knob_name("net/ipv4/tcp_rmem")), 3)
-    except ValueError as exc:
+    except ParseError as exc:
         raise Unknown(str(exc)) from exc
     page = need(snap, "hw.page_size")
     total = need(snap, "proc.meminfo")["MemTotal"]

@@ -76,10 +76,21 @@ def rss_symmetric(snap: Snapshot, p: dict) -> list[Result]:
             results.append(Result("skip", subject=iface, evidence=evidence,
                                   reason="one RX ring: RSS has nothing to spread"))
             continue
-        if rss["transforms"].get("symmetric-xor") and "toeplitz" in funcs:
-            results.append(Result("pass", subject=iface, evidence=evidence, observed="symmetric-xor",
-                                  reason="Toeplitz over the symmetric-xor input transformation: "
+        unknown = rss.get("unknown_bits") or {}
+        if unknown:
+            evidence["unknown_bits"] = {k: hex(v) for k, v in unknown.items()}
+        # Both transformations feed Toeplitz an input that is the same for either direction
+        # (XOR of the addresses; 6.15 adds OR plus XOR), so any key hashes symmetrically.
+        sym = [t for t in ("symmetric-xor", "symmetric-or-xor") if rss["transforms"].get(t)]
+        if sym and "toeplitz" in funcs:
+            results.append(Result("pass", subject=iface, evidence=evidence, observed=sym[0],
+                                  reason=f"Toeplitz over the {sym[0]} input transformation: "
                                   "both directions hash alike for any key"))
+            continue
+        if "functions" in unknown and not funcs:
+            results.append(Result("unknown", subject=iface, evidence=evidence,
+                                  reason=f"the active RSS hash function is one ethtool cannot "
+                                  f"name ({unknown['functions']:#x}): symmetry not judged"))
             continue
         if funcs and "toeplitz" not in funcs:
             if funcs == {"xor"}:
@@ -97,19 +108,25 @@ def rss_symmetric(snap: Snapshot, p: dict) -> list[Result]:
                                   reason="the driver does not expose the RSS key"))
             continue
         key = bytes.fromhex(rss["key"])
-        if not funcs:
-            evidence["note"] = "hash function not reported by ethtool; judged as Toeplitz"
+        note = ""
+        if not funcs:  # older ethtool prints no "RSS hash function:" block
+            note = " [hash function not reported by ethtool: judged as Toeplitz, the default]"
+            evidence["note"] = note.strip(" []")
         symmetric, layouts = judge_key(key)
         evidence["layouts"] = layouts
+        unchecked = [k for k, v in layouts.items() if isinstance(v, str)]
         if symmetric:
+            checked = [k for k in layouts if k not in unchecked]
+            scope = ("every flow (IPv4/IPv6, with and without ports)" if not unchecked else
+                     f"{', '.join(checked)} flows; not checked: {', '.join(unchecked)} (the key "
+                     "is too short for them)")
             results.append(Result("pass", subject=iface, evidence=evidence, observed="symmetric",
-                                  reason="Toeplitz key is symmetric for every flow (IPv4/IPv6, "
-                                  "with and without ports)"))
+                                  reason=f"Toeplitz key is symmetric for {scope}{note}"))
         else:
             bad = [k for k, v in layouts.items() if isinstance(v, dict) and not v["symmetric"]]
             results.append(Result("fail", subject=iface, evidence=evidence, observed="asymmetric",
                                   reason="Toeplitz key is not symmetric: the two directions of a "
-                                  f"flow land on different queues ({', '.join(bad)})"))
+                                  f"flow land on different queues ({', '.join(bad)}){note}"))
     return results
 
 

@@ -9,6 +9,7 @@ run-queue P999 is ``unknown``, with PSI and schedstat as context.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from ..judge import Unknown, check
@@ -182,8 +183,32 @@ def syscall_batching(snap: Snapshot, p: dict) -> list[Result]:
 
 # -- heap allocations in the hot path ----------------------------------------------------------
 
+def _watched(r: dict[str, Any]) -> str:
+    found = r.get("allocators") or []
+    return ", ".join(f"{a.get('family')} ({os.path.basename(str(a.get('object')))})"
+                     for a in found) or "none"
+
+
+def _site(r: dict[str, Any]) -> str | None:
+    """Where the allocations come from: the top caller, or, when that is the Go runtime's
+    own helper (runtime.makeslice), the first frame of the top stack outside the runtime."""
+    callers = list((r.get("callers") or {}).items())
+    if callers and not callers[0][0].startswith("runtime."):
+        return f"{callers[0][0]} ({callers[0][1]} calls)"
+    for st in r.get("top_stacks") or []:
+        for frame in (st.get("frames") or [])[1:]:
+            name = frame.rsplit("+", 1)[0]
+            if not name.startswith("runtime."):
+                return f"{name} ({st.get('count')} calls on this stack)"
+    return f"{callers[0][0]} ({callers[0][1]} calls)" if callers else None
+
+
 @check("l3.alloc.hot_path")
 def alloc_hot_path(snap: Snapshot, p: dict) -> list[Result]:
+    """Calls are counted at the entry points of the allocators found in the process
+    (tailgate.sources.allocators). Zero calls pass only when every allocator it maps
+    was probed: one that could not be (stripped, unrecognised, unreadable) or a
+    summary that does not say what was watched leaves the finding unknown."""
     limit = float(p.get("limit", 0.0))
     s = _probe(snap, "malloc")
     procs = s.get("processes") or {}
@@ -193,19 +218,38 @@ def alloc_hot_path(snap: Snapshot, p: dict) -> list[Result]:
     for pid in sorted(procs, key=int):
         r = procs[pid]
         rate = float(r.get("per_s") or 0.0)
+        unprobed = list(r.get("unprobed") or [])
         evidence = {"window": _window(s), "calls": r.get("calls"),
+                    "allocators": r.get("allocators"), "by_allocator": r.get("by_allocator"),
                     "functions": r.get("functions"), "bytes": r.get("bytes"),
                     "callers": r.get("callers") or {},
                     "top_stacks": (r.get("top_stacks") or [])[:3]}
+        if unprobed:
+            evidence["unprobed"] = unprobed
+        subject = f"pid {pid}"
         if rate > limit:
-            callers = list((r.get("callers") or {}).items())
-            where = (f"; called most from {callers[0][0]} ({callers[0][1]} calls)"
-                     if callers else "")
-            results.append(Result("fail", subject=f"pid {pid}", observed=rate, evidence=evidence,
+            site = _site(r)
+            where = f"; called most from {site}" if site else ""
+            by = r.get("by_allocator") or {}
+            through = (" through " + ", ".join(f"{k} ({v})" for k, v in by.items())
+                       if by else "")
+            results.append(Result("fail", subject=subject, observed=rate, evidence=evidence,
                                   reason=f"{r.get('calls')} heap allocations in {_window(s)} "
-                                  f"({rate:g}/s){where}"))
+                                  f"({rate:g}/s){through}{where}"))
+        elif "allocators" not in r:
+            results.append(Result("unknown", subject=subject, evidence=evidence,
+                                  reason="the probe summary does not say which allocators were "
+                                  "watched (from an older tailgate): zero calls prove nothing"))
+        elif unprobed:
+            results.append(Result("unknown", subject=subject, evidence=evidence,
+                                  reason=f"{r.get('calls') or 0} calls counted, but not every "
+                                  f"allocator could be probed: {'; '.join(unprobed)}"))
+        elif not r.get("allocators"):
+            results.append(Result("unknown", subject=subject, evidence=evidence,
+                                  reason="no allocator was probed in this process"))
         else:
-            results.append(Result("pass", subject=f"pid {pid}", observed=rate, evidence=evidence,
-                                  reason=f"no heap allocations during the {_window(s)} window"
-                                  if rate == 0 else f"{rate:g} allocations/s <= {limit:g}"))
+            results.append(Result("pass", subject=subject, observed=rate, evidence=evidence,
+                                  reason=(f"no heap allocations during the {_window(s)} window"
+                                          if rate == 0 else f"{rate:g} allocations/s <= "
+                                          f"{limit:g}") + f" (watched: {_watched(r)})"))
     return results

@@ -11,7 +11,8 @@ import argparse
 import sys
 from typing import Any
 
-from ..cli import UsageError, check_writable, write_output
+from ..errors import UsageError
+from .options import check_writable, write_output
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -26,11 +27,30 @@ def register(sub: argparse._SubParsersAction) -> None:
         "  tailgate bench tcp://127.0.0.1:6379 --payload 'PING\\r\\n' --delimiter '\\r\\n' "
         "--rate 5000 --duration 10s\n"
         "  tailgate bench openai+http://127.0.0.1:8000/v1 --model M --api chat --rate 2 "
-        "--duration 60s --slo 'ttft_p99<2s' --slo 'itl_p99<50ms'",
+        "--duration 60s --slo 'ttft_p99<2s' --slo 'itl_p99<50ms'\n"
+        "  mpirun -np 4 tailgate bench allreduce --backend mpi --sizes 8B..1MB  "
+        "(collectives: tailgate bench allreduce --help)",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("target", metavar="TARGET", help="http://host:port/path, tcp://host:port, "
                    "or an OpenAI-compatible LLM server: openai+http://host:port/v1")
     add_load_options(p)
+    add_request_options(p)
+    g = p.add_argument_group("rate sweep (tailgate.plan.sweep)")
+    g.add_argument("--sweep", metavar="LO..HI", help="run once per offered rate from LO to HI "
+                   "(e.g. 1k..50k; --rate is ignored) and report the highest rate meeting "
+                   "every --slo, the latency-throughput curve and its knee")
+    g.add_argument("--sweep-steps", type=int, default=6, metavar="N",
+                   help="geometric steps from LO to HI (default 6)")
+    g.add_argument("--sweep-bisect", type=int, default=3, metavar="N",
+                   help="bisections between the last rate that held and the first that "
+                   "failed (default 3)")
+    g.add_argument("--sweep-html", metavar="FILE", help="write the latency-throughput curve "
+                   "as HTML")
+    p.set_defaults(func=run)
+
+
+def add_request_options(p: argparse.ArgumentParser) -> None:
+    """What each request is: HTTP, TCP and LLM options (shared with `tailgate diagnose`)."""
     g = p.add_argument_group("HTTP requests")
     g.add_argument("-X", "--method", default="GET", help="HTTP method (default GET)")
     g.add_argument("-H", "--header", action="append", default=[], metavar="'NAME: VALUE'",
@@ -42,10 +62,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--delimiter", help=r"a response ends with these bytes (escapes allowed)")
     g.add_argument("--response-length", type=int, metavar="N",
                    help="a response is exactly N bytes")
+    g = p.add_argument_group("protocol limits and keep-alive (every target)")
+    g.add_argument("--max-header-bytes", default="256KiB", metavar="SIZE",
+                   help="one response header block (or trailer section) larger than this "
+                   "is a too_large error (default 256KiB)")
+    g.add_argument("--max-body-bytes", default="1GiB", metavar="SIZE",
+                   help="one response body (or TCP response) larger than this is a "
+                   "too_large error (default 1GiB)")
+    g.add_argument("--max-event-bytes", default="16MiB", metavar="SIZE",
+                   help="one server-sent event (LLM targets) larger than this is a "
+                   "too_large error (default 16MiB)")
+    g.add_argument("--retry-stale", action="store_true",
+                   help="resend (once) a request whose reused keep-alive connection closed "
+                   "before any response byte, instead of counting it stale_connection; its "
+                   "latency still runs from its intended start")
     from ..llm.command import add_llm_arguments
 
     add_llm_arguments(p)  # streamed LLM load: --model, --api, --workload, ... (tailgate.llm)
-    p.set_defaults(func=run)
 
 
 def add_load_options(p: argparse.ArgumentParser) -> None:
@@ -76,6 +109,8 @@ def add_load_options(p: argparse.ArgumentParser) -> None:
                    help="objective, e.g. 'p999<5ms', 'p99<20ms', 'error_rate<0.1%%', "
                    "'service.p99<1ms', 'rate>=9900' (repeatable; exit 1 if one fails)")
     g.add_argument("--json", metavar="FILE", help="write the result JSON to FILE ('-': stdout)")
+    g.add_argument("--html", metavar="FILE",
+                   help="write a self-contained HTML page: figures and percentile spectra")
     g.add_argument("--hdr", metavar="FILE",
                    help="write the latency histogram as an HdrHistogram log (HISTFAAA...)")
     g.add_argument("--hdr-interval", default="1s",
@@ -87,6 +122,35 @@ def add_load_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--min-tail-samples", type=int, default=10,
                    help="warn when fewer samples than this lie above a tail percentile")
     g.add_argument("--quiet", action="store_true", help="no live progress display")
+
+
+_SIZE = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 10**6, "mb": 10**6,
+         "mib": 1 << 20, "g": 10**9, "gb": 10**9, "gib": 1 << 30}
+
+
+def parse_size(text: str) -> int:
+    """``"256KiB"``, ``"1GiB"``, ``"4096"`` -> bytes; ValueError when malformed."""
+    import re
+
+    m = re.fullmatch(r"\s*([0-9]+)\s*([A-Za-z]*)\s*", text)
+    if m is None or m.group(2).lower() not in _SIZE:
+        raise ValueError(f"bad size {text!r} (e.g. 4096, 64KiB, 16MiB, 1GiB)")
+    return int(m.group(1)) * _SIZE[m.group(2).lower()]
+
+
+def parse_limits(args: argparse.Namespace) -> Any:
+    """The protocol buffer limits from the command line (ValueError when malformed)."""
+    from ..bench.http1 import Limits
+
+    defaults = {"max-header-bytes": "256KiB", "max-body-bytes": "1GiB",
+                "max-event-bytes": "16MiB"}
+    sizes = {flag: parse_size(getattr(args, flag.replace("-", "_"), None) or default)
+             for flag, default in defaults.items()}
+    for flag, n in sizes.items():
+        if n < 64:
+            raise ValueError(f"--{flag} must be at least 64 bytes, not {n}")
+    return Limits(max_header_bytes=sizes["max-header-bytes"],
+                  max_body_bytes=sizes["max-body-bytes"])
 
 
 def _parse(args: argparse.Namespace) -> tuple[Any, Any, list[Any]]:
@@ -103,6 +167,7 @@ def _parse(args: argparse.Namespace) -> tuple[Any, Any, list[Any]]:
         duration = parse_duration(args.duration)
         warmup = parse_duration(args.warmup)
         timeout = parse_duration(args.timeout or "2s")
+        limits = parse_limits(args)
         hdr_interval = parse_duration(args.hdr_interval)
         slos = [parse_slo(e) for e in args.slo]
         headers = [parse_header(h) for h in args.header]
@@ -139,7 +204,7 @@ def _parse(args: argparse.Namespace) -> tuple[Any, Any, list[Any]]:
                    arrival=args.arrival, warmup_s=warmup, workers=workers,
                    connections=args.connections, max_connections=args.max_connections,
                    timeout_s=timeout, seed=args.seed, min_tail_samples=args.min_tail_samples,
-                   hdr_interval_s=hdr_interval)
+                   hdr_interval_s=hdr_interval, limits=limits, retry_stale=args.retry_stale)
     return info, target, slos
 
 
@@ -151,12 +216,14 @@ def run(args: argparse.Namespace) -> int:
     from ..bench.slo import evaluate
     from ..bench.workers import WorkerFailure, plan, run_workers
 
+    if getattr(args, "sweep", None):
+        return _sweep(args)
     if args.target.startswith("openai+"):
         from ..llm.command import run_llm
 
         return run_llm(args)
     info, target, slos = _parse(args)
-    check_writable(args.json, args.hdr, args.log)
+    check_writable(args.json, args.hdr, args.log, args.html)
     parts = [f"{args.log}.part{k}" for k in range(info.workers)] if args.log else None
     cfgs = plan(info, target, parts)
 
@@ -198,9 +265,16 @@ def run(args: argparse.Namespace) -> int:
 
     result = build_result(info, results, interrupted, missing)
     result.json["slo"] = evaluate(slos, result.json)
+    # CLOCK_MONOTONIC of the log's time 0: `tailgate diagnose` lines requests up with probes.
+    result.json["clock"] = {"start_monotonic_s": started.get("mono"),
+                            "start_epoch_s": started.get("epoch")}
     out_json = _dumps(result.json)
     if args.json:
         write_output(args.json, out_json)
+    if args.html:
+        from ..report.bench_html import bench_page
+
+        write_output(args.html, bench_page(result.json))
     if args.hdr:
         with open(args.hdr, "w", encoding="ascii") as f:
             write_hdr(f, result, started.get("epoch", time.time()))
@@ -224,3 +298,16 @@ def _dumps(data: dict[str, Any]) -> str:
     import json
 
     return json.dumps(data, indent=2) + "\n"
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    from ..bench.units import parse_rate
+    from ..plan.sweep import SweepError, run_sweep
+
+    check_writable(args.json, args.sweep_html)
+    if args.rate is None:
+        args.rate = "1"  # checked per run; the sweep sets it
+    try:
+        return run_sweep(args, run, parse_rate, write_output)
+    except SweepError as exc:
+        raise UsageError(str(exc)) from None

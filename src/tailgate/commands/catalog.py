@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import textwrap
 
-from ..cli import UsageError
+from ..errors import UsageError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -46,6 +46,7 @@ def run_explain(args: argparse.Namespace) -> int:
         print("default baseline: " + ", ".join(f"{k}={v!r}" for k, v in entry.params.items())
               + (f"  [{entry.unit}]" if entry.unit else "") + "\n")
     for head, body in (("why", entry.rationale), ("how it is measured", entry.measure),
-                       ("remedy", entry.remedy)):
-        print(f"{head}:\n{_wrap(body)}\n")
+                       ("what it takes to measure it", entry.needs), ("remedy", entry.remedy)):
+        if body:
+            print(f"{head}:\n{_wrap(body)}\n")
     return 0

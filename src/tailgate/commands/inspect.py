@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 
-from ..cli import UsageError, check_writable, existing_cgroup, existing_pids, write_output
+from ..errors import UsageError
+from .options import check_writable, existing_cgroup, existing_pids, write_output
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -21,6 +23,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the service's cgroup: a directory, or a path inside the cpu hierarchy")
     p.add_argument("--iface", action="append", default=[], metavar="IFACE",
                    help="the service's network interface (repeatable; default: all non-loopback)")
+    p.add_argument("--dpdk", action="append", default=[], metavar="PREFIX",
+                   help="a DPDK process's --file-prefix to read through its telemetry socket "
+                   "(repeatable; default: every one under /var/run/dpdk and "
+                   "$XDG_RUNTIME_DIR/dpdk)")
     p.add_argument("--interval", type=float, default=5.0, metavar="SECONDS",
                    help="seconds between the two counter samples (default 5)")
     p.add_argument("--probe-window", type=float, metavar="SECONDS",
@@ -42,8 +48,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", metavar="FILE|-", help="write the JSON report ('-' for stdout)")
     p.add_argument("--junit", metavar="FILE", help="write JUnit XML (one testcase per finding)")
     p.add_argument("--html", metavar="FILE", help="write a self-contained HTML report")
-    p.add_argument("--fail-on", choices=("fail", "warn"), default="fail",
-                   help="exit 1 when any finding is at or above this status (default fail)")
+    p.add_argument("--fail-on", choices=("fail", "warn", "unknown"), default="fail",
+                   help="exit 1 when any finding is at or above this status: fail, warn "
+                   "(warn or fail) or unknown (anything not measured, warn or fail); "
+                   "default fail")
+    p.add_argument("--require", action="extend", nargs="+", default=[], metavar="ID",
+                   help="check ids that must be measured: exit 1 when one is unknown or "
+                   "skipped (repeatable; also `required: true` per id in the baseline)")
     p.add_argument("--quiet", action="store_true", help="no terminal report")
     p.add_argument("--engine", metavar="URL",
                    help="an inference engine's Prometheus endpoint (vLLM, SGLang), e.g. "
@@ -71,6 +82,13 @@ def _target(args: argparse.Namespace, host):
         options["engine"] = args.engine
     if getattr(args, "memory_stats", None):
         options["memory_stats"] = os.path.abspath(args.memory_stats)
+    if getattr(args, "dpdk", None):
+        from ..sources.dpdk import valid_prefix
+
+        try:
+            options["dpdk"] = [valid_prefix(x) for x in args.dpdk]
+        except ValueError as exc:
+            raise UsageError(str(exc)) from exc
     window = getattr(args, "probe_window", None)
     if window is not None:
         if not 0 < window <= 3600:
@@ -107,15 +125,40 @@ def snapshot_for(args: argparse.Namespace):
     return snap
 
 
+def _required(ids: list[str], baseline) -> list[str]:
+    from ..baseline import catalog
+
+    for cid in ids:
+        if cid not in catalog():
+            raise UsageError(f"--require {cid}: unknown check id (see `tailgate checks`)")
+        if cid in baseline.disabled:
+            raise UsageError(f"--require {cid}: disabled by the baseline ({baseline.source})")
+    return [cid for cid in catalog() if cid in baseline.required or cid in ids]
+
+
+ERROR_LOG_ENV = "TAILGATE_ERROR_LOG"
+
+
+def log_errors(report) -> None:
+    """Append every ``error`` finding as a JSON line to $TAILGATE_ERROR_LOG, when set: the
+    test suite sets it so that a tailgate bug in any run, even in a subprocess, fails it."""
+    path = os.environ.get(ERROR_LOG_ENV)
+    errors = [f for f in report.findings if f.status == "error"]
+    if not path or not errors:
+        return
+    with open(path, "a", encoding="utf-8") as fh:
+        for f in errors:
+            fh.write(json.dumps({"where": f"tailgate inspect (pid {os.getpid()})",
+                                 **f.to_json()}, default=str) + "\n")
+
+
 def run(args: argparse.Namespace) -> int:
-    from ..baseline import BaselineError, default_baseline, load_baseline
+    from ..baseline import default_baseline, load_baseline
     from ..judge import judge
     from ..verdict import build_report, exit_status
 
-    try:
-        baseline = load_baseline(args.baseline) if args.baseline else default_baseline()
-    except BaselineError as exc:
-        raise UsageError(str(exc)) from exc
+    baseline = load_baseline(args.baseline) if args.baseline else default_baseline()
+    required = _required(args.require, baseline)
 
     check_writable(args.save, args.json, args.junit, args.html)
     snap = snapshot_for(args)
@@ -124,7 +167,8 @@ def run(args: argparse.Namespace) -> int:
 
         write_output(args.save, strict_json(snap.to_json(), indent=1, sort_keys=True) + "\n")
 
-    report = build_report(snap, judge(snap, baseline))
+    report = build_report(snap, judge(snap, baseline), required)
+    log_errors(report)
 
     if args.json:
         from ..report.json_report import render_json

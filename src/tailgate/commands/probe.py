@@ -7,7 +7,8 @@ import argparse
 import json
 from typing import Any
 
-from ..cli import UsageError, check_writable, existing_cgroup, existing_pids, write_output
+from ..errors import UsageError
+from .options import check_writable, existing_cgroup, existing_pids, write_output
 
 NAMES = ("runqlat", "offcpu", "futex", "switches", "sockopt", "mmsg", "malloc", "softirq")
 MAX_DURATION_S = 3600.0
@@ -77,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
     host = Host("/")
     req, bt = _request(args, host)
     if args.print_program:
+        if args.name == "malloc":
+            return _print_malloc_program(req)
         print(f"# {' '.join(bt.argv())}")
         print(driver.program_text(args.name), end="")
         return 0
@@ -101,10 +104,33 @@ def run(args: argparse.Namespace) -> int:
             summary = measure(req, progress)
         except SourceError as exc:
             raise UsageError(f"probe {args.name} failed: {exc}") from exc
+    if summary.get("not_run"):  # malloc: no allocator of the target could be probed
+        why = "; ".join(f"pid {pid}: {w}" for pid, r in summary["processes"].items()
+                        for w in r.get("unprobed") or [])
+        raise UsageError(f"cannot probe {args.name}: {why}")
     if args.json:
         write_output(args.json, json.dumps(summary, indent=1) + "\n")
     if args.json != "-":
         print_summary(summary, Console())
+    return 0
+
+
+def _print_malloc_program(req) -> int:
+    """The malloc program is generated for the target's allocators: show it and what it
+    could not probe."""
+    from ..probes import prepare
+
+    run, context = prepare(req)
+    for pid, found in context["allocators"].items():
+        for a in found["allocators"]:
+            print(f"# pid {pid}: {a['family']} in {a['object']}")
+        for why in found["unprobed"]:
+            print(f"# pid {pid}: not probed: {why}")
+    if run is None:
+        raise UsageError("cannot probe: no allocator of "
+                         f"{', '.join(map(str, req.pids))} can be probed")
+    print(f"# bpftrace -f json -e PROGRAM {' '.join(run.params())}")
+    print(run.text, end="")
     return 0
 
 
@@ -174,6 +200,12 @@ def print_summary(s: dict[str, Any], console) -> None:
     elif name == "malloc":
         console.print(_table("heap allocations", procs, ("calls", "per_s", "bytes")))
         for pid, r in procs.items():
+            for a in r.get("allocators") or []:
+                calls = (r.get("by_allocator") or {}).get(a["family"], 0)
+                console.print(f"pid {pid}: {calls} calls into {a['family']} ({a['object']})",
+                              markup=False, highlight=False)
+            for why in r.get("unprobed") or []:
+                console.print(f"pid {pid}: not probed: {why}", markup=False, highlight=False)
             for caller, n in list((r.get("callers") or {}).items())[:3]:
                 console.print(f"pid {pid}: {n} x called from {caller}")
             for st in (r.get("top_stacks") or [])[:3]:

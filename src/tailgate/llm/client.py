@@ -1,21 +1,24 @@
 """One streamed request to an OpenAI-compatible server, timed chunk by chunk.
 
-An asyncio protocol over a fresh TCP connection: httptools parses the HTTP/1.1
-response (chunked or not), :class:`~tailgate.llm.sse.SSEParser` the event
-stream, :func:`~tailgate.llm.openai.parse_chunk` each event. Every read from
-the socket is timestamped once (``time.perf_counter_ns``, CLOCK_MONOTONIC), and
-each content-bearing chunk in it takes that time: that is when the client could
+An asyncio protocol over a fresh TCP connection: the sans-I/O
+:class:`tailgate.bench.http1.ResponseReader` frames the HTTP/1.1 response,
+:class:`~tailgate.llm.sse.SSEParser` the event stream,
+:func:`~tailgate.llm.openai.parse_chunk` each event. Every read from the socket
+is timestamped once (``time.perf_counter_ns``, CLOCK_MONOTONIC), and each
+content-bearing chunk in it takes that time: that is when the client could
 first have shown the token.
 
 Every request ends in exactly one :class:`Record` with ``error`` None (ok) or
 one kind. The first five mean what they mean in ``tailgate bench``
 (:mod:`tailgate.bench.outcome`): ``connect``, ``timeout`` (recorded at its
-time-out), ``reset`` (the connection closed or reset before the stream
-finished: a dropped stream), ``status_4xx``, ``status_5xx``, ``protocol`` (an
-HTTP response we could not parse, or not an event stream); then
-``malformed_sse`` (bad event-stream framing or chunk JSON), ``server_error`` (an
-error object inside the stream) and ``no_token`` (a complete stream without
-any content); ``interrupted`` marks a request still open when the run was stopped
+time-out), ``reset`` (the connection was reset, or closed before any response
+byte), ``status_4xx``, ``status_5xx``, ``protocol`` (an HTTP response we could
+not parse, or not an event stream), ``truncated`` (the stream ended before its
+framing or ``[DONE]`` said it was complete), ``too_large`` (a header block,
+body, SSE line or event past its limit), ``upgrade`` (a 101 nobody asked for);
+then ``malformed_sse`` (bad event-stream framing or chunk JSON),
+``server_error`` (an error object inside the stream) and ``no_token`` (a
+complete stream without any content); ``interrupted`` marks a request still open when the run was stopped
 (Ctrl-C).
 """
 
@@ -27,12 +30,12 @@ import time
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-import httptools
-
+from ..bench.http1 import Data, End, FramingError, Head, Limits, ResponseReader
 from .openai import PATHS, Api, ChunkError, parse_chunk
-from .sse import SSEError, SSEParser
+from .sse import SSEError, SSEParser, SSETooLarge
 
 ERROR_KINDS = ("connect", "timeout", "reset", "status_4xx", "status_5xx", "protocol",
+               "truncated", "too_large", "upgrade",
                "malformed_sse", "server_error", "no_token", "interrupted")
 
 
@@ -99,20 +102,37 @@ class NotEventStream(ValueError):
     """A 200 response whose Content-Type is not text/event-stream."""
 
 
-class _Stream(asyncio.Protocol):
-    """Drives one request; resolves ``done`` once the record is complete."""
+_KIND = {"closed": "reset"}  # FramingError kinds are client kinds, except "closed"
 
-    def __init__(self, rec: Record, api: Api, payload: bytes, done: asyncio.Future) -> None:
+
+class _Stream(asyncio.Protocol):
+    """Drives one request; resolves ``done`` once the record is complete.
+
+    The HTTP/1.1 framing is :class:`tailgate.bench.http1.ResponseReader`'s (the
+    same rules as ``tailgate bench``): interim 1xx responses are skipped, a body
+    without a length ends at the close, and a stream that ends before its
+    framing says it is complete is ``truncated`` whatever chunks came before.
+    The stream itself is complete at ``data: [DONE]``; with ``require_done``
+    off, a properly framed end after a ``finish_reason`` is accepted too (for
+    servers that omit ``[DONE]``).
+    """
+
+    def __init__(self, rec: Record, api: Api, payload: bytes, done: asyncio.Future,
+                 limits: Limits | None = None, max_event: int = 16 << 20,
+                 require_done: bool = True) -> None:
         self.rec = rec
         self.api = api
         self.payload = payload
         self.done = done
         self.transport: asyncio.Transport | None = None
-        self.http = httptools.HttpResponseParser(self)
-        self.sse = SSEParser()
+        self.reader = ResponseReader(limits, keep_body=True)
+        self.reader.expect()
+        self.sse = SSEParser(max_event=max_event)
+        self.require_done = require_done
         self.now = 0
         self.saw_done = False
         self.error_body = b""
+        self.event_stream = True
 
     # -- asyncio ---------------------------------------------------------------
     def connection_made(self, transport) -> None:
@@ -125,50 +145,67 @@ class _Stream(asyncio.Protocol):
             return
         self.now = time.perf_counter_ns()
         try:
-            self.http.feed_data(data)
-        except httptools.HttpParserUpgrade:
-            self._finish("protocol", "unexpected protocol upgrade")
-        except httptools.HttpParserError as exc:
-            # An exception in a callback (our SSE/chunk parsing) arrives wrapped.
-            cause = exc.__context__
-            if isinstance(cause, NotEventStream):
-                self._finish("protocol", str(cause))
-            elif isinstance(cause, (SSEError, ChunkError)):
-                self._finish("malformed_sse", str(cause))
-            elif cause is not None:
-                self._finish("protocol", f"{type(cause).__name__}: {cause}")
-            else:
-                self._finish("protocol", f"bad HTTP response: {exc}")
+            self._events(self.reader.feed(data))
+        except FramingError as exc:
+            self._framing_error(exc)
+        except NotEventStream as exc:
+            self._finish("protocol", str(exc))
+        except SSETooLarge as exc:
+            self._finish("too_large", str(exc))
+        except (SSEError, ChunkError) as exc:
+            self._finish("malformed_sse", str(exc))
 
-    def connection_lost(self, exc: Exception | None) -> None:
+    def eof_received(self) -> bool | None:
         if not self.done.done():
             self.now = time.perf_counter_ns()
-            why = f"connection lost: {exc}" if exc else "connection closed mid-stream"
-            if self.rec.status is not None and self.rec.status != 200:
-                self._status_error()
-            elif exc is None and self.rec.status == 200:
-                # A body without length or chunking ends at EOF (HTTP/1.0 style): judge the
-                # stream as at a message end (finished, or cut short).
-                self.on_message_complete()
-            else:
-                self._finish("reset", why)
+            try:
+                self._events(self.reader.feed_eof())
+            except FramingError as exc:
+                self._framing_error(exc)
+            except (SSEError, ChunkError, NotEventStream) as exc:  # pragma: no cover - as above
+                self._finish("malformed_sse", str(exc))
+        return None
 
-    # -- httptools callbacks ---------------------------------------------------
-    def on_headers_complete(self) -> None:
-        self.rec.status = self.http.get_status_code()
+    def connection_lost(self, exc: Exception | None) -> None:
+        if exc is None and not self.done.done():
+            self.eof_received()  # a transport that closes without calling it
+        if not self.done.done():
+            self.now = time.perf_counter_ns()
+            got = self.reader.received
+            self._finish("reset", f"connection reset after {got} response bytes: {exc}"
+                         if exc else f"connection closed after {got} response bytes")
 
-    def on_header(self, name: bytes, value: bytes) -> None:
-        if name.lower() == b"content-type":
-            self.content_type = value.lower()
+    # -- the response ------------------------------------------------------------
+    def _events(self, events: list) -> None:
+        for ev in events:
+            if self.done.done():
+                return
+            kind = type(ev)
+            if kind is Data:
+                self._body(ev.data)
+            elif kind is Head:
+                self.rec.status = ev.status
+                ctype = ev.get(b"content-type") or b"text/event-stream"
+                self.event_stream = ctype.lower()[:17] == b"text/event-stream"
+                self.content_type = ctype
+            elif kind is End:
+                self._message_complete()
+            # Informational: skipped; Unsolicited: the request is over, the connection closes
 
-    def on_body(self, body: bytes) -> None:
+    def _framing_error(self, exc: FramingError) -> None:
+        if self.rec.status is not None and self.rec.status != 200 and exc.kind == "truncated":
+            self._status_error()  # the status is what matters for an error response
+        else:
+            self._finish(_KIND.get(exc.kind, exc.kind), exc.reason)
+
+    def _body(self, body: bytes) -> None:
         if self.rec.status != 200:
             if len(self.error_body) < 300:
                 self.error_body += body[: 300 - len(self.error_body)]
             return
-        if getattr(self, "content_type", b"text/event-stream")[:17] != b"text/event-stream":
+        if not self.event_stream:
             raise NotEventStream(f"not an event stream (Content-Type "
-                           f"{self.content_type.decode(errors='replace')})")
+                                 f"{self.content_type.decode(errors='replace')})")
         for ev in self.sse.feed(body):
             if self.done.done():
                 return
@@ -191,15 +228,19 @@ class _Stream(asyncio.Protocol):
             if chunk.prompt_tokens is not None:
                 self.rec.prompt_tokens = chunk.prompt_tokens
 
-    def on_message_complete(self) -> None:
+    def _message_complete(self) -> None:
         if self.done.done():
             return
         if self.rec.status != 200:
             self._status_error()
+        elif not self.event_stream:
+            self._finish("protocol", "not an event stream (Content-Type "
+                         f"{self.content_type.decode(errors='replace')})")
         elif self.sse.pending:
-            self._finish("malformed_sse", "stream ended inside an event")
-        elif self.rec.finish_reason is None and not self.saw_done:
-            self._finish("reset", "response ended without [DONE] or a finish_reason")
+            self._finish("truncated", "the response ended inside an event")
+        elif self.require_done or self.rec.finish_reason is None:
+            self._finish("truncated", "the response ended before data: [DONE]"
+                         + ("" if self.require_done else " or a finish_reason"))
         else:
             self._finish_stream()
 
@@ -207,7 +248,7 @@ class _Stream(asyncio.Protocol):
     def _status_error(self) -> None:
         kind = "status_4xx" if 400 <= (self.rec.status or 0) < 500 else "status_5xx"
         if self.rec.status is not None and self.rec.status < 400:
-            kind = "protocol"  # 1xx/3xx: nothing an OpenAI client can use
+            kind = "protocol"  # 3xx: nothing an OpenAI client can use
         self._finish(kind, f"HTTP {self.rec.status}: "
                      + self.error_body.decode("utf-8", errors="replace").strip()[:200])
 
@@ -229,7 +270,8 @@ class _Stream(asyncio.Protocol):
 
 
 async def stream_request(ep: Endpoint, api: Api, body: bytes, rec: Record,
-                         deadline_ns: int) -> Record:
+                         deadline_ns: int, limits: Limits | None = None,
+                         max_event: int = 16 << 20, require_done: bool = True) -> Record:
     """Send one request and fill ``rec``; never raises for the server's faults.
 
     ``deadline_ns`` (perf_counter_ns) bounds the whole request, connection included;
@@ -237,7 +279,7 @@ async def stream_request(ep: Endpoint, api: Api, body: bytes, rec: Record,
     """
     loop = asyncio.get_running_loop()
     done: asyncio.Future = loop.create_future()
-    proto = _Stream(rec, api, ep.request(api, body), done)
+    proto = _Stream(rec, api, ep.request(api, body), done, limits, max_event, require_done)
     remaining = (deadline_ns - time.perf_counter_ns()) / 1e9
     transport = None
     try:

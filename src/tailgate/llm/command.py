@@ -51,6 +51,9 @@ def add_llm_arguments(p: argparse.ArgumentParser) -> None:
     add("--system-len", type=int, default=256, metavar="TOKENS",
         help="multiturn: the shared system prompt's length (default 256)")
     add("--trace", metavar="FILE", help="trace workload: a Mooncake JSONL trace")
+    add("--allow-no-done", action="store_true",
+        help="accept a stream whose HTTP response ends properly after a finish_reason but "
+        "without data: [DONE] (servers that omit it); by default that is 'truncated'")
     add("--trace-token-scale", type=float, default=1.0,
         help="trace: multiply every length (and the 512-token blocks) by this")
     add("--trace-time-scale", type=float, default=1.0,
@@ -86,20 +89,20 @@ def _seconds(value: Any, what: str) -> float | None:
 
 
 def _usage(msg: str) -> Exception:
-    from ..cli import UsageError
+    from ..errors import UsageError
 
     return UsageError(msg)
 
 
 def _write(path: str, text: str) -> None:
-    from ..cli import write_output
+    from ..commands.options import write_output
 
     write_output(path, text)
 
 
 def run_llm(args: argparse.Namespace) -> int:
     from ..bench.units import parse_rate
-    from ..cli import check_writable
+    from ..commands.options import check_writable
     from . import workload as wl
     from .client import Endpoint
     from .results import analyse, format_report, parse_slo, records_json, slo_failed
@@ -111,7 +114,7 @@ def run_llm(args: argparse.Namespace) -> int:
         raise _usage(str(exc)) from None
     if not getattr(args, "model", None):
         raise _usage("--model is required for an openai+ target")
-    check_writable(args.json, args.log)
+    check_writable(args.json, args.log, args.html)
     rate = args.rate
     if rate is not None and not isinstance(rate, (int, float)):
         try:
@@ -137,6 +140,13 @@ def run_llm(args: argparse.Namespace) -> int:
         raise _usage("--requests must be >= 1")
     if timeout <= 0:
         raise _usage("--timeout must be > 0")
+    from ..commands.bench import parse_limits, parse_size
+
+    try:
+        limits = parse_limits(args)
+        max_event = parse_size(getattr(args, "max_event_bytes", None) or "16MiB")
+    except ValueError as exc:
+        raise _usage(str(exc)) from None
     try:
         slos = [parse_slo(s) for s in args.slo]
     except ValueError as exc:
@@ -181,7 +191,9 @@ def run_llm(args: argparse.Namespace) -> int:
     cfg = RunConfig(endpoint=ep, api=args.api, model=args.model, timeout_s=timeout, rate=rate,
                     arrival=args.arrival, concurrency=conc, trace=trace_mode and rate is None,
                     duration_s=duration, requests=args.requests, seed=args.seed,
-                    usage=not args.no_usage, ignore_eos=args.ignore_eos)
+                    usage=not args.no_usage, ignore_eos=args.ignore_eos,
+                    limits=limits, max_event_bytes=max_event,
+                    require_done=not getattr(args, "allow_no_done", False))
     result = run(cfg, work)
     report = analyse(result, slos, target=args.target, model=args.model, api=args.api,
                      rate=rate, timeout_s=timeout, workload=wdesc, warmup_s=warmup)
@@ -189,6 +201,10 @@ def run_llm(args: argparse.Namespace) -> int:
         _write(args.log, "".join(json.dumps(r) + "\n" for r in records_json(result)))
     if args.json:
         _write(args.json, json.dumps(report, indent=1) + "\n")
+    if args.html:
+        from ..report.bench_html import bench_page
+
+        _write(args.html, bench_page(report))
     if args.json != "-":
         print(format_report(report))
     failed = slo_failed(report)

@@ -28,9 +28,11 @@ from typing import Any
 
 import numpy as np
 
+from ..bench.engine import note_reason
+from ..bench.result import merge_reasons
 from ..bench.slo import Slo, SloError, evaluate
 from ..bench.slo import parse_slo as _bench_parse_slo
-from ..hist import Histogram
+from ..hist import Histogram, encode
 from .client import ERROR_KINDS, Record
 from .run import RunResult
 
@@ -142,11 +144,11 @@ def analyse(result: RunResult, slos: list[Slo], *, target: str, model: str, api:
                               if r.first_chunk_ns is not None]),
     }
     errors = {k: 0 for k in ERROR_KINDS}
-    examples: dict[str, str] = {}
+    book: dict[str, dict[str, int]] = {}
     for r in records:
         if r.error:
             errors[r.error] += 1
-            examples.setdefault(r.error, r.detail)
+            note_reason(book, r.error, r.detail or r.error)
     sent = len(records)
     first = cut if warm else result.start_ns
     last_end = max((r.end_ns for r in records if r.end_ns), default=first)
@@ -178,7 +180,7 @@ def analyse(result: RunResult, slos: list[Slo], *, target: str, model: str, api:
                        "goodput_rps": round(good / span_s, 3)},
         "requests": {"sent": sent, "ok": len(ok), "good": good,
                      "errors": {k: v for k, v in errors.items() if v},
-                     "error_examples": examples,
+                     "error_examples": merge_reasons([book]),
                      **({"warmup": {"sent": len(warm), "ok": sum(r.ok for r in warm)}}
                         if warm else {})},
     }
@@ -191,6 +193,10 @@ def analyse(result: RunResult, slos: list[Slo], *, target: str, model: str, api:
                                                       "output_tokens_per_s")})
     out["metrics"] = metrics
     out["latency_ms"] = out["e2e_ms"]  # bench's plain p99<... reads this: E2E here
+    # The recorded histograms (HdrHistogram V2, ns), for `tailgate compare`.
+    out["clock"] = {"start_monotonic_s": result.start_ns / 1e9}  # perf_counter: CLOCK_MONOTONIC
+    out["histogram_unit"] = "ns"
+    out["histograms"] = {k: encode(hists[k]) for k in ("ttft", "itl", "tpot", "e2e")}
     out["slo"] = evaluate(slos, out)
     return out
 
@@ -228,6 +234,9 @@ def format_report(report: dict[str, Any]) -> str:
     req = report["requests"]
     errs = ", ".join(f"{k} {v}" for k, v in req["errors"].items()) or "none"
     lines.append(f"requests: sent {req['sent']}, ok {req['ok']}, errors: {errs}")
+    for kind, examples in req["error_examples"].items():
+        lines.append(f"  {kind}: " + "; ".join(f"{e['reason']} (x{e['count']})"
+                                              for e in examples))
     lines.append(f"{'':13}{'p50':>10}{'p90':>10}{'p99':>10}{'p999':>10}{'max':>10}{'count':>9}")
     for key, name in (("ttft_ms", "TTFT"), ("itl_ms", "ITL"), ("tpot_ms", "TPOT"),
                       ("e2e_ms", "E2E"), ("first_chunk_ms", "1st chunk"),

@@ -20,8 +20,9 @@ import asyncio
 import itertools
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from ..bench.http1 import Limits
 from .client import Endpoint, Record, stream_request
 from .openai import Api, request_body
 from .workload import LLMRequest
@@ -42,6 +43,9 @@ class RunConfig:
     seed: int = 0
     usage: bool = True  # ask for usage with stream_options
     ignore_eos: bool = False
+    limits: Limits = field(default_factory=Limits)  # header block and body bounds
+    max_event_bytes: int = 16 << 20  # one server-sent event
+    require_done: bool = True  # a stream is complete at data: [DONE] (the OpenAI API)
 
 
 @dataclass
@@ -86,7 +90,8 @@ async def _one(cfg: RunConfig, req: LLMRequest, rec: Record) -> Record:
     body = request_body(cfg.api, cfg.model, req.prompt, req.max_tokens, usage=cfg.usage,
                         ignore_eos=cfg.ignore_eos)
     deadline = rec.intended_ns + int(cfg.timeout_s * 1e9)
-    return await stream_request(cfg.endpoint, cfg.api, body, rec, deadline)
+    return await stream_request(cfg.endpoint, cfg.api, body, rec, deadline, cfg.limits,
+                                cfg.max_event_bytes, cfg.require_done)
 
 
 def _record(i: int, req: LLMRequest, intended_ns: int) -> Record:

@@ -8,8 +8,10 @@ OpenAI-compatible server uses them for tokens, only ``event`` is kept. A
 field name without a colon is a field with an empty value.
 
 The parser never touches a socket or a clock: the caller timestamps the bytes
-it feeds. Its buffer is bounded: a line longer than ``max_line`` raises
-:class:`SSEError` (a server that never ends a line must not eat the memory).
+it feeds. What it holds is bounded: a line longer than ``max_line``, or an
+event whose data lines add up to more than ``max_event`` bytes, raises
+:class:`SSETooLarge` (a server that never ends a line, or never ends an event
+with its blank line, must not eat the memory).
 """
 
 from __future__ import annotations
@@ -21,6 +23,10 @@ class SSEError(ValueError):
     """The byte stream is not a well-formed event stream."""
 
 
+class SSETooLarge(SSEError):
+    """A line or an event passed its bound."""
+
+
 @dataclass(frozen=True)
 class Event:
     data: str
@@ -30,11 +36,13 @@ class Event:
 class SSEParser:
     """Feed bytes with :meth:`feed`; it returns the events those bytes completed."""
 
-    __slots__ = ("_buf", "_data", "_event", "_pending_cr", "max_line")
+    __slots__ = ("_buf", "_data", "_event", "_pending_cr", "_size", "max_event", "max_line")
 
-    def __init__(self, max_line: int = 1 << 20) -> None:
+    def __init__(self, max_line: int = 1 << 20, max_event: int = 16 << 20) -> None:
         self._buf = b""
         self._data: list[str] = []
+        self._size = 0  # bytes of data lines in the event being read
+        self.max_event = max_event
         self._event = ""
         self._pending_cr = False  # the last byte fed was CR: a following LF belongs to it
         self.max_line = max_line
@@ -56,13 +64,14 @@ class SSEParser:
         lines = buf.split(b"\n")
         self._buf = lines.pop()
         if len(self._buf) > self.max_line:
-            raise SSEError(f"an event-stream line exceeds {self.max_line} bytes")
+            raise SSETooLarge(f"an event-stream line exceeds {self.max_line} bytes")
         events: list[Event] = []
         for raw in lines:
             if not raw:
                 if self._data:
                     events.append(Event("\n".join(self._data), self._event or "message"))
                 self._data = []
+                self._size = 0
                 self._event = ""
                 continue
             if raw[:1] == b":":
@@ -75,6 +84,10 @@ class SSEParser:
             if sep and value[:1] == " ":
                 value = value[1:]
             if name == "data":
+                self._size += len(raw)
+                if self._size > self.max_event:
+                    raise SSETooLarge(f"an event exceeds {self.max_event} bytes without its "
+                                      f"closing blank line")
                 self._data.append(value)
             elif name == "event":
                 self._event = value
@@ -86,6 +99,7 @@ class SSEParser:
         standard); the caller can tell by :attr:`pending`, which it reads first."""
         self._buf = b""
         self._data = []
+        self._size = 0
         return []
 
     @property

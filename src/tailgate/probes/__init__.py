@@ -14,13 +14,14 @@ and stops processes.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..host import valid_pid
 from ..model import SourceError
 from . import analyze
-from .driver import MAX_PIDS, Progress, Run, run_probes
+from .driver import MAX_PIDS, Progress, Result, Run, run_probes
+from .output import BpftraceOutput
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,7 @@ class Probe:
     name: str
     summary: str
     analyze: Callable[..., dict[str, Any]]
-    needs_pid: bool = False  # malloc: a uprobe on every process's libc needs a filter
+    needs_pid: bool = False  # malloc: uprobes on the target's allocators, and a filter
     takes_pids: bool = True  # softirq runs in no process's name
     per_process_mode: bool = False  # runqlat: mode 1 keys the histogram by process
     wants_duration: bool = False  # the analysis turns counts into rates
@@ -45,8 +46,9 @@ PROBES: dict[str, Probe] = {p.name: p for p in (
           "locked TCP sockets", analyze.sockopt),
     Probe("mmsg", "datagram syscalls per process: recvfrom/sendto vs recvmmsg/sendmmsg and "
           "batch size", analyze.mmsg),
-    Probe("malloc", "heap allocations (libc malloc/calloc/realloc) by a process, with "
-          "top stacks", analyze.malloc, needs_pid=True, wants_duration=True),
+    Probe("malloc", "heap allocations by a process, through whichever allocator it uses "
+          "(glibc, musl, jemalloc, tcmalloc, mimalloc, Go), with top stacks", analyze.malloc,
+          needs_pid=True, wants_duration=True),
     Probe("softirq", "NET_RX softirq time per CPU", analyze.softirq, takes_pids=False,
           wants_duration=True),
 )}
@@ -90,20 +92,52 @@ class Request:
         return run
 
 
-def _summary(req: Request, res) -> dict[str, Any]:
+def prepare(req: Request) -> tuple[Run | None, dict[str, Any]]:
+    """The run for ``req`` and what was learnt preparing it. For malloc this reads the
+    target's mappings and symbols (which allocators to probe); its run is None when
+    no allocator of any process can be probed. ValueError for an invalid request."""
+    run = req.validate()
+    if req.probe != "malloc":
+        return run, {}
+    from . import malloc_program
+
+    text, detections = malloc_program.prepare(run.pids)
+    context = {"allocators": {str(pid): d.to_json() for pid, d in detections.items()}}
+    return (replace(run, text=text) if text else None), context
+
+
+def _summary(req: Request, res: Result | None, context: dict[str, Any]) -> dict[str, Any]:
     p = req.spec()
-    kwargs: dict[str, Any] = {"pids": req.pids, "keep": req.keep}
+    kwargs: dict[str, Any] = {"pids": req.pids, "keep": req.keep, **context}
     # The window is the program's own timer (it exits itself); the wall time
     # around it also counts attaching the other probes and printing the maps.
     if p.wants_duration:
         kwargs["duration_s"] = float(req.duration_s)
-    out = p.analyze(res.output, **kwargs)
-    out.update({"duration_s": float(req.duration_s), "wall_s": res.sampled_s,
-                "startup_s": res.startup_s,
-                "pids": list(req.pids), "lost_events": res.output.lost_events})
-    if res.stopped:
+    if res is not None and res.run.text:  # malloc: name the call sites while they live
+        from .malloc_program import name_sites
+
+        kwargs["names"] = name_sites(res.output)
+    out = p.analyze(res.output if res else BpftraceOutput(), **kwargs)
+    out.update({"duration_s": float(req.duration_s),
+                "wall_s": res.sampled_s if res else None,
+                "startup_s": res.startup_s if res else None,
+                "pids": list(req.pids), "lost_events": res.output.lost_events if res else 0})
+    if res is None:
+        out["not_run"] = "nothing to probe"
+    elif res.run.text:
+        # Generated uprobes: one that did not attach would count zero calls, never a pass.
+        from .malloc_program import attach_shortfall, complete
+
+        if not complete(res.output.printf):
+            how = f" (stopped with {res.stopped})" if res.stopped else ""
+            raise SourceError(f"bpftrace {req.probe} ended before printing all its maps{how}: "
+                              "its counts are incomplete")
+        short = attach_shortfall(res.run.text, res.output.attached)
+        for r in (out.get("processes") or {}).values() if short else ():
+            r.setdefault("unprobed", []).append(short)
+    if res and res.stopped:
         out["stopped"] = res.stopped
-    if req.raw:
+    if req.raw and res:
         out["raw_ns"] = analyze.runqlat_raw(res.output)
     return out
 
@@ -112,23 +146,26 @@ def measure_many(requests: Sequence[Request], on_progress: Progress | None = Non
                  cancelled: Callable[[], bool] | None = None
                  ) -> list[dict[str, Any] | SourceError]:
     """Run every request over the same window; a summary or the error for each."""
-    runs: list[Run | SourceError] = []
+    prepared: list[tuple[Run | None, dict[str, Any]] | SourceError] = []
     for req in requests:
         try:
-            runs.append(req.validate())
+            prepared.append(prepare(req))
         except ValueError as exc:
-            runs.append(SourceError(str(exc)))
-    started = run_probes([r for r in runs if isinstance(r, Run)], on_progress,
-                         cancelled=cancelled)
-    it = iter(started)
+            prepared.append(SourceError(str(exc)))
+    runs = [p[0] for p in prepared if not isinstance(p, SourceError) and p[0] is not None]
+    it = iter(run_probes(runs, on_progress, cancelled=cancelled))
     out: list[dict[str, Any] | SourceError] = []
-    for req, run in zip(requests, runs, strict=True):
-        res = run if isinstance(run, SourceError) else next(it)
+    for req, prep in zip(requests, prepared, strict=True):
+        if isinstance(prep, SourceError):
+            out.append(prep)
+            continue
+        run, context = prep
+        res = next(it) if run is not None else None
         if isinstance(res, SourceError):
             out.append(res)
             continue
         try:
-            out.append(_summary(req, res))
+            out.append(_summary(req, res, context))
         except SourceError as exc:  # a ParseError of its maps
             out.append(exc)
     return out

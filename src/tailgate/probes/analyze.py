@@ -209,12 +209,20 @@ def _frames(stack: str) -> list[str]:
 
 
 def malloc(out: BpftraceOutput, pids: Collection[int] = (), keep: Keep = None,
-           duration_s: float | None = None, top: int = 5) -> dict[str, Any]:
+           duration_s: float | None = None, top: int = 5,
+           allocators: dict[str, dict[str, Any]] | None = None,
+           names: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:
+    """``allocators``: per pid (a string), what was found before probing
+    (:meth:`tailgate.sources.allocators.Detection.to_json`): the allocators probed and
+    the reasons others could not be. ``names``: per pid, ``{address: "function+offset"}``
+    for the return addresses in ``@sites`` (an older program printed ``@callers`` and
+    ``@stacks`` already named by bpftrace)."""
     rows: dict[int, dict[str, Any]] = {}
 
     def row(pid: int) -> dict[str, Any]:
-        return rows.setdefault(pid, {"calls": 0, "functions": {}, "bytes": 0, "per_s": None,
-                                     "callers": {}, "top_stacks": []})
+        return rows.setdefault(pid, {"calls": 0, "functions": {}, "by_allocator": {},
+                                     "bytes": 0, "per_s": None, "callers": {},
+                                     "top_stacks": []})
 
     for pid in pids:
         row(pid)
@@ -223,8 +231,11 @@ def malloc(out: BpftraceOutput, pids: Collection[int] = (), keep: Keep = None,
         if _kept(pid, keep):
             r = row(pid)
             r["calls"] += n
-            fn = probe.rsplit(":", 1)[-1]
+            # "family:entry" (an older program keyed "uprobe:libc:malloc")
+            family, _, fn = probe.rpartition(":")
             r["functions"][fn] = r["functions"].get(fn, 0) + n
+            family = family.rpartition(":")[2] or "libc"
+            r["by_allocator"][family] = r["by_allocator"].get(family, 0) + n
     for (who,), n in keyed(out.map("@bytes"), 1):
         if _kept(int_key(who), keep):
             row(int_key(who))["bytes"] = n
@@ -242,11 +253,33 @@ def malloc(out: BpftraceOutput, pids: Collection[int] = (), keep: Keep = None,
         if _kept(pid, keep):
             by = callers.setdefault(pid, {})
             by[caller.strip()] = by.get(caller.strip(), 0) + n
+    site_stacks: dict[int, dict[tuple[str, ...], int]] = {}
+    for key, n in keyed(out.map("@sites"), 5):
+        pid, *addrs = (int_key(k) for k in key)
+        if not _kept(pid, keep):
+            continue
+        named = (names or {}).get(str(pid), {})
+        frames = tuple(named.get(str(a), hex(a)) for a in addrs if a)
+        if not frames:
+            continue
+        by = callers.setdefault(pid, {})
+        caller = frames[0].rsplit("+", 1)[0] if str(addrs[0]) in named else frames[0]
+        by[caller] = by.get(caller, 0) + n
+        st = site_stacks.setdefault(pid, {})
+        st[frames] = st.get(frames, 0) + n
+    for pid, st in site_stacks.items():
+        ranked = sorted(st.items(), key=lambda kv: -kv[1])[:top]
+        row(pid)["top_stacks"] = [{"count": n, "frames": list(f)} for f, n in ranked]
     for pid, by in callers.items():
         row(pid)["callers"] = dict(sorted(by.items(), key=lambda kv: -kv[1])[:top])
     if duration_s:
         for r in rows.values():
             r["per_s"] = round(r["calls"] / duration_s, 3)
+    for pid_s, found in (allocators or {}).items():
+        if _kept(int(pid_s), keep) or int(pid_s) in pids:
+            r = row(int(pid_s))
+            r["allocators"] = list(found.get("allocators") or [])
+            r["unprobed"] = list(found.get("unprobed") or [])
     return {"probe": "malloc", "unit": "calls", "duration_s": duration_s,
             "processes": {str(p): rows[p] for p in sorted(rows)}}
 

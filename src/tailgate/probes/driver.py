@@ -80,6 +80,9 @@ class Run:
     duration_s: float
     mode: int = 0
     pids: tuple[int, ...] = ()
+    # A program generated from a fixed template (malloc: its uprobes depend on the
+    # allocators found), run with -e instead of the shipped file.
+    text: str | None = None
 
     def params(self) -> list[str]:
         ms = int(round(self.duration_s * 1000))
@@ -95,7 +98,8 @@ class Run:
         return [str(ms), str(self.mode), *(str(p) for p in slots)]
 
     def argv(self) -> list[str]:
-        return ["bpftrace", "-f", "json", str(program_path(self.program)), *self.params()]
+        program = ["-e", self.text] if self.text else [str(program_path(self.program))]
+        return ["bpftrace", "-f", "json", *program, *self.params()]
 
 
 @dataclass(frozen=True)

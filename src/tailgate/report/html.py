@@ -9,7 +9,7 @@ from ..model import LAYERS, Report
 from .safe import clean_report
 
 _COLORS = {"pass": "#1a7f37", "warn": "#9a6700", "fail": "#cf222e", "skip": "#6e7781",
-           "unknown": "#8250df"}
+           "unknown": "#8250df", "incomplete": "#8250df", "error": "#a40e26"}
 _NAMES = {"L1": "physical interconnect and clocks", "L2": "kernel scheduling and I/O",
           "L3": "user-space data plane", "L4": "inference engine"}
 
@@ -26,6 +26,12 @@ def render_html(report: Report) -> str:
             + (f" &mdash; fix {v.first_failing_layer} first" if v.first_failing_layer else "")
             + f"</p><p>{_cell(json.dumps(v.counts))} &middot; tailgate {_cell(report.version)}"
             f" &middot; interval {report.interval_s:.2f} s</p>")
+    missing = [*(f"{u['id']} (required): {u['reason']}" for u in v.unmet_required),
+               *(f"{u['id']} [{u['subject']}]: {u['reason']}"
+                 + (f" -- needs {u['needs']}" if u["needs"] else "") for u in v.unmeasured)]
+    if missing:  # what stayed unmeasured, and what would measure it
+        head += "<p>not measured:</p><ul>" + "".join(
+            f"<li>{_cell(m)}</li>" for m in missing) + "</ul>"
     rows = []
     for layer in LAYERS:
         rows.append(f"<tr class='layer'><th colspan='6'>{layer} &mdash; {_NAMES[layer]}</th></tr>")

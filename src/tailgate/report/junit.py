@@ -1,8 +1,8 @@
 """JUnit XML: one testcase per finding, so any CI system shows the red lines.
 
-fail -> <failure>; warn -> passes but carries a <system-out> note; skip and
-unknown -> <skipped> with the reason (a CI shows them without failing the build;
-`--fail-on` decides the exit status).
+fail -> <failure>; error (a check or parser of tailgate raised) -> <error>; warn ->
+passes but carries a <system-out> note; skip and unknown -> <skipped> with the reason
+(a CI shows them without failing the build; `--fail-on` decides the exit status).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def render_junit(report: Report) -> str:
             tests=str(len(findings)),
             failures=str(sum(f.status == "fail" for f in findings)),
             skipped=str(sum(f.status in ("skip", "unknown") for f in findings)),
-            errors="0",
+            errors=str(sum(f.status == "error" for f in findings)),
             hostname=str(report.host.get("hostname", "")),
         )
         for f in findings:
@@ -45,6 +45,9 @@ def render_junit(report: Report) -> str:
                 node = ET.SubElement(case, "failure", message=msg, type="redline")
                 node.text = f"{f.title}\nremedy: {f.remedy}\nevidence: " + json.dumps(
                     f.evidence, default=str, sort_keys=True)
+            elif f.status == "error":
+                node = ET.SubElement(case, "error", message=msg, type="tailgate-bug")
+                node.text = json.dumps(f.evidence, default=str, sort_keys=True)
             elif f.status in ("skip", "unknown"):
                 ET.SubElement(case, "skipped", message=f"{f.status}: {msg}")
             elif f.status == "warn":

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import Any
 
 from ..model import Report
@@ -75,6 +75,11 @@ def clean_report(report: Report, keep_newlines: bool = True) -> Report:
     """The report with every host-derived string cleaned, for a renderer to print."""
     findings = tuple(replace(f, **{k: clean_tree(getattr(f, k), keep_newlines)
                                    for k in _FINDING_TEXT}) for f in report.findings)
+    v = report.verdict
+    # The verdict repeats findings' subjects and reasons (what stayed unmeasured, and why).
+    verdict = replace(v, **{f.name: tuple(clean_tree(list(getattr(v, f.name)), keep_newlines))
+                            for f in fields(v) if isinstance(getattr(v, f.name), tuple)})
     return replace(report, version=clean(str(report.version), keep_newlines),
                    host=clean_tree(report.host, keep_newlines),
-                   target=clean_tree(report.target, keep_newlines), findings=findings)
+                   target=clean_tree(report.target, keep_newlines), findings=findings,
+                   verdict=verdict)

@@ -17,7 +17,7 @@ from ..model import LAYERS, Finding, Report
 from .safe import clean_report
 
 STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "skip": "dim",
-         "unknown": "magenta"}
+         "unknown": "magenta", "error": "bold white on red", "incomplete": "magenta"}
 NAMES = {"L1": "physical interconnect and hardware clocks",
          "L2": "kernel scheduling and I/O stack",
          "L3": "user-space data plane and runtime",
@@ -55,7 +55,7 @@ def _wrapped(text: str, width: int) -> Text:
 
 def _layer_status(findings: list[Finding]) -> str:
     statuses = {f.status for f in findings}
-    for s in ("fail", "warn", "unknown", "pass"):
+    for s in ("error", "fail", "warn", "unknown", "pass"):
         if s in statuses:
             return s
     return "skip"
@@ -87,8 +87,8 @@ def _pyramid(report: Report, by_layer: dict[str, list[Finding]], console: Consol
     width = 44
     for i, layer in enumerate(reversed(LAYERS)):  # L4 at the top, L1 the base
         counts = Counter(f.status for f in by_layer[layer])
-        summary = " ".join(f"{counts[s]}{s[0]}" for s in ("fail", "warn", "pass", "unknown", "skip")
-                           if counts[s])
+        summary = " ".join(f"{counts[s]}{s[0]}" for s in ("error", "fail", "warn", "pass", "unknown",
+                                                          "skip") if counts[s])
         label = f"{layer} {_layer_status(by_layer[layer]).upper():<7}"
         box = label.center(width - 2 * (len(LAYERS) - 1 - i) * 4)
         line = Text(" " * ((len(LAYERS) - 1 - i) * 4))
@@ -98,8 +98,34 @@ def _pyramid(report: Report, by_layer: dict[str, list[Finding]], console: Consol
             line.append("  <- fix first", style="bold red")
         console.print(line)
     v = report.verdict
-    if first:
+    if v.status == "error":
+        console.print(Text(f"verdict: ERROR - tailgate failed in {len(v.errors)} check(s) "
+                           f"({', '.join(sorted({e['id'] for e in v.errors}))}): this report "
+                           "proves nothing; please report the bug", style=STYLE["error"]))
+    elif first:
         console.print(Text(f"verdict: FAIL - fix {first} ({NAMES[first]}) first", style="bold red"))
+    elif v.status == "incomplete":
+        console.print(Text(f"verdict: INCOMPLETE - nothing crossed a red line, but "
+                           f"{len({u['id'] for u in v.unmeasured} | {u['id'] for u in v.unmet_required})}"
+                           " id(s) were not measured", style=STYLE["incomplete"]))
     else:
         console.print(Text(f"verdict: {v.status.upper()}", style=STYLE[v.status]))
-    console.print(Text("(f fail, w warn, p pass, u unknown, s skip)", style="dim"))
+    _unmeasured(v, console)
+    console.print(Text("(e error, f fail, w warn, p pass, u unknown, s skip)", style="dim"))
+
+
+def _unmeasured(v, console: Console) -> None:
+    """What stayed unmeasured and what would measure it, one line per id."""
+    if v.unmet_required:
+        console.print(Text("required but not measured (the gate fails):", style="bold red"))
+        for u in v.unmet_required:
+            console.print(_wrapped(f"{u['id']} ({'/'.join(u['statuses']) or 'absent'}): "
+                                   f"{u['reason']}", console.width))
+    by_id: dict[str, list[dict]] = {}
+    for u in v.unmeasured:
+        by_id.setdefault(u["id"], []).append(u)
+    if by_id:  # each reason is printed at its finding above; here, what would measure it
+        console.print(Text("not measured (what would measure it):", style="magenta"))
+        for cid, items in by_id.items():
+            console.print(_wrapped(f"{cid}: {items[0]['needs'] or items[0]['reason']}",
+                                   console.width))

@@ -166,7 +166,7 @@ def read_cpu_bandwidth(host: Host, path: str) -> dict[str, object]:
     return info
 
 
-def target_cgroups(host: Host, target: Target) -> dict[str, str]:
+def target_cgroups(host: Host | None, target: Target) -> dict[str, str]:
     """Fact name -> cgroup path for --cgroup and every --pid."""
     out = {}
     if target.cgroup:
@@ -176,7 +176,8 @@ def target_cgroups(host: Host, target: Target) -> dict[str, str]:
     return out
 
 
-@collector("cgroup.cpu", counter=True, multi=True)
+@collector("cgroup.cpu", counter=True, multi=True,
+           names=lambda t: list(target_cgroups(None, t)))
 def cgroup_cpu(host: Host, target: Target) -> dict[str, object]:
     out: dict[str, object] = {}
     for name, spec in target_cgroups(host, target).items():

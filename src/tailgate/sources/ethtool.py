@@ -6,10 +6,12 @@ A driver that does not implement an operation (virtio has no FEC, no module
 EEPROM) is data, not a failure: the value says ``supported: False`` and why,
 so the check can say "not applicable" instead of "could not read".
 
-Formats read (ethtool 5.13 .. 6.x):
+Formats read: every release from 5.0 to 7.0 (one fixture per print-code variant in
+tests/fixtures/host/versions, each naming the release and function it comes from):
 
 * ``-I --show-fec``: ``Statistics:`` then ``  corrected_blocks: N`` with optional
-  ``    Lane K: N`` lines (ethtool netlink/fec.c).
+  ``    Lane K: N`` lines (netlink/fec.c, 5.13 .. 6.15), or ``N [ per_lane: a, b ]`` and
+  the ``fec_symbols_err_*`` histogram (6.19+); no statistics before 5.13.
 * ``-S``: ``     name: value`` under ``NIC statistics:``.
 * ``-m``: ``Field   : value`` lines; field names differ between SFF-8472 (SFP),
   SFF-8636 (QSFP) and CMIS (QSFP-DD/OSFP) decoders and across ethtool versions
@@ -24,7 +26,7 @@ import math
 import re
 from typing import Any
 
-from ..collect import Target, collector
+from ..collect import Target, collector, crash_fact
 from ..host import Host
 from ..model import Fact, ParseError, SourceError
 
@@ -102,43 +104,84 @@ def phy_counters(stats: dict[str, int]) -> dict[str, int]:
     return kept
 
 
-_FEC_STATS = ("corrected_blocks", "uncorrectable_blocks", "corrected_bits")
-_FEC_STAT_RE = re.compile(r"^  (\w+):\s+([0-9]+)\s*$")
-_FEC_LANE_RE = re.compile(r"^\s+Lane ([0-9]+):\s+([0-9]+)\s*$")
+_FEC_CONFIG = ("Configured FEC encodings", "Supported/Configured FEC encodings")
+# One statistic: ``name: total`` and, from ethtool 6.19, `` [ per_lane: a, b ]`` after it.
+# 6.19 prints a lane-less total without its newline, so several can share one line.
+_FEC_ITEM_RE = re.compile(r"(\w+):\s*(\S+?)(?:\s*\[\s*per_lane:([^\]]*)\])?(?=\s|$)")
+# 5.13 .. 6.15: per-lane values on their own ``    Lane N: count`` lines.
+_FEC_LANE_RE = re.compile(r"^\s+Lane (\d+):\s+(\S+)\s*$")
+_FEC_HIST_RE = re.compile(r"^fec_symbols_err_(\d+)(?:_to_(\d+))?$")
+
+
+def _fec_count(name: str, text: str) -> int:
+    if not re.fullmatch(r"[0-9]{1,20}", text):  # ASCII: str.isdigit() also takes '²'
+        raise ParseError(f"ethtool --show-fec: {name}: not a count: {text[:40]!r}")
+    return int(text)
+
+
+def _fec_stat_line(line: str, out: dict[str, Any]) -> str | None:
+    """Read the statistics on one line into ``out``; the last statistic's name, if any."""
+    last, found = None, False
+    for m in _FEC_ITEM_RE.finditer(line):
+        found = True
+        name, total = m.group(1), _fec_count(m.group(1), m.group(2))
+        lanes: dict[str, int] = {}
+        if m.group(3) is not None:
+            values = [v.strip() for v in m.group(3).split(",")]
+            lanes = {str(i): _fec_count(f"{name} lane {i}", v) for i, v in enumerate(values)}
+        hist = _FEC_HIST_RE.match(name)
+        if hist:
+            lo = int(hist.group(1))
+            hi = int(hist.group(2)) if hist.group(2) else lo
+            out["histogram"].append({"symbol_errors": [lo, hi], "total": total, "lanes": lanes})
+            last = None
+        else:
+            out["stats"][name] = {"total": total, "lanes": lanes}
+            last = name
+    if not found:
+        raise ParseError(f"ethtool --show-fec: unreadable statistics line: {line.strip()!r}")
+    return last
 
 
 def parse_fec(text: str) -> dict[str, Any]:
-    """``ethtool -I --show-fec``: encodings and (when the driver reports them) statistics.
+    """``ethtool [-I] --show-fec``: encodings and (when the driver reports them) statistics.
 
     ``stats`` maps ``corrected_blocks``/``uncorrectable_blocks``/``corrected_bits`` to
-    ``{"total": N, "lanes": {"0": N, ...}}``; it is empty when the driver reports none.
+    ``{"total": N, "lanes": {"0": N, ...}}``; it is empty when the driver reports none
+    (and always before ethtool 5.13, whose ioctl path prints no statistics).
+    ``histogram`` lists the FEC symbol-error bins of ethtool >= 6.19
+    (``{"symbol_errors": [lo, hi], "total", "lanes"}``). Every print format of ethtool
+    5.0 .. 7.0 is read: ``Configured`` (< 5.18) or ``Supported/Configured`` encodings,
+    ``    Lane N: count`` lines (5.13 .. 6.15) or ``[ per_lane: ... ]`` (6.19+).
     """
     if _unsupported(text) and "FEC parameters" not in text:
         return {"supported": False, "reason": f"ethtool --show-fec: {UNSUPPORTED}"}
     if "FEC parameters" not in text:
         raise ParseError("ethtool --show-fec: no 'FEC parameters' header")
-    out: dict[str, Any] = {"supported": True, "configured": None, "active": None, "stats": {}}
+    out: dict[str, Any] = {"supported": True, "configured": None, "active": None, "stats": {},
+                           "histogram": []}
     in_stats = False
     current: str | None = None
     for line in text.splitlines():
         key, sep, value = line.partition(":")
         k = key.strip()
-        if k in ("Configured FEC encodings", "Supported/Configured FEC encodings"):
+        if not line.strip():
+            continue
+        if k in _FEC_CONFIG:
             out["configured"] = value.split()
         elif k == "Active FEC encoding":
             out["active"] = value.strip() or None
         elif k == "Statistics" and not value.strip():
             in_stats = True
         elif in_stats:
-            m = _FEC_STAT_RE.match(line)
             lane = _FEC_LANE_RE.match(line)
-            if m:
-                current = m.group(1)
-                out["stats"][current] = {"total": int(m.group(2)), "lanes": {}}
-            elif lane and current is not None:
-                out["stats"][current]["lanes"][lane.group(1)] = int(lane.group(2))
-            elif k in _FEC_STATS:
-                raise ParseError(f"ethtool --show-fec: {k}: not a count: {value.strip()!r}")
+            if lane:
+                if current is None:
+                    raise ParseError(f"ethtool --show-fec: lane line before a statistic: {line!r}")
+                out["stats"][current]["lanes"][lane.group(1)] = _fec_count(
+                    f"{current} lane {lane.group(1)}", lane.group(2))
+            else:
+                current = _fec_stat_line(line, out)
     return out
 
 
@@ -153,11 +196,32 @@ _POWER_VALUE_RE = re.compile(r"^([0-9.]+)\s*mW\s*/\s*(-inf|[-+]?[0-9.]+)\s*dBm")
 LOS_DBM = -40.0
 
 
+# Per-lane status lines (sff-common.c sff_show_lane_status, SFF-8636 and CMIS, ethtool
+# >= 6.4): ``None`` or ``[ No, Yes, ... ]`` with lane 1 first. The flags are latched:
+# set when the condition happened since the module was last read.
+LANE_FLAGS = {"Rx loss of signal": "rx_los", "Rx loss of lock": "rx_lol",
+              "Tx loss of signal": "tx_los", "Tx loss of lock": "tx_lol", "Tx fault": "tx_fault"}
+_RX_THRESHOLD_RE = re.compile(r"^Laser rx power (high|low) (alarm|warning) threshold$")
+
+
 def _length_m(value: str) -> float | None:
-    m = re.match(r"^\s*([0-9.]+)\s*(km|m)\b", value)
+    """``1m``, ``3.00m`` (CMIS, < 6.14), ``3.0000m`` (6.14+), ``2km``; ``> 6.3km`` (CMIS's
+    largest code) reads as its lower bound."""
+    m = re.match(r"^\s*>?\s*([0-9]+(?:\.[0-9]+)?)\s*(km|m)\b", value)
     if not m:
         return None
     return float(m.group(1)) * (1000.0 if m.group(2) == "km" else 1.0)
+
+
+def _lane_flags(name: str, value: str) -> list[int]:
+    """``[ No, Yes, No, No ]`` -> ``[2]`` (flagged lanes, numbered from 1); ``None`` -> []."""
+    if value == "None":
+        return []
+    m = re.fullmatch(r"\[\s*((?:(?:Yes|No)\s*,?\s*)+)\]", value)
+    if not m:
+        raise ParseError(f"ethtool -m: {name}: not a lane list: {value!r}")
+    words = [w.strip() for w in m.group(1).split(",") if w.strip()]
+    return [i + 1 for i, w in enumerate(words) if w == "Yes"]
 
 
 def _rx_power(name: str, value: str) -> dict[str, Any] | None:
@@ -199,22 +263,42 @@ def parse_module(text: str) -> dict[str, Any]:
     ``rx_power`` is a list of ``{"lane", "mw", "dbm", "kind"}``; ``dbm`` is None for
     ``-inf`` (no light). ``media`` is ``copper``, ``optical`` or ``unknown``;
     ``cable_length_m`` is the attached cable's length (copper or active cables only).
+    ``lane_flags`` maps ``rx_los``/``rx_lol``/``tx_los``/``tx_lol``/``tx_fault`` to the
+    flagged lanes (numbered from 1) where the module and the ethtool release report them;
+    ``rx_thresholds_dbm`` holds the module's own Rx power alarm/warning thresholds.
+    Labels of every ethtool release 5.x .. 7.0 are read (6.14 renamed several, e.g.
+    ``Length (OM3 50um)`` -> ``Length (OM3)`` and ``power(Channel 1)`` -> ``power (Channel 1)``).
     """
     if _unsupported(text) and "Identifier" not in text:
         return {"supported": False, "reason": f"ethtool -m: {UNSUPPORTED}"}
     fields: dict[str, list[str]] = {}
     rx: list[dict[str, Any]] = []
+    flags: dict[str, list[int]] = {}
+    rx_thresholds: dict[str, float | None] = {}
     for line in text.splitlines():
         m = _FIELD_RE.match(line)
         if not m:
             continue
         name, value = m.group(1).strip(), m.group(2).strip()
         reading = _rx_power(name, value)
+        threshold = _RX_THRESHOLD_RE.match(name)
         if reading is not None:
             rx.append(reading)
+        elif name in LANE_FLAGS:
+            flags[LANE_FLAGS[name]] = _lane_flags(name, value)
+        elif threshold:
+            v = _POWER_VALUE_RE.match(value)
+            if not v:
+                raise ParseError(f"ethtool -m: {name}: not a power reading: {value!r}")
+            rx_thresholds[f"{threshold.group(2)}_{threshold.group(1)}"] = (
+                None if v.group(2) == "-inf" else float(v.group(2)))
         else:
             fields.setdefault(name, []).append(value)
     if "Identifier" not in fields:
+        if re.search(r"^Offset\s+Values\s*$", text, re.M):
+            # ethtool's fallback for a memory map it cannot decode (eeprom_dump_hex).
+            raise ParseError("ethtool -m: this ethtool prints the module EEPROM as a hex dump "
+                             "only (identifier not decoded by this release)")
         raise ParseError("ethtool -m: no 'Identifier' field")
 
     def first(name: str) -> str | None:
@@ -235,7 +319,10 @@ def parse_module(text: str) -> dict[str, Any]:
         or any(re.search(r"Base-(SR|LR|ER|ZR|DR|FR|LX|SX)", t) for t in types)
     )
     attached = "no separable connector" in connector.lower() or "copper pigtail" in connector.lower()
-    cable = first("Length (Copper or Active cable)") or first("Length (Copper)")
+    # SFF-8636 / SFF-8472 (6.14+ prints the SFP's as "Copper or Active cable"), and CMIS's
+    # "Cable assembly length" for copper and active (optical or electrical) cables.
+    cable = (first("Length (Copper or Active cable)") or first("Length (Copper)")
+             or first("Cable assembly length"))
     lengths = {k[len("Length ("):-1]: v[0] for k, v in fields.items()
                if k.startswith("Length (") and k.endswith(")")}
     return {
@@ -252,6 +339,9 @@ def parse_module(text: str) -> dict[str, Any]:
         "vendor": first("Vendor name"),
         "part": first("Vendor PN"),
         "rx_power": rx,
+        # Only what this module and ethtool release print (SFF-8636/CMIS, ethtool >= 6.4).
+        "lane_flags": flags,
+        "rx_thresholds_dbm": rx_thresholds,
     }
 
 
@@ -286,7 +376,11 @@ def parse_rings(text: str) -> dict[str, dict[str, int | None]]:
 
 def parse_timestamping(text: str) -> dict[str, Any]:
     """``ethtool -T``: capabilities, PHC index, hardware modes. ``hardware`` says whether
-    the NIC timestamps in hardware and exposes a PTP hardware clock (what ptp4l needs)."""
+    the NIC timestamps in hardware and exposes a PTP hardware clock (what ptp4l needs).
+
+    Read for every release: the ioctl labels with ``(SOF_TIMESTAMPING_...)`` (< 5.8), the
+    netlink names (5.8+), ``Statistics:`` (6.10+), ``Hardware timestamp provider index``
+    in place of ``PTP Hardware Clock`` (6.14+) and ``Hardware timestamp source`` (6.19+)."""
     caps: list[str] = []
     tx: list[str] = []
     rxf: list[str] = []
@@ -318,8 +412,10 @@ def parse_timestamping(text: str) -> dict[str, Any]:
             section = None
         elif s.startswith("Time stamping parameters"):
             section = None
-        elif sep and value.strip() and not line[:1].isspace():
-            section = None  # another header we do not read
+        elif not line[:1].isspace():
+            # Another header we do not read: "Statistics:" (6.10+), "Hardware timestamp
+            # provider qualifier/source" (6.14+, 6.19+); what is indented under it is not ours.
+            section = None
         elif section is not None and line[:1].isspace():
             section.append(s.split()[0])
     if not phc_seen:
@@ -333,16 +429,25 @@ _RSS_HEADER_RE = re.compile(r"with (\d+) RX ring\(s\)")
 _KEY_RE = re.compile(r"^\s*([0-9a-fA-F]{2}(?::[0-9a-fA-F]{2})+)\s*$")
 _TABLE_RE = re.compile(r"^\s*\d+:\s+((?:\d+\s*)+)$")
 _ONOFF_RE = re.compile(r"^\s*([\w-]+):\s*(on|off)\s*$")
+# ethtool >= 6.14 names bits its string set does not know instead of dropping them.
+_RSS_UNKNOWN_RE = re.compile(
+    r"^\s*Unknown (?:hash function|bits in RSS input transformation):\s*0x([0-9a-fA-F]+)\s*$")
 
 
 def parse_rss(text: str) -> dict[str, Any]:
     """``ethtool -x``: RX rings, indirection table, key bytes (hex, or None when the
-    driver does not expose it), hash functions and input transformations."""
+    driver does not expose it), hash functions and input transformations.
+
+    Every release's layout is read: the ioctl print of 5.x-6.1, the leading blank line of
+    the netlink print (6.2+), ``RSS input transformation`` (6.9+, ``symmetric-or-xor``
+    from 6.15) and the ``Unknown ...: 0xN`` lines of 6.14+ (``unknown_bits``, by section:
+    ``functions``/``transforms``)."""
     rings = None
     table: list[int] = []
     key: str | None = None
     functions: dict[str, bool] = {}
     transforms: dict[str, bool] = {}
+    unknown: dict[str, int] = {}
     section = None
     for line in text.splitlines():
         s = line.strip()
@@ -366,13 +471,16 @@ def parse_rss(text: str) -> dict[str, Any]:
             key = s.replace(":", "").lower()
         elif section in ("functions", "transforms"):
             o = _ONOFF_RE.match(line)
+            u = _RSS_UNKNOWN_RE.match(line)
             if o:
                 (functions if section == "functions" else transforms)[o.group(1)] = (
                     o.group(2) == "on")
+            elif u:
+                unknown[section] = int(u.group(1), 16)
     if rings is None:
         raise ParseError("ethtool -x: no 'RX flow hash indirection table ... RX ring(s)' header")
     return {"rings": rings, "table": table, "key": key, "functions": functions,
-            "transforms": transforms}
+            "transforms": transforms, "unknown_bits": unknown}
 
 
 # ---------------------------------------------------------------- collectors
@@ -389,8 +497,8 @@ def per_iface(prefix: str, host: Host, target: Target, fn) -> dict[str, object]:
             out[f"{prefix}.{iface}"] = fn(iface)
         except SourceError as exc:
             out[f"{prefix}.{iface}"] = Fact(missing=host.blame(exc))
-        except (ValueError, KeyError, IndexError, TypeError) as exc:
-            out[f"{prefix}.{iface}"] = Fact(missing=host.blame(ValueError(f"parse error: {exc}")))
+        except Exception as exc:  # noqa: BLE001 - a parser bug: this port's fact is an error
+            out[f"{prefix}.{iface}"] = crash_fact(f"{prefix} of {iface}", exc)
     return out
 
 
@@ -410,10 +518,21 @@ def ethtool_info(host: Host, target: Target) -> dict[str, object]:
                       lambda i: parse_driver_info(host.run(["ethtool", "-i", i])))
 
 
+def _show_fec(host: Host, iface: str) -> str:
+    """``ethtool -I --show-fec``; ethtool before 5.10 refuses ``-I`` ("bad command line
+    argument(s)") and prints no statistics anyway, so it is asked without it."""
+    try:
+        return _run_or_unsupported(host, ["ethtool", "-I", "--show-fec", iface])
+    except SourceError as exc:
+        try:
+            return _run_or_unsupported(host, ["ethtool", "--show-fec", iface])
+        except SourceError:
+            raise exc from None
+
+
 @collector("ethtool.fec", counter=True, multi=True)
 def ethtool_fec(host: Host, target: Target) -> dict[str, object]:
-    return per_iface("ethtool.fec", host, target, lambda i: parse_fec(
-        _run_or_unsupported(host, ["ethtool", "-I", "--show-fec", i])))
+    return per_iface("ethtool.fec", host, target, lambda i: parse_fec(_show_fec(host, i)))
 
 
 @collector("ethtool.phy", counter=True, multi=True)

@@ -118,3 +118,36 @@ def nics(host: Host, target: Target) -> dict[str, object]:
         except SourceError as exc:
             out[f"nic.{iface}"] = Fact(missing=host.blame(exc))
     return out
+
+
+def rps_map(host: Host, iface: str) -> dict[str, object]:
+    """RPS: ``queues/rx-N/rps_cpus`` (hex CPU mask) sends NET_RX softirq work of queue N to
+    those CPUs; RFS (``rps_flow_cnt`` > 0 with ``net.core.rps_sock_flow_entries`` > 0)
+    steers each flow, within that mask, to the CPU its reader last ran on. Absent
+    without CONFIG_RPS: None."""
+    from .qdisc import parse_cpumask
+
+    base = f"/sys/class/net/{iface}/queues"
+    queues = sorted((q for q in host.listdir(base) if q.startswith("rx-")),
+                    key=lambda n: int(n[3:]) if n[3:].isdigit() else 0)
+    masks: dict[str, list[int] | None] = {}
+    flows: dict[str, int | None] = {}
+    for q in queues:
+        try:
+            masks[q] = parse_cpumask(host.read(f"{base}/{q}/rps_cpus"))
+        except SourceError as exc:
+            if not str(exc).endswith(": absent"):
+                raise
+            masks[q] = None
+        try:
+            flows[q] = int(host.read(f"{base}/{q}/rps_flow_cnt").strip())
+        except (SourceError, ValueError):
+            flows[q] = None
+    return {"rps_cpus": masks, "rps_flow_cnt": flows}
+
+
+@collector("rps", multi=True)
+def rps(host: Host, target: Target) -> dict[str, object]:
+    from .ethtool import per_iface
+
+    return per_iface("rps", host, target, lambda i: rps_map(host, i))

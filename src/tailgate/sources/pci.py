@@ -26,6 +26,7 @@ from typing import Any
 from ..collect import Target, collector
 from ..host import Host
 from ..model import ParseError, SourceError
+from .process import parse_cpulist
 
 _BDF_RE = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
 KINDS = {"02": "nic", "03": "gpu", "12": "accelerator"}
@@ -46,14 +47,22 @@ _AER_LONG = {
 AER_CORRECTABLE = ("RxErr", "BadTLP", "BadDLLP", "Rollover", "Timeout", "NonFatalErr",
                    "CorrIntErr", "HeaderOF", "TOTAL_ERR_COR")
 _AER_LINE_RE = re.compile(r"^(\S.*?)\s+(\S+)$")
+# A set status bit the kernel has no name for is printed as ``<stats array>_bit[N] count``
+# (aer_stats_dev_attr, Linux 4.19+; only when non-zero), e.g. ``dev_cor_errs_bit[11] 1``.
+_AER_BIT_RE = re.compile(r"^dev_(?:cor|fatal|nonfatal)_errs_bit\[(\d+)\]$")
 
 
 def parse_aer(text: str) -> dict[str, int]:
-    """``aer_dev_correctable`` (either format) -> ``{short name: count}``."""
+    """``aer_dev_correctable`` (either format) -> ``{short name: count}``; unnamed status
+    bits become ``bitN``."""
     out: dict[str, int] = {}
     for line in text.splitlines():
         m = _AER_LINE_RE.match(line.strip())
         if not m:
+            continue
+        bit = _AER_BIT_RE.match(m.group(1))
+        if bit:
+            out[f"bit{bit.group(1)}"] = parse_int_file(m.group(2), m.group(1))
             continue
         name = _AER_LONG.get(m.group(1), m.group(1))
         if not _count(m.group(2)):
@@ -163,6 +172,14 @@ def pci_devices(host: Host) -> dict[str, dict[str, Any]]:
         except SourceError:
             entry["driver"] = None
         entry["aer"] = host.exists(f"{base}/aer_dev_correctable")
+        if entry["kind"] != "upstream":  # for GPU locality (l2.numa.affinity)
+            node = _read(host, f"{base}/numa_node")
+            entry["numa_node"] = int(node) if node and node.lstrip("-").isdigit() else None
+            cpus = _read(host, f"{base}/local_cpulist")
+            try:
+                entry["local_cpus"] = parse_cpulist(cpus) if cpus is not None else None
+            except ParseError:
+                entry["local_cpus"] = None
         entry["amdgpu_replay"] = host.exists(f"{base}/pcie_replay_count")
     return out
 
@@ -250,3 +267,83 @@ def pci_replay(host: Host, target: Target) -> dict[str, Any]:
             else:  # a GPU whose counter could not be read is unknown, not silently dropped
                 errors[bdf] = errors.get("nvidia-smi") or f"nvidia-smi -q: no replay counter for {bdf}"
     return {"counters": counters, "sources": sources, "errors": errors}
+
+
+# -- link training: negotiated vs capable speed and width -----------------------------------
+
+# drivers/pci/pci-sysfs.c prints a speed as "16.0 GT/s PCIe" (PCIE_SPEED2STR, Linux >= 4.17),
+# before that as "8 GT/s" / "5 GT/s" / "2.5 GT/s"; a link without a negotiated speed (down,
+# or in a low-power state) prints "Unknown" (older: "Unknown speed"). Widths are "%u": 0 when
+# the link is down. The files exist only for PCIe devices (conventional PCI has no link).
+_SPEED_RE = re.compile(r"^(\d+(?:\.\d+)?) GT/s(?: PCIe)?$")
+LINK_FILES = ("current_link_speed", "current_link_width", "max_link_speed", "max_link_width")
+
+
+def parse_link_speed(text: str) -> float | None:
+    """``16.0 GT/s PCIe`` or ``8 GT/s`` -> GT/s; ``Unknown`` (no negotiated speed) -> None."""
+    s = text.strip()
+    if s in ("Unknown", "Unknown speed"):
+        return None
+    m = _SPEED_RE.match(s)
+    if not m:
+        raise ParseError(f"not a PCIe link speed: {s[:40]!r}")
+    return float(m.group(1))
+
+
+def parse_link_width(text: str) -> int:
+    s = text.strip().removeprefix("x")
+    if not _count(s) or len(s) > 2:  # x1 .. x32
+        raise ParseError(f"not a PCIe link width: {text.strip()[:40]!r}")
+    return int(s)
+
+
+def read_link(host: Host, bdf: str) -> dict[str, Any] | None:
+    """The link attributes of ``bdf``, parsed; None when it has none (not a PCIe device)."""
+    base = f"/sys/bus/pci/devices/{bdf}"
+    raw: dict[str, str | None] = {}
+    why: dict[str, str] = {}
+    for name in LINK_FILES:
+        try:
+            raw[name] = host.read(f"{base}/{name}").strip()
+        except SourceError as exc:
+            raw[name], why[name] = None, str(exc)
+    # No link file at all: not a PCIe device. Files that are there but unreadable (a FIFO,
+    # a link out of the root) are a reason, never "no link".
+    if len(why) == len(LINK_FILES) and all(w.endswith(": absent") for w in why.values()):
+        return None
+    if why:
+        raise SourceError("; ".join(why.values()))
+
+    def parsed(name: str, parse: Any) -> Any:
+        try:
+            return parse(raw[name])
+        except ParseError as exc:
+            raise ParseError(f"{base}/{name}: {exc}") from exc
+
+    return {"current_gts": parsed("current_link_speed", parse_link_speed),
+            "current_width": parsed("current_link_width", parse_link_width),
+            "max_gts": parsed("max_link_speed", parse_link_speed),
+            "max_width": parsed("max_link_width", parse_link_width),
+            "raw": raw}
+
+
+@collector("pci.links")
+def pci_links(host: Host, target: Target) -> dict[str, Any]:
+    """Per judged device (NIC, GPU, accelerator): its chain of ports from the root port down,
+    and the link attributes of every device in it. ``{"chains": {bdf: [bdf, ...]}, "links":
+    {bdf: {...} | None}, "errors": {bdf: reason}}``."""
+    chains: dict[str, list[str]] = {}
+    links: dict[str, dict[str, Any] | None] = {}
+    errors: dict[str, str] = {}
+    for bdf, entry in pci_devices(host).items():
+        if entry["kind"] == "upstream":
+            continue
+        chains[bdf] = [*entry["upstream"], bdf]
+        for dev in chains[bdf]:
+            if dev in links or dev in errors:
+                continue
+            try:
+                links[dev] = read_link(host, dev)
+            except SourceError as exc:
+                errors[dev] = str(exc)
+    return {"chains": chains, "links": links, "errors": errors}

@@ -48,7 +48,7 @@ def plan(target: Target, cgroup_pids: frozenset[int] | None = None) -> dict[str,
     return out
 
 
-@collector("probe", multi=True)
+@collector("probe", multi=True, names=lambda t: [f"probe.{n}" for n in FACTS])
 def probe_facts(host: Host, target: Target) -> dict[str, Fact]:
     window = target.options.get("probe_window")
     names = [f"probe.{n}" for n in FACTS]

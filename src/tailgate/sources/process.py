@@ -1,7 +1,9 @@
-"""Per-process facts for --pid: allowed CPUs and memory nodes, schedstat, io_uring rings."""
+"""Per-process facts for --pid: allowed CPUs and memory nodes, memory policy, schedstat,
+io_uring rings, GPUs held open."""
 
 from __future__ import annotations
 
+import posixpath
 import re
 
 from ..collect import Target, collector
@@ -132,7 +134,8 @@ def read_status(host: Host, pid: int) -> dict[str, str]:
     return st
 
 
-@collector("proc.pid.status", multi=True)
+@collector("proc.pid.status", multi=True,
+           names=lambda t: [f"proc.{pid}.status" for pid in t.pids])
 def pid_status(host: Host, target: Target) -> dict[str, object]:
     out: dict[str, object] = {}
     for pid in target.pids:
@@ -150,7 +153,8 @@ def pid_status(host: Host, target: Target) -> dict[str, object]:
     return out
 
 
-@collector("proc.pid.schedstat", counter=True, multi=True)
+@collector("proc.pid.schedstat", counter=True, multi=True,
+           names=lambda t: [f"proc.{pid}.schedstat" for pid in t.pids])
 def pid_schedstat(host: Host, target: Target) -> dict[str, object]:
     out: dict[str, object] = {}
     for pid in target.pids:
@@ -161,7 +165,8 @@ def pid_schedstat(host: Host, target: Target) -> dict[str, object]:
     return out
 
 
-@collector("proc.pid.io_uring", multi=True)
+@collector("proc.pid.io_uring", multi=True,
+           names=lambda t: [f"proc.{pid}.io_uring" for pid in t.pids])
 def pid_io_uring(host: Host, target: Target) -> dict[str, object]:
     """Every io_uring fd of the process, found by its ``anon_inode:[io_uring]`` link."""
     out: dict[str, object] = {}
@@ -183,4 +188,116 @@ def pid_io_uring(host: Host, target: Target) -> dict[str, object]:
             out[name] = Fact(missing=f"pid {pid}: io_uring fdinfo: {host.blame(exc)}")
         except SourceError as exc:
             out[name] = Fact(missing=f"pid {pid}: {host.blame(exc)}")
+    return out
+
+
+# mm/mempolicy.c mpol_to_str(): a mode name, optional "=static"/"=relative" flags, then
+# ":nodelist" for modes that have one. Two mode names hold a space.
+_NUMA_MAPS_RE = re.compile(r"^([0-9a-f]+) (weighted interleave\S*|prefer \(many\)\S*|\S+)(?: (.*))?$")
+_NODE_PAGES_RE = re.compile(r"^N(\d+)=(\d+)$")
+
+
+def parse_policy(text: str) -> dict[str, object]:
+    """``bind=static:0-1`` -> ``{"mode": "bind", "nodes": [0, 1], "flags": "static"}``."""
+    head, _, nodes = text.partition(":")
+    mode, _, flags = head.partition("=")
+    return {"mode": mode, "nodes": parse_cpulist(nodes) if nodes else None, "flags": flags or None}
+
+
+def parse_numa_maps(text: str) -> dict[str, object]:
+    """/proc/PID/numa_maps: the memory policy of each mapping (the task's policy where the
+    mapping has none of its own) and the pages resident on each node.
+
+    ``{"policies": {"bind:0": vmas}, "resident_bytes": {"0": bytes}}``."""
+    policies: dict[str, int] = {}
+    resident: dict[str, int] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        m = _NUMA_MAPS_RE.match(line.strip())
+        if not m:
+            raise ParseError(f"numa_maps: not a mapping line: {line[:60]!r}")
+        policies[m.group(2)] = policies.get(m.group(2), 0) + 1
+        fields = (m.group(3) or "").split()
+        page = next((int(f.split("=")[1]) * 1024 for f in fields
+                     if f.startswith("kernelpagesize_kB=") and f.split("=")[1].isdigit()), 4096)
+        for f in fields:
+            n = _NODE_PAGES_RE.match(f)
+            if n:
+                resident[n.group(1)] = resident.get(n.group(1), 0) + int(n.group(2)) * page
+    if not policies:
+        raise ParseError("numa_maps: no mapping")
+    for policy in policies:
+        parse_policy(policy)  # a malformed node list is a parse error here, not in a check
+    return {"policies": policies, "resident_bytes": resident}
+
+
+@collector("proc.pid.numa_maps", multi=True,
+           names=lambda t: [f"proc.{pid}.numa_maps" for pid in t.pids])
+def pid_numa_maps(host: Host, target: Target) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for pid in target.pids:
+        name = f"proc.{pid}.numa_maps"
+        try:
+            out[name] = parse_numa_maps(host.read(f"/proc/{pid}/numa_maps"))
+        except SourceError as exc:
+            out[name] = Fact(missing=f"pid {pid}: {exc}"
+                             + (" (a kernel without CONFIG_NUMA has no numa_maps)"
+                                if str(exc).endswith(": absent") else ""))
+    return out
+
+
+def _nvidia_minors(host: Host) -> dict[str, str]:
+    """/dev/nvidiaN minor -> PCI address, from the NVIDIA driver's /proc/driver/nvidia/gpus."""
+    out = {}
+    base = "/proc/driver/nvidia/gpus"
+    for bdf in host.listdir(base):
+        m = re.search(r"^Device Minor:\s*(\d+)", host.read(f"{base}/{bdf}/information"), re.M)
+        if m:
+            out[m.group(1)] = bdf.lower()
+    return out
+
+
+def gpus_held(host: Host, pid: int) -> dict[str, object]:
+    """PCI addresses of the GPUs ``pid`` has open: /dev/nvidiaN (NVIDIA) and /dev/dri/*
+    (DRM: amdgpu, i915, ...), from its fds. ``{"gpus": [bdf], "unresolved": [device]}``."""
+    devices = set()
+    for fd in host.listdir(f"/proc/{pid}/fd"):
+        try:
+            link = host.readlink(f"/proc/{pid}/fd/{fd}")
+        except SourceError:
+            continue  # closed between listdir and readlink
+        if re.fullmatch(r"/dev/nvidia\d+|/dev/dri/(card|renderD)\d+", link):
+            devices.add(link)
+    gpus, unresolved = set(), []
+    minors: dict[str, str] | None = None
+    for dev in sorted(devices):
+        if dev.startswith("/dev/nvidia"):
+            if minors is None:
+                try:
+                    minors = _nvidia_minors(host)
+                except SourceError:
+                    minors = {}
+            bdf = minors.get(dev.removeprefix("/dev/nvidia"))
+        else:
+            try:
+                bdf = posixpath.basename(host.readlink(f"/sys/class/drm/{posixpath.basename(dev)}/device"))
+            except SourceError:
+                bdf = None
+        if bdf:
+            gpus.add(bdf)
+        else:
+            unresolved.append(dev)
+    return {"gpus": sorted(gpus), "unresolved": unresolved}
+
+
+@collector("proc.pid.gpus", multi=True, names=lambda t: [f"proc.{pid}.gpus" for pid in t.pids])
+def pid_gpus(host: Host, target: Target) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for pid in target.pids:
+        try:
+            read_status(host, pid)
+            out[f"proc.{pid}.gpus"] = gpus_held(host, pid)
+        except SourceError as exc:
+            out[f"proc.{pid}.gpus"] = Fact(missing=f"pid {pid}: {exc}")
     return out

@@ -224,7 +224,8 @@ for _name, _path, _parse, _counter in (
     _file_collector(_name, _path, _parse, _counter)
 
 
-@collector("pressure", multi=True)
+@collector("pressure", multi=True,
+           names=lambda t: [f"pressure.{res}" for res in ("cpu", "io", "memory")])
 def pressure(host: Host, target: Target) -> dict:
     """PSI per resource; absent without CONFIG_PSI (or psi=0 on the kernel command line)."""
     from ..model import Fact, SourceError

@@ -11,7 +11,10 @@
   unlocked, ``s1`` a clock step, ``s2`` locked (``s3`` in newer servo code).
 * ``chronyc tracking``: ``Reference ID : 50484330 (PHC0)`` names a reference clock
   (the hex is the ASCII of the refclock name); an IPv4-looking hex with a host name
-  is a network NTP server; ``00000000`` is no reference at all.
+  is a network NTP server; ``00000000`` is no reference at all. chrony before 3.0
+  prints the same ID quad-dotted (``80.72.67.48 (PHC0)``, ``0.0.0.0 ()``).
+* pmc prints ``RESPONSE MANAGEMENT_ERROR_STATUS`` when ptp4l refuses a request (an old
+  ptp4l asked for PORT_PROPERTIES_NP): such answers are kept as ``"error": True``.
 """
 
 from __future__ import annotations
@@ -24,10 +27,12 @@ from ..host import Host, Refused, TooLarge
 from ..model import ParseError, SourceError
 
 _RESPONSE_RE = re.compile(r"^\s*(\S+)\s+seq\s+\d+\s+RESPONSE\s+MANAGEMENT\s+(\S+)")
+_ERROR_RE = re.compile(r"^\s*(\S+)\s+seq\s+\d+\s+RESPONSE\s+MANAGEMENT_ERROR_STATUS\b")
 
 
 def parse_pmc(text: str) -> list[dict[str, Any]]:
-    """All management responses: ``[{"port", "message", "fields": {name: value}}]``."""
+    """All management responses: ``[{"port", "message", "fields": {name: value}}]``; an
+    error answer is ``{"port", "message": "MANAGEMENT_ERROR_STATUS", "error": True}``."""
     out: list[dict[str, Any]] = []
     current: dict[str, Any] | None = None
     sent = False
@@ -36,6 +41,12 @@ def parse_pmc(text: str) -> list[dict[str, Any]]:
         if m:
             current = {"port": m.group(1), "message": m.group(2), "fields": {}}
             out.append(current)
+            continue
+        e = _ERROR_RE.match(line)
+        if e:
+            out.append({"port": e.group(1), "message": "MANAGEMENT_ERROR_STATUS", "fields": {},
+                        "error": True})
+            current = None
             continue
         if "RESPONSE MANAGEMENT" in line:  # a response we cannot read is not "no answer"
             raise ParseError(f"pmc: malformed response header {line.strip()[:80]!r}")
@@ -139,9 +150,16 @@ def parse_chrony_tracking(text: str) -> dict[str, Any]:
         raise ParseError("chronyc tracking: no 'Reference ID' / 'System time' lines")
     # Text after the closing parenthesis (annotations in copied docs) is ignored.
     m = re.match(r"^([0-9A-Fa-f]{8})\s*\(([^)]*)\)", fields["Reference ID"])
-    if not m:
+    # chrony < 3.0 prints the reference ID quad-dotted (client.c: "%lu.%lu.%lu.%lu").
+    dotted = re.match(r"^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})\s*\(([^)]*)\)",
+                      fields["Reference ID"])
+    if m:
+        ref_id, name = m.group(1).upper(), m.group(2)
+    elif dotted and all(int(b) < 256 for b in dotted.groups()[:4]):
+        ref_id = "".join(f"{int(b):02X}" for b in dotted.groups()[:4])
+        name = dotted.group(5)
+    else:
         raise ParseError(f"chronyc tracking: bad Reference ID {fields['Reference ID']!r}")
-    ref_id, name = m.group(1).upper(), m.group(2)
     t = _SYSTIME_RE.match(fields["System time"])
     if not t:
         raise ParseError(f"chronyc tracking: bad System time {fields['System time']!r}")
@@ -171,7 +189,11 @@ def parse_chrony_tracking(text: str) -> dict[str, Any]:
 
 @collector("ptp.pmc")
 def ptp_pmc(host: Host, target: Target) -> dict[str, Any]:
-    status = time_status(parse_pmc(host.run(["pmc", "-u", "-b", "0", "GET TIME_STATUS_NP"])))
+    responses = parse_pmc(host.run(["pmc", "-u", "-b", "0", "GET TIME_STATUS_NP"]))
+    status = time_status(responses)
+    if not status and any(r.get("error") for r in responses):
+        # ptp4l is there but refused: not the same as no daemon answering.
+        raise SourceError("ptp4l answered GET TIME_STATUS_NP with MANAGEMENT_ERROR_STATUS")
     ports: list[dict[str, Any]] = []
     if status:
         try:

@@ -1,7 +1,8 @@
 """Transmit side of a NIC: queue disciplines (``tc -j qdisc show``) and XPS maps.
 
 ``tc -j qdisc show dev IF`` prints a JSON list of qdiscs, each with ``kind``,
-``handle``, ``root: true`` or ``parent``. A multiqueue NIC has a classful root
+``handle``, ``root: true`` or ``parent`` (the same keys from iproute2 4.15, which added
+``-j`` to tc, to today); older iproute2 is read from its text output. A multiqueue NIC has a classful root
 (``mq``) whose children, one per transmit queue, do the queueing: those leaves
 are what drops packets on overflow, so they are what is judged.
 
@@ -47,6 +48,31 @@ def parse_tc_qdisc(text: str) -> list[dict[str, Any]]:
             continue
         out.append({"kind": q["kind"], "handle": q.get("handle"),
                     "parent": q.get("parent"), "root": bool(q.get("root"))})
+    return out
+
+
+_TEXT_RE = re.compile(r"^qdisc (\S+) ([0-9a-f]+:)(?: dev \S+)?\s*(root|parent (\S+))?")
+
+
+def parse_tc_qdisc_text(text: str) -> list[dict[str, Any]]:
+    """``tc qdisc show dev IF`` (text; iproute2 < 4.15 has no ``-j``) -> the same list as
+    :func:`parse_tc_qdisc`. Each line: ``qdisc KIND HANDLE: [dev IF] root|parent ID ...``
+    (tc_qdisc.c print_qdisc); option and statistics text after it is not read."""
+    out = []
+    seen = False
+    for line in text.splitlines():
+        if not line.startswith("qdisc "):
+            continue
+        seen = True
+        m = _TEXT_RE.match(line)
+        if not m:
+            raise ParseError(f"tc qdisc: unreadable line {line[:80]!r}")
+        if m.group(1) in INGRESS:
+            continue
+        out.append({"kind": m.group(1), "handle": m.group(2), "parent": m.group(4),
+                    "root": m.group(3) == "root"})
+    if not seen:
+        raise ParseError("tc qdisc: no 'qdisc' line")
     return out
 
 
@@ -126,10 +152,23 @@ def xps_map(host: Host, iface: str) -> dict[str, Any]:
     return {"queues": maps, "online": online}
 
 
+def qdiscs(host: Host, iface: str) -> list[dict[str, Any]]:
+    """``tc -j`` where it exists (iproute2 >= 4.15), else the text of older releases
+    (which refuse ``-j``: 'Option "-j" is unknown'); the first error is the one reported."""
+    try:
+        text = host.run(["tc", "-j", "qdisc", "show", "dev", iface])
+    except SourceError as exc:
+        try:
+            text = host.run(["tc", "qdisc", "show", "dev", iface])
+        except SourceError:
+            raise exc from None
+        return parse_tc_qdisc_text(text)
+    return parse_tc_qdisc(text)
+
+
 @collector("tc.qdisc", multi=True)
 def tc_qdisc(host: Host, target: Target) -> dict[str, object]:
-    return per_iface("tc.qdisc", host, target, lambda i: classify(parse_tc_qdisc(
-        host.run(["tc", "-j", "qdisc", "show", "dev", i]))))
+    return per_iface("tc.qdisc", host, target, lambda i: classify(qdiscs(host, i)))
 
 
 @collector("xps", multi=True)

@@ -71,7 +71,7 @@ def parse_slabinfo(text: str) -> dict[str, int]:
     return out
 
 
-@collector("sockets.pid", multi=True)
+@collector("sockets.pid", multi=True, names=lambda t: [f"sockets.{pid}" for pid in t.pids])
 def pid_sockets(host: Host, target: Target) -> dict[str, object]:
     if not target.pids:
         return {}

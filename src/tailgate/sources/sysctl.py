@@ -19,6 +19,7 @@ NET_KNOBS = (
     "net/ipv4/tcp_wmem",
     "net/core/rmem_max",
     "net/core/default_qdisc",
+    "net/core/rps_sock_flow_entries",
     "kernel/io_uring_disabled",
 )
 
@@ -39,7 +40,8 @@ def parse_ints(text: str, count: int | None = None) -> list[int]:
 MAX_KNOB_BYTES = 64 * 1024
 # Knobs that hold sizes or switches: their values must be that many integers >= 0.
 _INT_KNOBS = {"net/ipv4/tcp_moderate_rcvbuf": 1, "net/ipv4/tcp_mem": 3, "net/ipv4/tcp_rmem": 3,
-              "net/ipv4/tcp_wmem": 3, "net/core/rmem_max": 1, "kernel/io_uring_disabled": 1}
+              "net/ipv4/tcp_wmem": 3, "net/core/rmem_max": 1, "kernel/io_uring_disabled": 1,
+              "net/core/rps_sock_flow_entries": 1}
 
 
 def read_knob(host: Host, path: str) -> str:
@@ -59,7 +61,7 @@ def read_knob(host: Host, path: str) -> str:
     return value
 
 
-@collector("sysctl", multi=True)
+@collector("sysctl", multi=True, names=lambda t: [knob_name(path) for path in NET_KNOBS])
 def sysctls(host: Host, target: Target) -> dict[str, object]:
     out: dict[str, object] = {}
     for path in NET_KNOBS:
@@ -76,18 +78,40 @@ _VERSION_RE = re.compile(r"^\s*version:\s*(\S+)", re.MULTILINE)
 @collector("kernel.tcp_bbr")
 def tcp_bbr(host: Host, target: Target) -> dict:
     """Which BBR the kernel has. Mainline BBR (v1) declares no MODULE_VERSION; the
-    BBRv3 tree declares version 3, visible in /sys/module/tcp_bbr/version once loaded
-    or in `modinfo tcp_bbr`."""
+    BBRv3 tree declares version 3. Read, in order: /sys/module/tcp_bbr/version (a loaded
+    module; a loaded module without it declares no version), the built-in modules'
+    ``modules.builtin.modinfo`` (BBR built in, CONFIG_TCP_CONG_BBR=y), `modinfo tcp_bbr`.
+    When none of them can be read the version is unknown, never assumed."""
+    tried: list[str] = []
     try:
         return {"version": host.read("/sys/module/tcp_bbr/version").strip(),
                 "source": "/sys/module/tcp_bbr/version"}
-    except SourceError:
-        pass
+    except SourceError as exc:
+        tried.append(str(exc))
+    if host.exists("/sys/module/tcp_bbr"):
+        return {"version": None, "source": "/sys/module/tcp_bbr (loaded, no version attribute)"}
+    try:
+        release = host.read("/proc/sys/kernel/osrelease").strip()
+        # It names a directory under /lib/modules: "6.1.0-18-amd64", never a path or garbage.
+        if not re.match(r"[0-9]+\.[0-9]+", release) or "/" in release:
+            raise ParseError(f"/proc/sys/kernel/osrelease: not a release: {release[:40]!r}")
+        path = f"/lib/modules/{release}/modules.builtin.modinfo"
+        try:
+            entries = host.read(path, nul_ok=True).split("\0")  # NUL-separated records
+        except SourceError as exc:  # say where the directory's name came from
+            raise SourceError(f"{exc} (the release from /proc/sys/kernel/osrelease)") from exc
+        mine = [e.partition("=") for e in entries if e.startswith("tcp_bbr.")]
+        if mine:
+            version = next((v for k, _, v in mine if k == "tcp_bbr.version"), None)
+            return {"version": version, "source": path}
+        tried.append(f"{path}: tcp_bbr is not built in")
+    except SourceError as exc:
+        tried.append(str(exc))
     try:
         out = host.run(["modinfo", "tcp_bbr"])
     except SourceError as exc:
-        loaded = host.exists("/sys/module/tcp_bbr")
-        return {"version": None, "source": f"no module version ({exc})", "loaded": loaded}
+        tried.append(str(exc))
+        raise SourceError("the tcp_bbr version is not readable: " + "; ".join(tried)) from exc
     m = _VERSION_RE.search(out)
     return {"version": m.group(1) if m else None, "source": "modinfo tcp_bbr"}
 

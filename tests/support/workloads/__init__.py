@@ -1,4 +1,4 @@
-"""Small real programs for the probe tests, each ending by itself (30 s at most).
+"""Small real programs for the probe tests, each ending by itself (a minute at most).
 
 C programs are compiled here with gcc (``-g`` so the malloc probe's stacks name
 their functions); :func:`start` runs one, waits for its ``ready`` line, and

@@ -1,6 +1,6 @@
 /* alloc MODE SECONDS: a request loop that either allocates per request (MODE "alloc":
  * malloc/calloc/realloc/free in the loop) or works on buffers allocated once at start-up
- * (MODE "prealloc"). About 2000 requests/s; ends by itself after SECONDS (at most 30). */
+ * (MODE "prealloc"). About 2000 requests/s; ends by itself after SECONDS (at most 60). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,7 +35,7 @@ int main(int argc, char **argv) {
     if (argc < 3) return 2;
     int alloc = strcmp(argv[1], "alloc") == 0;
     double secs = atof(argv[2]);
-    if (secs <= 0 || secs > 30) secs = 30;
+    if (secs <= 0 || secs > 60) secs = 60;
     pool = malloc(4096);
     double end = now() + secs;
     volatile unsigned sink = 0;

@@ -1,0 +1,97 @@
+"""`tailgate compare BEFORE AFTER`: the before/after table, and a performance gate."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from ..errors import UsageError
+from .options import check_writable, write_output
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "compare", help="before/after table of two results, with significance; a CI gate",
+        description="Compare two results (inspect, bench, LLM bench or probe JSON; several "
+        "runs per side, comma-separated, merge exactly from their histograms): metric, before, "
+        "after, change (x and %), whether the change is beyond the noise, bottom-up.")
+    p.add_argument("before", metavar="BEFORE", help="result JSON file(s), comma-separated")
+    p.add_argument("after", metavar="AFTER", help="result JSON file(s), comma-separated")
+    p.add_argument("--max-regression", action="append", default=[], metavar="METRIC=PCT%",
+                   help="exit 1 when METRIC (e.g. p999, latency.p99, ttft.p999, "
+                   "rate.achieved) got worse by more than PCT%% and the change is not within "
+                   "the noise (repeatable)")
+    p.add_argument("--json", metavar="FILE|-", help="write the comparison as JSON")
+    p.add_argument("--markdown", metavar="FILE|-", help="write the table as Markdown")
+    p.add_argument("--html", metavar="FILE",
+                   help="write a self-contained HTML page (table and percentile spectra)")
+    p.add_argument("--quiet", action="store_true", help="no terminal table")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..compare import (
+        CompareError,
+        compare,
+        document,
+        load,
+        parse_gate,
+        regressions,
+        side,
+        status_changes,
+    )
+
+    try:
+        gates = [parse_gate(g) for g in args.max_regression]
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    check_writable(args.json, args.markdown, args.html)
+    before = [p for p in args.before.split(",") if p]
+    after = [p for p in args.after.split(",") if p]
+    try:
+        kind_b, mb = side(before)
+        kind_a, ma = side(after)
+        if kind_a != kind_b:
+            raise CompareError(f"cannot compare a {kind_b} result with a {kind_a} result")
+        rows = compare(mb, ma)
+        changes = (status_changes(load(before[-1]), load(after[-1])) if kind_a == "inspect"
+                   else [])
+    except CompareError as exc:
+        raise UsageError(str(exc)) from exc
+    failed = regressions(rows, gates)
+    doc = document(kind_a, rows, changes, failed, {"before": before, "after": after})
+    if args.json:
+        write_output(args.json, json.dumps(doc, indent=1) + "\n")
+    from ..report import compare_render
+
+    if args.markdown:
+        write_output(args.markdown, compare_render.markdown(doc, rows))
+    if args.html:
+        write_output(args.html, compare_render.html_page(doc, rows, _spectra(before, after)))
+    if not args.quiet and "-" not in (args.json, args.markdown):
+        from rich.console import Console
+
+        compare_render.terminal(doc, rows, Console())
+    return 1 if failed else 0
+
+
+def _spectra(before: list[str], after: list[str]):
+    """The latency histograms of both sides, merged per side, for the spectrum plots."""
+    from ..compare import load
+    from ..hist import decode
+
+    out: dict[str, list] = {}
+    for label, paths in (("before", before), ("after", after)):
+        merged: dict[str, object] = {}
+        for p in paths:
+            for name, text in (load(p).get("histograms") or {}).items():
+                if name == "lateness":
+                    continue
+                h = decode(text)
+                if name in merged:
+                    merged[name].add(h)
+                else:
+                    merged[name] = h
+        for name, h in merged.items():
+            out.setdefault(name, []).append((label, h))
+    return out

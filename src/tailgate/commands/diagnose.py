@@ -1,0 +1,273 @@
+"""`tailgate diagnose`: drive load (or watch passively) while taking kernel evidence over the
+same window, then say which layer explains the slow requests."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import tempfile
+import time
+from typing import Any
+
+from ..errors import UsageError
+from .options import check_writable, existing_cgroup, existing_pids, write_output
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from .bench import add_load_options, add_request_options
+
+    p = sub.add_parser(
+        "diagnose", help="explain a tail spike: load + kernel evidence on one time axis",
+        description="Drive load at TARGET (any bench target) or, without TARGET, watch the "
+        "service passively, while eBPF probes record every long run-queue wait, stop and "
+        "futex wait of the service's threads and every TCP retransmission, and its cgroup's "
+        "throttling is polled: all on one clock. Then name, bottom-up, the evidence that "
+        "co-occurs with the requests above the P99 and P999.")
+    p.add_argument("target", metavar="TARGET", nargs="?",
+                   help="a bench target (http://, tcp://, openai+http://); omit to watch")
+    g = p.add_argument_group("the service")
+    g.add_argument("--pid", action="append", default=[], metavar="PID",
+                   help="the service's process (repeatable, at most 8)")
+    g.add_argument("--cgroup", metavar="PATH", help="the service's cgroup")
+    g.add_argument("--bin", default="100ms", metavar="DURATION",
+                   help="timeline bin (default 100ms)")
+    g.add_argument("--min-cover", type=float, default=0.3, metavar="FRACTION",
+                   help="claim a cause only when it covers at least this share of the requests "
+                   "above the P99 (default 0.3)")
+    g.add_argument("--min-lift", type=float, default=1.5, metavar="RATIO",
+                   help="... and this many times its share of all requests (default 1.5)")
+    g.add_argument("--min-share", type=float, default=0.1, metavar="FRACTION",
+                   help="... and it lasted at least this share of those requests' latency "
+                   "(default 0.1)")
+    add_load_options(p)
+    add_request_options(p)
+    p.set_defaults(func=run)
+
+
+def _service(args: argparse.Namespace, host) -> tuple[tuple[int, ...], list[str]]:
+    """The pids the probe filters on and the cgroups whose throttling is polled."""
+    from ..probes.driver import MAX_PIDS
+    from ..sources.cgroup import cgroup_members, cgroup_of_pid
+
+    pids = existing_pids(host, args.pid)
+    cgroups: list[str] = []
+    if args.cgroup:
+        path = existing_cgroup(host, args.cgroup)
+        cgroups.append(path)
+        if not pids:
+            pids = tuple(sorted(cgroup_members(host, path)))
+    if not pids:
+        raise UsageError("name the service: --pid PID or --cgroup PATH (its threads are "
+                         "what the probes watch)")
+    if len(pids) > MAX_PIDS:
+        raise UsageError(f"at most {MAX_PIDS} processes (the cgroup has {len(pids)})")
+    for pid in pids:
+        try:
+            path = cgroup_of_pid(host, pid)
+        except Exception:  # noqa: BLE001 - no cpu cgroup mounted: throttling is not polled
+            continue
+        if path not in cgroups:
+            cgroups.append(path)
+    return pids, cgroups
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..bench.units import parse_duration
+    from ..host import Host
+    from ..probes.driver import unavailable
+
+    host = Host("/")
+    reason = unavailable(host)
+    if reason:
+        raise UsageError(f"diagnose needs the eBPF probes: {reason}")
+    try:
+        bin_s = parse_duration(args.bin)
+        window_s = parse_duration(args.duration) if args.duration else None
+        warmup_s = parse_duration(args.warmup) if args.warmup else 0.0
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    if window_s is None and not (args.target and args.target.startswith("openai+")):
+        raise UsageError("--duration is required")
+    if not 0.001 <= bin_s <= 60:
+        raise UsageError("--bin must be between 1ms and 60s")
+    pids, cgroups = _service(args, host)
+    check_writable(args.json, args.html)
+    with tempfile.TemporaryDirectory(prefix="tailgate-diagnose-") as tmp:
+        doc = _collect(args, host, pids, cgroups, window_s, warmup_s, bin_s, tmp)
+    if args.json:
+        write_output(args.json, json.dumps(doc, indent=1) + "\n")
+    if args.html:
+        from ..report.diagnose_html import diagnose_page
+
+        write_output(args.html, diagnose_page(doc))
+    if args.json != "-":
+        from rich.console import Console
+
+        from ..report.diagnose_render import terminal
+
+        terminal(doc, Console())
+    return 1 if doc["verdict"]["claimed"] else 0
+
+
+def _cpu_s(pid: int) -> float:
+    try:
+        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _ctxt() -> int:
+    with open("/proc/stat") as f:
+        for line in f:
+            if line.startswith("ctxt "):
+                return int(line.split()[1])
+    return 0
+
+
+def _collect(args, host, pids, cgroups, window_s, warmup_s, bin_s, tmp) -> dict[str, Any]:
+    from ..diagnose.evidence import Poller, parse_events
+    from ..probes.driver import Run, attached
+    from ..probes.output import parse_output
+
+    load = args.target is not None
+    probe_s = (window_s or 0) + warmup_s + (60.0 if not window_s else 5.0)
+    bench_doc = None
+    bench_out = ""
+    log_path = os.path.join(tmp, "requests.log")
+    with Poller(host, cgroups, pids[0], limit_s=probe_s) as poller, \
+            attached(Run("diagnose", probe_s, 0, pids)) as probe:
+        t_attached = time.monotonic_ns()
+        ctxt0 = _ctxt()
+        if load:
+            bench_doc, bench_out = _drive(args, tmp, log_path)
+        else:
+            time.sleep(window_s)
+        t_end = time.monotonic_ns()
+        probe_cpu = _cpu_s(probe.proc.pid)
+        switches = _ctxt() - ctxt0
+    probe.finish()
+    output = parse_output("".join(probe.out))
+    events = parse_events(output.printf)
+    return _analyse(args, bench_doc, bench_out, log_path, events, poller.polls, t_attached,
+                    t_end, bin_s, pids, cgroups,
+                    {"probe_cpu_s": round(probe_cpu, 3), "context_switches": switches,
+                     "window_s": round((t_end - t_attached) / 1e9, 3),
+                     "startup_s": round((probe.attached_at - probe.spawned), 3)})
+
+
+def _drive(args, tmp: str, log_path: str) -> tuple[dict[str, Any], str]:
+    """Run the bench with its own options, in this process, its JSON and log to ``tmp``."""
+    from .bench import run as bench_run
+
+    opts = argparse.Namespace(**vars(args))
+    opts.json, opts.log, opts.html, opts.hdr = os.path.join(tmp, "bench.json"), log_path, None, None
+    opts.quiet = True
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        bench_run(opts)
+    with open(opts.json, encoding="utf-8") as f:
+        return json.load(f), buf.getvalue()
+
+
+def _requests(bench_doc: dict[str, Any], log_path: str):
+    """Intended start and end of every request that ended (ns, CLOCK_MONOTONIC)."""
+    import numpy as np
+
+    start = (bench_doc.get("clock") or {}).get("start_monotonic_s")
+    if start is None:
+        raise UsageError("the bench result has no clock: cannot line requests up with probes")
+    with open(log_path, encoding="utf-8") as f:
+        text = f.read()
+    if text.startswith("worker,"):
+        from ..bench.result import read_log
+
+        cols = read_log(text)
+        keep = (cols["warmup"] == 0) & np.isfinite(cols["end_s"])
+        a = cols["intended_s"][keep]
+        b = cols["end_s"][keep]
+        # dispatch, not send: a request waiting for a free connection waits for the service
+        sent = np.nan_to_num(cols["dispatch_s"][keep], nan=-1.0)
+        scale = 1e9
+    else:
+        rows = [json.loads(x) for x in text.splitlines() if x.strip()]
+        rows = [r for r in rows if r.get("end_ms") is not None]
+        a = np.array([r["intended_ms"] for r in rows], dtype=np.float64)
+        b = np.array([r["end_ms"] for r in rows], dtype=np.float64)
+        sent = np.array([-1.0 if r.get("sent_ms") is None else r["sent_ms"] for r in rows])
+        scale = 1e6
+    base = int(round(start * 1e9))
+    sends = np.where(sent >= 0, base + (sent * scale).astype(np.int64), 0)
+    return base + (a * scale).astype(np.int64), base + (b * scale).astype(np.int64), sends
+
+
+def _analyse(args, bench_doc, bench_out, log_path, events, polls, t0, t1, bin_s, pids, cgroups,
+             overhead) -> dict[str, Any]:
+    import numpy as np
+
+    from ..diagnose.attribution import attribute, merge_spans, subtract_spans
+    from ..diagnose.causes import CAUSES
+    from ..diagnose.timeline import timeline
+
+    throttled = polls.throttle_spans()
+    port = _port(args.target) if args.target else None
+    rtx = np.array([t for t, sport, dport in events.retransmits
+                    if port is None or port in (sport, dport)], dtype=np.int64)
+    spans = {
+        "throttled": merge_spans(throttled),
+        "runq": subtract_spans(events.spans("runq"), throttled),
+        "stopped": merge_spans(events.spans("stopped")),
+        "futex": merge_spans(events.spans("futex")),
+        # a retransmission is an instant; a request in flight then waited for it
+        "retransmit": np.stack([rtx, rtx], axis=1) if len(rtx) else np.zeros((0, 2), np.int64),
+    }
+    doc: dict[str, Any] = {
+        "tailgate_diagnose": 1, "target": args.target, "pids": list(pids), "cgroups": cgroups,
+        "mode": "load" if args.target else "passive", "overhead": overhead,
+        "evidence": {k: {"events": int(len(v)), "total_ms": round(
+            float((v[:, 1] - v[:, 0]).sum()) / 1e6, 3)} for k, v in spans.items()},
+        "malformed_probe_lines": events.malformed, "poll_errors": polls.errors,
+    }
+    doc["evidence"]["retransmit"]["total_ms"] = None
+    starts = ends = np.zeros(0, np.int64)
+    if bench_doc is not None:
+        starts, ends, sends = _requests(bench_doc, log_path)
+        doc["bench"] = {k: bench_doc.get(k) for k in ("requests", "rate", "latency_ms",
+                                                      "ttft_ms", "e2e_ms", "warnings")
+                        if k in bench_doc}
+        doc["bench"]["histograms"] = bench_doc.get("histograms")
+        t0 = min(t0, int(starts.min())) if len(starts) else t0
+        attributions, info = attribute(starts, ends, {CAUSES[k]: v for k, v in spans.items()},
+                                       args.min_cover, args.min_lift, args.min_share,
+                                       sends=sends)
+        doc["tail"] = info
+        doc["causes"] = [a.to_json() for a in attributions]
+        claimed = [a for a in attributions if a.claimed]
+        doc["verdict"] = {"claimed": [a.cause.key for a in claimed],
+                          "first": claimed[0].cause.key if claimed else None,
+                          "layer": claimed[0].cause.layer if claimed else None,
+                          "unexplained": info.get("unexplained")}
+    else:
+        ranked = sorted(spans.items(), key=lambda kv: -float((kv[1][:, 1] - kv[1][:, 0]).sum()))
+        doc["causes"] = [{"cause": k, "layer": CAUSES[k].layer, "events": int(len(v)),
+                          "sentence": f"{CAUSES[k].what}: {len(v)} events, "
+                          f"{float((v[:, 1] - v[:, 0]).sum()) / 1e6:.1f} ms",
+                          "remedy": CAUSES[k].remedy, "claimed": False}
+                         for k, v in ranked]
+        doc["verdict"] = {"claimed": [], "first": None, "layer": None,
+                          "unexplained": "passive mode: no requests to attribute; the evidence "
+                          "is listed by total time"}
+    instants = {"retransmit": rtx}
+    doc["timeline"] = timeline(t0, t1, int(bin_s * 1e9), starts, ends,
+                               {k: v for k, v in spans.items() if k != "retransmit"}, instants)
+    return doc
+
+
+def _port(target: str) -> int | None:
+    from urllib.parse import urlsplit
+
+    url = urlsplit(target.split("+", 1)[-1] if target.startswith("openai+") else target)
+    return url.port or {"http": 80, "https": 443}.get(url.scheme)

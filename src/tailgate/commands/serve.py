@@ -1,0 +1,122 @@
+"""`tailgate serve`: a Prometheus exporter of the findings and the resident probes' histograms,
+on loopback by default (or `--textfile DIR` for node_exporter's textfile collector)."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+import signal
+import threading
+
+from ..errors import UsageError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "serve", help="Prometheus exporter: findings, red lines and resident probe histograms",
+        description="Inspect this host every --interval seconds in the background and expose "
+        "the findings, the red lines and the resident probes' histograms as Prometheus "
+        "metrics. A scrape is answered from memory, never by collecting inside it.")
+    p.add_argument("--listen", default="127.0.0.1:9860", metavar="ADDR:PORT",
+                   help="address to serve /metrics on (default 127.0.0.1:9860: loopback only; "
+                   "a wider address is your explicit choice)")
+    p.add_argument("--interval", type=float, default=15.0, metavar="SECONDS",
+                   help="seconds between the two counter samples of each inspection; a new "
+                   "inspection starts when one ends (default 15)")
+    p.add_argument("--probe", default="runqlat", metavar="NAMES",
+                   help="resident eBPF probes, comma-separated ('runqlat', or '' for none; "
+                   "root and bpftrace; default runqlat)")
+    p.add_argument("--probe-window", type=float, default=30.0, metavar="SECONDS",
+                   help="length of each resident probe window; windows run back to back "
+                   "(default 30)")
+    p.add_argument("--pid", action="append", default=[], metavar="PID",
+                   help="a latency-critical process (repeatable)")
+    p.add_argument("--cgroup", metavar="PATH", help="the service's cgroup")
+    p.add_argument("--iface", action="append", default=[], metavar="IFACE",
+                   help="the service's network interface (repeatable; default: all non-loopback)")
+    p.add_argument("--engine", metavar="URL", help="an inference engine's /metrics endpoint")
+    p.add_argument("--baseline", metavar="FILE", help="YAML file overriding red lines per id")
+    p.add_argument("--textfile", metavar="DIR",
+                   help="also write DIR/tailgate.prom after every inspection (atomic rename), "
+                   "for node_exporter's textfile collector")
+    p.add_argument("--no-listen", action="store_true",
+                   help="serve no port (with --textfile: no new port on the host)")
+    p.add_argument("--once", action="store_true",
+                   help="one inspection (and one probe window), write --textfile, exit")
+    p.set_defaults(func=run, memory_stats=None)
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isascii() or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UsageError(f"--listen {text!r}: expected ADDRESS:PORT, e.g. 127.0.0.1:9860")
+    host = host.strip("[]")
+    try:
+        ipaddress.ip_address(host)
+    except ValueError as exc:
+        raise UsageError(f"--listen {text!r}: {host!r} is not an IP address") from exc
+    return host, int(port)
+
+
+def run(args: argparse.Namespace) -> int:
+    from prometheus_client import CollectorRegistry, generate_latest, start_http_server
+
+    from ..baseline import BaselineError, default_baseline, load_baseline
+    from ..exporter import RESIDENT_PROBES, Exporter, write_textfile
+    from ..host import Host
+    from .inspect import _target
+
+    probes = tuple(p for p in (x.strip() for x in args.probe.split(",")) if p)
+    for p in probes:
+        if p not in RESIDENT_PROBES:
+            raise UsageError(f"--probe {p}: not a resident probe (one of: "
+                             f"{', '.join(RESIDENT_PROBES)})")
+    if not 0 < args.interval <= 3600:
+        raise UsageError("--interval must be between 0 and 3600 seconds")
+    if not 0 < args.probe_window <= 3600:
+        raise UsageError("--probe-window must be between 0 and 3600 seconds")
+    if args.textfile and not os.path.isdir(args.textfile):
+        raise UsageError(f"--textfile {args.textfile}: not a directory")
+    if args.no_listen and not args.textfile:
+        raise UsageError("--no-listen needs --textfile (else the metrics go nowhere)")
+    addr = None if args.no_listen or args.once else parse_listen(args.listen)
+    try:
+        baseline = load_baseline(args.baseline) if args.baseline else default_baseline()
+    except BaselineError as exc:
+        raise UsageError(str(exc)) from exc
+    host = Host("/")
+    # The resident probes stand in for inspect's probe window: the collection itself runs none.
+    target = _target(argparse.Namespace(**{**vars(args), "probe_window": None}), host)
+    exporter = Exporter(host, target, baseline, args.interval, probes, args.probe_window)
+    registry = CollectorRegistry()
+    registry.register(exporter)
+
+    if args.once:
+        for name in probes:
+            exporter.probe_once(name)
+        exporter.inspect_once()
+        text = generate_latest(registry).decode()
+        if args.textfile:
+            print(write_textfile(args.textfile, text))
+        else:
+            print(text, end="")
+        return 0
+
+    if addr is not None:
+        try:
+            start_http_server(addr[1], addr=addr[0], registry=registry)
+        except OSError as exc:
+            raise UsageError(f"--listen {args.listen}: {exc.strerror or exc}") from exc
+        print(f"tailgate serve: metrics on http://{args.listen}/metrics", flush=True)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    exporter.start()
+    last = -1
+    while not stop.wait(0.5):
+        if args.textfile and exporter.cycles != last:
+            last = exporter.cycles
+            write_textfile(args.textfile, generate_latest(registry).decode())
+    exporter.stop.set()
+    return 0

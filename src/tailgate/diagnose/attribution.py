@@ -1,0 +1,198 @@
+"""Attribution: which evidence co-occurs with the slow requests, and how strongly (pure).
+
+A request is the interval from its intended start to its end (the latency the user saw). A
+cause is a set of intervals on the same clock (run-queue waits, throttled periods, stops,
+futex waits) or instants (TCP retransmissions). For the requests above the P99 (and P999) we
+count how many were in flight during the cause, and compare with all requests: a cause is
+claimed when it covers a large share of the tail (``min_cover``) and markedly more of the tail
+than of the requests at large (``min_lift``) — co-occurrence that is everywhere explains
+nothing. When no cause passes, the report says the tail is unexplained.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+MIN_TAIL = 10  # fewer requests above the P99 than this: too few to attribute
+PERVASIVE_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class Cause:
+    key: str
+    layer: str
+    what: str  # "the server's threads waited >= 0.2 ms in the run queue"
+    remedy: str
+    check_id: str | None = None
+
+
+@dataclass
+class Attribution:
+    cause: Cause
+    tail_cover: float  # share of requests above the P99 in flight during the cause
+    time_share: float  # mean share of those requests' latency spent during the cause
+    tail999_cover: float | None
+    all_cover: float
+    lift: float
+    events: int
+    total_ms: float
+    claimed: bool
+    sentence: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cause": self.cause.key, "layer": self.cause.layer, "check_id": self.cause.check_id,
+                "claimed": self.claimed, "tail_p99_cover": round(self.tail_cover, 4),
+                "tail_time_share": round(self.time_share, 4),
+                "tail_p999_cover": (None if self.tail999_cover is None
+                                    else round(self.tail999_cover, 4)),
+                "all_cover": round(self.all_cover, 4), "lift": round(self.lift, 3),
+                "events": self.events, "total_ms": round(self.total_ms, 3),
+                "sentence": self.sentence, "remedy": self.cause.remedy, **self.extra}
+
+
+def merge_spans(spans: np.ndarray) -> np.ndarray:
+    """Sorted, disjoint union of ``[a, b]`` rows."""
+    if len(spans) == 0:
+        return spans.reshape(0, 2)
+    s = spans[np.argsort(spans[:, 0], kind="stable")]
+    out = [list(s[0])]
+    for a, b in s[1:]:
+        if a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return np.array(out, dtype=np.int64)
+
+
+def subtract_spans(spans: np.ndarray, cut: np.ndarray) -> np.ndarray:
+    """``spans`` minus the union of ``cut`` (both ``[a, b]`` rows)."""
+    spans, cut = merge_spans(spans), merge_spans(cut)
+    if len(cut) == 0 or len(spans) == 0:
+        return spans
+    out = []
+    for a, b in spans:
+        i = int(np.searchsorted(cut[:, 1], a, side="left"))
+        cur = a
+        while i < len(cut) and cut[i, 0] <= b:
+            if cut[i, 0] > cur:
+                out.append((cur, cut[i, 0]))
+            cur = max(cur, cut[i, 1])
+            i += 1
+        if cur < b:
+            out.append((cur, b))
+    return np.array(out, dtype=np.int64).reshape(-1, 2)
+
+
+def covered(starts: np.ndarray, ends: np.ndarray, spans: np.ndarray) -> np.ndarray:
+    """For each request ``[starts[i], ends[i]]``: does any span overlap it? (vectorised)"""
+    m = merge_spans(spans)
+    if len(m) == 0:
+        return np.zeros(len(starts), dtype=bool)
+    idx = np.searchsorted(m[:, 0], ends, side="right") - 1
+    ok = idx >= 0
+    out = np.zeros(len(starts), dtype=bool)
+    out[ok] = m[idx[ok], 1] >= starts[ok]
+    return out
+
+
+def overlap_ns(starts: np.ndarray, ends: np.ndarray, spans: np.ndarray) -> np.ndarray:
+    """For each request, how long (ns) the union of ``spans`` overlaps ``[start, end]``."""
+    m = merge_spans(spans)
+    if len(m) == 0:
+        return np.zeros(len(starts), dtype=np.int64)
+    before = np.concatenate([[0], np.cumsum(m[:, 1] - m[:, 0])])
+
+    def upto(t: np.ndarray) -> np.ndarray:  # total span time before t
+        i = np.searchsorted(m[:, 0], t, side="right") - 1
+        out = np.zeros(len(t), dtype=np.int64)
+        ok = i >= 0
+        out[ok] = before[i[ok]] + np.minimum(t[ok], m[i[ok], 1]) - m[i[ok], 0]
+        return out
+
+    return upto(ends) - upto(starts)
+
+
+GENERATOR = Cause("generator", "load", "the load generator itself sent them late (its own "
+                  "lateness, not the service)", "Give the generator more cores (--workers) or "
+                  "a lower --rate; its lateness is in the bench result.")
+
+
+def attribute(starts: np.ndarray, ends: np.ndarray, causes: dict[Cause, np.ndarray],
+              min_cover: float = 0.3, min_lift: float = 1.5, min_share: float = 0.1,
+              sends: np.ndarray | None = None) -> tuple[list[Attribution], dict]:
+    """Rank causes for the requests ``[starts, ends]`` (ns). Returns the attributions (claimed
+    first, bottom-up by layer, then by the share of the tail they cover) and the tail facts."""
+    lat = ends - starts
+    n = len(lat)
+    info: dict[str, Any] = {"requests": n}
+    if n == 0:
+        info["unexplained"] = "no completed requests"
+        return [], info
+    p99, p999 = (float(np.percentile(lat, q, method="inverted_cdf")) for q in (99, 99.9))
+    tail = lat >= p99
+    tail999 = lat >= p999
+    info.update(p99_ms=p99 / 1e6, p999_ms=p999 / 1e6, tail_p99=int(tail.sum()),
+                tail_p999=int(tail999.sum()))
+    out = []
+    for cause, spans in causes.items():
+        hit = covered(starts, ends, spans)
+        tail_cover = float(hit[tail].mean())
+        all_cover = float(hit.mean())
+        lift = tail_cover / all_cover if all_cover > 0 else (float("inf") if tail_cover else 0.0)
+        total = float((spans[:, 1] - spans[:, 0]).sum()) / 1e6 if len(spans) else 0.0
+        if total > 0:
+            share = float((overlap_ns(starts[tail], ends[tail], spans) /
+                           np.maximum(lat[tail], 1)).mean())
+        else:  # instants (retransmissions): the request waited for the whole recovery
+            share = tail_cover
+        # Markedly more of the tail than of the rest; or, a cause that is everywhere (a
+        # saturating one), when it lasted most of the tail's latency.
+        claimed = (int(tail.sum()) >= MIN_TAIL and tail_cover >= min_cover and share >= min_share
+                   and (lift >= min_lift or share >= PERVASIVE_SHARE))
+        a = Attribution(cause, tail_cover, share, float(hit[tail999].mean()) if tail999.any() else None,
+                        all_cover, lift, len(spans), total, claimed)
+        a.sentence = (f"{100 * tail_cover:.0f} % of the {int(tail.sum())} requests above the "
+                      f"P99 ({p99 / 1e6:.3f} ms) were in flight while {cause.what} "
+                      f"(vs {100 * all_cover:.0f} % of all {n} requests; {len(spans)} events, "
+                      f"{total:.1f} ms in all)" + (f"; it lasted {100 * share:.0f} % of their "
+                                                   "latency" if total > 0 else ""))
+        out.append(a)
+    if sends is not None:
+        out.append(_generator(starts, ends, sends, tail, p99, min_share))
+    # a late generator first (then the figures say nothing of the service), then bottom-up
+    order = {layer: i for i, layer in enumerate(("load", "L1", "L2", "L3", "L4"))}
+    # inside a layer, the cause that lasted most of the tail requests' time first
+    out.sort(key=lambda a: (not a.claimed, order.get(a.cause.layer, 9), -a.time_share,
+                            -a.tail_cover))
+    if int(tail.sum()) < MIN_TAIL:
+        info["unexplained"] = (f"only {int(tail.sum())} requests above the P99: too few to "
+                               f"attribute (run longer or faster)")
+    elif not any(a.claimed for a in out):
+        info["unexplained"] = ("no evidence co-occurs with the tail more than with the rest of "
+                               "the requests: the cause is not in what was measured")
+    return out, info
+
+
+def _generator(starts: np.ndarray, ends: np.ndarray, sends: np.ndarray, tail: np.ndarray,
+               p99: float, min_share: float) -> Attribution:
+    """The generator's own lateness (intended start -> dispatch; waiting for a free connection
+    is the service's doing, not the generator's) in the tail's latency: when it dominates,
+    the tail says nothing about the service."""
+    lat = np.maximum(ends - starts, 1)
+    late = np.clip(np.where(sends > 0, sends - starts, 0), 0, None)
+    share = float((late[tail] / lat[tail]).mean()) if tail.any() else 0.0
+    cover = float((late[tail] >= 0.5 * lat[tail]).mean()) if tail.any() else 0.0
+    everywhere = float((late >= 0.5 * lat).mean())
+    a = Attribution(GENERATOR, cover, share, None, everywhere,
+                    cover / everywhere if everywhere else (float("inf") if cover else 0.0),
+                    int(tail.sum()), float(late[tail].sum()) / 1e6,
+                    claimed=bool(tail.sum() >= MIN_TAIL and share >= max(min_share, 0.5)))
+    a.sentence = (f"{100 * cover:.0f} % of the {int(tail.sum())} requests above the P99 "
+                  f"({p99 / 1e6:.3f} ms) spent most of their latency waiting for the load "
+                  f"generator to send them; its lateness lasted {100 * share:.0f} % of their "
+                  "latency")
+    return a

@@ -1,0 +1,132 @@
+"""Evidence over the diagnose window, on CLOCK_MONOTONIC (bpftrace's ``nsecs`` and Python's
+``time.monotonic_ns`` are the same clock): probe events and counter polls."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..host import Host
+from ..model import SourceError
+from ..sources.cgroup import parse_cpu_stat
+
+KINDS = {"R": "runq", "S": "stopped", "F": "futex"}
+
+
+@dataclass
+class Events:
+    """Intervals (ns) per kind, and retransmission instants with their ports."""
+
+    intervals: dict[str, list[tuple[int, int, int]]] = field(default_factory=dict)  # tid,a,b
+    retransmits: list[tuple[int, int, int]] = field(default_factory=list)  # t, sport, dport
+    malformed: int = 0
+
+    def spans(self, kind: str) -> np.ndarray:
+        rows = self.intervals.get(kind, [])
+        if kind == "runq":
+            rows = self.runq_not_after_stop()
+        return np.array([(a, b) for _, a, b in rows], dtype=np.int64).reshape(-1, 2)
+
+    def runq_not_after_stop(self, slack_ns: int = 50_000) -> list[tuple[int, int, int]]:
+        """Run-queue waits, less those that begin where a stop of the same thread ended: a
+        continued thread is woken and queued, and that wait belongs to the stop."""
+        ends: dict[int, set[int]] = {}
+        for tid, _, b in self.intervals.get("stopped", []):
+            ends.setdefault(tid, set()).add(b // slack_ns)
+        return [(tid, a, b) for tid, a, b in self.intervals.get("runq", [])
+                if not ({a // slack_ns, a // slack_ns - 1} & ends.get(tid, set()))]
+
+
+def parse_events(chunks: list[str]) -> Events:
+    """The probe's printf lines (pure). A line that is not an event is counted, not fatal."""
+    ev = Events()
+    for chunk in chunks:
+        for line in chunk.splitlines():
+            parts = line.split()
+            try:
+                if parts and parts[0] in KINDS and len(parts) == 4:
+                    tid, a, b = (int(x) for x in parts[1:])
+                    if b < a or a <= 0:
+                        raise ValueError(line)
+                    ev.intervals.setdefault(KINDS[parts[0]], []).append((tid, a, b))
+                elif parts and parts[0] == "T" and len(parts) == 4:
+                    t, sport, dport = (int(x) for x in parts[1:])
+                    ev.retransmits.append((t, sport, dport))
+                elif parts:
+                    raise ValueError(line)
+            except ValueError:
+                ev.malformed += 1
+    return ev
+
+
+@dataclass
+class CounterPolls:
+    """cpu.stat of the target's cgroups and the target's TCP counters, polled on a thread."""
+
+    cgroups: dict[str, list[tuple[int, int, int]]] = field(default_factory=dict)  # t, n, ns
+    tcp: list[tuple[int, int, int]] = field(default_factory=list)  # t, out segs, retrans segs
+    errors: dict[str, str] = field(default_factory=dict)
+
+    def throttle_spans(self) -> np.ndarray:
+        """Throttled intervals: ``throttled_time`` grows by d between two polls ending at t, so
+        the cgroup was throttled for [t - d, t] (within one poll period)."""
+        spans = []
+        for rows in self.cgroups.values():
+            for (_, _, ns0), (t1, _, ns1) in zip(rows, rows[1:], strict=False):
+                if ns1 > ns0:
+                    spans.append((t1 - (ns1 - ns0), t1))
+        return np.array(sorted(spans), dtype=np.int64).reshape(-1, 2)
+
+
+class Poller:
+    """Poll small counter files every ``period_s`` until stopped (bounded by ``limit_s``)."""
+
+    def __init__(self, host: Host, cgroups: list[str], pid: int | None, period_s: float = 0.005,
+                 limit_s: float = 3600.0) -> None:
+        self.host, self.cgroups, self.pid = host, cgroups, pid
+        self.period_s, self.limit_s = period_s, limit_s
+        self.polls = CounterPolls()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="diagnose-poll", daemon=True)
+
+    def _tcp(self) -> tuple[int, int] | None:
+        if self.pid is None:
+            return None
+        # The target's own network namespace: /proc/PID/net is that namespace's view.
+        text = self.host.read(f"/proc/{self.pid}/net/snmp")
+        rows = [line.split() for line in text.splitlines() if line.startswith("Tcp:")]
+        if len(rows) < 2:
+            raise SourceError("no Tcp lines")
+        tcp = dict(zip(rows[0][1:], rows[1][1:], strict=False))
+        return int(tcp["OutSegs"]), int(tcp["RetransSegs"])
+
+    def _run(self) -> None:
+        end = time.monotonic() + self.limit_s
+        while not self.stop.is_set() and time.monotonic() < end:
+            now = time.monotonic_ns()
+            for path in self.cgroups:
+                try:
+                    st = parse_cpu_stat(self.host.read(f"{path}/cpu.stat"))
+                    ns = st.get("throttled_time", st.get("throttled_usec", 0) * 1000)  # v1 | v2
+                    self.polls.cgroups.setdefault(path, []).append(
+                        (now, int(st.get("nr_throttled", 0)), int(ns)))
+                except (SourceError, ValueError) as exc:
+                    self.polls.errors.setdefault(path, str(exc))
+            try:
+                tcp = self._tcp()
+                if tcp is not None:
+                    self.polls.tcp.append((now, *tcp))
+            except (SourceError, ValueError, KeyError) as exc:
+                self.polls.errors.setdefault("tcp", str(exc))
+            self.stop.wait(self.period_s)
+
+    def __enter__(self) -> Poller:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join(5)

@@ -1,0 +1,247 @@
+"""`tailgate bench ... --sweep LO..HI`: the highest offered rate that meets every SLO.
+
+The driver runs the ordinary bench (any protocol: http, tcp, openai+) once per
+rate, reading each run's JSON, so every figure is a normal bench result:
+
+1. **steps**: rates spaced geometrically from LO to HI, run in increasing
+   order until one fails (running further into overload only burns time);
+2. **bisection**: between the last rate that held and the first that failed,
+   on the geometric midpoint, ``bisect`` times.
+
+A rate *holds* when every ``--slo`` passes and the rate was sustained (http/tcp:
+the achieved rate is at least 95 % of the offered one; openai+: the generator's
+P99 lateness stays within one inter-arrival gap — an open-loop run that fell
+behind its schedule did not really offer that rate). Without any --slo the
+sweep only draws the curve.
+
+The **knee** of the latency-throughput curve is found with Kneedle (Satopää et
+al., ICDCS workshops 2011): normalise achieved rate and P99 to [0, 1] and take
+the point farthest above the diagonal, i.e. where latency starts rising faster
+than throughput.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import json
+import math
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+SUSTAINED = 0.95
+
+
+class SweepError(ValueError):
+    """Bad --sweep input (the message says why)."""
+
+
+def parse_range(text: str, parse_rate: Callable[[str], float]) -> tuple[float, float]:
+    """'1k..50k' -> (1000.0, 50000.0)."""
+    if ".." not in text:
+        raise SweepError(f"--sweep {text}: expected LO..HI, e.g. 1k..50k")
+    lo_s, hi_s = text.split("..", 1)
+    try:
+        lo, hi = parse_rate(lo_s), parse_rate(hi_s)
+    except ValueError as exc:
+        raise SweepError(f"--sweep {text}: {exc}") from None
+    if not 0 < lo < hi:
+        raise SweepError(f"--sweep {text}: need 0 < LO < HI")
+    return lo, hi
+
+
+def steps(lo: float, hi: float, n: int) -> list[float]:
+    if n < 2:
+        raise SweepError("--sweep-steps must be >= 2")
+    return [lo * (hi / lo) ** (i / (n - 1)) for i in range(n)]
+
+
+@dataclass(frozen=True)
+class Point:
+    rate: float  # offered
+    achieved: float
+    p50_ms: float | None
+    p99_ms: float | None
+    p999_ms: float | None
+    slo_pass: bool
+    sustained: bool
+    output_tokens_per_s: float | None = None
+    goodput_rps: float | None = None
+
+    @property
+    def holds(self) -> bool:
+        return self.slo_pass and self.sustained
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rate": self.rate, "achieved": self.achieved, "p50_ms": self.p50_ms,
+                "p99_ms": self.p99_ms, "p999_ms": self.p999_ms, "slo_pass": self.slo_pass,
+                "sustained": self.sustained, "holds": self.holds,
+                "output_tokens_per_s": self.output_tokens_per_s,
+                "goodput_rps": self.goodput_rps}
+
+
+def point_from_result(rate: float, data: dict[str, Any]) -> Point:
+    """A bench JSON (http/tcp or openai+) as one point of the curve."""
+    lat = data.get("latency_ms") or {}
+    achieved = float((data.get("rate") or {}).get("achieved") or 0.0)
+    tp = data.get("throughput") or {}
+    slo_pass = all(s.get("pass") for s in data.get("slo", [])) and not data.get("interrupted")
+    if "throughput" in data:
+        # openai+ runs: "achieved" spans first send to last response, so long generations
+        # pull it down however well the server keeps up; what shows a rate was not held is
+        # the generator falling behind its schedule (lateness beyond one inter-arrival gap)
+        late = (data.get("lateness_ms") or {}).get("p99")
+        sustained = late is not None and late <= 1000.0 / rate
+    else:
+        sustained = achieved >= SUSTAINED * rate
+    return Point(rate, achieved, lat.get("p50"), lat.get("p99"), lat.get("p999"), slo_pass,
+                 sustained, tp.get("output_tokens_per_s"), tp.get("goodput_rps"))
+
+
+def search(measure: Callable[[float], Point | None], lo: float, hi: float, n_steps: int,
+           bisect: int) -> list[Point]:
+    """Step up until a rate fails, then bisect between the last that held and it.
+
+    ``measure`` returns None when the run was interrupted (the sweep stops there).
+    """
+    points: list[Point] = []
+    last_ok, first_bad = None, None
+    for rate in steps(lo, hi, n_steps):
+        p = measure(rate)
+        if p is None:
+            return points
+        points.append(p)
+        if p.holds:
+            last_ok = rate
+        else:
+            first_bad = rate
+            break
+    if first_bad is not None and last_ok is not None:
+        for _ in range(bisect):
+            mid = math.sqrt(last_ok * first_bad)
+            p = measure(mid)
+            if p is None:
+                break
+            points.append(p)
+            if p.holds:
+                last_ok = mid
+            else:
+                first_bad = mid
+    return sorted(points, key=lambda q: q.rate)
+
+
+def best(points: Sequence[Point]) -> Point | None:
+    ok = [p for p in points if p.holds]
+    return max(ok, key=lambda p: p.rate) if ok else None
+
+
+def knee(points: Sequence[Point]) -> Point | None:
+    """Kneedle on (achieved rate, P99): the point farthest above the normalised diagonal."""
+    pts = [p for p in points if p.p99_ms is not None]
+    if len(pts) < 3:
+        return None
+    xs = [p.achieved for p in pts]
+    ys = [p.p99_ms for p in pts]
+    x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
+    if x1 <= x0 or y1 <= y0:
+        return None
+    diffs = [(x - x0) / (x1 - x0) - (y - y0) / (y1 - y0) for x, y in zip(xs, ys, strict=True)]
+    i = max(range(len(pts)), key=lambda k: diffs[k])
+    return pts[i] if diffs[i] > 0 else None
+
+
+def run_sweep(args: Any, run_once: Callable[[Any], int], parse_rate: Callable[[str], float],
+              write_output: Callable[[str, str], None]) -> int:
+    """The --sweep driver: ``run_once`` is the bench command's own ``run``."""
+    lo, hi = parse_range(args.sweep, parse_rate)
+    if args.hdr or args.log:
+        raise SweepError("--sweep runs many benches: --hdr and --log are for a single run")
+    has_slo = bool(args.slo)
+    with tempfile.TemporaryDirectory(prefix="tailgate-sweep-") as tmp:
+        def measure(rate: float) -> Point | None:
+            one = copy.copy(args)
+            one.sweep = None
+            one.rate = f"{rate:.6g}"
+            one.json = os.path.join(tmp, "run.json")
+            one.quiet = True
+            with contextlib.redirect_stdout(io.StringIO()):
+                rc = run_once(one)
+            if rc == 130:
+                return None
+            with open(one.json, encoding="utf-8") as fh:
+                p = point_from_result(rate, json.load(fh))
+            if not getattr(args, "quiet", False):
+                print(f"  rate {rate:>12,.1f}/s  achieved {p.achieved:>12,.1f}/s  p99 "
+                      f"{_ms(p.p99_ms)}  {'holds' if p.holds else 'fails'}", file=sys.stderr,
+                      flush=True)
+            return p
+
+        if has_slo:
+            points = search(measure, lo, hi, args.sweep_steps, args.sweep_bisect)
+        else:  # no objective: the whole curve
+            points = [p for p in (measure(r) for r in steps(lo, hi, args.sweep_steps))
+                      if p is not None]
+    top = best(points) if has_slo else None
+    k = knee(points)
+    data = {"tailgate_sweep": 1, "target": args.target, "slo": list(args.slo),
+            "points": [p.to_json() for p in points],
+            "max_rate_meeting_slo": top.to_json() if top else None,
+            "knee": k.to_json() if k else None}
+    text = summary(points, top, k, has_slo)
+    if args.json:
+        write_output(args.json, json.dumps(data, indent=2) + "\n")
+    if args.sweep_html:
+        write_output(args.sweep_html, html(args.target, points, top, k))
+    if args.json != "-":
+        print(text)
+    return 0 if (top is not None or not has_slo) else 1
+
+
+def _ms(v: float | None) -> str:
+    return f"{v:>10.3f}" if v is not None else f"{'-':>10}"
+
+
+def summary(points: Sequence[Point], top: Point | None, k: Point | None, has_slo: bool) -> str:
+    llm = any(p.output_tokens_per_s is not None for p in points)
+    head = (f"{'offered/s':>12}{'achieved/s':>12}{'p50 ms':>10}{'p99 ms':>10}{'p999 ms':>10}"
+            + (f"{'out tok/s':>11}{'goodput/s':>11}" if llm else "") + "  result")
+    lines = [head]
+    for p in points:
+        verdict = ("holds" if p.holds else "SLO failed" if not p.slo_pass
+                   else "not sustained") if has_slo else ("" if p.sustained else "not sustained")
+        lines.append(f"{p.rate:>12,.1f}{p.achieved:>12,.1f}{_ms(p.p50_ms)}{_ms(p.p99_ms)}"
+                     f"{_ms(p.p999_ms)}"
+                     + (f"{p.output_tokens_per_s or 0:>11,.1f}{p.goodput_rps or 0:>11,.2f}"
+                        if llm else "") + f"  {verdict}")
+    if has_slo:
+        lines.append(f"highest rate meeting every SLO: {top.rate:,.1f}/s (achieved "
+                     f"{top.achieved:,.1f}/s, p99 {_ms(top.p99_ms).strip()} ms)" if top else
+                     "no rate tried met every SLO: lower the sweep's LO")
+        if top and top.output_tokens_per_s is not None:
+            lines.append(f"decode throughput at the SLO: {top.output_tokens_per_s:,.1f} output "
+                         f"tokens/s, goodput {top.goodput_rps:,.2f} requests/s")
+    if k:
+        lines.append(f"knee: {k.achieved:,.1f}/s achieved (p99 {_ms(k.p99_ms).strip()} ms): "
+                     "beyond it latency rises faster than throughput")
+    return "\n".join(lines)
+
+
+def html(target: str, points: Sequence[Point], top: Point | None, k: Point | None) -> str:
+    from .plot import line_chart_html
+
+    pts = [p for p in points if p.p99_ms is not None]
+    xs = [p.achieved for p in pts]
+    series = [(name, xs, [getattr(p, attr) or 0.0 for p in pts])
+              for name, attr in (("p50", "p50_ms"), ("p99", "p99_ms"), ("p999", "p999_ms"))]
+    notes = [f"target {target}"]
+    if top:
+        notes.append(f"highest rate meeting every SLO: {top.rate:,.1f}/s")
+    if k:
+        notes.append(f"knee: {k.achieved:,.1f}/s (p99 {_ms(k.p99_ms).strip()} ms)")
+    return line_chart_html(f"latency vs throughput: {target}", "achieved rate (requests/s)",
+                           "latency (ms)", series, notes)

@@ -1,0 +1,32 @@
+"""The diagnose summary on the terminal."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def terminal(doc: dict[str, Any], console) -> None:
+    v = doc["verdict"]
+    tail = doc.get("tail") or {}
+    o = doc["overhead"]
+    console.print(f"diagnose ({doc['mode']}): {o['window_s']:g} s window, pids "
+                  f"{', '.join(map(str, doc['pids']))}; probe attached in {o['startup_s']:g} s, "
+                  f"bpftrace used {o['probe_cpu_s']:g} s CPU over {o['context_switches']} "
+                  "context switches", highlight=False)
+    if tail.get("requests"):
+        console.print(f"requests: {tail['requests']}, P99 {tail['p99_ms']:.3f} ms "
+                      f"({tail['tail_p99']} above), P999 {tail['p999_ms']:.3f} ms "
+                      f"({tail['tail_p999']} above)", highlight=False)
+    for c in doc["causes"]:
+        mark = "CAUSE " if c["claimed"] else "      "
+        console.print(f"{mark}{c['layer']}  {c['cause']:<10} {c['sentence']}", highlight=False,
+                      markup=False)
+        if c["claimed"]:
+            console.print(f"              remedy: {c['remedy']}", highlight=False, markup=False)
+    if v["first"]:
+        console.print(f"verdict: {v['first']} ({v['layer']}) explains the tail first"
+                      + (f"; also: {', '.join(v['claimed'][1:])}" if len(v["claimed"]) > 1
+                         else ""), highlight=False)
+    else:
+        console.print(f"verdict: nothing claimed - {v['unexplained']}", highlight=False,
+                      markup=False)

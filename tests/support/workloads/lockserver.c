@@ -1,0 +1,64 @@
+/* lockserver PORT SECONDS HOLD_US EVERY: a TCP server on 127.0.0.1:PORT, one thread per
+ * connection, answering each line with "ok\n". Every request takes one global mutex; every
+ * EVERY-th request (0: none) holds it for HOLD_US microseconds (sleeping), so the requests
+ * that arrive meanwhile wait in futex(2): lock contention with a known cause. Prints "ready"
+ * once listening; ends by itself after SECONDS (at most 60). */
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned long served;
+static long hold_us, every;
+
+static void *conn(void *arg) {
+    int fd = (int)(long)arg;
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof buf)) > 0) {
+        for (ssize_t i = 0; i < n; i++) {
+            if (buf[i] != '\n') continue;
+            pthread_mutex_lock(&lock);
+            served++;
+            if (every > 0 && served % every == 0) usleep(hold_us);
+            pthread_mutex_unlock(&lock);
+            if (write(fd, "ok\n", 3) != 3) goto out;
+        }
+    }
+out:
+    close(fd);
+    return NULL;
+}
+
+static void *timer(void *arg) {
+    sleep((unsigned)(long)arg);
+    exit(0);
+}
+
+int main(int argc, char **argv) {
+    if (argc != 5) { fprintf(stderr, "usage: lockserver PORT SECONDS HOLD_US EVERY\n"); return 2; }
+    int port = atoi(argv[1]);
+    long seconds = atol(argv[2]);
+    hold_us = atol(argv[3]);
+    every = atol(argv[4]);
+    if (seconds < 1 || seconds > 60) seconds = 60;
+    int s = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+    setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port),
+                            .sin_addr.s_addr = htonl(0x7f000001)};
+    if (bind(s, (struct sockaddr *)&a, sizeof a) || listen(s, 1024)) { perror("bind"); return 1; }
+    pthread_t t;
+    pthread_create(&t, NULL, timer, (void *)seconds);
+    printf("ready\n");
+    fflush(stdout);
+    for (;;) {
+        int c = accept(s, NULL, NULL);
+        if (c < 0) continue;
+        pthread_create(&t, NULL, conn, (void *)(long)c);
+        pthread_detach(t);
+    }
+}

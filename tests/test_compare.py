@@ -1,0 +1,162 @@
+"""`tailgate compare`: the before/after table, its significance marks and the regression gate
+(issue 11), on real bench runs against nginx and on constructed histograms."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from support.nginx import Nginx, available
+from support.require import require
+from tailgate.compare import compare, hist_interval, parse_gate, rank_interval, side
+from tailgate.hist import Histogram, encode
+
+TAILGATE = [sys.executable, "-m", "tailgate"]
+CPU_V1 = Path("/sys/fs/cgroup/cpu")
+
+
+def tailgate(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*TAILGATE, *args], capture_output=True, text=True, timeout=timeout,
+                          check=False)
+
+
+def bench_doc(samples_ms: np.ndarray) -> dict:
+    """A bench result document around real samples (what the histogram part is about)."""
+    h = Histogram()
+    h.record(samples_ms * 1e6)
+    s = {k: min(h.value_at_percentile(p), h.max) / 1e6 for k, p in
+         (("p50", 50), ("p90", 90), ("p99", 99), ("p999", 99.9), ("p9999", 99.99))}
+    s.update(max=h.max / 1e6, count=h.total)
+    return {"tailgate_bench": 1, "target": "x", "latency_ms": s, "service_time_ms": s,
+            "rate": {"achieved": 1000.0}, "requests": {"sent": h.total, "errors": {}},
+            "histograms": {"latency": encode(h), "service": encode(h)}}
+
+
+def write(tmp: Path, name: str, doc: dict) -> str:
+    path = tmp / name
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+def test_rank_interval_brackets_the_quantile():
+    lo, hi = rank_interval(100_000, 0.999)
+    assert lo < 99_900 < hi and hi - lo < 130  # +-1.96 sqrt(n q (1-q)) ~ +-20 ranks... and more
+    assert rank_interval(10, 0.999) == (9, 10)
+
+
+def test_same_distribution_is_rarely_significant_and_a_shift_always_is(tmp_path):
+    rng = np.random.default_rng(7)
+    false_pos = 0
+    for i in range(40):
+        a = rng.lognormal(0, 0.6, 20_000)
+        b = rng.lognormal(0, 0.6, 20_000)
+        (_, ma), (_, mb) = (side([write(tmp_path, f"{i}{n}.json", bench_doc(x))])
+                            for n, x in (("a", a), ("b", b)))
+        rows = {r.name: r for r in compare(ma, mb)}
+        false_pos += rows["latency.p99"].significant == "yes"
+        shifted = side([write(tmp_path, f"{i}c.json", bench_doc(a * 1.25))])[1]
+        assert {r.name: r for r in compare(ma, shifted)}["latency.p99"].significant == "yes"
+    assert false_pos <= 2, false_pos  # two 95 % intervals that must not overlap: ~0.5 % expected
+
+
+def test_several_runs_per_side_merge_exactly(tmp_path):
+    rng = np.random.default_rng(1)
+    parts = [rng.exponential(2.0, 5_000) for _ in range(3)]
+    paths = [write(tmp_path, f"r{i}.json", bench_doc(x)) for i, x in enumerate(parts)]
+    _, merged = side(paths)
+    whole = Histogram()
+    whole.record(np.concatenate(parts) * 1e6)
+    p999 = next(m for m in merged if m.name == "latency.p999")
+    assert p999.value == min(whole.value_at_percentile(99.9), whole.max) / 1e6
+    assert p999.count == 15_000
+    ci = hist_interval(whole, 99.9)
+    assert p999.ci == (ci[0] / 1e6, ci[1] / 1e6)
+
+
+def test_gates_parse_and_bad_input_exits_2(tmp_path):
+    assert parse_gate("p999=10%").max_pct == 10.0
+    with pytest.raises(ValueError):
+        parse_gate("p999<10%")
+    good = write(tmp_path, "g.json", bench_doc(np.ones(10)))
+    other = tmp_path / "o.json"
+    other.write_text('{"hello": 1}')
+    for args, words in (([good, str(other)], f"{other}: not a tailgate"),
+                        ([good, str(tmp_path / "none.json")], "cannot read"),
+                        ([good, good, "--max-regression", "p999"], "METRIC=PCT%")):
+        out = tailgate("compare", *args)
+        assert out.returncode == 2 and words in out.stderr, out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_compare_reproduces_a_quota_fix_and_gates_the_regression(tmp_path):
+    """Before: nginx under a cgroup CPU quota (throttled every period); after: none."""
+    require(available())
+    if not CPU_V1.is_dir():
+        pytest.fail("needs the cgroup v1 cpu controller (MACHINE.md: present here)")
+    runs = {}
+    with Nginx(workers=1) as ng:
+        cg = CPU_V1 / f"tailgate-test-{uuid.uuid4().hex[:8]}"
+        cg.mkdir()
+        try:
+            for pid in ng.worker_pids():
+                (cg / "cgroup.procs").write_text(str(pid))
+            (cg / "cpu.cfs_period_us").write_text("100000")
+            for name, quota in (("before", "2000"), ("after", "-1")):
+                (cg / "cpu.cfs_quota_us").write_text(quota)
+                runs[name] = str(tmp_path / f"{name}.json")
+                out = tailgate("bench", ng.url("/"), "--rate", "1000", "--duration", "4s",
+                               "--workers", "1", "--quiet", "--json", runs[name])
+                assert out.returncode == 0, out.stderr
+        finally:
+            for pid in ng.worker_pids():
+                (CPU_V1 / "cgroup.procs").write_text(str(pid))
+            cg.rmdir()
+    md = tailgate("compare", runs["before"], runs["after"], "--markdown", "-",
+                  "--json", str(tmp_path / "c.json"), "--max-regression", "p99=10%")
+    assert md.returncode == 0, md.stdout + md.stderr
+    doc = json.loads((tmp_path / "c.json").read_text())
+    rows = {r["name"]: r for r in doc["rows"]}
+    p99 = rows["latency.p99"]
+    # 2 % of a CPU per 100 ms period: requests wait for the next period, tens of ms
+    assert p99["before"] > 10 * p99["after"] and p99["significant"] == "yes", p99
+    assert p99["before_n"] == p99["after_n"] == 4000
+    assert "| end-to-end | latency.p99 |" in md.stdout
+    # the same pair the other way round is a regression: exit 1, named
+    back = tailgate("compare", runs["after"], runs["before"], "--max-regression", "p99=10%",
+                    "--json", "-")
+    assert back.returncode == 1
+    assert {g["metric"] for g in json.loads(back.stdout)["regressions"]} >= {"latency.p99"}
+
+
+def test_inspect_reports_list_status_changes_first(tmp_path):
+    """One snapshot of a fixture host judged twice: with the default red lines, and with a
+    tighter PTP limit that its 3 ns offset crosses."""
+    root = Path(__file__).parent / "fixtures" / "roots" / "l1l3-clean"
+    snap = tmp_path / "snap.json"
+    base = tmp_path / "tight.yaml"
+    base.write_text("l1.clock.ptp: 2.0\n")
+    runs = {"before": [], "after": ["--baseline", str(base)]}
+    out = tailgate("inspect", "--root", str(root), "--interval", "0", "--no-history", "--quiet",
+                   "--save", str(snap))
+    assert out.returncode in (0, 1), out.stderr
+    for name, extra in runs.items():
+        out = tailgate("inspect", "--from", str(snap), "--quiet", "--json",
+                       str(tmp_path / f"{name}.json"), *extra)
+        assert out.returncode in (0, 1), out.stderr
+    res = tailgate("compare", str(tmp_path / "before.json"), str(tmp_path / "after.json"),
+                   "--json", "-", "--max-regression", "l1.optics.rx_power [eth2]=1%")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["kind"] == "inspect"
+    assert doc["status_changes"] == [{"id": "l1.clock.ptp", "subject": "host", "layer": "L1",
+                                      "before": "pass", "after": "fail",
+                                      "reason": doc["status_changes"][0]["reason"]}]
+    rows = {r["name"]: r for r in doc["rows"]}
+    assert rows["l1.clock.ptp [host]"]["before"] == rows["l1.clock.ptp [host]"]["after"] == 3
+    assert rows["l1.optics.rx_power [eth2]"]["significant"] == "n/a"  # no noise model

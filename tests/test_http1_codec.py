@@ -1,0 +1,306 @@
+"""The sans-I/O HTTP/1.1 response reader and TCP framer: every framing rule, fed whole
+and one byte at a time (the result must not depend on how the bytes were split)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tailgate.bench.http1 import (
+    Data,
+    End,
+    FramingError,
+    Head,
+    Informational,
+    Limits,
+    ResponseReader,
+    Unsolicited,
+    parse_head,
+)
+from tailgate.bench.tcp import TcpReader
+
+
+def whole(msg: bytes) -> list[bytes]:
+    return [msg]
+
+
+def bytewise(msg: bytes) -> list[bytes]:
+    return [msg[i:i + 1] for i in range(len(msg))]
+
+
+SPLITS = pytest.mark.parametrize("split", [whole, bytewise], ids=["whole", "bytewise"])
+
+
+def read(split, msg: bytes, *, head: bool = False, eof: bool = False,
+         limits: Limits | None = None) -> list[tuple]:
+    """Feed ``msg`` (split) to a fresh reader; a summary of its events, an error last."""
+    r = ResponseReader(limits, keep_body=True)
+    r.expect(head)
+    events = []
+    try:
+        for piece in split(msg):
+            events += r.feed(piece)
+        if eof:
+            events += r.feed_eof()
+    except FramingError as err:
+        events.append(err)
+    out: list[tuple] = []
+    for ev in events:
+        if isinstance(ev, Data) and out and out[-1][0] == "body":
+            out[-1] = ("body", out[-1][1] + ev.data)
+        elif isinstance(ev, Unsolicited) and out and out[-1][0] == "unsolicited":
+            out[-1] = ("unsolicited", out[-1][1] + ev.data)
+        elif isinstance(ev, Data):
+            out.append(("body", ev.data))
+        elif isinstance(ev, Unsolicited):
+            out.append(("unsolicited", ev.data))
+        elif isinstance(ev, Informational):
+            out.append(("info", ev.status))
+        elif isinstance(ev, Head):
+            out.append(("head", ev.status, ev.keep_alive))
+        elif isinstance(ev, End):
+            out.append(("end", ev.status, ev.keep_alive, ev.body_bytes))
+        else:
+            out.append(("error", ev.kind))
+    return out
+
+
+@SPLITS
+def test_content_length_body_keep_alive(split):
+    msg = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nServer: x\r\n\r\nhello"
+    assert read(split, msg) == [("head", 200, True), ("body", b"hello"), ("end", 200, True, 5)]
+
+
+@SPLITS
+def test_interim_1xx_responses_are_skipped_and_the_final_one_ends(split):
+    msg = (b"HTTP/1.1 100 Continue\r\n\r\n"
+           b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n"
+           b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+    assert read(split, msg) == [("info", 100), ("info", 103), ("head", 200, True),
+                                ("body", b"ok"), ("end", 200, True, 2)]
+
+
+@SPLITS
+def test_close_delimited_body_is_complete_at_eof(split):
+    msg = b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nall of it"
+    assert read(split, msg) == [("head", 200, False), ("body", b"all of it")]  # not yet
+    assert read(split, msg, eof=True) == [("head", 200, False), ("body", b"all of it"),
+                                          ("end", 200, False, 9)]
+    close11 = b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nabc"
+    assert read(split, close11, eof=True)[-1] == ("end", 200, False, 3)
+
+
+@SPLITS
+def test_http10_keep_alive_only_when_asked(split):
+    msg = b"HTTP/1.0 200 OK\r\nConnection: Keep-Alive\r\nContent-Length: 1\r\n\r\nx"
+    assert read(split, msg)[-1] == ("end", 200, True, 1)
+    msg = b"HTTP/1.0 200 OK\r\nContent-Length: 1\r\n\r\nx"
+    assert read(split, msg)[-1] == ("end", 200, False, 1)
+    msg = b"HTTP/1.1 200 OK\r\nConnection: keep-alive, close\r\nContent-Length: 1\r\n\r\nx"
+    assert read(split, msg)[-1] == ("end", 200, False, 1)
+
+
+@SPLITS
+def test_chunked_with_extensions_and_trailers(split):
+    msg = (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+           b"5;name=value\r\nhello\r\n1 ; x\r\n \r\nA\r\n0123456789\r\n"
+           b"0\r\nChecksum: 1\r\nOther: 2\r\n\r\n")
+    assert read(split, msg) == [("head", 200, True), ("body", b"hello 0123456789"),
+                                ("end", 200, True, 16)]
+
+
+@SPLITS
+def test_transfer_encoding_wins_over_content_length_and_retires_the_connection(split):
+    msg = (b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n"
+           b"6\r\nabcdef\r\n0\r\n\r\n")
+    assert read(split, msg) == [("head", 200, False), ("body", b"abcdef"),
+                                ("end", 200, False, 6)]
+
+
+@SPLITS
+def test_non_chunked_final_coding_reads_to_the_close(split):
+    msg = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n\x1f\x8b..."
+    assert read(split, msg, eof=True) == [("head", 200, False), ("body", b"\x1f\x8b..."),
+                                          ("end", 200, False, 5)]
+    bad = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, gzip\r\n\r\n"
+    assert read(split, bad)[-1] == ("error", "protocol")
+
+
+@SPLITS
+def test_transfer_encoding_in_http10_is_faulty_framing(split):
+    msg = b"HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+    assert read(split, msg) == [("error", "protocol")]
+
+
+@SPLITS
+@pytest.mark.parametrize("status", [204, 304])
+def test_no_body_statuses_and_head_ignore_content_length(split, status):
+    msg = b"HTTP/1.1 %d X\r\nContent-Length: 100\r\n\r\n" % status
+    assert read(split, msg) == [("head", status, True), ("end", status, True, 0)]
+    chunked = b"HTTP/1.1 %d X\r\nTransfer-Encoding: chunked\r\n\r\n" % status
+    assert read(split, chunked)[-1] == ("end", status, True, 0)
+    head = b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n"
+    assert read(split, head, head=True) == [("head", 200, True), ("end", 200, True, 0)]
+    # A body the server sends anyway belongs to no request.
+    assert read(split, head + b"body", head=True)[-1] == ("unsolicited", b"body")
+
+
+@SPLITS
+def test_upgrade_nobody_asked_for_is_its_own_error(split):
+    msg = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
+    assert read(split, msg + b"\x81\x05hello") == [("error", "upgrade")]
+
+
+@SPLITS
+def test_bytes_after_the_response_are_unsolicited_never_the_next_response(split):
+    second = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nno"
+    msg = b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nyes" + second
+    assert read(split, msg) == [("head", 200, True), ("body", b"yes"), ("end", 200, True, 3),
+                                ("unsolicited", second)]
+    r = ResponseReader()  # idle: nothing expected at all
+    (ev,) = r.feed(b"\r\n")
+    assert isinstance(ev, Unsolicited) and "with no request in flight" in ev.describe()
+
+
+@SPLITS
+def test_truncated_streams(split):
+    short = b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc"
+    assert read(split, short, eof=True)[-1] == ("error", "truncated")
+    mid_chunk = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab"
+    assert read(split, mid_chunk, eof=True)[-1] == ("error", "truncated")
+    no_last = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n"
+    assert read(split, no_last, eof=True)[-1] == ("error", "truncated")
+    in_trailer = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX: 1\r\n"
+    assert read(split, in_trailer, eof=True)[-1] == ("error", "truncated")
+    in_head = b"HTTP/1.1 200 OK\r\nContent-Le"
+    assert read(split, in_head, eof=True) == [("error", "truncated")]
+    after_interim = b"HTTP/1.1 100 Continue\r\n\r\n"
+    assert read(split, after_interim, eof=True) == [("info", 100), ("error", "truncated")]
+
+
+def test_eof_before_any_byte_is_closed_not_truncated():
+    r = ResponseReader()
+    r.expect()
+    with pytest.raises(FramingError) as err:
+        r.feed_eof()
+    assert err.value.kind == "closed"
+    idle = ResponseReader()
+    assert idle.feed_eof() == []  # a server closing an idle connection: no error
+
+
+SMALL = Limits(max_header_bytes=1024, max_line_bytes=64, max_body_bytes=4096)
+
+
+@SPLITS
+def test_every_buffer_is_bounded(split):
+    endless_header = b"HTTP/1.1 200 OK\r\n" + b"X-Pad: " + b"a" * 2000
+    assert read(split, endless_header, limits=SMALL) == [("error", "too_large")]
+    many_fields = b"HTTP/1.1 200 OK\r\n" + b"X: y\r\n" * 300
+    assert read(split, many_fields, limits=SMALL) == [("error", "too_large")]
+    big_cl = b"HTTP/1.1 200 OK\r\nContent-Length: 4097\r\n\r\n"
+    assert read(split, big_cl, limits=SMALL) == [("error", "too_large")]
+    big_chunks = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + (
+        b"400\r\n" + b"x" * 1024 + b"\r\n") * 5
+    assert read(split, big_chunks, limits=SMALL)[-1] == ("error", "too_large")
+    long_size_line = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1;" + b"e" * 100
+    assert read(split, long_size_line, limits=SMALL)[-1] == ("error", "too_large")
+    eof_body = b"HTTP/1.0 200 OK\r\n\r\n" + b"z" * 5000
+    assert read(split, eof_body, limits=SMALL)[-1] == ("error", "too_large")
+    trailers = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n" + b"T: v\r\n" * 300
+    assert read(split, trailers, limits=SMALL)[-1] == ("error", "too_large")
+
+
+def test_a_limit_below_64_bytes_is_refused():
+    with pytest.raises(ValueError, match="max_body_bytes"):
+        Limits(max_body_bytes=10)
+
+
+@SPLITS
+@pytest.mark.parametrize("msg", [
+    b"HTTP/2 200 OK\r\n\r\n",
+    b"SSH-2.0-OpenSSH_9.6\r\n\r\n",
+    b"HTTP/1.1 20 OK\r\n\r\n",
+    b"\r\nHTTP/1.1 200 OK\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nContent-Length: abc\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nBad Name: x\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nName : x\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\n folded first\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabc\r\n",
+    b"HTTP/1.1 099 Low\r\n\r\n",
+], ids=lambda m: m[:40].decode("latin-1"))
+def test_malformed_responses_are_protocol_errors(split, msg):
+    assert read(split, msg)[-1] == ("error", "protocol")
+
+
+@SPLITS
+def test_lenient_where_rfc_9112_allows(split):
+    # Bare LF line ends, an empty reason phrase, a fold, a list of equal lengths.
+    msg = b"HTTP/1.1 200\nX-Folded: a\n  b\nContent-Length: 2, 2\n\nhi"
+    assert read(split, msg) == [("head", 200, True), ("body", b"hi"), ("end", 200, True, 2)]
+    assert parse_head(b"HTTP/1.1 200 \r\nX-Folded: a\r\n\tb")[2] == [(b"x-folded", b"a b")]
+    assert read(split, b"HTTP/1.1 404 \r\nContent-Length: 0\r\n\r\n") == [
+        ("head", 404, True), ("end", 404, True, 0)]
+
+
+def test_one_reader_serves_a_connection_one_response_at_a_time():
+    r = ResponseReader()
+    for i in range(3):
+        r.expect()
+        evs = r.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n%d" % i)
+        assert [type(e) for e in evs] == [Head, End]
+    r.expect()
+    with pytest.raises(RuntimeError, match="no pipelining"):
+        r.expect()
+
+
+def test_header_search_is_linear_when_fed_byte_by_byte():
+    # The blank-line search resumes where it stopped: 200 KiB in single bytes stays quick.
+    r = ResponseReader()
+    r.expect()
+    for b in b"HTTP/1.1 200 OK\r\n" + b"X: " + b"v" * 200_000:
+        assert r.feed(bytes([b])) == []
+    assert r.state != 0
+
+
+# -- TCP --------------------------------------------------------------------------------
+
+@SPLITS
+def test_tcp_delimiter_split_across_reads_and_bytes_after_it(split):
+    r = TcpReader(b"\r\n\r\n", None)
+    r.expect()
+    results = [r.feed(p) for p in split(b"pong\r\n\r\nXY")]
+    done = [i for i, (ok, _) in enumerate(results) if ok]
+    assert len(done) == 1
+    extra = b"".join(e for _, e in results[done[0]:])
+    assert extra == b"XY" and r.got == 8
+    assert r.feed(b"more") == (False, b"more")  # idle: everything is extra
+
+
+@SPLITS
+def test_tcp_length_and_its_overrun(split):
+    r = TcpReader(None, 4)
+    r.expect()
+    results = [r.feed(p) for p in split(b"abcdEF")]
+    assert [ok for ok, _ in results].count(True) == 1
+    assert b"".join(e for _, e in results) == b"EF"
+
+
+def test_tcp_truncated_closed_and_too_large():
+    r = TcpReader(b"\n", None, max_bytes=100)
+    r.expect()
+    with pytest.raises(FramingError) as err:
+        r.feed_eof()
+    assert err.value.kind == "closed"
+    r.expect()
+    r.feed(b"partial")
+    with pytest.raises(FramingError) as err:
+        r.feed_eof()
+    assert err.value.kind == "truncated" and "after 7 bytes" in err.value.reason
+    r.expect()
+    with pytest.raises(FramingError) as err:
+        for _ in range(20):
+            r.feed(b"x" * 10)
+    assert err.value.kind == "too_large"
