@@ -460,6 +460,10 @@ def test_a_snapshot_holding_surrogates_and_escapes_renders_valid_outputs(saved_s
 
 def test_ctrl_c_during_a_probe_window_stops_the_probes_now(tmp_path):
     """The probes run in a collector thread: Ctrl-C must stop them, not wait out the window."""
+    from tailgate.probes.driver import unavailable
+
+    reason = unavailable()
+    assert reason is None, f"this test needs the eBPF probes (root, bpftrace, tracefs): {reason}"
     out = tmp_path / "r.json"
     proc = subprocess.Popen([sys.executable, "-m", "tailgate", "inspect", "--interval", "0",
                              "--no-history", "--probe-window", "120", "--json", str(out)],
