@@ -193,20 +193,22 @@ def test_lock_server_without_contention_claims_nothing():
 # -- two causes at once: both named -------------------------------------------------------------
 
 def test_contention_and_stops_are_both_named():
-    with nginx_on_cpu1() as (ng, pid), busy_on_cpu1(), stopping(pid):
+    # short, rare stops: they own the P99, the contention the rest of the P90
+    with nginx_on_cpu1() as (ng, pid), busy_on_cpu1(), stopping(pid, every_s=1.0, for_s=0.02):
         doc = diagnose(ng.url("/"), pid)
     assert {"runq", "stopped"} <= set(claimed(doc)), explain(doc)
 
 
 def test_quota_and_loss_are_both_named():
-    with Veth() as v, nginx_on_cpu1(address=v.ns_ip, netns=v.ns) as (ng, pid), quota(pid), \
+    # 300 req/s need about 1 ms of CPU per 100 ms period: a 0.6 ms quota throttles them
+    with Veth() as v, nginx_on_cpu1(address=v.ns_ip, netns=v.ns) as (ng, pid), quota(pid, 600), \
             random_loss(v.host, 0.03):
         doc = diagnose(ng.url("/"), pid, rate="300")
     assert {"throttled", "retransmit"} <= set(claimed(doc)), explain(doc)
 
 
 def test_futex_and_stops_are_both_named():
-    with lockserver(hold_us=3000, every=40) as (url, pid), stopping(pid):
+    with lockserver(hold_us=3000, every=40) as (url, pid), stopping(pid, every_s=1.0, for_s=0.02):
         doc = diagnose(url, pid, *TCP)
     assert {"futex", "stopped"} <= set(claimed(doc)), explain(doc)
 

@@ -42,6 +42,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--min-share", type=float, default=0.1, metavar="FRACTION",
                    help="... and it lasted at least this share of those requests' latency "
                    "(default 0.1)")
+    g.add_argument("--min-ms", type=float, default=1.0, metavar="MS",
+                   help="... and at least this long per slow request, on average (default 1)")
     add_load_options(p)
     add_request_options(p)
     p.set_defaults(func=run)
@@ -242,7 +244,7 @@ def _analyse(args, bench_doc, bench_out, log_path, events, polls, t0, t1, bin_s,
         t0 = min(t0, int(starts.min())) if len(starts) else t0
         attributions, info = attribute(starts, ends, {CAUSES[k]: v for k, v in spans.items()},
                                        args.min_cover, args.min_lift, args.min_share,
-                                       sends=sends)
+                                       sends=sends, min_ms=args.min_ms)
         doc["tail"] = info
         doc["causes"] = [a.to_json() for a in attributions]
         claimed = [a for a in attributions if a.claimed]

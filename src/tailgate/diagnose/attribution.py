@@ -121,53 +121,80 @@ GENERATOR = Cause("generator", "load", "the load generator itself sent them late
                   "a lower --rate; its lateness is in the bench result.")
 
 
+def _score(cause: Cause, spans: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+           tail: np.ndarray, tail999: np.ndarray, level: str, cut: float,
+           crit: dict[str, float]) -> Attribution:
+    """How strongly ``spans`` co-occur with the requests of ``tail`` (those above ``level``)."""
+    lat = ends - starts
+    hit = covered(starts, ends, spans)
+    n_tail = int(tail.sum())
+    tail_cover = float(hit[tail].mean()) if n_tail else 0.0
+    all_cover = float(hit.mean())
+    lift = tail_cover / all_cover if all_cover > 0 else (float("inf") if tail_cover else 0.0)
+    total = float((spans[:, 1] - spans[:, 0]).sum()) / 1e6 if len(spans) else 0.0
+    if total > 0 and n_tail:
+        inside = overlap_ns(starts[tail], ends[tail], spans)
+        share = float((inside / np.maximum(lat[tail], 1)).mean())
+        mean_ms = float(inside.mean()) / 1e6
+    else:  # instants (retransmissions): the request waited for the whole recovery
+        share = tail_cover
+        mean_ms = float(lat[tail].mean()) / 1e6 * tail_cover if n_tail else 0.0
+    # Markedly more of the tail than of the rest; or, a cause that is everywhere (a
+    # saturating one), when it lasted most of the tail's latency. Never for evidence shorter
+    # than min_ms per slow request: noise a healthy host always has.
+    claimed = (n_tail >= MIN_TAIL and tail_cover >= crit["min_cover"]
+               and share >= crit["min_share"] and mean_ms >= crit["min_ms"]
+               and (lift >= crit["min_lift"] or share >= PERVASIVE_SHARE))
+    a = Attribution(cause, tail_cover, share,
+                    float(hit[tail999].mean()) if tail999.any() else None,
+                    all_cover, lift, len(spans), total, claimed)
+    a.extra["tail"] = level
+    a.sentence = (f"{100 * tail_cover:.0f} % of the {n_tail} requests above the {level} "
+                  f"({cut / 1e6:.3f} ms) were in flight while {cause.what} "
+                  f"(vs {100 * all_cover:.0f} % of all {len(lat)} requests; {len(spans)} events, "
+                  f"{total:.1f} ms in all)" + (f"; it lasted {100 * share:.0f} % of their "
+                                               f"latency, {mean_ms:.2f} ms each"
+                                               if total > 0 else ""))
+    return a
+
+
 def attribute(starts: np.ndarray, ends: np.ndarray, causes: dict[Cause, np.ndarray],
               min_cover: float = 0.3, min_lift: float = 1.5, min_share: float = 0.1,
-              sends: np.ndarray | None = None) -> tuple[list[Attribution], dict]:
+              sends: np.ndarray | None = None, min_ms: float = 1.0
+              ) -> tuple[list[Attribution], dict]:
     """Rank causes for the requests ``[starts, ends]`` (ns). Returns the attributions (claimed
-    first, bottom-up by layer, then by the share of the tail they cover) and the tail facts."""
+    first: a late generator, then bottom-up by layer, then by the share of the tail's latency
+    they lasted) and the tail facts. Each cause is judged on the requests above the P99; one
+    that does not explain those is judged again on the requests above the P90 (a second cause
+    hidden under a larger one). ``sends``: when the generator dispatched each request (0:
+    never), so that its own lateness is told apart from the service."""
     lat = ends - starts
     n = len(lat)
     info: dict[str, Any] = {"requests": n}
     if n == 0:
         info["unexplained"] = "no completed requests"
         return [], info
-    p99, p999 = (float(np.percentile(lat, q, method="inverted_cdf")) for q in (99, 99.9))
-    tail = lat >= p99
-    tail999 = lat >= p999
-    info.update(p99_ms=p99 / 1e6, p999_ms=p999 / 1e6, tail_p99=int(tail.sum()),
-                tail_p999=int(tail999.sum()))
+    p90, p99, p999 = (float(np.percentile(lat, q, method="inverted_cdf")) for q in (90, 99, 99.9))
+    tail, tail90, tail999 = lat >= p99, lat >= p90, lat >= p999
+    info.update(p90_ms=p90 / 1e6, p99_ms=p99 / 1e6, p999_ms=p999 / 1e6,
+                tail_p99=int(tail.sum()), tail_p999=int(tail999.sum()))
+    crit = {"min_cover": min_cover, "min_lift": min_lift, "min_share": min_share,
+            "min_ms": min_ms}
     out = []
     for cause, spans in causes.items():
-        hit = covered(starts, ends, spans)
-        tail_cover = float(hit[tail].mean())
-        all_cover = float(hit.mean())
-        lift = tail_cover / all_cover if all_cover > 0 else (float("inf") if tail_cover else 0.0)
-        total = float((spans[:, 1] - spans[:, 0]).sum()) / 1e6 if len(spans) else 0.0
-        if total > 0:
-            share = float((overlap_ns(starts[tail], ends[tail], spans) /
-                           np.maximum(lat[tail], 1)).mean())
-        else:  # instants (retransmissions): the request waited for the whole recovery
-            share = tail_cover
-        # Markedly more of the tail than of the rest; or, a cause that is everywhere (a
-        # saturating one), when it lasted most of the tail's latency.
-        claimed = (int(tail.sum()) >= MIN_TAIL and tail_cover >= min_cover and share >= min_share
-                   and (lift >= min_lift or share >= PERVASIVE_SHARE))
-        a = Attribution(cause, tail_cover, share, float(hit[tail999].mean()) if tail999.any() else None,
-                        all_cover, lift, len(spans), total, claimed)
-        a.sentence = (f"{100 * tail_cover:.0f} % of the {int(tail.sum())} requests above the "
-                      f"P99 ({p99 / 1e6:.3f} ms) were in flight while {cause.what} "
-                      f"(vs {100 * all_cover:.0f} % of all {n} requests; {len(spans)} events, "
-                      f"{total:.1f} ms in all)" + (f"; it lasted {100 * share:.0f} % of their "
-                                                   "latency" if total > 0 else ""))
+        a = _score(cause, spans, starts, ends, tail, tail999, "P99", p99, crit)
+        if not a.claimed:
+            b = _score(cause, spans, starts, ends, tail90, tail999, "P90", p90, crit)
+            if b.claimed:
+                a = b
         out.append(a)
     if sends is not None:
         out.append(_generator(starts, ends, sends, tail, p99, min_share))
     # a late generator first (then the figures say nothing of the service), then bottom-up
     order = {layer: i for i, layer in enumerate(("load", "L1", "L2", "L3", "L4"))}
     # inside a layer, the cause that lasted most of the tail requests' time first
-    out.sort(key=lambda a: (not a.claimed, order.get(a.cause.layer, 9), -a.time_share,
-                            -a.tail_cover))
+    out.sort(key=lambda a: (not a.claimed, a.extra.get("tail") == "P90",
+                            order.get(a.cause.layer, 9), -a.time_share, -a.tail_cover))
     if int(tail.sum()) < MIN_TAIL:
         info["unexplained"] = (f"only {int(tail.sum())} requests above the P99: too few to "
                                f"attribute (run longer or faster)")
@@ -191,6 +218,7 @@ def _generator(starts: np.ndarray, ends: np.ndarray, sends: np.ndarray, tail: np
                     cover / everywhere if everywhere else (float("inf") if cover else 0.0),
                     int(tail.sum()), float(late[tail].sum()) / 1e6,
                     claimed=bool(tail.sum() >= MIN_TAIL and share >= max(min_share, 0.5)))
+    a.extra["tail"] = "P99"
     a.sentence = (f"{100 * cover:.0f} % of the {int(tail.sum())} requests above the P99 "
                   f"({p99 / 1e6:.3f} ms) spent most of their latency waiting for the load "
                   f"generator to send them; its lateness lasted {100 * share:.0f} % of their "
