@@ -148,7 +148,7 @@ def test_baseline_can_switch_a_check_off(tmp_path):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--pid", "999999999"], "no such process"),
+    (["--pid", "999999999"], "kernel.pid_max"),
     (["--pid", "abc"], "invalid pid"),
     (["--cgroup", "/definitely/not/a/cgroup"], "no such cgroup"),
     (["--iface", "bad/name"], "invalid interface"),

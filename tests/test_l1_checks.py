@@ -233,7 +233,7 @@ def pmc_fact(status_file: str, ports_file: str | None = None, skip: int = 0) -> 
                         "ports": ports}}
 
 
-MISSING = {"ptp.log": Fact(missing="journalctl: absent"),
+MISSING = {"ptp.log": {"samples": [], "summaries": [], "unavailable": "journalctl: absent"},
            "chrony.tracking": Fact(missing="`chronyc tracking` exited 1: 506 Cannot talk to daemon")}
 
 

@@ -91,7 +91,7 @@ def test_print_program():
     (["malloc"], "needs --pid"),
     (["runqlat", "--pid", "12; reboot"], "invalid pid"),
     (["runqlat", "--pid", "0"], "invalid pid"),
-    (["runqlat", "--pid", "2147483647"], "no such process"),
+    (["runqlat", "--pid", "2147483647"], "kernel.pid_max"),
     (["runqlat", "--duration", "0"], "--duration"),
     (["softirq", "--pid", "1"], "no --pid"),
     (["runqlat", "--pid", "1", "--cgroup", "/"], "not both"),

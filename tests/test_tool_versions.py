@@ -418,7 +418,7 @@ def test_pmc_offset_judged_beside_an_erroring_clock():
     pmc = {"time_status": time_status(parse_pmc(version_fixture("pmc-time-status-and-error.txt"))),
            "ports": port_properties(parse_pmc(version_fixture("pmc-management-error-status.txt")))}
     facts = {"ethtool.ts": ["eth2"], "ethtool.ts.eth2": ts, "ptp.pmc": pmc,
-             "ptp.log": Fact(missing="journalctl: absent"),
+             "ptp.log": {"samples": [], "summaries": [], "unavailable": "journalctl: absent"},
              "chrony.tracking": Fact(missing="chronyc: absent")}
     (f,) = judge("l1.clock.ptp", snap(facts))
     assert f.status == "pass" and f.observed == -3
@@ -446,7 +446,7 @@ def test_chrony_before_3_0_quad_dotted_reference_ids():
 ])
 def test_clock_check_on_chrony_2(name, status, words):
     facts = {"ethtool.ts": Fact(missing="ethtool: absent"), "ptp.pmc": Fact(missing="pmc: absent"),
-             "ptp.log": Fact(missing="journalctl: absent"),
+             "ptp.log": {"samples": [], "summaries": [], "unavailable": "journalctl: absent"},
              "chrony.tracking": parse_chrony_tracking(version_fixture(name))}
     (f,) = judge("l1.clock.ptp", snap(facts))
     assert f.status == status and words in f.reason
@@ -517,7 +517,7 @@ def test_clock_check_sees_hardware_timestamping_in_the_6_14_layout():
     ts = parse_timestamping(version_fixture("ethtool-T-6.14-provider.txt"))
     facts = {"ethtool.ts": ["eth2"], "ethtool.ts.eth2": ts,
              "ptp.pmc": {"time_status": [], "ports": []},
-             "ptp.log": Fact(missing="journalctl: absent"),
+             "ptp.log": {"samples": [], "summaries": [], "unavailable": "journalctl: absent"},
              "chrony.tracking": Fact(missing="chronyc: absent")}
     (f,) = judge("l1.clock.ptp", snap(facts))
     assert f.status == "fail" and "eth2 can timestamp in hardware" in f.reason

@@ -16,6 +16,7 @@ value of the wrong type) raises :class:`BaselineError` naming file, line and key
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
@@ -90,18 +91,84 @@ def _type_ok(default: Any, value: Any) -> bool:
     return isinstance(value, type(default))
 
 
+def _finite(value: Any) -> bool:
+    """A NaN limit compares false with everything and would switch a check off unseen."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, list):
+        return all(_finite(v) for v in value)
+    return True
+
+
+MAX_BASELINE_BYTES = 1 * 2**20
+MAX_DEPTH = 16  # a baseline nests 3 deep (id: {param: [items]})
+MAX_NODES = 10_000  # nodes after alias expansion: a "billion laughs" file stops here
+
+
+def _bounded(text: str, path: str) -> None:
+    """Refuse deep nesting from the event stream (flat: nothing recurses on it yet)."""
+    depth = 0
+    for event in yaml.parse(text, Loader=_Loader):
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > MAX_DEPTH:
+                line = event.start_mark.line + 1
+                raise BaselineError(f"{path}:{line}: nested deeper than {MAX_DEPTH} levels")
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
+
+
+def _expanded_size(root: yaml.Node, path: str) -> int:
+    """Nodes of the document with every alias expanded, computed on the shared graph
+    (memoised, so a bomb costs its own size to measure, not its expansion)."""
+    sizes: dict[int, int] = {}
+    visiting: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        if id(node) in sizes:
+            continue
+        if isinstance(node, yaml.ScalarNode):
+            sizes[id(node)] = 1
+            continue
+        children = ([c for kv in node.value for c in kv] if isinstance(node, yaml.MappingNode)
+                    else list(node.value))
+        if done:
+            sizes[id(node)] = min(1 + sum(sizes.get(id(c), MAX_NODES) for c in children),
+                                  MAX_NODES + 1)
+            visiting.discard(id(node))
+            continue
+        if id(node) in visiting:
+            raise BaselineError(f"{path}:{node.start_mark.line + 1}: an alias refers to a node "
+                                "that contains it (a recursive structure)")
+        visiting.add(id(node))
+        stack.append((node, True))
+        stack.extend((c, False) for c in children if id(c) not in sizes)
+    total = sizes[id(root)]
+    if total > MAX_NODES:
+        raise BaselineError(f"{path}: more than {MAX_NODES} values once its aliases are "
+                            "expanded (an alias bomb?)")
+    return total
+
+
 def load_baseline(path: str) -> Baseline:
+    from .host import shorten
+    from .userfiles import UserFileError, read_user_text
+
     try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError as exc:
-        raise BaselineError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+        text = read_user_text(path, MAX_BASELINE_BYTES)
+    except UserFileError as exc:
+        raise BaselineError(str(exc)) from exc
     try:
+        _bounded(text, path)
         root = yaml.compose(text, Loader=_Loader)
+        if root is not None:
+            _expanded_size(root, path)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else path
-        raise BaselineError(f"{where}: malformed YAML: {getattr(exc, 'problem', exc)}") from exc
+        raise BaselineError(f"{where}: malformed YAML: {getattr(exc, 'problem', None) or exc}"
+                            ) from exc
 
     base = default_baseline()
     params = {cid: dict(p) for cid, p in base.params.items()}
@@ -113,22 +180,37 @@ def load_baseline(path: str) -> Baseline:
     disabled: set[str] = set()
     required: set[str] = set()
     for key_node, value_node in root.value:
-        cid = key_node.value
         line = key_node.start_mark.line + 1
+        if not isinstance(key_node, yaml.ScalarNode):
+            raise BaselineError(f"{path}:{line}: a check id must be a plain key, not a "
+                                f"{'list' if isinstance(key_node, yaml.SequenceNode) else 'mapping'}")
+        cid = key_node.value
         if cid not in known:
-            raise BaselineError(f"{path}:{line}: key {cid!r}: unknown check id (see `tailgate checks`)")
-        value = yaml.load(yaml.serialize(value_node), Loader=_Loader)
+            raise BaselineError(f"{path}:{line}: key {shorten(repr(cid))}: unknown check id "
+                                "(see `tailgate checks`)")
+        try:
+            value = yaml.load(yaml.serialize(value_node), Loader=_Loader)
+        except (yaml.YAMLError, ValueError) as exc:  # !!python/object (the safe loader builds
+            # no objects), an integer of 5,000 digits
+            problem = getattr(exc, "problem", None) or (str(exc).splitlines() or [""])[0]
+            raise BaselineError(f"{path}:{line}: key {cid}: {shorten(problem, 120)}") from exc
         if isinstance(value_node, yaml.MappingNode):
-            items = [(k.value, k.start_mark.line + 1, v) for k, v in value_node.value]
-            value_map = value
+            items = []
+            for k, v in value_node.value:
+                if not isinstance(k, yaml.ScalarNode):
+                    raise BaselineError(f"{path}:{k.start_mark.line + 1}: key {cid}: a parameter "
+                                        "name must be a plain key")
+                items.append((str(k.value), k.start_mark.line + 1, v))
+            value_map = {str(k): v for k, v in value.items()}
         else:
             items = [("limit", line, value_node)]
             value_map = {"limit": value}
         for name, pline, _node in items:
-            where = f"{path}:{pline}: key {cid}.{name}"
+            where = f"{path}:{pline}: key {cid}.{shorten(name, 40)}"
             if name == "enabled":
                 if not isinstance(value_map[name], bool):
-                    raise BaselineError(f"{where}: expected true or false, got {value_map[name]!r}")
+                    raise BaselineError(f"{where}: expected true or false, got "
+                                        f"{shorten(repr(value_map[name]))}")
                 (disabled.discard if value_map[name] else disabled.add)(cid)
                 continue
             if name == "required":
@@ -142,8 +224,10 @@ def load_baseline(path: str) -> Baseline:
             default, new = params[cid][name], value_map[name]
             if not _type_ok(default, new):
                 raise BaselineError(
-                    f"{where}: expected {type(default).__name__}, got {type(new).__name__} {new!r}"
-                )
+                    f"{where}: expected {type(default).__name__}, got {type(new).__name__} "
+                    f"{shorten(repr(new))}")
+            if not _finite(new):
+                raise BaselineError(f"{where}: expected a finite number, got {new!r}")
             params[cid][name] = new
     both = sorted(disabled & required)
     if both:

@@ -35,6 +35,15 @@ COMMAND_MODULES = (
 )
 
 
+def one_line(text: str, limit: int = 400) -> str:
+    """A message as one printable line: control characters (newlines included) escaped,
+    long values cut, whatever a user's file or argument held."""
+    from .report.safe import clean
+
+    text = clean(text, keep_newlines=False)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tailgate",
@@ -68,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except TailgateError as exc:
-        print(f"tailgate {args.command}: error: {exc}", file=sys.stderr)
+        print(f"tailgate {args.command}: error: {one_line(str(exc))}", file=sys.stderr)
         return exc.exit_status
     except KeyboardInterrupt:
         print("tailgate: interrupted", file=sys.stderr)

@@ -111,10 +111,11 @@ def crash_fact(what: str, exc: BaseException) -> Fact:
 
 
 def run_collector(c: Collector, host: Host, target: Target) -> dict[str, Fact]:
+    host.forget_source()
     try:
         value = c.fn(host, target)
     except SourceError as exc:
-        return _failed(c, target, Fact(missing=str(exc)))
+        return _failed(c, target, Fact(missing=host.blame(exc)))
     except Exception as exc:  # noqa: BLE001 - one broken collector must not hide the others
         return _failed(c, target, crash_fact(f"collector {c.name}", exc))
     if not c.multi:
@@ -126,9 +127,17 @@ def _sample(host: Host, target: Target, chosen: list[Collector]) -> dict[str, Fa
     """Run collectors concurrently: most wait on a file or a command (ethtool, pmc), so a
     sample takes as long as its slowest source rather than the sum of all of them."""
     facts: dict[str, Fact] = {}
-    with ThreadPoolExecutor(max_workers=8, thread_name_prefix="collect") as pool:
+    pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="collect")
+    try:
         for part in pool.map(lambda c: run_collector(c, host, target), chosen):
             facts.update(part)
+    except BaseException:
+        # Ctrl-C: kill the commands still running so their threads end now, drop what
+        # was not started, and let the caller discard the partial sample.
+        host.cancel()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
     return facts
 
 

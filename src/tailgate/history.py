@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,7 +79,18 @@ class HistoryStore:
 
     def _check_header(self) -> None:
         try:
-            with open(self.path, "rb") as fh:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise HistoryError(f"{self.path}: cannot read: {exc.strerror or exc}") from exc
+        if not stat.S_ISREG(st.st_mode):  # a FIFO would block open() and sqlite forever
+            raise _refuse(self.path, "not a regular file")
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            with os.fdopen(fd, "rb") as fh:
+                if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                    raise _refuse(self.path, "not a regular file")
                 head = fh.read(len(_SQLITE_MAGIC))
         except FileNotFoundError:
             return
@@ -292,7 +304,8 @@ def growth(snap: Snapshot, name: str, pick: Callable[[Any], Any] = lambda v: v) 
         common = [k for k in now if k in before]
         back = [k for k in common if now[k] < before[k]]
         if back:
-            raise NoWindow(f"{back[0] or 'the counter'} went backwards during the interval (counter reset)")
+            raise NoWindow(f"{name}: {back[0] or 'the counter'} went backwards during the "
+                           "interval (counter reset)")
         return Growth({k: now[k] - before[k] for k in common}, snap.interval_s, "interval",
                       snap.taken_at, note)
     if not note:

@@ -7,6 +7,7 @@ on one host can be judged on another (``--from``).
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -118,20 +119,65 @@ class Snapshot:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Snapshot:
+        """The snapshot in ``data``; ValueError naming the first field of the wrong shape
+        (a snapshot may come from anywhere: its facts are judged, its target is trusted)."""
         if not isinstance(data, dict) or data.get("tailgate_snapshot") != 1:
             raise ValueError("not a tailgate snapshot (missing 'tailgate_snapshot': 1)")
         return cls(
-            host=dict(data.get("host") or {}),
-            target=dict(data.get("target") or {}),
-            interval_s=float(data.get("interval_s") or 0.0),
-            taken_at=float(data.get("taken_at") or 0.0),
-            facts={k: Fact.from_json(v) for k, v in (data.get("facts") or {}).items()},
-            before={k: Fact.from_json(v) for k, v in (data.get("before") or {}).items()},
+            host=_mapping(data.get("host"), "host"),
+            target=_target(data.get("target")),
+            interval_s=_number(data.get("interval_s"), "interval_s"),
+            taken_at=_number(data.get("taken_at"), "taken_at"),
+            facts=_facts(data.get("facts"), "facts"),
+            before=_facts(data.get("before"), "before"),
             version=str(data.get("version") or ""),
-            earlier={k: Fact.from_json(v) for k, v in (data.get("earlier") or {}).items()},
-            earlier_at=(float(data["earlier_at"]) if data.get("earlier_at") is not None
-                        else None),
+            earlier=_facts(data.get("earlier"), "earlier"),
+            earlier_at=(_number(data["earlier_at"], "earlier_at")
+                        if data.get("earlier_at") is not None else None),
         )
+
+
+def _mapping(value: Any, what: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValueError(f"{what}: expected an object, got {type(value).__name__}")
+    return dict(value)
+
+
+def _number(value: Any, what: str) -> float:
+    if value is None:
+        return 0.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{what}: expected a number, got {type(value).__name__}")
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{what}: expected a finite number >= 0, got {value!r}")
+    return float(value)
+
+
+def _facts(value: Any, what: str) -> dict[str, Fact]:
+    out = {}
+    for name, fact in _mapping(value, what).items():
+        if not isinstance(fact, dict) or not ({"value", "missing"} & set(fact)):
+            raise ValueError(f"{what}.{name}: expected {{\"value\": ...}} or {{\"missing\": reason}}")
+        out[name] = Fact.from_json(fact)
+    return out
+
+
+def _target(value: Any) -> dict[str, Any]:
+    """What the snapshot says was inspected: pids, cgroup and interfaces checked like the
+    command-line arguments they came from."""
+    target = _mapping(value, "target")
+    pids = target.get("pids") or []
+    if not isinstance(pids, list) or not all(
+            isinstance(p, int) and not isinstance(p, bool) and 0 < p <= 2**22 for p in pids):
+        raise ValueError("target.pids: expected a list of PIDs (1 .. 4194304)")
+    ifaces = target.get("ifaces") or []
+    if not isinstance(ifaces, list) or not all(isinstance(i, str) for i in ifaces):
+        raise ValueError("target.ifaces: expected a list of interface names")
+    if target.get("cgroup") is not None and not isinstance(target["cgroup"], str):
+        raise ValueError("target.cgroup: expected a path")
+    return target
 
 
 @dataclass(frozen=True)

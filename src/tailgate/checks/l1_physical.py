@@ -339,17 +339,27 @@ def pcie_bad_tlp(snap: Snapshot, p: dict) -> list[Result]:
     return results
 
 
-def _mlx5_ifaces(snap: Snapshot) -> dict[str, str]:
-    """PCI address -> interface, for NICs whose ethtool -S has PCIe signal-integrity counters."""
-    out = {}
+def _mlx5_ifaces(snap: Snapshot) -> tuple[dict[str, str], dict[str, str]]:
+    """PCI address -> interface, for NICs whose ethtool -S has PCIe signal-integrity
+    counters; and PCI address -> reason, for NICs whose ethtool output could not be read
+    (they may have such counters: their device cannot pass on the others alone)."""
+    out, unreadable = {}, {}
     names = snap.fact("ethtool.phy")
     for iface in names.value if names.ok and isinstance(names.value, list) else []:
         info, phy = snap.fact(f"ethtool.info.{iface}"), snap.fact(f"ethtool.phy.{iface}")
-        if info.ok and phy.ok and "rx_pci_signal_integrity" in phy.value:
-            bus = info.value.get("bus-info")
-            if bus:
-                out[bus.lower()] = iface
-    return out
+        nic = snap.fact(f"nic.{iface}")
+        # sysfs's PCI address first: ethtool's bus-info is free text of the driver
+        bus = (nic.value.get("pci") if nic.ok and isinstance(nic.value, dict) else None) \
+            or (info.value.get("bus-info") if info.ok and isinstance(info.value, dict) else None)
+        if not bus:
+            continue
+        if not info.ok:
+            unreadable[bus.lower()] = f"{iface}: {info.missing}"
+        elif not phy.ok and info.value.get("driver") == "mlx5_core":
+            unreadable[bus.lower()] = f"{iface}: {phy.missing}"
+        elif phy.ok and "rx_pci_signal_integrity" in phy.value:
+            out[bus.lower()] = iface
+    return out, unreadable
 
 
 @check("l1.pcie.link_recovery")
@@ -361,7 +371,8 @@ def pcie_link_recovery(snap: Snapshot, p: dict) -> list[Result]:
     aer_f, replay_f = snap.fact("pci.aer"), snap.fact("pci.replay")
     aer = aer_f.value.get("counters", {}) if aer_f.ok else {}
     replay = replay_f.value if replay_f.ok else {"counters": {}, "sources": {}, "errors": {}}
-    mlx5 = _mlx5_ifaces(snap)
+    aer_errors = aer_f.value.get("errors", {}) if aer_f.ok else {}
+    mlx5, mlx5_unreadable = _mlx5_ifaces(snap)
     # Sources that failed: named in the reason of every device judged without them.
     failed = [f"AER unreadable ({aer_f.missing})"] if not aer_f.ok else []
     if not replay_f.ok:
@@ -371,8 +382,12 @@ def pcie_link_recovery(snap: Snapshot, p: dict) -> list[Result]:
     for bdf in sorted(devices):
         subject = _subject(bdf, devices[bdf])
         notes = list(failed)
-        if bdf in replay_errors:
-            notes.append(f"replay counter unreadable ({replay_errors[bdf]})")
+        # A counter this device has but that could not be read: the others cannot vouch
+        # for it alone, so the device is unknown unless what was read already fails.
+        mine = [f"{what} unreadable ({why})" for what, why in (
+            ("replay counter", replay_errors.get(bdf)), ("AER counters", aer_errors.get(bdf)),
+            ("ethtool counters", mlx5_unreadable.get(bdf))) if why]
+        notes += mine
         if devices[bdf].get("kind") == "gpu" and devices[bdf].get("vendor") == "0x10de":
             for tool in ("nvml", "nvidia-smi"):
                 if tool in replay_errors:
@@ -395,7 +410,7 @@ def pcie_link_recovery(snap: Snapshot, p: dict) -> list[Result]:
                               f"ethtool.phy.{i}",
                               lambda v: {n: v[n] for n in ("rx_pci_signal_integrity",
                                                            "tx_pci_signal_integrity") if n in v}))
-        if not stand_ins:
+        if not stand_ins and not mine:
             continue
         evidence: dict[str, Any] = {"stand_ins": [s[0] for s in stand_ins], "grown": {}}
         total, unknown, window = 0.0, [], None
@@ -421,6 +436,10 @@ def pcie_link_recovery(snap: Snapshot, p: dict) -> list[Result]:
         elif unknown:
             results.append(Result("unknown", subject=subject, evidence=evidence,
                                   reason="; ".join(unknown) + role))
+        elif mine or failed:  # what was read is quiet, but not everything could be read
+            results.append(Result("unknown", subject=subject, observed=total, evidence=evidence,
+                                  reason="no replay or recovery events in the counters read, "
+                                  "but not all could be read" + role))
         else:
             results.append(Result("pass", subject=subject, observed=total, evidence=evidence,
                                   reason="no replay or recovery events in the window" + role))
@@ -494,7 +513,14 @@ def clock_ptp(snap: Snapshot, p: dict) -> Result:
         if unlocked:
             return Result("fail", evidence=evidence, reason="; ".join(unlocked))
         offsets = {f"ptp4l {s['port']} master_offset": s["master_offset_ns"] for s in synced}
-        return _judge_offsets({**offsets, **recent}, limit, evidence, "PTP")
+        judged = _judge_offsets({**offsets, **recent}, limit, evidence, "PTP")
+        if judged.status == "pass" and not log.ok:
+            # The journal would have shown an unlocked servo or worse offsets: without it
+            # pmc's one offset cannot vouch for the clock.
+            return Result("unknown", observed=judged.observed, evidence=evidence,
+                          reason=f"{judged.reason}, but the ptp4l/phc2sys journal is "
+                          f"unreadable: {log.missing}")
+        return judged
     # pmc gave nothing: what stands in for it (the journal, chrony) says so.
     instead = "" if pmc.ok else f"pmc: {pmc.missing}; "
     if log.ok and log.value["samples"]:
@@ -519,6 +545,8 @@ def clock_ptp(snap: Snapshot, p: dict) -> Result:
     evidence["missing"] = {n: f.missing for n, f in
                            (("ptp.pmc", pmc), ("ptp.log", log), ("chrony.tracking", chrony))
                            if not f.ok}
+    if log.ok and log.value.get("unavailable"):
+        evidence["missing"]["ptp.log"] = log.value["unavailable"]
     pmc_empty = pmc.ok and not pmc.value["time_status"]
     if ts and not hw and any("missing" not in v for v in ts.values()):
         return Result("fail", evidence=evidence,

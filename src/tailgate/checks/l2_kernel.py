@@ -71,11 +71,22 @@ def cgroup_throttling(snap: Snapshot, p: dict) -> list[Result]:
                 results.append(Result("unknown", subject=subject, evidence=evidence,
                                       reason="cpu.stat has no nr_throttled"))
             continue
-        if not then.ok or snap.interval_s <= 0:
+        if not then.ok or snap.interval_s < MIN_RATE_INTERVAL_S:
+            # An interval of ~0 s (--interval 0) is no window: whether a period was
+            # throttled in it would be chance, not a measurement.
             results.append(Result("unknown", subject=subject, evidence=evidence,
-                                  reason="needs two samples (--interval > 0)"))
+                                  reason=f"needs two samples at least {MIN_RATE_INTERVAL_S:g} s "
+                                  "apart (--interval)"))
             continue
         old = then.value["stat"]
+        back = [k for k in ("nr_throttled", "nr_periods", "throttled_time", "throttled_usec")
+                if k in stat and stat[k] < old.get(k, 0)]
+        if back:  # the cgroup was recreated (or the counters reset): no rate across that
+            results.append(Result("unknown", subject=subject, evidence=evidence,
+                                  reason=f"counter reset: {back[0]} went backwards during the "
+                                  f"interval ({old[back[0]]} -> {stat[back[0]]}) in "
+                                  f"{now['path']}/cpu.stat"))
+            continue
         throttled = stat["nr_throttled"] - old.get("nr_throttled", 0)
         periods = stat.get("nr_periods", 0) - old.get("nr_periods", 0)
         if "throttled_time" in stat:  # v1, ns
@@ -290,6 +301,8 @@ def irq_isolation(snap: Snapshot, p: dict) -> list[Result]:
     if softirqs.ok and before.ok and "NET_RX" in softirqs.value:
         net_rx = [a - b for a, b in zip(softirqs.value["NET_RX"], before.value.get("NET_RX", []),
                                         strict=False)]
+        if any(d < 0 for d in net_rx):  # reset during the interval: no evidence from it
+            net_rx = None
     for nic in nics:
         if not nic["irqs"]:
             results.append(Result("unknown", subject=nic["iface"],
@@ -338,6 +351,8 @@ def irq_isolation(snap: Snapshot, p: dict) -> list[Result]:
             missing = [m for m in (rps_problem, sib_problem) if m]
             if unreadable:
                 missing.insert(0, f"affinity of IRQs {','.join(unreadable)} unreadable")
+            if nic.get("interrupts_error"):  # IRQs named only in /proc/interrupts may be missing
+                missing.append(f"the NIC's IRQs may be incomplete: {nic['interrupts_error']}")
             if missing:
                 results.append(Result("unknown", subject=subject, evidence=ev,
                                       reason="; ".join(missing) + ": physical isolation cannot "
@@ -389,8 +404,22 @@ def congestion_control(snap: Snapshot, p: dict) -> Result:
                   reason=f"loss-based {algo} is the default; {hint}")
 
 
-def _sum_dev(dev: dict, field: str) -> int:
-    return sum(row[field] for row in dev.values())
+def _grown(before: int, after: int, what: str, source: str) -> int:
+    """Growth of one counter over the interval. A counter that went backwards was reset
+    (a driver reload, a namespace recreated, a wrapped 32-bit counter): there is no rate
+    across a reset, so the finding is unknown and says which counter and where."""
+    if after < before:
+        raise Unknown(f"counter reset: {what} went backwards during the interval "
+                      f"({before} -> {after}) in {source}; no rate across a reset")
+    return after - before
+
+
+def _dev_grown(d0: dict, d1: dict, iface: str, field: str) -> int:
+    return _grown(d0[iface][field], d1[iface][field], f"{iface} {field}", "/proc/net/dev")
+
+
+def _snmp_grown(s0: dict, s1: dict, proto: str, key: str, source: str = "/proc/net/snmp") -> int:
+    return _grown(s0[proto][key], s1[proto][key], f"{proto} {key}", source)
 
 
 @check("l2.net.drop_rate")
@@ -400,25 +429,29 @@ def drop_rate(snap: Snapshot, p: dict) -> Result:
     snmp0, snmp1 = _delta(snap, "net.snmp")
     soft0, soft1 = _delta(snap, "net.softnet")
     common = sorted(set(dev0) & set(dev1))
-    d0 = {k: dev0[k] for k in common}
-    d1 = {k: dev1[k] for k in common}
-    packets = sum(_sum_dev(d1, f) - _sum_dev(d0, f) for f in ("rx_packets", "tx_packets"))
+    per_iface = {k: {f: _dev_grown(dev0, dev1, k, f) for f in
+                     ("rx_packets", "tx_packets", "rx_drop", "tx_drop", "rx_fifo", "tx_fifo")}
+                 for k in common}
+    packets = sum(r["rx_packets"] + r["tx_packets"] for r in per_iface.values())
     parts = {
-        "interface_drops": sum(_sum_dev(d1, f) - _sum_dev(d0, f) for f in ("rx_drop", "tx_drop")),
-        "interface_fifo": sum(_sum_dev(d1, f) - _sum_dev(d0, f) for f in ("rx_fifo", "tx_fifo")),
-        "softnet_backlog_drops": sum(r["dropped"] for r in soft1) - sum(r["dropped"] for r in soft0),
-        "ip_in_discards": snmp1["Ip"]["InDiscards"] - snmp0["Ip"]["InDiscards"],
-        "ip_out_discards": snmp1["Ip"]["OutDiscards"] - snmp0["Ip"]["OutDiscards"],
+        "interface_drops": sum(r["rx_drop"] + r["tx_drop"] for r in per_iface.values()),
+        "interface_fifo": sum(r["rx_fifo"] + r["tx_fifo"] for r in per_iface.values()),
+        "softnet_backlog_drops": _grown(sum(r["dropped"] for r in soft0),
+                                        sum(r["dropped"] for r in soft1),
+                                        "dropped", "/proc/net/softnet_stat"),
+        "ip_in_discards": _snmp_grown(snmp0, snmp1, "Ip", "InDiscards"),
+        "ip_out_discards": _snmp_grown(snmp0, snmp1, "Ip", "OutDiscards"),
     }
     if "Udp" in snmp1 and "RcvbufErrors" in snmp1["Udp"]:
-        parts["udp_rcvbuf_errors"] = snmp1["Udp"]["RcvbufErrors"] - snmp0["Udp"]["RcvbufErrors"]
+        parts["udp_rcvbuf_errors"] = _snmp_grown(snmp0, snmp1, "Udp", "RcvbufErrors")
     drops = sum(parts.values())
     evidence = {"interval_s": window, "packets": packets, **parts,
-                "softnet_time_squeeze": sum(r["time_squeeze"] for r in soft1)
-                - sum(r["time_squeeze"] for r in soft0),
-                "per_interface": {k: {f: d1[k][f] - d0[k][f] for f in
+                "softnet_time_squeeze": _grown(sum(r["time_squeeze"] for r in soft0),
+                                               sum(r["time_squeeze"] for r in soft1),
+                                               "time_squeeze", "/proc/net/softnet_stat"),
+                "per_interface": {k: {f: r[f] for f in
                                       ("rx_packets", "tx_packets", "rx_drop", "tx_drop")}
-                                  for k in common}}
+                                  for k, r in per_iface.items()}}
     if packets <= 0:
         raise Unknown(f"no packets in the {window:.1f} s interval: the drop rate is undefined")
     rate = 100.0 * drops / packets
@@ -433,15 +466,17 @@ def drop_rate(snap: Snapshot, p: dict) -> Result:
 def retransmit_rate(snap: Snapshot, p: dict) -> Result:
     window = _rate_window(snap)
     s0, s1 = _delta(snap, "net.snmp")
-    out_segs = s1["Tcp"]["OutSegs"] - s0["Tcp"]["OutSegs"]
-    retrans = s1["Tcp"]["RetransSegs"] - s0["Tcp"]["RetransSegs"]
+    out_segs = _snmp_grown(s0, s1, "Tcp", "OutSegs")
+    retrans = _snmp_grown(s0, s1, "Tcp", "RetransSegs")
     evidence: dict = {"interval_s": window, "OutSegs": out_segs, "RetransSegs": retrans}
     nst = snap.fact("net.netstat")
     nst0 = snap.before_fact("net.netstat")
     if nst.ok and nst0.ok and "TcpExt" in nst.value:
         for key in ("TCPTimeouts", "TCPLostRetransmit", "TCPFastRetrans", "TCPSynRetrans"):
             if key in nst.value["TcpExt"]:
-                evidence[key] = nst.value["TcpExt"][key] - nst0.value["TcpExt"].get(key, 0)
+                then, now = nst0.value.get("TcpExt", {}).get(key, 0), nst.value["TcpExt"][key]
+                # evidence only: a reset one is shown as such, not as a negative count
+                evidence[key] = now - then if now >= then else "reset during the interval"
     if out_segs <= 0:
         raise Unknown(f"no TCP segments sent in the {window:.1f} s interval")
     rate = 100.0 * retrans / out_segs

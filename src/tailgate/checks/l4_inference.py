@@ -74,6 +74,9 @@ def prefix_cache_hit_rate(snap: Snapshot, p: dict) -> Result:
         r = em.ratio_over_window(before, after, hits, queries, snap.interval_s)
         if r is None:
             continue
+        reset = em.went_backwards(before, after, hits, queries)
+        if reset:
+            return _unknown(reset)
         num, den, windowed, note = r
         if den <= 0:
             return _unknown(f"{label}: no prompt tokens queried the prefix cache yet ({note})")
@@ -120,6 +123,11 @@ def specdec_acceptance(snap: Snapshot, p: dict) -> Result:
     limit = float(p["limit"])
     judged_on = ("judged on the engine's acceptance rate (accepted / drafted tokens), which "
                  "is <= alpha for chain drafts, so the stricter of the two")
+    reset = em.went_backwards(before, after, "vllm:spec_decode_num_drafts_total",
+                              "vllm:spec_decode_num_draft_tokens_total",
+                              "vllm:spec_decode_num_accepted_tokens_total")
+    if reset:
+        return _unknown(reset)
     drafts = em.window(before, after, "vllm:spec_decode_num_drafts_total")
     if drafts[0] is not None:
         drafted = em.window(before, after, "vllm:spec_decode_num_draft_tokens_total")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from pathlib import Path
 
 from ..errors import UsageError
 from .options import check_writable, existing_cgroup, existing_pids, write_output
@@ -99,16 +98,13 @@ def _target(args: argparse.Namespace, host):
 
 
 def snapshot_for(args: argparse.Namespace):
-    from ..model import Snapshot
-
     if args.from_file:
+        from ..userfiles import UserFileError, load_snapshot
+
         try:
-            data = json.loads(Path(args.from_file).read_text(encoding="utf-8"))
-            return Snapshot.from_json(data)
-        except OSError as exc:
-            raise UsageError(f"cannot read {args.from_file}: {exc.strerror or exc}") from exc
-        except (ValueError, TypeError, AttributeError) as exc:
-            raise UsageError(f"{args.from_file}: {exc}") from exc
+            return load_snapshot(args.from_file)
+        except UserFileError as exc:
+            raise UsageError(str(exc)) from exc
 
     from ..collect import collect
     from ..host import Host
@@ -167,7 +163,9 @@ def run(args: argparse.Namespace) -> int:
     check_writable(args.save, args.json, args.junit, args.html)
     snap = snapshot_for(args)
     if args.save:
-        write_output(args.save, json.dumps(snap.to_json(), indent=1, sort_keys=True) + "\n")
+        from ..report.safe import strict_json
+
+        write_output(args.save, strict_json(snap.to_json(), indent=1, sort_keys=True) + "\n")
 
     report = build_report(snap, judge(snap, baseline), required)
     log_errors(report)

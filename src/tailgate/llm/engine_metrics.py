@@ -48,6 +48,19 @@ def window(before: Samples | None, after: Samples, name: str) -> tuple[float | N
     return t1, t1 - t0
 
 
+def went_backwards(before: Samples | None, after: Samples, *names: str) -> str | None:
+    """The first of ``names`` whose total fell between the scrapes (an engine restart, a
+    counter reset), as a reason; None when every one grew or stayed."""
+    if before is None:
+        return None
+    for name in names:
+        t0, t1 = total(before, name), total(after, name)
+        if t0 is not None and t1 is not None and t1 < t0:
+            return (f"counter reset: {name} went backwards between the two scrapes "
+                    f"({t0:g} -> {t1:g}; the engine restarted?): no rate across a reset")
+    return None
+
+
 def ratio_over_window(before: Samples | None, after: Samples, num: str, den: str,
                       interval_s: float) -> tuple[float, float, bool, str] | None:
     """num/den over the window when the window saw any ``den``, else since start.

@@ -142,7 +142,8 @@ def _summary(req: Request, res: Result | None, context: dict[str, Any]) -> dict[
     return out
 
 
-def measure_many(requests: Sequence[Request], on_progress: Progress | None = None
+def measure_many(requests: Sequence[Request], on_progress: Progress | None = None,
+                 cancelled: Callable[[], bool] | None = None
                  ) -> list[dict[str, Any] | SourceError]:
     """Run every request over the same window; a summary or the error for each."""
     prepared: list[tuple[Run | None, dict[str, Any]] | SourceError] = []
@@ -152,7 +153,7 @@ def measure_many(requests: Sequence[Request], on_progress: Progress | None = Non
         except ValueError as exc:
             prepared.append(SourceError(str(exc)))
     runs = [p[0] for p in prepared if not isinstance(p, SourceError) and p[0] is not None]
-    it = iter(run_probes(runs, on_progress))
+    it = iter(run_probes(runs, on_progress, cancelled=cancelled))
     out: list[dict[str, Any] | SourceError] = []
     for req, prep in zip(requests, prepared, strict=True):
         if isinstance(prep, SourceError):

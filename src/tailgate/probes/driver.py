@@ -173,8 +173,11 @@ class _Proc:
 
 
 def run_probes(runs: Sequence[Run], on_progress: Progress | None = None,
-               poll_s: float = 0.1) -> list[Result | SourceError]:
-    """Start every run at once, wait for all, and return a Result or the error per run."""
+               poll_s: float = 0.1, cancelled: Callable[[], bool] | None = None
+               ) -> list[Result | SourceError]:
+    """Start every run at once, wait for all, and return a Result or the error per run.
+    ``cancelled`` (polled): when it turns true (Ctrl-C in the main thread) every probe
+    is stopped now and the call raises SourceError."""
     procs: list[_Proc | SourceError] = []
     try:
         for r in runs:
@@ -186,6 +189,8 @@ def run_probes(runs: Sequence[Run], on_progress: Progress | None = None,
         window = max((p.run.duration_s for p in live), default=0.0)
         stopped: dict[int, str | None] = {}
         while live:
+            if cancelled is not None and cancelled():
+                raise SourceError("probes interrupted")
             now = time.monotonic()
             for p in list(live):
                 if p.proc.poll() is not None:

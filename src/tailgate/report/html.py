@@ -6,6 +6,7 @@ import html
 import json
 
 from ..model import LAYERS, Report
+from .safe import clean_report
 
 _COLORS = {"pass": "#1a7f37", "warn": "#9a6700", "fail": "#cf222e", "skip": "#6e7781",
            "unknown": "#8250df", "incomplete": "#8250df", "error": "#a40e26"}
@@ -18,6 +19,7 @@ def _cell(value) -> str:
 
 
 def render_html(report: Report) -> str:
+    report = clean_report(report)  # control characters escaped; html.escape does the markup
     v = report.verdict
     head = (f"<h1>tailgate inspect: {_cell(report.host.get('hostname'))}</h1>"
             f"<p class='verdict' style='color:{_COLORS[v.status]}'>verdict: {v.status.upper()}"

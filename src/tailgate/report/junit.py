@@ -11,6 +11,7 @@ import json
 import xml.etree.ElementTree as ET
 
 from ..model import Report
+from .safe import clean_report
 
 
 def _message(f) -> str:
@@ -21,6 +22,9 @@ def _message(f) -> str:
 
 
 def render_junit(report: Report) -> str:
+    # XML 1.0 cannot hold most control characters at all: they are escaped first, so the
+    # file stays valid whatever the host's text holds.
+    report = clean_report(report)
     suites = ET.Element("testsuites", name="tailgate")
     for layer in ("L1", "L2", "L3", "L4"):
         findings = [f for f in report.findings if f.layer == layer]

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.text import Text
 
 from ..model import LAYERS, Finding, Report
+from .safe import clean_report
 
 STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "skip": "dim",
          "unknown": "magenta", "error": "bold white on red", "incomplete": "magenta"}
@@ -62,6 +63,7 @@ def _layer_status(findings: list[Finding]) -> str:
 
 def print_report(report: Report, console: Console | None = None, verbose: bool = False) -> None:
     console = console or Console(highlight=False, soft_wrap=False)
+    report = clean_report(report, keep_newlines=False)  # host text may hold escape sequences
     host = report.host
     console.print(Text.assemble(("tailgate inspect ", "bold"), str(host.get("hostname")),
                                 f"  kernel {host.get('kernel')}  interval {report.interval_s:.2f} s"))

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import urllib.error
 import urllib.request
 from typing import Any
 
 from ..collect import Target, collector
-from ..host import Host
+from ..host import Host, read_regular
 from ..model import ParseError, SourceError
 
 # Only the engines' own series are kept in the snapshot (a vLLM scrape also has
@@ -48,8 +49,9 @@ def parse_exposition(text: str) -> list[list[Any]]:
     for fam in families:
         for s in fam.samples:
             value = float(s.value)
-            # NaN never helps a judgment; +Inf buckets are kept (le label, not value).
-            if math.isnan(value):
+            # NaN or an infinite sample never helps a judgment (and is not JSON); +Inf
+            # buckets are kept (le label, not value).
+            if not math.isfinite(value):
                 continue
             samples.append([s.name, dict(s.labels), value])
     if not samples:
@@ -66,11 +68,11 @@ def fetch(url: str, timeout_s: float) -> str:
     """GET ``url`` (http/https) or read a saved scrape; every failure is a SourceError."""
     if not url.startswith(("http://", "https://")):
         path = url.removeprefix("file://")
-        try:
-            with open(path, encoding="utf-8", errors="replace") as fh:
-                return fh.read(MAX_BODY)
-        except OSError as exc:
-            raise SourceError(f"{path}: cannot read saved scrape: {exc.strerror or exc}") from exc
+        try:  # a regular file under the cap: a FIFO or /dev/zero would never end
+            return read_regular(os.path.realpath(path), MAX_BODY, what=path).decode(
+                "utf-8", errors="replace")
+        except SourceError as exc:
+            raise SourceError(f"saved scrape {exc}") from exc
     req = urllib.request.Request(url, headers={"Accept": "text/plain;version=0.0.4"})
     try:
         with urllib.request.urlopen(req, timeout=timeout_s) as resp:
@@ -105,16 +107,23 @@ def parse_memory_stats(text: str) -> dict[str, dict[str, float]]:
     or a mapping of devices to such mappings (``{"cuda:0": {...}, "cuda:1": {...}}``).
     Returns ``{device: {key: number}}`` (device ``"device"`` for a flat dump).
     """
+    def no_constant(name: str) -> None:
+        raise ValueError(f"non-finite number {name}")
+
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_constant=no_constant)
+    except RecursionError as exc:
+        raise ParseError("memory stats: nested too deep") from exc
     except ValueError as exc:
         raise ParseError(f"memory stats: not JSON ({exc})") from exc
     if not isinstance(data, dict) or not data:
         raise ParseError("memory stats: expected a JSON object of torch.cuda.memory_stats()")
 
     def numbers(d: dict[str, Any]) -> dict[str, float]:
-        return {k: float(v) for k, v in d.items()
-                if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        out = {k: v for k, v in d.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        if any(v < 0 or v > 2**64 for v in out.values()):  # byte counts of one device
+            raise ParseError("memory stats: a negative or implausible byte count")
+        return {k: float(v) for k, v in out.items()}
 
     if all(isinstance(v, dict) for v in data.values()):
         devices = {str(k): numbers(v) for k, v in data.items()}
@@ -133,9 +142,6 @@ def engine_memory_stats(host: Host, target: Target) -> dict[str, dict[str, float
     if not path:
         raise SourceError("no allocator statistics given (--memory-stats FILE with "
                           "torch.cuda.memory_stats() as JSON)")
-    try:
-        with open(str(path), encoding="utf-8") as fh:
-            text = fh.read(MAX_BODY)
-    except OSError as exc:
-        raise SourceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    text = read_regular(os.path.realpath(str(path)), MAX_BODY, what=str(path)).decode(
+        "utf-8", errors="replace")
     return parse_memory_stats(text)

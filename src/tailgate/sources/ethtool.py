@@ -74,7 +74,7 @@ def parse_driver_info(text: str) -> dict[str, str]:
     return out
 
 
-_STAT_RE = re.compile(r"^\s*([^:\s][^:]*):\s*(-?\d+)\s*$")
+_STAT_RE = re.compile(r"^\s*([^:\s][^:]*):\s*(-?[0-9]+)\s*$")
 
 
 def parse_stats(text: str) -> dict[str, int]:
@@ -88,13 +88,20 @@ def parse_stats(text: str) -> dict[str, int]:
         m = _STAT_RE.match(line)
         if m:
             out[m.group(1).strip()] = int(m.group(2))
+        elif header and re.match(r"^\s+[^:\s][^:]*:\s*\S+\s*$", line):
+            # every ethtool -S value is an integer: anything else is not a statistic
+            raise ParseError(f"ethtool -S: not a counter: {line.strip()[:60]!r}")
     if not out and not header:
         raise ParseError("ethtool -S: no statistics")
     return out
 
 
 def phy_counters(stats: dict[str, int]) -> dict[str, int]:
-    return {k: v for k, v in stats.items() if _PHY_COUNTER_RE.search(k)}
+    kept = {k: v for k, v in stats.items() if _PHY_COUNTER_RE.search(k)}
+    negative = [k for k, v in kept.items() if v < 0]
+    if negative:  # error counters only count up: a negative one is garbage, not a rate
+        raise ParseError(f"ethtool -S: negative counter {negative[0]}: {kept[negative[0]]}")
+    return kept
 
 
 _FEC_CONFIG = ("Configured FEC encodings", "Supported/Configured FEC encodings")
@@ -107,8 +114,8 @@ _FEC_HIST_RE = re.compile(r"^fec_symbols_err_(\d+)(?:_to_(\d+))?$")
 
 
 def _fec_count(name: str, text: str) -> int:
-    if not text.isdigit():
-        raise ParseError(f"ethtool --show-fec: {name}: not a count: {text!r}")
+    if not re.fullmatch(r"[0-9]{1,20}", text):  # ASCII: str.isdigit() also takes '²'
+        raise ParseError(f"ethtool --show-fec: {name}: not a count: {text[:40]!r}")
     return int(text)
 
 
@@ -183,6 +190,7 @@ _RX_POWER_RE = re.compile(
     r"^(Rcvr signal avg optical power|Receiver signal average optical power|"
     r"Receiver signal OMA|Rcvr signal OMA)\s*(?:\((?:Channel|Chan) (\d+)\))?$"
 )
+_RX_POWER_NAME_RE = re.compile(r"^(Rcvr signal|Receiver signal)")
 _POWER_VALUE_RE = re.compile(r"^([0-9.]+)\s*mW\s*/\s*(-inf|[-+]?[0-9.]+)\s*dBm")
 # ethtool prints 0.0001 mW (-40 dBm) for the smallest non-zero reading: no light.
 LOS_DBM = -40.0
@@ -220,14 +228,21 @@ def _rx_power(name: str, value: str) -> dict[str, Any] | None:
     """One ``ethtool -m`` field as a received-power reading, or None if it is not one."""
     pm = _RX_POWER_RE.match(name)
     if not pm:
+        if _RX_POWER_NAME_RE.match(name):  # a power field whose lane we cannot read
+            raise ParseError(f"ethtool -m: malformed power field {name[:60]!r}")
         return None
     v = _POWER_VALUE_RE.match(value)
     if not v:
         raise ParseError(f"ethtool -m: {name}: not a power reading: {value!r}")
     dbm = None if v.group(2) == "-inf" else float(v.group(2))
-    if dbm is not None and not math.isfinite(dbm):
-        raise ParseError(f"ethtool -m: {name}: bad dBm {v.group(2)!r}")
-    return {"lane": int(pm.group(2)) if pm.group(2) else 1, "mw": float(v.group(1)), "dbm": dbm,
+    mw = float(v.group(1))
+    # A module reads 0 .. 6.5535 mW (a 16-bit field of 0.1 uW): beyond a watt, or a dBm
+    # outside -60 .. +30, is a corrupt EEPROM or capture, never light on a fiber.
+    if dbm is not None and not (math.isfinite(dbm) and -60.0 <= dbm <= 30.0):
+        raise ParseError(f"ethtool -m: {name}: implausible dBm {v.group(2)[:20]!r}")
+    if not (math.isfinite(mw) and 0.0 <= mw <= 1000.0):
+        raise ParseError(f"ethtool -m: {name}: implausible power {v.group(1)[:20]!r} mW")
+    return {"lane": int(pm.group(2)) if pm.group(2) else 1, "mw": mw, "dbm": dbm,
             "kind": "oma" if "OMA" in pm.group(1) else "avg"}
 
 
@@ -350,7 +365,7 @@ def parse_rings(text: str) -> dict[str, dict[str, int | None]]:
             value = m.group(2)
             if value == "n/a":
                 out.setdefault(section, {})[m.group(1)] = None
-            elif value.isdigit():
+            elif re.fullmatch(r"[0-9]{1,10}", value):
                 out.setdefault(section, {})[m.group(1)] = int(value)
             else:
                 raise ParseError(f"ethtool -g: {m.group(1)}: not a size: {value!r}")
@@ -481,7 +496,7 @@ def per_iface(prefix: str, host: Host, target: Target, fn) -> dict[str, object]:
         try:
             out[f"{prefix}.{iface}"] = fn(iface)
         except SourceError as exc:
-            out[f"{prefix}.{iface}"] = Fact(missing=str(exc))
+            out[f"{prefix}.{iface}"] = Fact(missing=host.blame(exc))
         except Exception as exc:  # noqa: BLE001 - a parser bug: this port's fact is an error
             out[f"{prefix}.{iface}"] = crash_fact(f"{prefix} of {iface}", exc)
     return out

@@ -104,16 +104,19 @@ def nics(host: Host, target: Target) -> dict[str, object]:
         names = interfaces(host, target)
     except SourceError as exc:
         return {"nic": Fact(missing=str(exc))}
+    error = None
     try:
         interrupts = parse_interrupts(host.read("/proc/interrupts"))
-    except SourceError:
-        interrupts = None
+    except SourceError as exc:
+        interrupts, error = None, host.blame(exc)
     out: dict[str, object] = {"nic": names}
     for iface in names:
         try:
             out[f"nic.{iface}"] = nic_info(host, iface, interrupts)
+            if error:  # IRQs are then only those of msi_irqs: say why the list may be short
+                out[f"nic.{iface}"]["interrupts_error"] = error
         except SourceError as exc:
-            out[f"nic.{iface}"] = Fact(missing=str(exc))
+            out[f"nic.{iface}"] = Fact(missing=host.blame(exc))
     return out
 
 

@@ -65,7 +65,7 @@ def parse_aer(text: str) -> dict[str, int]:
             out[f"bit{bit.group(1)}"] = parse_int_file(m.group(2), m.group(1))
             continue
         name = _AER_LONG.get(m.group(1), m.group(1))
-        if not m.group(2).isdigit():
+        if not _count(m.group(2)):
             if name in AER_CORRECTABLE:
                 raise ParseError(f"aer_dev_correctable: {name}: not a count: {m.group(2)!r}")
             continue
@@ -76,9 +76,14 @@ def parse_aer(text: str) -> dict[str, int]:
     return out
 
 
+def _count(text: str) -> bool:
+    """ASCII digits of a u64 (str.isdigit() also takes '²' and other scripts' digits)."""
+    return re.fullmatch(r"[0-9]{1,20}", text) is not None
+
+
 def parse_int_file(text: str, what: str) -> int:
     s = text.strip()
-    if not s.isdigit():
+    if not _count(s):
         raise ParseError(f"{what}: not a count: {s[:40]!r}")
     return int(s)
 
@@ -107,7 +112,7 @@ def parse_nvidia_smi(text: str) -> dict[str, dict[str, int]]:
         name = {"replays since reset": "replays",
                 "replay number rollovers": "replay_rollovers"}.get(k)
         if name:
-            if v.isdigit():
+            if _count(v):
                 out[gpu][name] = int(v)
             elif v not in ("N/A", "[N/A]", "Unknown Error", "[Not Supported]"):
                 raise ParseError(f"nvidia-smi -q: {key.strip()}: not a count: {v!r}")
@@ -121,6 +126,14 @@ def _read(host: Host, path: str) -> str | None:
         return host.read(path).strip()
     except SourceError:
         return None
+
+
+def _hex_file(host: Host, path: str, digits: int) -> str:
+    """A sysfs ID file (``0x020000`` class, ``0x15b3`` vendor)."""
+    text = host.read(path).strip()
+    if not re.fullmatch(rf"0x[0-9a-fA-F]{{{digits}}}", text):
+        raise ParseError(f"{path}: not a PCI id: {text[:20]!r}")
+    return text
 
 
 def device_path(host: Host, bdf: str) -> list[str]:
@@ -137,14 +150,16 @@ def pci_devices(host: Host) -> dict[str, dict[str, Any]]:
     """The judged devices (NICs, GPUs, accelerators) and their upstream ports."""
     out: dict[str, dict[str, Any]] = {}
     for bdf in host.listdir("/sys/bus/pci/devices"):
-        cls = _read(host, f"/sys/bus/pci/devices/{bdf}/class") or ""
-        kind = KINDS.get(cls[2:4].lower()) if cls.startswith("0x") else None
+        # Strict: a device whose class cannot be read might be the NIC or GPU to judge,
+        # so an unreadable or malformed class is an error, never "not one of ours".
+        cls = _hex_file(host, f"/sys/bus/pci/devices/{bdf}/class", 6)
+        kind = KINDS.get(cls[2:4].lower())
         if kind is None:
             continue
         chain = device_path(host, bdf)
         out.setdefault(bdf, {}).update({
             "kind": kind, "class": cls,
-            "vendor": _read(host, f"/sys/bus/pci/devices/{bdf}/vendor"),
+            "vendor": _hex_file(host, f"/sys/bus/pci/devices/{bdf}/vendor", 4),
             "upstream": chain[:-1],
         })
         for up in chain[:-1]:
@@ -185,7 +200,7 @@ def pci_aer(host: Host, target: Target) -> dict[str, Any]:
         try:
             counters[bdf] = parse_aer(host.read(f"/sys/bus/pci/devices/{bdf}/aer_dev_correctable"))
         except SourceError as exc:
-            errors[bdf] = str(exc)
+            errors[bdf] = host.blame(exc)
     return {"counters": counters, "errors": errors}
 
 
@@ -230,7 +245,7 @@ def pci_replay(host: Host, target: Target) -> dict[str, Any]:
                 counters[bdf] = {"pcie_replay_count": n}
                 sources[bdf] = "amdgpu pcie_replay_count"
             except SourceError as exc:
-                errors[bdf] = str(exc)
+                errors[bdf] = host.blame(exc)
     gpus = [b for b, e in devices.items() if e.get("vendor") == NVIDIA and e["kind"] == "gpu"]
     if gpus:
         got: dict[str, dict[str, int]] = {}
@@ -244,11 +259,13 @@ def pci_replay(host: Host, target: Target) -> dict[str, Any]:
             try:
                 got = parse_nvidia_smi(host.run(["nvidia-smi", "-q"], timeout_s=20))
             except SourceError as exc:
-                errors["nvidia-smi"] = str(exc)
+                errors["nvidia-smi"] = host.blame(exc)
         for bdf in gpus:
             if got.get(bdf):
                 counters[bdf] = got[bdf]
                 sources[bdf] = how
+            else:  # a GPU whose counter could not be read is unknown, not silently dropped
+                errors[bdf] = errors.get("nvidia-smi") or f"nvidia-smi -q: no replay counter for {bdf}"
     return {"counters": counters, "sources": sources, "errors": errors}
 
 
@@ -275,7 +292,7 @@ def parse_link_speed(text: str) -> float | None:
 
 def parse_link_width(text: str) -> int:
     s = text.strip().removeprefix("x")
-    if not s.isdigit():
+    if not _count(s) or len(s) > 2:  # x1 .. x32
         raise ParseError(f"not a PCIe link width: {text.strip()[:40]!r}")
     return int(s)
 
@@ -283,16 +300,30 @@ def parse_link_width(text: str) -> int:
 def read_link(host: Host, bdf: str) -> dict[str, Any] | None:
     """The link attributes of ``bdf``, parsed; None when it has none (not a PCIe device)."""
     base = f"/sys/bus/pci/devices/{bdf}"
-    raw = {name: _read(host, f"{base}/{name}") for name in LINK_FILES}
-    if all(v is None for v in raw.values()):
+    raw: dict[str, str | None] = {}
+    why: dict[str, str] = {}
+    for name in LINK_FILES:
+        try:
+            raw[name] = host.read(f"{base}/{name}").strip()
+        except SourceError as exc:
+            raw[name], why[name] = None, str(exc)
+    # No link file at all: not a PCIe device. Files that are there but unreadable (a FIFO,
+    # a link out of the root) are a reason, never "no link".
+    if len(why) == len(LINK_FILES) and all(w.endswith(": absent") for w in why.values()):
         return None
-    absent = [n for n, v in raw.items() if v is None]
-    if absent:
-        raise SourceError(f"{base}: {', '.join(absent)} unreadable")
-    return {"current_gts": parse_link_speed(raw["current_link_speed"]),
-            "current_width": parse_link_width(raw["current_link_width"]),
-            "max_gts": parse_link_speed(raw["max_link_speed"]),
-            "max_width": parse_link_width(raw["max_link_width"]),
+    if why:
+        raise SourceError("; ".join(why.values()))
+
+    def parsed(name: str, parse: Any) -> Any:
+        try:
+            return parse(raw[name])
+        except ParseError as exc:
+            raise ParseError(f"{base}/{name}: {exc}") from exc
+
+    return {"current_gts": parsed("current_link_speed", parse_link_speed),
+            "current_width": parsed("current_link_width", parse_link_width),
+            "max_gts": parsed("max_link_speed", parse_link_speed),
+            "max_width": parsed("max_link_width", parse_link_width),
             "raw": raw}
 
 

@@ -68,7 +68,10 @@ def probe_facts(host: Host, target: Target) -> dict[str, Fact]:
             return {n: Fact(missing=f"cgroup {target.cgroup}: {exc}") for n in names}
     todo = plan(target, cgroup_pids)
     requests = {k: v for k, v in todo.items() if not isinstance(v, str)}
-    results = measure_many(list(requests.values()))
+    try:  # Ctrl-C (Host.cancel) stops the probes now, not at the end of the window
+        results = measure_many(list(requests.values()), cancelled=lambda: host.cancelled)
+    except SourceError as exc:
+        return {f"probe.{k}": Fact(missing=str(exc)) for k in todo}
     facts = {f"probe.{k}": Fact(missing=v) for k, v in todo.items() if isinstance(v, str)}
     for name, res in zip(requests, results, strict=True):
         facts[f"probe.{name}"] = (Fact(missing=str(res)) if isinstance(res, SourceError)

@@ -10,22 +10,30 @@ from ..collect import Target, collector
 from ..host import Host
 from ..model import Fact, ParseError, SourceError
 
+MAX_CPUS = 8192  # the kernel's largest NR_CPUS (and far above MAX_NUMNODES)
+_CPU_RANGE_RE = re.compile(r"([0-9]{1,5})(?:-([0-9]{1,5}))?")
 
-def parse_cpulist(text: str) -> list[int]:
-    """Kernel cpulist format: ``0-3,8,10-11`` (also used for node lists). Empty -> []."""
+
+def parse_cpulist(text: str, empty_ok: bool = True) -> list[int]:
+    """Kernel cpulist format: ``0-3,8,10-11`` (also used for node lists). Empty -> [],
+    or a ParseError where content is required (``empty_ok=False``: every host has a CPU
+    online and a NUMA node). Ids at or above MAX_CPUS are not a real machine's."""
     out: list[int] = []
     text = text.strip()
     if not text:
+        if not empty_ok:
+            raise ParseError("empty cpu list where at least one is required")
         return out
     for part in text.split(","):
-        lo, sep, hi = part.partition("-")
-        try:
-            a = int(lo)
-            b = int(hi) if sep else a
-        except ValueError as exc:
-            raise ParseError(f"malformed cpu list {text!r}") from exc
-        if b < a or a < 0:
+        m = _CPU_RANGE_RE.fullmatch(part)
+        if not m:
+            raise ParseError(f"malformed cpu list {text[:60]!r}")
+        a = int(m.group(1))
+        b = int(m.group(2)) if m.group(2) else a
+        if b < a:
             raise ParseError(f"malformed cpu range {part!r}")
+        if b >= MAX_CPUS or len(out) + b - a >= MAX_CPUS:
+            raise ParseError(f"cpu list {text[:60]!r}: beyond {MAX_CPUS} CPUs, not a real host")
         out.extend(range(a, b + 1))
     return out
 
@@ -35,10 +43,12 @@ def parse_cpumask(text: str) -> list[int]:
     cleaned = text.strip().replace(",", "")
     if not cleaned:
         return []
-    try:
-        bits = int(cleaned, 16)
-    except ValueError as exc:
-        raise ParseError(f"malformed cpu mask {text.strip()!r}") from exc
+    if not re.fullmatch(r"[0-9a-fA-F]+", cleaned):
+        raise ParseError(f"malformed cpu mask {text.strip()[:60]!r}")
+    bits = int(cleaned.lstrip("0") or "0", 16) if len(cleaned.lstrip("0")) <= MAX_CPUS // 4 \
+        else 1 << MAX_CPUS
+    if bits.bit_length() > MAX_CPUS:
+        raise ParseError(f"cpu mask beyond {MAX_CPUS} CPUs, not a real host")
     return [i for i in range(bits.bit_length()) if bits >> i & 1]
 
 
@@ -59,10 +69,9 @@ def parse_schedstat(text: str) -> dict[str, int]:
     parts = lines[0].split() if lines else []
     if len(parts) != 3:
         raise ParseError(f"expected 3 fields, got {len(parts)}")
-    try:
-        run, wait, slices = (int(p) for p in parts)
-    except ValueError as exc:
-        raise ParseError(f"not integers: {lines[0]!r}") from exc
+    if not all(re.fullmatch(r"[0-9]{1,20}", p) for p in parts):
+        raise ParseError(f"not counters: {lines[0][:60]!r}")
+    run, wait, slices = (int(p) for p in parts)
     return {"run_ns": run, "wait_ns": wait, "timeslices": slices}
 
 
@@ -93,10 +102,11 @@ def parse_io_uring_fdinfo(text: str) -> dict[str, object]:
         raw = fields.get(key, "")
         if raw == "":
             return listed.get(key) if key in fields else None
-        try:
-            return int(raw)
-        except ValueError as exc:
-            raise ParseError(f"{key}: not an integer: {raw!r}") from exc
+        # -1 is "none" for the SQPOLL thread and its CPU; every other field is a count.
+        allowed = r"-1|[0-9]{1,10}" if key in ("SqThread", "SqThreadCpu") else r"[0-9]{1,10}"
+        if not re.fullmatch(allowed, raw):
+            raise ParseError(f"{key}: not a value: {raw[:40]!r}")
+        return int(raw)
 
     sq_thread = number("SqThread")
     return {
@@ -132,12 +142,14 @@ def pid_status(host: Host, target: Target) -> dict[str, object]:
         name = f"proc.{pid}.status"
         try:
             st = read_status(host, pid)
-            out[name] = {"name": st.get("Name"), "cpus_allowed": parse_cpulist(st["Cpus_allowed_list"]),
+            out[name] = {"name": st.get("Name"),
+                         "cpus_allowed": parse_cpulist(st["Cpus_allowed_list"], empty_ok=False),
                          "mems_allowed": parse_cpulist(st.get("Mems_allowed_list", "")),
                          "threads": int(st.get("Threads", "0") or 0),
                    "rss_bytes": _kib(st.get("VmRSS"))}
         except SourceError as exc:
-            out[name] = Fact(missing=f"pid {pid}: {exc} (did the process exit?)")
+            out[name] = Fact(missing=f"pid {pid}: {host.blame(exc)}"
+                             + ("" if isinstance(exc, ParseError) else " (did the process exit?)"))
     return out
 
 
@@ -149,7 +161,7 @@ def pid_schedstat(host: Host, target: Target) -> dict[str, object]:
         try:
             out[f"proc.{pid}.schedstat"] = parse_schedstat(host.read(f"/proc/{pid}/schedstat"))
         except SourceError as exc:
-            out[f"proc.{pid}.schedstat"] = Fact(missing=f"pid {pid}: {exc}")
+            out[f"proc.{pid}.schedstat"] = Fact(missing=f"pid {pid}: {host.blame(exc)}")
     return out
 
 
@@ -173,9 +185,9 @@ def pid_io_uring(host: Host, target: Target) -> dict[str, object]:
                     rings.append({"fd": int(fd), **info})
             out[name] = rings
         except ParseError as exc:
-            out[name] = Fact(missing=f"pid {pid}: io_uring fdinfo: {exc}")
+            out[name] = Fact(missing=f"pid {pid}: io_uring fdinfo: {host.blame(exc)}")
         except SourceError as exc:
-            out[name] = Fact(missing=f"pid {pid}: {exc}")
+            out[name] = Fact(missing=f"pid {pid}: {host.blame(exc)}")
     return out
 
 

@@ -6,18 +6,32 @@ known line; unknown lines ignored) and a collector that reads it through the Hos
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Callable
 
 from ..collect import Target, collector
 from ..host import Host
 from ..model import ParseError
 
+MAX_CPUS = 8192  # the kernel's largest NR_CPUS: a file with more CPU columns is not real
+_UINT_RE = re.compile(r"[0-9]{1,20}")  # u64 at most; ASCII only (int() takes any digit)
+_HEX_RE = re.compile(r"[0-9a-fA-F]{1,16}")
 
-def _int(token: str, what: str) -> int:
-    try:
-        return int(token)
-    except ValueError as exc:
-        raise ParseError(f"{what}: not an integer: {token!r}") from exc
+
+def _int(token: str, what: str, negative_ok: bool = False) -> int:
+    """A counter: ASCII digits, never negative (a negative counter is not a count)."""
+    body = token[1:] if negative_ok and token.startswith("-") else token
+    if not _UINT_RE.fullmatch(body):
+        if _UINT_RE.fullmatch(token.lstrip("-")):
+            raise ParseError(f"{what}: negative counter: {token}")
+        raise ParseError(f"{what}: not an integer: {token[:40]!r}")
+    return int(token)
+
+
+def _ncpus(n: int, what: str) -> None:
+    if not 0 < n <= MAX_CPUS:
+        raise ParseError(f"{what}: {n} CPU columns (expected 1 to {MAX_CPUS})")
 
 
 def _lines(text: str) -> list[str]:
@@ -39,7 +53,9 @@ def parse_snmp(text: str) -> dict[str, dict[str, int]]:
         keys, nums = names.split(), values.split()
         if len(keys) != len(nums):
             raise ParseError(f"{proto}: {len(keys)} names but {len(nums)} values")
-        out[proto] = {k: _int(v, f"{proto}.{k}") for k, v in zip(keys, nums, strict=True)}
+        # Tcp MaxConn is -1 ("no limit"), the one signed value; everything else counts.
+        out[proto] = {k: _int(v, f"{proto}.{k}", negative_ok=(proto, k) == ("Tcp", "MaxConn"))
+                      for k, v in zip(keys, nums, strict=True)}
     if not out:
         raise ParseError("no counters found")
     return out
@@ -57,14 +73,14 @@ def parse_softnet(text: str) -> list[dict[str, int]]:
         cols = line.split()
         if len(cols) < 3:
             raise ParseError(f"softnet_stat row {i}: {len(cols)} columns, expected at least 3")
-        try:
-            vals = [int(c, 16) for c in cols]
-        except ValueError as exc:
-            raise ParseError(f"softnet_stat row {i}: not hexadecimal") from exc
+        if not all(_HEX_RE.fullmatch(c) for c in cols):
+            raise ParseError(f"softnet_stat row {i}: not hexadecimal")
+        vals = [int(c, 16) for c in cols]
         rows.append({"cpu": vals[12] if len(vals) >= 13 else i, "processed": vals[0],
                      "dropped": vals[1], "time_squeeze": vals[2]})
     if not rows:
         raise ParseError("softnet_stat is empty")
+    _ncpus(len(rows), "softnet_stat")
     return rows
 
 
@@ -88,6 +104,8 @@ def parse_net_dev(text: str) -> dict[str, dict[str, int]]:
         row = {f"rx_{k}": v for k, v in zip(_NET_DEV_FIELDS, vals[:8], strict=True)}
         row.update({f"tx_{k}": v for k, v in zip(_NET_DEV_TX, vals[8:], strict=True)})
         out[name.strip()] = row
+    if not out:  # lo is always there: no interface at all is a broken file
+        raise ParseError("net/dev lists no interface")
     return out
 
 
@@ -103,6 +121,8 @@ def parse_meminfo(text: str) -> dict[str, int]:
         out[key.strip()] = _int(parts[0], key) * scale
     if "MemTotal" not in out:
         raise ParseError("meminfo has no MemTotal")
+    if out["MemTotal"] <= 0:
+        raise ParseError("meminfo: MemTotal is 0")
     return out
 
 
@@ -118,10 +138,16 @@ def parse_pressure(text: str) -> dict[str, dict[str, float]]:
             key, sep, value = pair.partition("=")
             if not sep:
                 raise ParseError(f"pressure {kind}: malformed field {pair!r}")
+            if key == "total":
+                row[key] = _int(value, f"pressure {kind}.total")
+                continue
             try:
-                row[key] = int(value) if key == "total" else float(value)
+                row[key] = float(value)
             except ValueError as exc:
-                raise ParseError(f"pressure {kind}.{key}: not a number: {value!r}") from exc
+                raise ParseError(f"pressure {kind}.{key}: not a number: {value[:40]!r}") from exc
+            # A share of wall time: a percentage. NaN, infinities and negatives are not one.
+            if not (math.isfinite(row[key]) and 0 <= row[key] <= 100):
+                raise ParseError(f"pressure {kind}.{key}: not a percentage: {value[:40]!r}")
         out[kind] = row
     if "some" not in out:
         raise ParseError("no 'some' line")
@@ -138,6 +164,7 @@ def parse_interrupts(text: str) -> dict[str, object]:
     lines = _lines(text)
     if not lines or not lines[0].split() or not lines[0].split()[0].startswith("CPU"):
         raise ParseError("no CPU header line")
+    _ncpus(len(lines[0].split()), "interrupts header")
     cpus = [_int(c[3:], "CPU header") for c in lines[0].split()]
     irqs: dict[str, dict[str, object]] = {}
     for line in lines[1:]:
@@ -165,6 +192,7 @@ def parse_softirqs(text: str) -> dict[str, list[int]]:
     if not lines:
         raise ParseError("softirqs is empty")
     ncpu = len(lines[0].split())
+    _ncpus(ncpu, "softirqs header")
     out = {}
     for line in lines[1:]:
         name, _, rest = line.partition(":")
@@ -209,5 +237,6 @@ def pressure(host: Host, target: Target) -> dict:
         except ParseError as exc:
             out[f"pressure.{res}"] = Fact(missing=f"/proc/pressure/{res}: {exc}")
         except SourceError as exc:
-            out[f"pressure.{res}"] = Fact(missing=f"{exc} (needs CONFIG_PSI)")
+            hint = " (needs CONFIG_PSI)" if str(exc).endswith(": absent") else ""
+            out[f"pressure.{res}"] = Fact(missing=f"{exc}{hint}")
     return out

@@ -23,7 +23,7 @@ import re
 from typing import Any
 
 from ..collect import Target, collector
-from ..host import Host
+from ..host import Host, Refused, TooLarge
 from ..model import ParseError, SourceError
 
 _RESPONSE_RE = re.compile(r"^\s*(\S+)\s+seq\s+\d+\s+RESPONSE\s+MANAGEMENT\s+(\S+)")
@@ -48,6 +48,8 @@ def parse_pmc(text: str) -> list[dict[str, Any]]:
                         "error": True})
             current = None
             continue
+        if "RESPONSE MANAGEMENT" in line:  # a response we cannot read is not "no answer"
+            raise ParseError(f"pmc: malformed response header {line.strip()[:80]!r}")
         if line.lstrip().startswith("sending:"):
             sent, current = True, None
             continue
@@ -80,17 +82,28 @@ def time_status(responses: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+# linuxptp's ts_str(): every value PORT_PROPERTIES_NP can print for `timestamping`.
+TIMESTAMPING = frozenset({"SOFTWARE", "HARDWARE", "LEGACY_HW", "ONESTEP", "P2P1STEP"})
+
+
 def port_properties(responses: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{"port": r["port"], "state": r["fields"].get("portState"),
-             "timestamping": r["fields"].get("timestamping"),
-             "interface": r["fields"].get("interface")}
-            for r in responses if r["message"] == "PORT_PROPERTIES_NP"]
+    out = []
+    for r in responses:
+        if r["message"] != "PORT_PROPERTIES_NP":
+            continue
+        ts = r["fields"].get("timestamping")
+        if ts not in TIMESTAMPING:
+            raise ParseError(f"pmc PORT_PROPERTIES_NP: unknown timestamping {str(ts)[:40]!r}")
+        out.append({"port": r["port"], "state": r["fields"].get("portState"),
+                    "timestamping": ts, "interface": r["fields"].get("interface")})
+    return out
 
 
 _PROG_RE = re.compile(r"\b(ptp4l|phc2sys)\[")
 _MASTER_RE = re.compile(
     r"master offset\s+(-?\d+)\s+s(\d)\s+freq\s+([+-]?\d+)\s+path delay\s+(-?\d+)")
 _PHC_RE = re.compile(r"(?:phc|sys) offset\s+(-?\d+)\s+s(\d)\s+freq\s+([+-]?\d+)\s+delay\s+(-?\d+)")
+_OFFSET_LINE_RE = re.compile(r"\b(master|phc|sys) offset\b|\brms\s")
 _RMS_RE = re.compile(r"\brms\s+(\d+)\s+max\s+(\d+)\s+freq\s+([+-]?\d+)\s+\+/-\s+(\d+)")
 
 
@@ -116,6 +129,10 @@ def parse_ptp_log(text: str) -> dict[str, list[dict[str, Any]]]:
         if m:
             summaries.append({"prog": tag.group(1) if tag else "ptp4l",
                               "rms_ns": int(m.group(1)), "max_ns": int(m.group(2))})
+        elif _OFFSET_LINE_RE.search(line):
+            # An offset line we cannot read would silently drop the sample that says the
+            # servo is unlocked: refuse the journal rather than judge what is left.
+            raise ParseError(f"ptp4l/phc2sys journal: malformed offset line {line.strip()[-80:]!r}")
     return {"samples": samples, "summaries": summaries}
 
 
@@ -180,10 +197,13 @@ def ptp_pmc(host: Host, target: Target) -> dict[str, Any]:
     ports: list[dict[str, Any]] = []
     if status:
         try:
-            ports = port_properties(parse_pmc(
-                host.run(["pmc", "-u", "-b", "0", "GET PORT_PROPERTIES_NP"])))
-        except SourceError:
-            pass  # linuxptp before 2.0 has no PORT_PROPERTIES_NP: the offset still counts
+            text = host.run(["pmc", "-u", "-b", "0", "GET PORT_PROPERTIES_NP"])
+        except SourceError as exc:
+            if isinstance(exc, (ParseError, TooLarge, Refused)):
+                raise  # an answer that is not pmc's: never read as "no software timestamps"
+            text = None  # linuxptp before 2.0 has no PORT_PROPERTIES_NP: the offset still counts
+        if text is not None:
+            ports = port_properties(parse_pmc(text))
     return {"time_status": status, "ports": ports}
 
 
@@ -191,8 +211,14 @@ def ptp_pmc(host: Host, target: Target) -> dict[str, Any]:
 def ptp_log(host: Host, target: Target) -> dict[str, Any]:
     """The last five minutes of ptp4l/phc2sys journal lines (older lines say nothing
     about the clock now)."""
-    text = host.run(["journalctl", "-q", "--no-pager", "-o", "short", "--since=-5min",
-                     "-t", "ptp4l", "-t", "phc2sys"])
+    try:
+        text = host.run(["journalctl", "-q", "--no-pager", "-o", "short", "--since=-5min",
+                         "-t", "ptp4l", "-t", "phc2sys"])
+    except (ParseError, TooLarge, Refused):
+        raise  # a journal that is there but broken: the fact is missing, the check unknown
+    except SourceError as exc:
+        # No journal here (no systemd, no journalctl): nothing to add to pmc's answer.
+        return {"samples": [], "summaries": [], "unavailable": str(exc)}
     return parse_ptp_log(text)
 
 

@@ -105,7 +105,8 @@ def classify(qdiscs: list[dict[str, Any]]) -> dict[str, Any]:
 def parse_cpumask(text: str) -> list[int]:
     """``00000000,0000000f`` -> ``[0, 1, 2, 3]``."""
     s = text.strip()
-    if not re.fullmatch(r"[0-9a-fA-F]{1,8}(,[0-9a-fA-F]{1,8})*", s):
+    # 256 words of 32 bits = 8192 CPUs, the kernel's largest NR_CPUS.
+    if not re.fullmatch(r"[0-9a-fA-F]{1,8}(,[0-9a-fA-F]{1,8}){0,255}", s):
         raise ParseError(f"not a CPU mask: {s[:40]!r}")
     value = 0
     for word in s.split(","):
@@ -120,10 +121,13 @@ def parse_cpulist(text: str) -> list[int]:
     if not s:
         return out
     for part in s.split(","):
-        lo, sep, hi = part.partition("-")
-        if not lo.isdigit() or (sep and not hi.isdigit()):
+        m = re.fullmatch(r"([0-9]{1,5})(?:-([0-9]{1,5}))?", part)
+        if not m:
             raise ParseError(f"not a CPU list: {s[:40]!r}")
-        out += range(int(lo), int(hi if sep else lo) + 1)
+        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+        if hi < lo or hi >= 8192:  # 8192: the kernel's largest NR_CPUS
+            raise ParseError(f"not a CPU list of a real host: {s[:40]!r}")
+        out += range(lo, hi + 1)
     return out
 
 
@@ -142,7 +146,10 @@ def xps_map(host: Host, iface: str) -> dict[str, Any]:
             if not str(exc).endswith(": absent"):
                 raise
             maps[q] = None
-    return {"queues": maps, "online": parse_cpulist(host.read("/sys/devices/system/cpu/online"))}
+    online = parse_cpulist(host.read("/sys/devices/system/cpu/online"))
+    if not online:  # a running host has a CPU online: empty is a broken source, not "none"
+        raise ParseError("/sys/devices/system/cpu/online: empty")
+    return {"queues": maps, "online": online}
 
 
 def qdiscs(host: Host, iface: str) -> list[dict[str, Any]]:

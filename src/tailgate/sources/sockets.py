@@ -25,10 +25,15 @@ SLABS = ("TCP", "TCPv6", "sock_inode_cache", "filp")
 def parse_ss(text: str) -> list[dict[str, object]]:
     """`ss -tmpi` output: one dict per socket with its owning pids and skmem fields."""
     sockets: list[dict[str, object]] = []
+    if not any(line.startswith(("State", "Recv-Q")) for line in text.splitlines()[:3]):
+        # ss prints its header even with no socket: without it this is not ss output
+        raise ParseError("ss: no 'State'/'Recv-Q' header line")
     for line in text.splitlines():
         if not line.strip() or line.startswith(("#", "State", "Recv-Q")):
             continue
         if not line[0].isspace():
+            if line.count("pid=") != len(_PID_RE.findall(line)):  # the owner must be readable
+                raise ParseError(f"ss: unreadable process in {line.strip()[-80:]!r}")
             sockets.append({"pids": sorted({int(p) for p in _PID_RE.findall(line)}),
                             "local": line.split()[-3] if len(line.split()) >= 5 else None})
             continue
@@ -49,16 +54,20 @@ def parse_ss(text: str) -> list[dict[str, object]]:
 def parse_slabinfo(text: str) -> dict[str, int]:
     """/proc/slabinfo 2.x: object size in bytes per cache name."""
     out = {}
+    first = next((ln for ln in text.splitlines() if ln.strip() and not ln.startswith("#")), "")
+    if not first.startswith("slabinfo - version: 2."):
+        raise ParseError("slabinfo: no 'slabinfo - version: 2.x' header (empty or not slabinfo)")
     for line in text.splitlines():
         if line.startswith(("slabinfo", "#")) or not line.strip():
             continue
         parts = line.split()
         if len(parts) < 4:
-            raise ParseError(f"slabinfo: short line {line!r}")
-        try:
-            out[parts[0]] = int(parts[3])
-        except ValueError as exc:
-            raise ParseError(f"slabinfo {parts[0]}: objsize not an integer") from exc
+            raise ParseError(f"slabinfo: short line {line[:60]!r}")
+        if not re.fullmatch(r"[0-9]{1,10}", parts[3]) or int(parts[3]) == 0:
+            raise ParseError(f"slabinfo {parts[0][:40]}: objsize not a size: {parts[3][:20]!r}")
+        out[parts[0]] = int(parts[3])
+    if not out:
+        raise ParseError("slabinfo: no caches")
     return out
 
 
@@ -69,7 +78,7 @@ def pid_sockets(host: Host, target: Target) -> dict[str, object]:
     try:
         sockets = parse_ss(host.run(["ss", "-tmpin", "state", "established"]))
     except SourceError as exc:
-        return {f"sockets.{pid}": Fact(missing=str(exc)) for pid in target.pids}
+        return {f"sockets.{pid}": Fact(missing=host.blame(exc)) for pid in target.pids}
     out: dict[str, object] = {}
     for pid in target.pids:
         mine = [s for s in sockets if pid in s["pids"]]

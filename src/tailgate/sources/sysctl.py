@@ -29,13 +29,36 @@ def knob_name(path: str) -> str:
 
 
 def parse_ints(text: str, count: int | None = None) -> list[int]:
-    try:
-        vals = [int(t) for t in text.split()]
-    except ValueError as exc:
-        raise ParseError(f"not a list of integers: {text.strip()!r}") from exc
+    if not all(re.fullmatch(r"-?[0-9]{1,20}", t) for t in text.split()):
+        raise ParseError(f"not a list of integers: {text.strip()[:60]!r}")
+    vals = [int(t) for t in text.split()]
     if count is not None and len(vals) != count:
         raise ParseError(f"expected {count} integers, got {len(vals)}: {text.strip()!r}")
     return vals
+
+
+MAX_KNOB_BYTES = 64 * 1024
+# Knobs that hold sizes or switches: their values must be that many integers >= 0.
+_INT_KNOBS = {"net/ipv4/tcp_moderate_rcvbuf": 1, "net/ipv4/tcp_mem": 3, "net/ipv4/tcp_rmem": 3,
+              "net/ipv4/tcp_wmem": 3, "net/core/rmem_max": 1, "kernel/io_uring_disabled": 1,
+              "net/core/rps_sock_flow_entries": 1}
+
+
+def read_knob(host: Host, path: str) -> str:
+    """One /proc/sys value, as text; a size or switch that is not one is a parse error
+    (the check would otherwise judge garbage), and so is an empty value."""
+    # A sysctl value is at most a page or two; a bigger one is not the kernel's.
+    value = host.read(f"/proc/sys/{path}", limit=MAX_KNOB_BYTES).strip()
+    if not value:
+        raise ParseError(f"/proc/sys/{path}: empty")
+    if path in _INT_KNOBS:
+        try:
+            ints = parse_ints(value, _INT_KNOBS[path])
+        except ParseError as exc:
+            raise ParseError(f"/proc/sys/{path}: {exc}") from exc
+        if any(v < 0 for v in ints):
+            raise ParseError(f"/proc/sys/{path}: negative value {value[:60]!r}")
+    return value
 
 
 @collector("sysctl", multi=True, names=lambda t: [knob_name(path) for path in NET_KNOBS])
@@ -43,7 +66,7 @@ def sysctls(host: Host, target: Target) -> dict[str, object]:
     out: dict[str, object] = {}
     for path in NET_KNOBS:
         try:
-            out[knob_name(path)] = host.read(f"/proc/sys/{path}").strip()
+            out[knob_name(path)] = read_knob(host, path)
         except SourceError as exc:
             out[knob_name(path)] = Fact(missing=str(exc))
     return out
@@ -69,8 +92,14 @@ def tcp_bbr(host: Host, target: Target) -> dict:
         return {"version": None, "source": "/sys/module/tcp_bbr (loaded, no version attribute)"}
     try:
         release = host.read("/proc/sys/kernel/osrelease").strip()
+        # It names a directory under /lib/modules: "6.1.0-18-amd64", never a path or garbage.
+        if not re.match(r"[0-9]+\.[0-9]+", release) or "/" in release:
+            raise ParseError(f"/proc/sys/kernel/osrelease: not a release: {release[:40]!r}")
         path = f"/lib/modules/{release}/modules.builtin.modinfo"
-        entries = host.read(path).split("\0")
+        try:
+            entries = host.read(path, nul_ok=True).split("\0")  # NUL-separated records
+        except SourceError as exc:  # say where the directory's name came from
+            raise SourceError(f"{exc} (the release from /proc/sys/kernel/osrelease)") from exc
         mine = [e.partition("=") for e in entries if e.startswith("tcp_bbr.")]
         if mine:
             version = next((v for k, _, v in mine if k == "tcp_bbr.version"), None)
@@ -91,12 +120,14 @@ def tcp_bbr(host: Host, target: Target) -> dict:
 def page_size(host: Host, target: Target) -> int:
     if host.live:
         return os.sysconf("SC_PAGE_SIZE")
-    out = host.run(["getconf", "PAGESIZE"])
-    return parse_ints(out, 1)[0]
+    size = parse_ints(host.run(["getconf", "PAGESIZE"]), 1)[0]
+    if size < 4096 or size & (size - 1):  # every Linux page size is a power of two >= 4 KiB
+        raise ParseError(f"getconf PAGESIZE: not a page size: {size}")
+    return size
 
 
 @collector("numa.nodes")
 def numa_nodes(host: Host, target: Target) -> list[int]:
     from .process import parse_cpulist
 
-    return parse_cpulist(host.read("/sys/devices/system/node/online"))
+    return parse_cpulist(host.read("/sys/devices/system/node/online"), empty_ok=False)

@@ -1,0 +1,95 @@
+"""Files a user hands tailgate (``--from``, ``--baseline``, ``--memory-stats``): bounded.
+
+Such a file may be anything: a FIFO that never ends, a link to ``/dev/zero``, a
+gigabyte, Latin-1, JSON nested a million deep. Each is read only if it is a
+regular file under a size cap, decoded as strict UTF-8, and parsed under a depth
+cap; anything else is a :class:`UserFileError` whose one-line message names the
+file and what is wrong (exit status 2).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Any
+
+from .host import TooLarge, read_regular, shorten
+from .model import SourceError
+
+MAX_SNAPSHOT_BYTES = 64 * 2**20  # a snapshot of a big host is a few MiB
+MAX_DEPTH = 64  # a snapshot nests ~8 deep; a baseline 3
+
+
+class UserFileError(ValueError):
+    """A user's file that cannot be used; the message names it."""
+
+
+def read_user_text(path: str, limit: int) -> str:
+    """The text of the regular file ``path`` (symlinks followed: it is the user's own path)."""
+    try:
+        data = read_regular(os.path.realpath(path), limit, what=path)
+    except TooLarge as exc:
+        raise UserFileError(str(exc)) from exc
+    except SourceError as exc:
+        raise UserFileError(f"cannot read {exc}") from exc
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserFileError(f"{path}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
+                            f"{exc.start})") from exc
+
+
+def _no_constant(name: str) -> Any:
+    raise UserFileError(f"non-finite number {name} (JSON has none)")
+
+
+def depth(value: Any, limit: int) -> int:
+    """Nesting depth of a JSON value, without recursion; stops once past ``limit``."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, (dict, list)):
+            deepest = max(deepest, d)
+            if deepest > limit:
+                return deepest
+            stack.extend((c, d + 1) for c in (v.values() if isinstance(v, dict) else v))
+    return deepest
+
+
+def load_json(path: str, limit: int = MAX_SNAPSHOT_BYTES, max_depth: int = MAX_DEPTH) -> Any:
+    text = read_user_text(path, limit)
+    try:
+        data = json.loads(text, parse_constant=_no_constant)
+    except UserFileError as exc:
+        raise UserFileError(f"{path}: {exc}") from exc
+    except json.JSONDecodeError as exc:
+        raise UserFileError(f"{path}:{exc.lineno}: not JSON: {exc.msg}") from exc
+    except RecursionError as exc:
+        raise UserFileError(f"{path}: nested deeper than {max_depth} levels") from exc
+    except ValueError as exc:  # e.g. an integer of more than 4300 digits
+        raise UserFileError(f"{path}: {shorten(str(exc))}") from exc
+    if depth(data, max_depth) > max_depth:
+        raise UserFileError(f"{path}: nested deeper than {max_depth} levels")
+    return data
+
+
+def finite(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise UserFileError(f"{what}: expected a number, got {type(value).__name__}")
+    if not math.isfinite(value) or value < 0:
+        raise UserFileError(f"{what}: expected a finite number >= 0, got {value!r}")
+    return float(value)
+
+
+def load_snapshot(path: str):
+    """A saved snapshot (``--save``), checked for shape before anything judges it."""
+    from .model import Snapshot
+
+    data = load_json(path)
+    try:
+        return Snapshot.from_json(data)
+    except UserFileError as exc:
+        raise UserFileError(f"{path}: {exc}") from exc
+    except (ValueError, TypeError, AttributeError, KeyError) as exc:
+        raise UserFileError(f"{path}: {shorten(str(exc), 200)}") from exc
