@@ -15,7 +15,6 @@ inspect value) has no noise model: its significance is ``n/a``, never ``yes``.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Sequence
@@ -91,13 +90,13 @@ def hist_interval(h: Histogram, pct: float) -> tuple[float, float] | None:
 # -- reading documents -----------------------------------------------------------------------
 
 def load(path: str) -> dict[str, Any]:
+    """A result document, through the bounded loader every user file goes through."""
+    from .userfiles import UserFileError, load_json
+
     try:
-        with open(path, encoding="utf-8") as fh:
-            doc = json.load(fh)
-    except OSError as exc:
-        raise CompareError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    except (ValueError, RecursionError) as exc:
-        raise CompareError(f"{path}: not JSON: {exc}") from exc
+        doc = load_json(path)
+    except UserFileError as exc:
+        raise CompareError(str(exc)) from exc
     if not isinstance(doc, dict):
         raise CompareError(f"{path}: not a tailgate result (expected a JSON object)")
     return doc
