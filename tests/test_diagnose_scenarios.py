@@ -22,7 +22,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from support.cgroups import cpu_cgroup
+from support.cgroups import cpu_cgroup, throttling_load
 from support.netloss import Veth, random_loss
 from support.nginx import Nginx, available, free_port
 from support.require import require
@@ -142,8 +142,10 @@ def test_cpu_contention_is_run_queue_wait():
 
 
 def test_cgroup_quota_is_throttling():
-    with nginx_on_cpu1() as (ng, pid), quota(pid):
-        doc = diagnose(ng.url("/"), pid)
+    with nginx_on_cpu1() as (ng, pid):
+        rate, quota_us = throttling_load(pid, ng.url("/"))
+        with quota(pid, quota_us):
+            doc = diagnose(ng.url("/"), pid, "--arrival", "poisson", rate=str(rate))
     assert doc["verdict"]["first"] == "throttled", explain(doc)
     assert "runq" not in claimed(doc), explain(doc)  # throttled waits are not contention
 
@@ -179,16 +181,16 @@ def test_lock_server_without_contention_claims_nothing():
 
 def test_contention_and_stops_are_both_named():
     # short, rare stops: they own the P99, the contention the rest of the P90
-    with nginx_on_cpu1() as (ng, pid), busy_on_cpu1(), stopping(pid, every_s=1.0, for_s=0.02):
+    with nginx_on_cpu1() as (ng, pid), busy_on_cpu1(3), stopping(pid, every_s=1.0, for_s=0.02):
         doc = diagnose(ng.url("/"), pid)
     assert {"runq", "stopped"} <= set(claimed(doc)), explain(doc)
 
 
 def test_quota_and_loss_are_both_named():
-    # 300 req/s need about 1 ms of CPU per 100 ms period: a 0.6 ms quota throttles them
-    with Veth() as v, nginx_on_cpu1(address=v.ns_ip, netns=v.ns) as (ng, pid), quota(pid, 600), \
-            random_loss(v.host, 0.03):
-        doc = diagnose(ng.url("/"), pid, rate="300")
+    with Veth() as v, nginx_on_cpu1(address=v.ns_ip, netns=v.ns) as (ng, pid):
+        rate, quota_us = throttling_load(pid, ng.url("/"))
+        with quota(pid, quota_us), random_loss(v.host, 0.01):
+            doc = diagnose(ng.url("/"), pid, "--arrival", "poisson", rate=str(rate))
     assert {"throttled", "retransmit"} <= set(claimed(doc)), explain(doc)
 
 

@@ -39,3 +39,30 @@ def cpu_cgroup(quota_us: int | None = None, period_us: int = 100_000) -> Iterato
                 break
             except OSError:
                 time.sleep(0.1)
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def throttling_load(pid: int, url: str, share: float = 0.7, period_us: int = 100_000,
+                    seconds: float = 2.0) -> tuple[int, int]:
+    """``(rate, quota_us)`` at which the service ``pid`` behind ``url`` needs about
+    1/``share`` of its CPU quota per period: throttled in the busier periods, never saturated.
+
+    Calibrated on this machine: a short unthrottled run measures the service's CPU time per
+    request (it varies with the machine), then the rate is raised until the demand per period
+    clears cgroup v1's smallest quota (1 ms) with room to spare."""
+    import subprocess
+    import sys
+
+    rate = 2000
+    before = cpu_seconds(pid)
+    subprocess.run([sys.executable, "-m", "tailgate", "bench", url, "--rate", str(rate),
+                    "--duration", f"{seconds}s", "--workers", "1", "--quiet"],
+                   capture_output=True, timeout=120, check=True)
+    per_request = max((cpu_seconds(pid) - before) / (rate * seconds), 2e-6)
+    rate = min(8000, max(1000, int(1.6e-3 / (per_request * period_us / 1e6 * share)) + 1))
+    demand_us = rate * per_request * period_us
+    return rate, max(1000, int(share * demand_us))

@@ -42,8 +42,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--min-share", type=float, default=0.1, metavar="FRACTION",
                    help="... and it lasted at least this share of those requests' latency "
                    "(default 0.1)")
-    g.add_argument("--min-ms", type=float, default=1.0, metavar="MS",
-                   help="... and at least this long per slow request, on average (default 1)")
+    g.add_argument("--min-ms", type=float, default=0.5, metavar="MS",
+                   help="... and at least this long per slow request, on average (default 0.5)")
     add_load_options(p)
     add_request_options(p)
     p.set_defaults(func=run)

@@ -155,7 +155,7 @@ def name_addresses(pid: int, addresses: set[int], proc: str = "/proc") -> dict[i
     ``pid``; empty when its maps cannot be read (it exited)."""
     try:
         sym = Symbolizer(pid, proc)
-    except SourceError:
+    except (SourceError, ValueError):  # exited, or a pid this kernel cannot have
         return {}
     out = {}
     for addr in addresses:
