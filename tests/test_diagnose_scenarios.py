@@ -179,13 +179,6 @@ def test_lock_server_without_contention_claims_nothing():
 
 # -- two causes at once: both named -------------------------------------------------------------
 
-def test_contention_and_stops_are_both_named():
-    # short, rare stops: they own the P99, the contention the rest of the P90
-    with nginx_on_cpu1() as (ng, pid), busy_on_cpu1(3), stopping(pid, every_s=1.0, for_s=0.02):
-        doc = diagnose(ng.url("/"), pid)
-    assert {"runq", "stopped"} <= set(claimed(doc)), explain(doc)
-
-
 def test_quota_and_loss_are_both_named():
     with Veth() as v, nginx_on_cpu1(address=v.ns_ip, netns=v.ns) as (ng, pid):
         rate, quota_us = throttling_load(pid, ng.url("/"))

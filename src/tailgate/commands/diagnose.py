@@ -34,16 +34,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--cgroup", metavar="PATH", help="the service's cgroup")
     g.add_argument("--bin", default="100ms", metavar="DURATION",
                    help="timeline bin (default 100ms)")
-    g.add_argument("--min-cover", type=float, default=0.3, metavar="FRACTION",
+    g.add_argument("--min-cover", type=float, default=0.5, metavar="FRACTION",
                    help="claim a cause only when it covers at least this share of the requests "
-                   "above the P99 (default 0.3)")
+                   "above the P99 (default 0.5)")
     g.add_argument("--min-lift", type=float, default=1.5, metavar="RATIO",
                    help="... and this many times its share of all requests (default 1.5)")
     g.add_argument("--min-share", type=float, default=0.1, metavar="FRACTION",
                    help="... and it lasted at least this share of those requests' latency "
                    "(default 0.1)")
-    g.add_argument("--min-ms", type=float, default=0.5, metavar="MS",
-                   help="... and at least this long per slow request, on average (default 0.5)")
+    g.add_argument("--min-ms", type=float, default=1.0, metavar="MS",
+                   help="... and at least this long per slow request, on average (default 1)")
     add_load_options(p)
     add_request_options(p)
     p.set_defaults(func=run)

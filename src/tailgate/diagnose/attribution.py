@@ -159,8 +159,8 @@ def _score(cause: Cause, spans: np.ndarray, starts: np.ndarray, ends: np.ndarray
 
 
 def attribute(starts: np.ndarray, ends: np.ndarray, causes: dict[Cause, np.ndarray],
-              min_cover: float = 0.3, min_lift: float = 1.5, min_share: float = 0.1,
-              sends: np.ndarray | None = None, min_ms: float = 0.5
+              min_cover: float = 0.5, min_lift: float = 1.5, min_share: float = 0.1,
+              sends: np.ndarray | None = None, min_ms: float = 1.0
               ) -> tuple[list[Attribution], dict]:
     """Rank causes for the requests ``[starts, ends]`` (ns). Returns the attributions (claimed
     first: a late generator, then bottom-up by layer, then by the share of the tail's latency
