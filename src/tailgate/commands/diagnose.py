@@ -140,7 +140,7 @@ def _collect(args, host, pids, cgroups, window_s, warmup_s, bin_s, tmp) -> dict[
     bench_doc = None
     bench_out = ""
     log_path = os.path.join(tmp, "requests.log")
-    with Poller(host, cgroups, pids[0], limit_s=probe_s) as poller, \
+    with Poller(host, cgroups, limit_s=probe_s) as poller, \
             attached(Run("diagnose", probe_s, 0, pids)) as probe:
         t_attached = time.monotonic_ns()
         ctxt0 = _ctxt()

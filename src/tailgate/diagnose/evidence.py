@@ -64,10 +64,9 @@ def parse_events(chunks: list[str]) -> Events:
 
 @dataclass
 class CounterPolls:
-    """cpu.stat of the target's cgroups and the target's TCP counters, polled on a thread."""
+    """cpu.stat of the target's cgroups, polled on a thread."""
 
     cgroups: dict[str, list[tuple[int, int, int]]] = field(default_factory=dict)  # t, n, ns
-    tcp: list[tuple[int, int, int]] = field(default_factory=list)  # t, out segs, retrans segs
     errors: dict[str, str] = field(default_factory=dict)
 
     def throttle_spans(self) -> np.ndarray:
@@ -84,24 +83,13 @@ class CounterPolls:
 class Poller:
     """Poll small counter files every ``period_s`` until stopped (bounded by ``limit_s``)."""
 
-    def __init__(self, host: Host, cgroups: list[str], pid: int | None, period_s: float = 0.005,
+    def __init__(self, host: Host, cgroups: list[str], period_s: float = 0.005,
                  limit_s: float = 3600.0) -> None:
-        self.host, self.cgroups, self.pid = host, cgroups, pid
+        self.host, self.cgroups = host, cgroups
         self.period_s, self.limit_s = period_s, limit_s
         self.polls = CounterPolls()
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name="diagnose-poll", daemon=True)
-
-    def _tcp(self) -> tuple[int, int] | None:
-        if self.pid is None:
-            return None
-        # The target's own network namespace: /proc/PID/net is that namespace's view.
-        text = self.host.read(f"/proc/{self.pid}/net/snmp")
-        rows = [line.split() for line in text.splitlines() if line.startswith("Tcp:")]
-        if len(rows) < 2:
-            raise SourceError("no Tcp lines")
-        tcp = dict(zip(rows[0][1:], rows[1][1:], strict=False))
-        return int(tcp["OutSegs"]), int(tcp["RetransSegs"])
 
     def _run(self) -> None:
         end = time.monotonic() + self.limit_s
@@ -115,12 +103,6 @@ class Poller:
                         (now, int(st.get("nr_throttled", 0)), int(ns)))
                 except (SourceError, ValueError) as exc:
                     self.polls.errors.setdefault(path, str(exc))
-            try:
-                tcp = self._tcp()
-                if tcp is not None:
-                    self.polls.tcp.append((now, *tcp))
-            except (SourceError, ValueError, KeyError) as exc:
-                self.polls.errors.setdefault("tcp", str(exc))
             self.stop.wait(self.period_s)
 
     def __enter__(self) -> Poller:

@@ -77,17 +77,7 @@ def break_even_alpha(gamma: int, c: float) -> float:
     ``gamma * c < gamma``, i.e. c < 1; with c >= 1 nothing breaks even (returns 1.0).
     """
     _check(0.0, gamma, c)
-    target = 1.0 + gamma * c
-    if target >= gamma + 1.0:
-        return 1.0
-    lo, hi = 0.0, 1.0
-    for _ in range(100):
-        mid = (lo + hi) / 2
-        if expected_tokens_per_step(mid, gamma) < target:
-            lo = mid
-        else:
-            hi = mid
-    return (lo + hi) / 2
+    return alpha_from_tau(1.0 + gamma * c, gamma)
 
 
 def tokens_from_positions(drafts: float, accepted_per_position: Sequence[float]) -> float:

@@ -19,7 +19,7 @@ import bisect
 import math
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, get_args
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -28,7 +28,7 @@ from prometheus_client.core import (
     Metric,
 )
 
-from ..model import LAYERS, STATUSES, Report
+from ..model import LAYERS, STATUSES, Report, VerdictStatus
 
 # catalog unit -> (metric suffix, factor to the base unit)
 BASE_UNITS: dict[str, tuple[str, float]] = {
@@ -114,7 +114,7 @@ def report_metrics(report: Report, baseline_limits: Mapping[str, tuple[Any, str]
 
 
 def _verdict_states(current: str) -> list[str]:
-    states = ["pass", "warn", "fail", "incomplete", "error"]
+    states = list(get_args(VerdictStatus))
     return states if current in states else [*states, current]
 
 
