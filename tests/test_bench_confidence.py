@@ -1,0 +1,177 @@
+"""The statistics behind --confidence, the arrival test and the stationarity test, checked
+against scipy (a test-only dependency) and by simulation with fixed seeds."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import scipy.stats as st
+
+from tailgate.bench.confidence import (
+    exceedance_shift,
+    exponential_cdf,
+    kolmogorov_sf,
+    ks_constant,
+    ks_test,
+    mann_kendall,
+    order_statistic_ranks,
+    parse_targets,
+    quantile_ci,
+    samples_needed,
+    targets_met,
+)
+from tailgate.hist import Histogram
+
+
+@pytest.mark.parametrize("n", [5, 50, 367, 368, 1000, 3688, 3689, 5000, 12345, 1_000_000])
+@pytest.mark.parametrize("q", [0.5, 0.9, 0.99, 0.999, 0.9999])
+@pytest.mark.parametrize("level", [0.9, 0.95, 0.99])
+def test_ranks_are_scipys_binomial_bounds(n, q, level):
+    bd, a = st.binom(n, q), (1 - level) / 2
+    r, s = int(bd.ppf(a)), int(bd.isf(a)) + 1
+    assert order_statistic_ranks(n, q, level) == (r if r >= 1 else None, s if s <= n else None)
+
+
+def test_interval_over_a_histogram_is_scipys_quantile_test_interval():
+    # Integers below 2048 are recorded exactly (3 significant digits), so the
+    # histogram's order statistics are the samples' own.
+    rng = np.random.default_rng(7)
+    for n in (400, 2_000, 20_000):
+        x = rng.integers(1, 2047, size=n)
+        h = Histogram()
+        h.record(x)
+        for p in (50.0, 90.0, 99.0, 99.9):
+            ci = quantile_ci(h, p)
+            ref = st.quantile_test(x, q=0, p=p / 100).confidence_interval(0.95)
+            if math.isnan(ref.high) or math.isnan(ref.low):
+                assert not ci.measurable, (n, p)
+                continue
+            assert (ci.lo, ci.hi) == (ref.low, ref.high), (n, p)
+
+
+def test_95_percent_interval_covers_the_true_p99_in_95_percent_of_runs():
+    rng = np.random.default_rng(12345)
+    true_p99 = math.exp(math.log(100e3) + 0.5 * st.norm.ppf(0.99))  # lognormal, ns
+    runs, covered, widths = 600, 0, []
+    for _ in range(runs):
+        h = Histogram()
+        h.record(rng.lognormal(math.log(100e3), 0.5, size=2_000))
+        ci = quantile_ci(h, 99.0)
+        assert ci.measurable
+        covered += ci.lo <= true_p99 <= ci.hi
+        widths.append(ci.width)
+    rate = covered / runs
+    print(f"coverage {rate:.3f} over {runs} runs; median width {np.median(widths) / 1e3:.1f} us")
+    # exact order-statistic intervals are conservative: >= 95 % up to sampling noise
+    # (sd 0.9 % over 600 runs), and the bucket rounding only widens them a little
+    assert 0.93 <= rate <= 0.99
+
+
+def test_tail_percentile_from_too_few_samples_is_not_measurable():
+    h = Histogram()
+    h.record(np.random.default_rng(1).exponential(1e5, size=5_000))
+    ci = quantile_ci(h, 99.99)
+    assert not ci.measurable and ci.lo is None and ci.hi is None
+    assert "36,887" in ci.reason and "5,000" in ci.reason
+    assert quantile_ci(h, 99.9).measurable
+    assert samples_needed(0.99) == 368 and samples_needed(0.999) == 3688
+    assert not quantile_ci(Histogram(), 50.0).measurable
+
+
+def test_interval_narrows_with_samples_and_brackets_the_estimate():
+    rng = np.random.default_rng(3)
+    small, big = Histogram(), Histogram()
+    small.record(rng.exponential(1e5, size=2_000))
+    big.record(rng.exponential(1e5, size=200_000))
+    a, b = quantile_ci(small, 99.0), quantile_ci(big, 99.0)
+    assert b.width < a.width / 4
+    est = big.value_at_percentile(99.0)
+    assert b.lo <= est <= b.hi
+
+
+def test_confidence_targets_parse_and_judge():
+    ts = parse_targets("p99=10us@95%, p999=5%@99%,p50=1ms")
+    assert [(t.name, t.level, t.width_ns, t.relative) for t in ts] == [
+        ("p99", 0.95, 10e3, None), ("p999", 0.99, None, 0.05), ("p50", 0.95, 1e6, None)]
+    for bad in ("p98=1ms", "p99", "p99=1ms@100%", "p99=0us", "p99=1furlong", ""):
+        with pytest.raises(ValueError):
+            parse_targets(bad)
+    rng = np.random.default_rng(5)
+    h = Histogram()
+    h.record(rng.exponential(1e5, size=100_000))  # P99 ~ 460 us; its CI ~ +-15 us
+    assert targets_met(parse_targets("p99=100us"), h)
+    assert not targets_met(parse_targets("p99=1us"), h)
+    few = Histogram()
+    few.record(rng.exponential(1e5, size=30_000))  # P99.99 needs 36,887
+    assert not targets_met(parse_targets("p9999=100ms"), few)  # not measurable: never met
+
+
+def test_kolmogorov_distribution_and_ks_statistic_match_scipy():
+    for x in (0.05, 0.3, 0.7, 0.99, 1.0, 1.3, 2.0, 3.5):
+        assert kolmogorov_sf(x) == pytest.approx(st.kstwobign.sf(x), abs=1e-12)
+    rng = np.random.default_rng(11)
+    for sample, rate in ((rng.exponential(1e-3, 3_000), 1e3),
+                         (rng.exponential(1.2e-3, 3_000), 1e3),
+                         (rng.exponential(1e-3, 50), 1e3)):
+        ours = ks_test(sample, exponential_cdf(rate))
+        ref = st.kstest(sample, "expon", args=(0, 1 / rate), method="asymp")
+        assert ours.statistic == pytest.approx(ref.statistic, rel=1e-12)
+        assert ours.pvalue == pytest.approx(ref.pvalue, rel=1e-9, abs=1e-15)
+
+
+def test_ks_false_alarm_rate_is_the_level_and_a_wrong_rate_is_caught():
+    rng = np.random.default_rng(2024)
+    p = [ks_test(rng.exponential(1e-3, 1_000), exponential_cdf(1e3)).pvalue for _ in range(400)]
+    assert 0.02 <= np.mean(np.array(p) < 0.05) <= 0.09
+    assert ks_test(rng.exponential(1.1e-3, 20_000), exponential_cdf(1e3)).pvalue < 1e-6
+
+
+def test_ks_tolerance_forgives_jitter_within_the_timer_resolution_only():
+    rng = np.random.default_rng(8)
+    times = np.cumsum(rng.exponential(1e-3, 20_000))
+    jitter = 50e-6
+    sent = times + rng.uniform(0, jitter, times.size)  # every send <= 50 us late
+    gaps = np.diff(sent)
+    strict = ks_test(gaps, exponential_cdf(1e3))
+    tol = -math.expm1(-1e3 * jitter)
+    forgiving = ks_test(gaps, exponential_cdf(1e3), tolerance=tol)
+    assert forgiving.pvalue > 0.05 and forgiving.statistic == strict.statistic
+    # a throttled generator: it runs every 5 ms and sends what is due back to back
+    held = np.ceil(times / 5e-3) * 5e-3 + np.arange(times.size) * 1e-9
+    burst = ks_test(np.diff(held), exponential_cdf(1e3), tolerance=tol)
+    assert burst.pvalue < 1e-6
+
+
+def test_constant_gap_within_tolerance_passes_and_batches_do_not():
+    rng = np.random.default_rng(4)
+    gap, tol = 1e-3, 20e-6
+    sent = np.arange(5_000) * gap + rng.uniform(0, tol, 5_000)
+    clean = ks_constant(np.diff(sent), gap, tol)
+    assert clean.statistic == 0.0 and clean.pvalue == 1.0
+    batched = sent.copy()
+    batched[1::4] += 0.9e-3  # every 4th send late: one gap long, the next short
+    bad = ks_constant(np.diff(np.sort(batched)), gap, tol)
+    assert bad.statistic == pytest.approx(0.25, abs=0.01) and bad.pvalue < 1e-6
+
+
+def test_mann_kendall_matches_kendalls_tau_and_finds_a_trend():
+    rng = np.random.default_rng(6)
+    for y in (rng.normal(size=25), rng.normal(size=25) + np.linspace(0, 2, 25),
+              np.round(rng.normal(size=40), 1)):  # ties
+        ours = mann_kendall(y)
+        ref = st.kendalltau(np.arange(y.size), y, method="asymptotic")
+        assert ours.pvalue == pytest.approx(ref.pvalue, rel=1e-9)
+    assert mann_kendall(np.linspace(1, 2, 20) + rng.normal(0, 0.05, 20)).pvalue < 1e-4
+
+
+def test_exceedance_shift_flags_a_heavier_tail_only():
+    rng = np.random.default_rng(9)
+    a, same, worse = Histogram(), Histogram(), Histogram()
+    a.record(rng.exponential(1e5, 20_000))
+    same.record(rng.exponential(1e5, 20_000))
+    worse.record(np.concatenate([rng.exponential(1e5, 19_000), rng.uniform(1e6, 3e8, 1_000)]))
+    assert exceedance_shift(a, same, 99.0).pvalue > 0.001
+    sh = exceedance_shift(a, worse, 99.0)
+    assert sh.pvalue < 1e-9 and sh.share_b > 5 * sh.share_a
