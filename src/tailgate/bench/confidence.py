@@ -24,10 +24,11 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from ..hist import Histogram
+from ..hist import Histogram, HistogramSpec
 
 DEFAULT_LEVEL = 0.95
 
@@ -177,6 +178,75 @@ def targets_met(targets: list[ConfidenceTarget], h: Histogram) -> bool:
                      h.value_at_percentile(t.percentile)) for t in targets)
 
 
+def judge_targets(targets: list[ConfidenceTarget], h: Histogram,
+                  after_s: float | None, ceiling_s: float) -> dict[str, Any]:
+    """The result's ``confidence`` block: each target over the final histogram (ms),
+    whether all were reached and after how many measured seconds (``after_s``: when
+    the run first saw them met; None when it did not while running, and then, if the
+    final histogram meets them, they were reached at the ceiling)."""
+    recs = []
+    for t in targets:
+        ci = quantile_ci(h, t.percentile, t.level)
+        est = h.value_at_percentile(t.percentile)
+        recs.append({"expr": t.expr, "percentile": t.name, "level": t.level,
+                     "limit_ms": round(t.limit_ns(est) / 1e6, 6),
+                     "relative": t.relative,
+                     "width_ms": round(ci.width / 1e6, 6) if ci.measurable else None,
+                     "lo_ms": None if ci.lo is None else round(ci.lo / 1e6, 6),
+                     "hi_ms": None if ci.hi is None else round(ci.hi / 1e6, 6),
+                     "reached": t.met(ci, est),
+                     **({} if ci.measurable else {"reason": ci.reason})})
+    reached = all(r["reached"] for r in recs)
+    out: dict[str, Any] = {"targets": recs, "reached": reached, "after_s": None}
+    if reached:
+        out["after_s"] = round(after_s if after_s is not None else ceiling_s, 3)
+    elif after_s is not None:
+        # met over the completed requests, but not once those in flight were counted
+        out["stopped_after_s"] = round(after_s, 3)
+    return out
+
+
+class ConfidenceWatch:
+    """Merges the workers' progress messages (measured latency deltas) and says when
+    every target is met; ``after_s`` is then the measured time it took.
+
+    Judged once per round (every worker reported since the last judgement) and
+    met in ``rounds`` consecutive rounds: the requests still in flight are the
+    slow ones, so one lucky look at the completed ones is not enough. The final
+    result is judged again over every request (:func:`judge_targets`)."""
+
+    def __init__(self, targets: list[ConfidenceTarget], spec: HistogramSpec,
+                 warmup_s: float = 0.0, workers: int = 1, rounds: int = 2) -> None:
+        self.targets = targets
+        self.latency = Histogram(spec)
+        self.warmup_s = warmup_s
+        self.workers = workers
+        self.rounds = rounds
+        self.start: float | None = None  # the run's monotonic start (set by the caller)
+        self.last_t = 0.0
+        self.after_s: float | None = None
+        self._heard: set[int] = set()
+        self._met = 0
+
+    def update(self, worker: int, msg: dict[str, Any]) -> None:
+        self.latency.add_sparse(msg["lat_idx"], msg["lat_cnt"], msg["lat_lo"], msg["lat_hi"])
+        self.last_t = max(self.last_t, msg.get("t", 0.0))
+        self._heard.add(worker)
+
+    def reached(self) -> bool:
+        if self.after_s is not None:
+            return True
+        if len(self._heard) < self.workers:
+            return False
+        self._heard.clear()
+        ok = self.latency.total > 0 and targets_met(self.targets, self.latency)
+        self._met = self._met + 1 if ok else 0
+        if self._met >= self.rounds:
+            start = self.start if self.start is not None else self.last_t
+            self.after_s = max(self.last_t - start - self.warmup_s, 0.0)
+        return self.after_s is not None
+
+
 # -- Kolmogorov–Smirnov ---------------------------------------------------------------
 
 def kolmogorov_sf(x: float) -> float:
@@ -229,6 +299,18 @@ def ks_constant(gaps: np.ndarray, gap: float, tolerance_s: float) -> KsResult:
         raise ValueError("KS test of an empty sample")
     d = max(np.count_nonzero(g < gap - tolerance_s), np.count_nonzero(g > gap + tolerance_s)) / n
     return KsResult(float(d), 0.0, kolmogorov_sf(math.sqrt(n) * d), n)
+
+
+def chi2_sf(x: float, dof: int) -> float:
+    """P(chi2(dof) > x), Wilson–Hilferty's normal approximation (within ~0.002 of the
+    exact value at dof >= 5: enough to call a 1 % test)."""
+    if dof <= 0:
+        return 1.0
+    if x <= 0:
+        return 1.0
+    c = 2.0 / (9.0 * dof)
+    z = ((x / dof) ** (1.0 / 3.0) - (1.0 - c)) / math.sqrt(c)
+    return 0.5 * math.erfc(z / math.sqrt(2))
 
 
 # -- trend and shift of the tail --------------------------------------------------------

@@ -45,7 +45,9 @@ Time-outs are found by a sweep over the oldest queued and in-flight requests
 exactly, whenever the sweep notices. The run ends when the last request has
 ended, at most ``timeout`` after the last one was due, or when
 :meth:`Engine.stop` is called (the requests still open are then reported as
-``abandoned``, not as outcomes).
+``abandoned``, not as outcomes). :meth:`Engine.end_schedule` (``--confidence``
+reached) instead cuts the schedule at the last request dispatched: those
+complete normally, and the measured schedule becomes what was dispatched.
 
 Per-request times are appended to plain lists in the hot path (cheap) and
 turned into numpy arrays and histograms by :meth:`Engine._flush` a few times a
@@ -80,6 +82,9 @@ MAX_CONNECTING = 16
 # The shortest wake-up period: above 1 / MIN_TICK_S requests/s per worker the timer
 # ticks at this period and dispatches in batches (a wake-up costs ~20 µs of CPU).
 MIN_TICK_S = 200e-6  # schedule entries turned into a Python list at a time
+# Measured dispatch offsets kept per worker for the arrival test (bench/arrivals.py):
+# 2**18 gaps give a KS test far more power than the timer's tolerance leaves to use.
+MAX_ARRIVALS = 1 << 18
 LOG_HEADER = "worker,id,intended_s,dispatch_s,send_s,end_s,outcome,status,bytes,warmup\n"
 MAX_REASONS = 5  # distinct example reasons kept per error kind (the rest are counted apart)
 OTHER_REASONS = "(other reasons)"
@@ -139,6 +144,9 @@ class WorkerResult:
     error_examples: dict[str, dict[str, int]] = field(default_factory=dict)  # kind -> reasons
     conn_errors: dict[str, dict[str, int]] = field(default_factory=dict)  # no request charged
     retried: int = 0  # measured requests resent after a stale connection
+    schedule_ended: bool = False  # end_schedule() cut the schedule short
+    arrivals_s: np.ndarray = field(default_factory=lambda: np.zeros(0))  # dispatch offsets
+    tick_s: float = 0.0  # the wake-up timer's period (0: one wake-up per due time)
 
 
 class Engine:
@@ -179,6 +187,9 @@ class Engine:
         self.next_i = 0
         self.start = 0.0
         self.stopping = False
+        self.schedule_ended = False
+        self._arrivals: list[np.ndarray] = []
+        self._n_arrivals = 0
         self.finished: asyncio.Future[None] | None = None
         # connection statistics
         self.opened = 0
@@ -286,6 +297,18 @@ class Engine:
         self.stopping = True
         if self.finished is not None and not self.finished.done():
             self.finished.set_result(None)
+
+    def end_schedule(self) -> None:
+        """Dispatch nothing more; requests already dispatched complete normally and the
+        measured schedule becomes the requests dispatched (none is abandoned by this)."""
+        if self.schedule_ended or self.stopping:
+            return
+        self.schedule_ended = True
+        self.n = self.next_i
+        self._next_due = math.inf
+        if self._waker is not None:
+            self._waker.disarm()
+        self._check_finished()
 
     # -- the hot path ------------------------------------------------------------
 
@@ -547,6 +570,10 @@ class Engine:
         d_offs = times[disp_ids]
         d_meas = d_offs >= cfg.warmup_s
         self.lateness.record(np.maximum(disp[d_meas] - (start + d_offs[d_meas]), 0.0) * 1e9)
+        if self._n_arrivals < MAX_ARRIVALS and np.any(d_meas):
+            keep = (disp[d_meas] - start)[:MAX_ARRIVALS - self._n_arrivals]
+            self._arrivals.append(keep)
+            self._n_arrivals += keep.size
         self.queued += int(np.count_nonzero(times[queued] >= cfg.warmup_s))
         if cfg.hdr_interval_s:
             slot = ((offs[measured] - cfg.warmup_s) // cfg.hdr_interval_s).astype(np.int64)
@@ -586,11 +613,12 @@ class Engine:
 
     def _result(self) -> WorkerResult:
         warm = self.cfg.warmup_s
-        measured_sched = int(np.count_nonzero(self.times >= warm))
+        # self.n: the whole schedule, or what was dispatched when end_schedule() cut it
+        measured_sched = int(np.count_nonzero(self.times[:self.n] >= warm))
         dispatched = int(np.count_nonzero(self.times[:self.next_i] >= warm))
         # Measured requests without an outcome (in flight, queued or never due when stopped).
         abandoned = int(np.count_nonzero(
-            np.frombuffer(bytes(self.done), dtype=np.uint8)[self.first_measured:] == 0))
+            np.frombuffer(bytes(self.done), dtype=np.uint8)[self.first_measured:self.n] == 0))
         return WorkerResult(
             worker=self.cfg.worker,
             counts=self.counts.tolist(),
@@ -611,4 +639,8 @@ class Engine:
             error_examples=self.examples,
             conn_errors=self.conn_errors,
             retried=sum(1 for r in self.retried if r >= self.first_measured),
+            schedule_ended=self.schedule_ended,
+            arrivals_s=(np.concatenate(self._arrivals) if self._arrivals
+                        else np.zeros(0, dtype=np.float64)),
+            tick_s=self._tick,
         )

@@ -16,8 +16,21 @@ read::
      "accounting": {"consistent", "problems"},
      "latency_ms" | "service_time_ms" | "lateness_ms":
          {"p50", "p90", "p99", "p999", "p9999", "max", "mean", "count",
-          "samples_above": {"p99", "p999", "p9999"}, "clamped"},
+          "samples_above": {"p99", "p999", "p9999"}, "clamped",
+          "ci_level", "ci": {"p50": {"lo", "hi", "measurable"[, "reason"]}, ...}},
+     "arrivals": {"distribution", "resolution_us", "samples", "gaps": {...},
+                  "counts": {...}, "verdict": "match"|"deviate"|"unknown", "statement"},
+     "stationarity": {"interval_s", "intervals", "shift": {...}, "trend": {...},
+                      "verdict": "stationary"|"drifted"|"unknown", "statement"},
+     "confidence": {"targets": [{"expr", "width_ms", "limit_ms", "reached", ...}],
+                    "reached", "after_s", "schedule_ended", "ceiling_s"},  # --confidence
      "warnings": [...], "slo": [{"expr", "observed", "pass", ...}]}
+
+Every printed percentile carries its order-statistic confidence interval
+(:mod:`.confidence`); one that cannot be formed is ``measurable: false`` and the
+terminal prints ``n/m`` instead of a figure. ``arrivals`` (:mod:`.arrivals`) tests
+the achieved send times against the requested distribution, ``stationarity``
+(:mod:`.stationarity`) the per-interval tails for a shift or trend.
 
 Accounting, each figure from its own counter (see :mod:`.engine`), checked here
 and reported under ``accounting`` (a warning when it does not add up):
@@ -57,12 +70,16 @@ from ..hist import (
     percentile_spectrum,
     write_log,
 )
+from .arrivals import arrival_test
+from .confidence import ConfidenceTarget, judge_targets, quantile_ci
 from .engine import LOG_HEADER, MAX_REASONS, OTHER_REASONS, WorkerResult
 from .http1 import Limits
 from .outcome import ERROR_KINDS, KINDS
+from .stationarity import stationarity_test
 
 PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p999": 99.9, "p9999": 99.99}
 TAIL = ("p99", "p999", "p9999")
+CI_LEVEL = 0.95  # of the interval printed beside every percentile
 NS_PER_MS = 1e6
 
 
@@ -86,6 +103,7 @@ class RunInfo:
     spec: HistogramSpec = field(default_factory=HistogramSpec)
     limits: Limits = field(default_factory=Limits)
     retry_stale: bool = False
+    confidence: tuple[ConfidenceTarget, ...] = ()  # --confidence: run until these are met
 
     def config_json(self) -> dict[str, Any]:
         return {"rate": self.rate, "duration_s": self.duration_s, "arrival": self.arrival,
@@ -93,6 +111,7 @@ class RunInfo:
                 "connections": self.connections, "max_connections": self.max_connections,
                 "timeout_s": self.timeout_s, "seed": self.seed,
                 "retry_stale": self.retry_stale,
+                "confidence": [t.expr for t in self.confidence],
                 "limits": {"max_header_bytes": self.limits.max_header_bytes,
                            "max_body_bytes": self.limits.max_body_bytes}}
 
@@ -110,11 +129,14 @@ class BenchResult:
 
     @property
     def exit_ok(self) -> bool:
-        return all(s["pass"] for s in self.json.get("slo", []))
+        conf = self.json.get("confidence")
+        return all(s["pass"] for s in self.json.get("slo", [])) and (
+            conf is None or conf["reached"])
 
 
 def summarize(h: Histogram, scale: float = NS_PER_MS) -> dict[str, Any]:
-    """Percentiles (in ``1/scale`` units of the recorded values), count and tail support."""
+    """Percentiles (in ``1/scale`` units of the recorded values), count and tail support,
+    and each percentile's confidence interval (``ci``, see :func:`intervals`)."""
     vals = h.values_at_percentiles(PERCENTILES.values())
     out: dict[str, Any] = {k: round(v / scale, 6) for k, v in zip(PERCENTILES, vals, strict=True)}
     out["max"] = round(h.max / scale, 6)
@@ -122,12 +144,34 @@ def summarize(h: Histogram, scale: float = NS_PER_MS) -> dict[str, Any]:
     out["count"] = h.total
     out["samples_above"] = {k: h.samples_above_percentile(PERCENTILES[k]) for k in TAIL}
     out["clamped"] = h.clamped
+    out["ci_level"] = CI_LEVEL
+    out["ci"] = intervals(h, scale)
+    return out
+
+
+def intervals(h: Histogram, scale: float = NS_PER_MS,
+              level: float = CI_LEVEL) -> dict[str, dict[str, Any]]:
+    """``{"p99": {"lo", "hi", "measurable"}}`` per percentile: the order-statistic
+    interval (:func:`.confidence.quantile_ci`); one that cannot be formed from the
+    samples at hand has ``lo``/``hi`` null, ``measurable`` false and a ``reason``."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, p in PERCENTILES.items():
+        ci = quantile_ci(h, p, level)
+        if ci.measurable:
+            out[name] = {"lo": round(ci.lo / scale, 6), "hi": round(ci.hi / scale, 6),
+                         "measurable": True}
+        else:
+            out[name] = {"lo": None, "hi": None, "measurable": False, "reason": ci.reason}
     return out
 
 
 def build_result(info: RunInfo, parts: Sequence[WorkerResult],
-                 interrupted: bool = False, missing_workers: Iterable[int] = ()) -> BenchResult:
-    """Merge the workers' results exactly (histograms add) and derive the JSON."""
+                 interrupted: bool = False, missing_workers: Iterable[int] = (),
+                 confidence_after_s: float | None = None) -> BenchResult:
+    """Merge the workers' results exactly (histograms add) and derive the JSON.
+
+    ``confidence_after_s``: the measured time after which the run saw every
+    ``info.confidence`` target met (None: it never did)."""
     spec = info.spec
     latency = merged((p.latency for p in parts), spec)
     service = merged((p.service for p in parts), spec)
@@ -142,7 +186,8 @@ def build_result(info: RunInfo, parts: Sequence[WorkerResult],
     interrupted = interrupted or any(p.interrupted for p in parts)
     dispatched = sum(p.dispatched for p in parts)
     last = max((p.last_dispatch_s for p in parts), default=0.0) - info.warmup_s
-    window = max(last, 0.0) if interrupted else max(last, info.duration_s)
+    ended = any(p.schedule_ended for p in parts)  # --confidence cut the schedule short
+    window = max(last, 0.0) if interrupted or ended else max(last, info.duration_s)
     achieved = dispatched / window if window > 0 else 0.0
     conns = {k: sum(p.connections.get(k, 0) for p in parts)
              for k in ("opened", "connect_failures", "max_open", "cap")}
@@ -188,6 +233,14 @@ def build_result(info: RunInfo, parts: Sequence[WorkerResult],
                       "connect_errors": _top(_sum_books(
                           {"connect": p.connect_errors} for p in parts).get("connect", {}))},
     }
+    data["arrivals"] = arrival_test(info.arrival, info.rate, info.workers, info.warmup_s,
+                                    [p.arrivals_s for p in parts],
+                                    max((p.tick_s for p in parts), default=0.0))
+    data["stationarity"] = stationarity_test(intervals, info.hdr_interval_s)
+    if info.confidence:
+        data["confidence"] = {**judge_targets(list(info.confidence), latency,
+                                              confidence_after_s, info.duration_s),
+                              "schedule_ended": ended, "ceiling_s": info.duration_s}
     data["accounting"] = accounting(data)
     data["warnings"] = warnings(data, info, parts, list(missing_workers))
     return BenchResult(data, latency, service, lateness, intervals, info)
@@ -270,14 +323,48 @@ def warnings(data: dict[str, Any], info: RunInfo, parts: Sequence[WorkerResult],
         out.append(f"--max-connections reached: {data['requests']['queued']} request(s) "
                    f"waited for a free connection; latency counts their wait, service time "
                    f"does not")
+    if data["arrivals"]["verdict"] == "deviate":
+        out.append(data["arrivals"]["statement"])
+    if data["stationarity"]["verdict"] == "drifted":
+        out.append(data["stationarity"]["statement"])
+    conf = data.get("confidence")
+    if conf is not None and not conf["reached"]:
+        out.append("--confidence not reached within --duration "
+                   f"{info.duration_s:g} s: " + "; ".join(
+                       f"{t['expr']} is {t['width_ms'] * 1e3:.3g} µs wide" if t["width_ms"]
+                       is not None else f"{t['expr']}: {t.get('reason', 'not measurable')}"
+                       for t in conf["targets"] if not t["reached"]))
     if not data["generator"]["precise_timer"]:
         out.append("no timerfd: wake-ups have millisecond resolution (see lateness)")
     return out
 
 
 def _fmt_row(label: str, block: dict[str, Any]) -> str:
-    cells = [f"{block[k]:>10.3f}" for k in (*PERCENTILES, "max")]
+    # a percentile without a confidence interval is not a figure: "n/m" (not measurable)
+    ci = block.get("ci", {})
+    cells = [f"{'n/m':>10}" if k in ci and not ci[k]["measurable"] else f"{block[k]:>10.3f}"
+             for k in PERCENTILES]
+    cells.append(f"{block['max']:>10.3f}")
     return f"{label:<14}" + "".join(cells) + f"{block['count']:>10d}"
+
+
+def _fmt_ci(label: str, block: dict[str, Any]) -> str:
+    """One line: each percentile's interval, or why it is not measurable."""
+    ci = block.get("ci", {})
+    parts, unmeasurable = [], []
+    for k in PERCENTILES:
+        if k not in ci:
+            continue
+        if ci[k]["measurable"]:
+            parts.append(f"{k} {ci[k]['lo']:.3f}..{ci[k]['hi']:.3f}")
+        else:
+            unmeasurable.append(k)
+    text = f"  {label} {block.get('ci_level', CI_LEVEL) * 100:g}% CI (ms): " + (
+        ", ".join(parts) or "none")
+    if unmeasurable:
+        text += f"; not measurable: {', '.join(unmeasurable)} ({ci[unmeasurable[0]]['reason']}" \
+                + (" for " + unmeasurable[0] if len(unmeasurable) > 1 else "") + ")"
+    return text
 
 
 def summary_text(result: BenchResult, spectrum: bool = False) -> str:
@@ -302,6 +389,9 @@ def summary_text(result: BenchResult, spectrum: bool = False) -> str:
         _fmt_row("lateness ms", d["lateness_ms"]),
         "samples above (latency): " + ", ".join(
             f"{k} {v}" for k, v in d["latency_ms"]["samples_above"].items()),
+        _fmt_ci("latency", d["latency_ms"]),
+        _fmt_ci("service", d["service_time_ms"]),
+        _fmt_ci("lateness", d["lateness_ms"]),
     ]
     detail = [f"  {kind}: " + "; ".join(f"{e['reason']} (x{e['count']})" for e in ex)
               for kind, ex in req["error_examples"].items()]
@@ -311,6 +401,23 @@ def summary_text(result: BenchResult, spectrum: bool = False) -> str:
     if req["retried"]:
         detail.append(f"  retried after a stale keep-alive connection: {req['retried']}")
     lines[2:2] = detail
+    conf = d.get("confidence")
+    if conf is not None:
+        lines.append("confidence: " + (
+            f"reached after {conf['after_s']:g} s of {info.duration_s:g} s" if conf["reached"]
+            else f"NOT reached within {info.duration_s:g} s"
+            + (f" (met over the completed requests at {conf['stopped_after_s']:g} s, the "
+               f"schedule ended, and the requests then in flight widened it)"
+               if "stopped_after_s" in conf else "")) + "; " + ", ".join(
+            f"{t['expr']}: " + (f"{t['lo_ms']:.4f}..{t['hi_ms']:.4f} ms "
+                                f"({t['width_ms'] * 1e3:.3g} µs wide)"
+                                if t["width_ms"] is not None else "not measurable")
+            for t in conf["targets"]))
+    # a failed test is a warning (below); a passed or untested one a plain line here
+    if d["arrivals"]["verdict"] != "deviate":
+        lines.append(d["arrivals"]["statement"])
+    if d["stationarity"]["verdict"] != "drifted":
+        lines.append(d["stationarity"]["statement"])
     if spectrum:
         lines += ["", "  Detailed Percentile spectrum (latency, ms):",
                   percentile_spectrum(result.latency)]

@@ -7,7 +7,9 @@ opened its initial connections, then sends one common start time on
 CLOCK_MONOTONIC (system-wide, so every worker's schedule lines up). Workers
 send progress a few times a second and one :class:`.engine.WorkerResult` at
 the end; the parent sends SIGUSR1 (stop) on Ctrl-C (workers ignore SIGINT themselves
-so the stop is orderly).
+so the stop is orderly), and SIGUSR2 (:meth:`.engine.Engine.end_schedule`: dispatch
+nothing more, finish what was sent) when ``end_when`` says the run has measured
+enough (``--confidence``).
 
 :func:`run_here` runs one engine in the calling process instead (library use).
 """
@@ -104,6 +106,7 @@ def _child(pipe: Pipe, cfg: EngineConfig) -> None:
     # Stop arrives as SIGUSR1: the pipe stays blocking (a loop reader would make it
     # non-blocking, and a large send could then fail half-written).
     loop.add_signal_handler(signal.SIGUSR1, engine.stop)
+    loop.add_signal_handler(signal.SIGUSR2, engine.end_schedule)
     loop.run_until_complete(engine.prepare())
     pipe.send(("ready", cfg.worker, None))
     msg = pipe.recv()
@@ -121,8 +124,12 @@ def run_workers(cfgs: list[EngineConfig],
                 on_progress: Callable[[int, dict[str, Any]], None] | None = None,
                 on_start: Callable[[float], None] | None = None,
                 ready_timeout_s: float = 30.0,
+                end_when: Callable[[], bool] | None = None,
                 ) -> tuple[list[WorkerResult], bool, list[int]]:
     """Run every config in its own process. Returns (results, interrupted, missing workers).
+
+    ``end_when`` is asked after every progress message; once it returns true every
+    worker ends its schedule (SIGUSR2) and the run ends when what was sent is done.
 
     Ctrl-C (KeyboardInterrupt in the parent) stops the workers, which still
     return what they measured. A worker that dies or hangs past the run's end
@@ -166,6 +173,7 @@ def run_workers(cfgs: list[EngineConfig],
         longest = max((float(c.times[-1]) for c in cfgs if c.times.size), default=0.0)
         end_by = start + longest + max(c.timeout_s for c in cfgs) + 30.0
         open_pipes = dict(pipes)
+        ended = False
         while open_pipes:
             try:
                 now = time.monotonic()
@@ -180,8 +188,14 @@ def run_workers(cfgs: list[EngineConfig],
                         missing.append(k)
                         del open_pipes[k]
                         continue
-                    if msg[0] == "progress" and on_progress is not None:
-                        on_progress(k, msg[2])
+                    if msg[0] == "progress":
+                        if on_progress is not None:
+                            on_progress(k, msg[2])
+                        if end_when is not None and not ended and end_when():
+                            ended = True
+                            for j in open_pipes:
+                                with contextlib.suppress(OSError):
+                                    os.kill(procs[j].pid, signal.SIGUSR2)
                     elif msg[0] == "done":
                         results[k] = msg[2]
                         del open_pipes[k]

@@ -1,7 +1,8 @@
 """`tailgate bench TARGET`: open-loop load with coordinated-omission-correct tail latency.
 
-Exit status: 0 every SLO held, 1 an SLO failed (named on the terminal and in the
-JSON), 2 bad usage, 130 interrupted (results for the completed requests are
+Exit status: 0 every SLO held, 1 an SLO failed or a ``--confidence`` target was not
+reached within ``--duration`` (named on the terminal and in the JSON), 2 bad usage,
+130 interrupted (results for the completed requests are
 still written, marked ``"interrupted": true``).
 """
 
@@ -34,6 +35,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("target", metavar="TARGET", help="http://host:port/path, tcp://host:port, "
                    "or an OpenAI-compatible LLM server: openai+http://host:port/v1")
     add_load_options(p)
+    g = p.add_argument_group("self-correcting (tailgate.bench.confidence)")
+    g.add_argument("--confidence", action="append", default=[], metavar="TARGETS",
+                   help="run until each percentile's confidence interval is this narrow, "
+                   "--duration being the ceiling: 'p99=10us@95%%' (absolute width), "
+                   "'p999=5%%@95%%' (relative to the percentile); comma-separated or "
+                   "repeated; exit 1 when not reached")
     add_request_options(p)
     g = p.add_argument_group("rate sweep (tailgate.plan.sweep)")
     g.add_argument("--sweep", metavar="LO..HI", help="run once per offered rate from LO to HI "
@@ -154,6 +161,7 @@ def parse_limits(args: argparse.Namespace) -> Any:
 
 
 def _parse(args: argparse.Namespace) -> tuple[Any, Any, list[Any]]:
+    from ..bench.confidence import parse_targets
     from ..bench.result import RunInfo
     from ..bench.slo import SloError, parse_slo
     from ..bench.target import TargetError, parse_header, parse_target
@@ -170,6 +178,8 @@ def _parse(args: argparse.Namespace) -> tuple[Any, Any, list[Any]]:
         limits = parse_limits(args)
         hdr_interval = parse_duration(args.hdr_interval)
         slos = [parse_slo(e) for e in args.slo]
+        confidence = tuple(t for text in getattr(args, "confidence", None) or []
+                           for t in parse_targets(text))
         headers = [parse_header(h) for h in args.header]
         if args.body is not None and args.body_file:
             raise UsageError("give --body or --body-file, not both")
@@ -198,13 +208,17 @@ def _parse(args: argparse.Namespace) -> tuple[Any, Any, list[Any]]:
     # The schedule and a done-flag per request are held in memory (~9 bytes each).
     if rate * (duration + warmup) > 100_000_000:
         raise UsageError("more than 100 million requests in one run: shorten it")
-    # At most ~600 intervals in the --hdr log, whatever the duration.
-    hdr_interval = max(hdr_interval, (duration + 1e-9) / 600) if args.hdr else None
+    # At most ~600 intervals in the --hdr log, whatever the duration; without --hdr,
+    # 20..100 for the stationarity test (0.25 s ones up to 25 s: a --confidence run
+    # may stop early).
+    hdr_interval = (max(hdr_interval, (duration + 1e-9) / 600) if args.hdr
+                    else max(duration / 100, min(duration / 20, 0.25)))
     info = RunInfo(target=args.target, protocol=target.kind, rate=rate, duration_s=duration,
                    arrival=args.arrival, warmup_s=warmup, workers=workers,
                    connections=args.connections, max_connections=args.max_connections,
                    timeout_s=timeout, seed=args.seed, min_tail_samples=args.min_tail_samples,
-                   hdr_interval_s=hdr_interval, limits=limits, retry_stale=args.retry_stale)
+                   hdr_interval_s=hdr_interval, limits=limits, retry_stale=args.retry_stale,
+                   confidence=confidence)
     return info, target, slos
 
 
@@ -221,6 +235,8 @@ def run(args: argparse.Namespace) -> int:
     if args.target.startswith("openai+"):
         from ..llm.command import run_llm
 
+        if getattr(args, "confidence", None):
+            raise UsageError("--confidence is not supported for openai+ targets yet")
         return run_llm(args)
     info, target, slos = _parse(args)
     check_writable(args.json, args.hdr, args.log, args.html)
@@ -234,9 +250,23 @@ def run(args: argparse.Namespace) -> int:
     progress = None
     started: dict[str, float] = {}
 
+    watch = None
+    if info.confidence:
+        from ..bench.confidence import ConfidenceWatch
+
+        watch = ConfidenceWatch(list(info.confidence), info.spec, info.warmup_s, info.workers)
+
+    def on_progress(worker: int, msg: dict[str, Any]) -> None:
+        if progress is not None:
+            progress.update(worker, msg)
+        if watch is not None:
+            watch.update(worker, msg)
+
     def on_start(start: float) -> None:
         nonlocal live
         started["mono"] = start
+        if watch is not None:
+            watch.start = start
         started["epoch"] = time.time() + (start - time.monotonic())
         if progress is not None:
             from rich.live import Live
@@ -252,8 +282,9 @@ def run(args: argparse.Namespace) -> int:
         progress = Progress(info.rate, info.duration_s, info.warmup_s, info.spec)
     try:
         results, interrupted, missing = run_workers(
-            cfgs, on_progress=progress.update if progress else None, on_start=on_start,
-            ready_timeout_s=info.timeout_s + 30.0)
+            cfgs, on_progress=on_progress if progress or watch else None, on_start=on_start,
+            ready_timeout_s=info.timeout_s + 30.0,
+            end_when=watch.reached if watch is not None else None)
     except WorkerFailure as exc:
         raise UsageError(str(exc)) from None
     finally:
@@ -263,7 +294,8 @@ def run(args: argparse.Namespace) -> int:
         print("tailgate bench: no worker returned a result", file=sys.stderr)
         return 130 if interrupted else 2
 
-    result = build_result(info, results, interrupted, missing)
+    result = build_result(info, results, interrupted, missing,
+                          confidence_after_s=watch.after_s if watch is not None else None)
     result.json["slo"] = evaluate(slos, result.json)
     # CLOCK_MONOTONIC of the log's time 0: `tailgate diagnose` lines requests up with probes.
     result.json["clock"] = {"start_monotonic_s": started.get("mono"),
@@ -289,9 +321,14 @@ def run(args: argparse.Namespace) -> int:
     failed = [s["expr"] for s in result.json["slo"] if not s["pass"]]
     if failed:
         print("SLO failed: " + ", ".join(failed), file=stream)
+    conf = result.json.get("confidence")
+    if conf is not None and not conf["reached"]:
+        # like an SLO nobody could measure: the figures are not as precise as asked
+        print("confidence not reached: " + ", ".join(
+            t["expr"] for t in conf["targets"] if not t["reached"]), file=stream)
     if result.json["interrupted"] and interrupted:
         return 130
-    return 1 if failed else 0
+    return 0 if result.exit_ok else 1
 
 
 def _dumps(data: dict[str, Any]) -> str:
