@@ -12,8 +12,9 @@ intervals, or 20 of them). Two tests:
 
 ``drifted`` needs statistical and practical weight at once: p < ``ALPHA`` and,
 for the shift, at least ``SHIFT_RATIO`` times the expected share above (a
-second-half P99 that is the first half's P98 or worse); a shared machine's
-ordinary noise is significant at large counts but not that large.
+second-half P99 that is the first half's P97 or worse). On our shared 2-core
+machines a busy neighbour moved a clean run's halves by up to 2.3 % above the
+other's P99 (p < 0.001): significant at these counts, but not a stall.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from ..hist import Histogram
 from .confidence import exceedance_shift, mann_kendall
 
 ALPHA = 0.001
-SHIFT_RATIO = 2.0
+SHIFT_RATIO = 3.0
 PERCENTILE = 99.0
 MIN_INTERVALS = 4
 MIN_INTERVAL_SAMPLES = 100
