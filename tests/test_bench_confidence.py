@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 import scipy.stats as st
 
+from tailgate.bench.arrivals import arrival_test
 from tailgate.bench.confidence import (
+    chi2_sf,
     exceedance_shift,
     exponential_cdf,
     kolmogorov_sf,
@@ -22,6 +24,7 @@ from tailgate.bench.confidence import (
     samples_needed,
     targets_met,
 )
+from tailgate.bench.stationarity import stationarity_test
 from tailgate.hist import Histogram
 
 
@@ -175,3 +178,58 @@ def test_exceedance_shift_flags_a_heavier_tail_only():
     assert exceedance_shift(a, same, 99.0).pvalue > 0.001
     sh = exceedance_shift(a, worse, 99.0)
     assert sh.pvalue < 1e-9 and sh.share_b > 5 * sh.share_a
+
+
+def test_chi2_approximation_is_close_to_scipy_where_it_is_used():
+    for dof in (5, 20, 60, 400, 5000):
+        for q in (0.5, 0.9, 0.99, 0.999):
+            x = st.chi2.ppf(q, dof)
+            assert chi2_sf(x, dof) == pytest.approx(1 - q, abs=0.003), (dof, q)
+
+
+def _poisson_sends(rate: float, seconds: float, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    t = np.cumsum(rng.exponential(1 / rate, int(rate * seconds * 1.2)))
+    return t[t < seconds]
+
+
+def test_arrival_test_verdicts_on_synthetic_sends():
+    ok = _poisson_sends(1000, 5.0, 1) + np.random.default_rng(2).uniform(0, 60e-6, 1)
+    a = arrival_test("poisson", 1000, 1, 0.0, [ok])
+    assert a["verdict"] == "match" and a["statement"].startswith("arrivals match Poisson"), a
+    # the worker got the CPU 5 ms in every 100 ms: sends wait for it
+    t = _poisson_sends(1000, 5.0, 3)
+    throttled = np.maximum(t, np.floor(t / 0.1) * 0.1 + 0.095) + np.arange(t.size) * 1e-7
+    b = arrival_test("poisson", 1000, 1, 0.0, [np.sort(throttled)])
+    assert b["verdict"] == "deviate", b
+    assert "the generator could not keep the schedule" in b["statement"]
+    # steady but slow: 20 % behind, with gaps too small for the gap test to judge
+    slow = np.arange(0, 2.0, 1 / 40_000)
+    c = arrival_test("constant", 50_000, 1, 0.0, [slow], tick_s=200e-6)
+    assert c["gaps"]["pvalue"] is None and "resolution" in c["gaps"]["reason"]
+    assert c["verdict"] == "deviate" and c["counts"]["pvalue"] < 1e-9
+    # two workers, each its share of a constant schedule, within the timer's resolution
+    w = [np.arange(k, 4000, 2) / 1000 + 30e-6 for k in range(2)]
+    assert arrival_test("constant", 1000, 2, 0.0, w)["verdict"] == "match"
+    assert arrival_test("poisson", 1000, 1, 0.0, [np.array([0.1])])["verdict"] == "unknown"
+
+
+def test_stationarity_test_on_synthetic_intervals():
+    rng = np.random.default_rng(10)
+
+    def hist(values):
+        h = Histogram()
+        h.record(values)
+        return h
+
+    steady = {k: hist(rng.exponential(1e5, 500)) for k in range(20)}
+    s = stationarity_test(steady, 0.2)
+    assert s["verdict"] == "stationary" and s["trend"]["intervals"] == 20, s
+    stalled = dict(steady)
+    stalled[15] = hist(np.concatenate([rng.exponential(1e5, 350), rng.uniform(1e6, 3e8, 150)]))
+    s = stationarity_test(stalled, 0.2)
+    assert s["verdict"] == "drifted" and "second half" in s["statement"], s
+    rising = {k: hist(rng.exponential(1e5 * (1 + k / 5), 500)) for k in range(20)}
+    s = stationarity_test(rising, 0.2)
+    assert s["verdict"] == "drifted" and s["trend"]["pvalue"] < 1e-3
+    assert stationarity_test({0: steady[0]}, 0.2)["verdict"] == "unknown"
