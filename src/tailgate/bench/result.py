@@ -331,12 +331,16 @@ def warnings(data: dict[str, Any], info: RunInfo, parts: Sequence[WorkerResult],
     if conf is not None and not conf["reached"]:
         out.append("--confidence not reached within --duration "
                    f"{info.duration_s:g} s: " + "; ".join(
-                       f"{t['expr']} is {t['width_ms'] * 1e3:.3g} µs wide" if t["width_ms"]
+                       f"{t['expr']} is {_width(t['width_ms'])} wide" if t["width_ms"]
                        is not None else f"{t['expr']}: {t.get('reason', 'not measurable')}"
                        for t in conf["targets"] if not t["reached"]))
     if not data["generator"]["precise_timer"]:
         out.append("no timerfd: wake-ups have millisecond resolution (see lateness)")
     return out
+
+
+def _width(ms: float) -> str:
+    return f"{ms:.3g} ms" if ms >= 1 else f"{ms * 1e3:.3g} µs"
 
 
 def _fmt_row(label: str, block: dict[str, Any]) -> str:
@@ -410,7 +414,7 @@ def summary_text(result: BenchResult, spectrum: bool = False) -> str:
                f"schedule ended, and the requests then in flight widened it)"
                if "stopped_after_s" in conf else "")) + "; " + ", ".join(
             f"{t['expr']}: " + (f"{t['lo_ms']:.4f}..{t['hi_ms']:.4f} ms "
-                                f"({t['width_ms'] * 1e3:.3g} µs wide)"
+                                f"({_width(t['width_ms'])} wide)"
                                 if t["width_ms"] is not None else "not measurable")
             for t in conf["targets"]))
     # a failed test is a warning (below); a passed or untested one a plain line here
