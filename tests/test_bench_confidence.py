@@ -11,9 +11,11 @@ import scipy.stats as st
 
 from tailgate.bench.arrivals import arrival_test
 from tailgate.bench.confidence import (
+    ConfidenceWatch,
     chi2_sf,
     exceedance_shift,
     exponential_cdf,
+    judge_targets,
     kolmogorov_sf,
     ks_constant,
     ks_test,
@@ -233,3 +235,41 @@ def test_stationarity_test_on_synthetic_intervals():
     s = stationarity_test(rising, 0.2)
     assert s["verdict"] == "drifted" and s["trend"]["pvalue"] < 1e-3
     assert stationarity_test({0: steady[0]}, 0.2)["verdict"] == "unknown"
+
+
+def _msg(h: Histogram, t: float) -> dict:
+    idx, cnt = h.nonzero()
+    return {"lat_idx": idx, "lat_cnt": cnt, "lat_lo": h.min, "lat_hi": h.max, "t": t}
+
+
+def test_watch_waits_for_every_worker_and_two_rounds_and_final_judgement_counts():
+    rng = np.random.default_rng(21)
+    targets = parse_targets("p50=10%")
+    watch = ConfidenceWatch(targets, Histogram().spec, warmup_s=1.0, workers=2)
+    watch.start = 100.0
+    chunks = []
+    for _ in range(6):
+        h = Histogram()
+        h.record(rng.exponential(1e5, 2_000))
+        chunks.append(h)
+    watch.update(0, _msg(chunks[0], 101.5))
+    assert not watch.reached()  # worker 1 not heard yet
+    watch.update(1, _msg(chunks[1], 101.6))
+    assert not watch.reached()  # met once: one more round
+    watch.update(0, _msg(chunks[2], 101.8))
+    watch.update(1, _msg(chunks[3], 101.9))
+    assert watch.reached() and watch.after_s == pytest.approx(0.9)
+    # the final histogram (with the slow requests that were in flight) decides
+    final = Histogram()
+    for h in chunks[:4]:
+        final.add(h)
+    ok = judge_targets(targets, final, watch.after_s, 10.0)
+    assert ok["reached"] and ok["after_s"] == 0.9
+    final.record(rng.uniform(1e6, 1e7, 8_000))
+    late = judge_targets(targets, final, watch.after_s, 10.0)
+    assert not late["reached"] and late["after_s"] is None and late["stopped_after_s"] == 0.9
+    # never seen met while running but met at the end: reached at the ceiling
+    done = Histogram()
+    for h in chunks:
+        done.add(h)
+    assert judge_targets(targets, done, None, 10.0)["after_s"] == 10.0
