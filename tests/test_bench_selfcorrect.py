@@ -85,8 +85,13 @@ def test_bad_confidence_is_a_usage_error(nginx, tmp_path):
 
 
 def test_every_percentile_carries_its_interval_and_n_m_when_not_measurable(nginx, tmp_path):
-    rc, text, d = bench_cli(nginx, tmp_path, "--rate", "500", "--duration", "1s")
+    rc, text, d = bench_cli(nginx, tmp_path, "--rate", "500", "--duration", "1s",
+                            "--slo", "p99<10s", "--slo", "p999<10s")
     lat = d["latency_ms"]
+    # an SLO on a percentile that is not measurable fails, with the reason
+    assert rc == 1 and [s["pass"] for s in d["slo"]] == [True, False]
+    assert d["slo"][1]["reason"].startswith("not measurable: needs at least 3,688 samples")
+    assert "SLO p999<10s: FAIL" in text
     assert lat["count"] == 500 and lat["ci_level"] == 0.95
     for k in ("p50", "p90"):
         assert lat["ci"][k]["measurable"] and lat["ci"][k]["lo"] <= lat[k] <= lat["ci"][k]["hi"]

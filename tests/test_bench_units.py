@@ -136,6 +136,14 @@ def test_slo_evaluation_against_a_result():
     assert [g["pass"] for g in got] == [True, False, False, True, True, True, False]
     assert got[2]["observed"] == pytest.approx(0.002)
     assert got[-1]["reason"] == "no samples"  # an objective nobody measured is not met
+    # a percentile without a confidence interval is not a figure to gate on
+    result["latency_ms"]["ci"] = {"p99": {"lo": 3.9, "hi": 4.1, "measurable": True},
+                                  "p999": {"lo": None, "hi": None, "measurable": False,
+                                           "reason": "needs at least 3,688 samples"}}
+    got = evaluate([parse_slo("p99<5ms"), parse_slo("p999<10ms")], result, require_ci=True)
+    assert [g["pass"] for g in got] == [True, False]
+    assert got[1]["reason"] == "not measurable: needs at least 3,688 samples"
+    assert got[1]["observed"] == 6.0
 
 
 def test_progress_merges_worker_messages_into_running_figures():

@@ -436,6 +436,8 @@ def summary_text(result: BenchResult, spectrum: bool = False) -> str:
             shown = f"{obs * 100:.4g}%"
         else:
             shown = f"{obs:.6g} {s['unit']}"
+        if obs is not None and s.get("reason"):  # e.g. a percentile that is not measurable
+            shown = f"estimate {shown}, {s['reason']}"
         lines.append(f"SLO {s['expr']}: {verdict} (observed {shown})")
     return "\n".join(lines)
 

@@ -116,20 +116,39 @@ def observe(slo: Slo, result: dict[str, Any]) -> float | None:
     return (result.get("metrics") or {}).get(slo.metric)
 
 
-def evaluate(slos: list[Slo], result: dict[str, Any]) -> list[dict[str, Any]]:
+def _not_measurable(slo: Slo, result: dict[str, Any]) -> str | None:
+    """Why ``slo``'s percentile has no confidence interval in ``result`` (None: it has one,
+    or the producer gives no intervals)."""
+    series, _, stat = slo.metric.rpartition(".")
+    if series not in SERIES:
+        return None
+    ci = ((result.get(SERIES[series]) or {}).get("ci") or {}).get(stat)
+    if ci is None or ci.get("measurable", True):
+        return None
+    return str(ci.get("reason", "no confidence interval"))
+
+
+def evaluate(slos: list[Slo], result: dict[str, Any],
+             require_ci: bool = False) -> list[dict[str, Any]]:
     """One JSON record per SLO: ``{"expr", "metric", "limit", "unit", "observed", "pass"}``.
 
     An SLO whose metric has no samples fails, with ``"reason"``: an objective
-    nobody measured is not met.
+    nobody measured is not met. With ``require_ci`` (``tailgate bench``) so does one
+    on a percentile whose confidence interval cannot be formed from the samples
+    (its ``ci`` says not measurable).
     """
     out = []
     for slo in slos:
         observed = observe(slo, result)
         rec: dict[str, Any] = {"expr": slo.expr, "metric": slo.metric, "op": slo.op,
                                "limit": slo.limit, "unit": slo.unit, "observed": observed}
+        unmeasurable = _not_measurable(slo, result) if require_ci else None
         if observed is None:
             rec["pass"] = False
             rec["reason"] = "no samples"
+        elif unmeasurable:
+            rec["pass"] = False
+            rec["reason"] = f"not measurable: {unmeasurable}"
         else:
             rec["pass"] = slo.holds(observed)
         out.append(rec)
