@@ -82,6 +82,11 @@ def test_bad_confidence_is_a_usage_error(nginx, tmp_path):
     r = subprocess.run([*TAILGATE, nginx.url("/"), "--rate", "10", "--duration", "1s",
                         "--confidence", "p97=1ms"], capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and "PERCENTILE=WIDTH" in r.stderr
+    # refused, never silently ignored, where the engine cannot end its schedule yet
+    r = subprocess.run([*TAILGATE, "openai+http://127.0.0.1:9/v1", "--model", "m", "--rate", "1",
+                        "--duration", "1s", "--confidence", "p99=1ms"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "--confidence is not supported for openai+" in r.stderr
 
 
 def test_every_percentile_carries_its_interval_and_n_m_when_not_measurable(nginx, tmp_path):
