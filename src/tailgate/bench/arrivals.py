@@ -2,7 +2,10 @@
 a verdict out)
 
 Two tests on each worker's measured dispatch times (the first
-``engine.MAX_ARRIVALS``), pooled over workers:
+``engine.MAX_ARRIVALS``; the ``dispatch_s`` column of ``--log``: when the
+generator got to the request — a request that then waited for a free connection
+was still dispatched on time, and its wait shows in latency, not here), pooled
+over workers:
 
 * **gaps** — the gaps between consecutive sends against the requested
   distribution: Kolmogorov–Smirnov against the exponential at ``rate/workers``
