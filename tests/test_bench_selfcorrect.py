@@ -177,3 +177,29 @@ def test_a_stall_in_the_second_half_is_flagged_non_stationary_and_a_clean_run_is
     assert st["shift"]["second_above_first_p99"] > 0.05  # ~300 of 2,000 requests stalled
     assert st["statement"].startswith("the tail drifted during the run")
     assert st["statement"] in stalled["warnings"]
+
+
+def test_end_schedule_dispatches_nothing_more_and_finishes_what_was_sent(nginx):
+    """The shared engine interface: end_schedule() mid-run; nothing abandoned, nothing lost."""
+    import asyncio
+
+    from tailgate.bench.engine import Engine
+
+    info = RunInfo(target=nginx.url("/"), protocol="http", rate=2000, duration_s=5.0,
+                   warmup_s=0.2, workers=1, connections=4)
+    (cfg,) = plan(info, parse_target(nginx.url("/")))
+    loop = asyncio.new_event_loop()
+    try:
+        engine = Engine(cfg, loop)
+        loop.run_until_complete(engine.prepare())
+        loop.call_later(0.05 + 0.8, engine.end_schedule)
+        res = loop.run_until_complete(engine.run(time.monotonic() + 0.05))
+    finally:
+        loop.close()
+    assert res.schedule_ended and not res.interrupted
+    # ~0.6 s of the 5 s measured schedule at 2000/s: the rest was never due
+    assert 600 <= res.scheduled <= 1800, res.scheduled
+    assert res.scheduled == res.dispatched == res.sent == res.latency.total
+    assert res.abandoned == 0 and res.warmup_requests == 400
+    assert res.last_dispatch_s < 1.0
+    assert 0 < res.arrivals_s.size == res.dispatched
