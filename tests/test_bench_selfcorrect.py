@@ -91,7 +91,8 @@ def test_bad_confidence_is_a_usage_error(nginx, tmp_path):
 
 def test_every_percentile_carries_its_interval_and_n_m_when_not_measurable(nginx, tmp_path):
     rc, text, d = bench_cli(nginx, tmp_path, "--rate", "500", "--duration", "1s",
-                            "--slo", "p99<10s", "--slo", "p999<10s")
+                            "--slo", "p99<10s", "--slo", "p999<10s",
+                            "--html", str(tmp_path / "page.html"))
     lat = d["latency_ms"]
     # an SLO on a percentile that is not measurable fails, with the reason
     assert rc == 1 and [s["pass"] for s in d["slo"]] == [True, False]
@@ -107,6 +108,9 @@ def test_every_percentile_carries_its_interval_and_n_m_when_not_measurable(nginx
     row = next(line for line in text.splitlines() if line.startswith("latency ms"))
     assert row.split()[5:7] == ["n/m", "n/m"], row
     assert "latency 95% CI (ms): p50 " in text and "not measurable: p999, p9999" in text
+    page = (tmp_path / "page.html").read_text()
+    assert page.count(">n/m</td>") == 6  # p999 and p9999 of latency, service, lateness
+    assert f"95% CI {lat['ci']['p50']['lo']}..{lat['ci']['p50']['hi']}" in page
 
 
 def _clean(nginx: Nginx, key: str, want: str, *args, tries: int = 3) -> dict:

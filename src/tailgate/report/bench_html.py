@@ -15,6 +15,19 @@ _TABLES = {  # histogram name -> the summary key that holds its percentiles
 _COLS = ("p50", "p90", "p99", "p999", "p9999", "max", "count")
 
 
+def _cell(s: dict[str, Any], c: str) -> str:
+    """One percentile: its value with its confidence interval, or n/m (not measurable)."""
+    e = html.escape
+    ci = (s.get("ci") or {}).get(c)
+    if isinstance(ci, dict) and not ci.get("measurable", True):
+        return f"<td class='num' title='{e(str(ci.get('reason', '')))}'>n/m</td>"
+    text = e("" if s.get(c) is None else str(s.get(c)))
+    if isinstance(ci, dict):
+        level = f"{float(s.get('ci_level', 0.95)) * 100:g}%"
+        text += f"<br><small>{e(level)} CI {e(str(ci['lo']))}..{e(str(ci['hi']))}</small>"
+    return f"<td class='num'>{text}</td>"
+
+
 def bench_page(doc: dict[str, Any]) -> str:
     from .plots import figure_div, page, spectrum_figure
 
@@ -31,11 +44,14 @@ def bench_page(doc: dict[str, Any]) -> str:
         s = doc.get(key)
         if not isinstance(s, dict):
             continue
-        cells = "".join(f"<td class='num'>{e('' if s.get(c) is None else str(s.get(c)))}</td>"
-                        for c in _COLS)
+        cells = "".join(_cell(s, c) for c in _COLS)
         rows.append(f"<tr><td>{e(name)} ms</td>{cells}</tr>")
     head.append("<table id='percentiles'><tr><th></th>" + "".join(f"<th>{c}</th>" for c in _COLS)
                 + "</tr>" + "".join(rows) + "</table>")
+    for key in ("arrivals", "stationarity"):
+        block = doc.get(key)
+        if isinstance(block, dict) and block.get("statement"):
+            head.append(f"<p>{e(str(block['statement']))}</p>")
     for s in doc.get("slo") or []:
         head.append(f"<p>SLO {e(str(s.get('expr')))}: "
                     f"{'pass' if s.get('pass') else '<b class=worse>fail</b>'}</p>")
