@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tailgate.llm import workload as wl
+from tailgate.llm.accounting import parse_slo
 from tailgate.llm.openai import ChunkError, parse_chunk, request_body
-from tailgate.llm.results import parse_slo
 from tailgate.llm.sse import SSEError, SSEParser
 
 FIX = Path(__file__).parent / "fixtures" / "llm"
@@ -158,7 +158,7 @@ def test_slo_expressions_use_the_bench_grammar():
     assert parse_slo("itl_p99<=50ms").limit == pytest.approx(50.0)
     assert parse_slo("error_rate<1%").limit == pytest.approx(0.01)
     assert parse_slo("goodput_rps>=5").limit == 5.0
-    assert parse_slo("p99<3s").metric == "latency.p99"  # bench's plain form: E2E here
+    assert parse_slo("p99<3s").metric == "latency.p99"  # bench's plain form: the request latency
     for bad in ("ttft_p42<1s", "ttft_p99<soon", "ttft_p99<5", "error_rate<"):
         with pytest.raises(ValueError):
             parse_slo(bad)
