@@ -182,6 +182,7 @@ class ScriptedServer:
         self.usage = usage
         self.first_empty = first_empty
         self.bodies: list[dict] = []
+        self.heads: list[bytes] = []  # each request's header block, as received
         self.send_ns: list[list[int]] = []  # per ok request, when each content chunk was sent
         self._n = 0
         self._ready = threading.Event()
@@ -236,6 +237,7 @@ class ScriptedServer:
             return
         mode = self.modes[self._n % len(self.modes)]
         self._n += 1
+        self.heads.append(head)
         self.bodies.append(body)
         chat = "messages" in body
         n_tokens = int(body.get("max_tokens", 4))

@@ -171,6 +171,14 @@ FLAG_PROTOCOLS: dict[str, tuple[str, ...]] = {
         "--concurrency")},
 }
 PROTOCOLS = {"http": "http", "tcp": "tcp", "openai+http": "openai"}
+# LLM options that only one kind of workload reads.
+WORKLOAD_FLAGS: dict[str, tuple[str, ...]] = {
+    "--input-len": ("fixed", "random", "multiturn"),
+    "--output-len": ("fixed", "random", "multiturn"),
+    "--range-ratio": ("random",),
+    **{f: ("multiturn",) for f in ("--conversations", "--turns", "--system-len")},
+    **{f: ("trace",) for f in ("--trace", "--trace-token-scale", "--trace-time-scale")},
+}
 
 
 def _defaults() -> dict[str, Any]:
@@ -204,6 +212,13 @@ def refuse_flags(args: argparse.Namespace, protocol: str) -> None:
             raise UsageError(f"{flag} does not apply to {scheme}:// targets (it is for "
                              + ", ".join({"openai": "openai+http"}.get(p, p) + "://"
                                          for p in protos) + ")")
+    if protocol != "openai":
+        return
+    for flag, kinds in WORKLOAD_FLAGS.items():
+        dest = flag[2:].replace("-", "_")
+        if args.workload not in kinds and getattr(args, dest) != defaults.get(dest):
+            raise UsageError(f"{flag} does not apply to --workload {args.workload} (it is for "
+                             f"--workload {' or '.join(kinds)})")
 
 
 def _parse(args: argparse.Namespace) -> tuple[Any, Any, list[Any]]:
