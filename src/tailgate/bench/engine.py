@@ -50,6 +50,13 @@ ended, at most ``timeout`` after the last one was due, or when
 Per-request times are appended to plain lists in the hot path (cheap) and
 turned into numpy arrays and histograms by :meth:`Engine._flush` a few times a
 second — recording is vectorised, never a Python call per sample.
+
+Protocols: the target's kind picks the connection class (``http``, ``tcp``,
+``openai``); nothing else here depends on it. An ``openai`` request's bytes are
+its own (``EngineConfig.requests``, by request id), and when it ends the engine
+also keeps its connection's token state; ``_flush`` hands those to
+:class:`tailgate.llm.accounting.TokenBook` (TTFT, ITL, TPOT, E2E histograms,
+tokens, goodput), the same batch as the latencies.
 """
 
 from __future__ import annotations
