@@ -11,17 +11,20 @@ import pty
 import select
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hdrh.histogram import HdrHistogram
+from hdrh.log import HistogramLogReader
 
 from support.bench_cli import bench
 from support.llm_server import ScriptedServer
 from tailgate.cli import build_parser
 from tailgate.commands import bench as bench_cmd
 from tailgate.errors import UsageError
-from tailgate.hist import merged, parse_log
+from tailgate.hist import DEFAULT_SPEC, merged, parse_log
 
 FIX = Path(__file__).parent / "fixtures" / "llm"
 TRACE = str(FIX / "mooncake_conversation_head.jsonl")
@@ -185,6 +188,17 @@ def test_an_llm_run_on_two_workers_with_headers_hdr_and_log():
     _, ivs = parse_log(r.hdr)
     tags = {iv.tag for iv in ivs}
     assert tags == {"TTFT", "ITL", "E2E"}
+    assert [iv.start_s for iv in ivs] == sorted(iv.start_s for iv in ivs)  # in time order
+    # The reference reader (the hdrhistogram package) sees the same tagged series.
+    with tempfile.NamedTemporaryFile("w", suffix=".hlog") as f:
+        f.write(r.hdr)
+        f.flush()
+        reader = HistogramLogReader(f.name, HdrHistogram(1, DEFAULT_SPEC.highest, 3))
+        counts: dict[str, int] = {}
+        while (h := reader.get_next_interval_histogram()) is not None:
+            counts[h.get_tag()] = counts.get(h.get_tag(), 0) + h.total_count
+    assert counts == {"TTFT": r.json["ttft_ms"]["count"], "ITL": r.json["itl_ms"]["count"],
+                      "E2E": r.json["e2e_ms"]["count"]}
     from tailgate.hist import decode
 
     for tag, name in (("TTFT", "ttft"), ("ITL", "itl"), ("E2E", "e2e")):

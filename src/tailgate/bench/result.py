@@ -400,6 +400,8 @@ def write_hdr(out: IO[str], result: BenchResult, start_epoch_s: float) -> None:
                 ivs += [Interval(k * step, step, per[k], tag) for k in sorted(per)]
             else:
                 ivs.append(Interval(0.0, whole, result.tokens.hists[name], tag))
+        order = {"TTFT": 0, "ITL": 1, "E2E": 2}
+        ivs.sort(key=lambda iv: (iv.start_s, order[iv.tag or ""]))  # in time, as Java writes
         write_log(out, ivs, start_epoch_s,
                   comment=f"tailgate bench {result.info.target}: TTFT, ITL and E2E "
                           f"(from intended start), ns")
