@@ -34,12 +34,15 @@ def llm(base: str, *args: str, **kw):
     return bench("openai+" + base, *args, *flat, **kw)
 
 
-@pytest.mark.parametrize("api", ["completions", "chat"])
-def test_every_fault_is_counted_by_kind_and_nothing_is_lost(api):
+@pytest.mark.parametrize("api,keep_alive", [("completions", False), ("chat", False),
+                                            ("completions", True)])
+def test_every_fault_is_counted_by_kind_and_nothing_is_lost(api, keep_alive):
+    """Also with a server that keeps its connections open after every completely framed
+    answer (errors included): the next request on it is still counted on its own."""
     assert set(EXPECTED_KIND) == set(FAULTS)
     rounds = 2
     n = rounds * len(FAULTS)
-    with ScriptedServer(modes=FAULTS, gap_s=0.002) as srv:
+    with ScriptedServer(modes=FAULTS, gap_s=0.002, keep_alive=keep_alive) as srv:
         r = llm(srv.base, "--api", api, "--requests", str(n), "--timeout", "1.5s",
                 "--input-len", "12", "--output-len", "6")
         assert len(srv.bodies) == n
@@ -65,6 +68,16 @@ def test_every_fault_is_counted_by_kind_and_nothing_is_lost(api):
     # Timed-out requests stay in the TTFT tail, at the time-out.
     assert r.json["ttft_ms"]["max"] >= 1500.0
     assert r.json["protocol"] == "openai" and r.json["mode"] == "open"
+    if keep_alive:  # connections were reused: fewer opened than requests sent
+        assert r.json["connections"]["opened"] < n
+
+
+def test_a_kept_alive_connection_carries_one_stream_after_another():
+    with ScriptedServer(gap_s=0.001, keep_alive=True) as srv:
+        r = llm(srv.base, "--requests", "12", "--workers", "1", "--connections", "1",
+                "--max-connections", "1", "--rate", "100")
+    assert r.json["requests"]["ok"] == 12 and r.json["connections"]["opened"] == 1
+    assert r.json["tokens"]["output"] == 36
 
 
 def test_examples_of_each_error_kind_with_counts():
