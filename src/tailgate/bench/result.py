@@ -209,8 +209,7 @@ def build_result(info: RunInfo, parts: Sequence[WorkerResult],
         for p in parts:
             if p.tokens is not None:
                 book.add(p.tokens)
-        block = llm_block(book, sent=sent, warmup_s=info.warmup_s,
-                          duration_s=info.duration_s, interrupted=interrupted)
+        block = llm_block(book, info.warmup_s)
         data["requests"]["good"] = block.pop("good")
         data["requests"]["warmup_ok"] = book.warmup_ok
         data.update(info.llm)

@@ -216,14 +216,11 @@ def summary(h: Histogram) -> dict[str, Any]:
     return out
 
 
-def llm_block(book: TokenBook, *, sent: int, warmup_s: float, duration_s: float | None,
-              interrupted: bool) -> dict[str, Any]:
+def llm_block(book: TokenBook, warmup_s: float) -> dict[str, Any]:
     """The LLM part of a bench result: per-metric summaries, tokens, throughput, metrics."""
     h = book.hists
     # From the end of the warm-up to the last measured response (long generations count).
     span = max(book.last_end_s - warmup_s, 1e-9)
-    if duration_s and not interrupted:
-        span = max(span, 1e-9)
     out: dict[str, Any] = {f"{k}_ms": summary(h[k]) for k in HISTS}
     ok = book.ok
     out["tokens"] = {"input": book.input, "output": book.output,
