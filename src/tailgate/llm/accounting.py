@@ -204,7 +204,7 @@ class TokenBook:
 def summary(h: Histogram) -> dict[str, Any]:
     """Percentiles in ms (None without samples) with the sample counts behind the tail."""
     out: dict[str, Any] = {}
-    names = ("p50", "p90", "p99", "p999")
+    names = ("p50", "p90", "p99", "p999", "p9999")
     vals = h.values_at_percentiles([_STATS[n] for n in names])
     for name, v in zip(names, vals, strict=True):
         # HdrHistogram's value may pass the exact max by part of a bucket: show at most max.
