@@ -251,3 +251,12 @@ def test_the_per_request_log_of_an_llm_run_adds_token_columns():
     assert np.count_nonzero(ok) == 3 and np.all(log["chunks"][ok] == 3)
     assert np.all(np.isnan(log["first_token_s"][~ok])) and np.all(log["chunks"][~ok] == 0)
     assert np.all(log["output_tokens"][ok] == 3)  # usage sent by the scripted server
+
+
+def test_llm_slos_are_refused_for_other_protocols():
+    for protocol in ("http", "tcp"):
+        with pytest.raises(UsageError, match="unknown SLO metric 'ttft_p99'"):
+            bench_cmd._parse(parse([*BASE[protocol], "--slo", "ttft_p99<1s"]))
+    _, _, slos, _, extra = bench_cmd._parse(parse([*BASE["openai"], "--slo", "ttft_p99<1s",
+                                                   "--slo", "p99<2s"]))
+    assert [s.metric for s in slos] == ["ttft_p99", "latency.p99"]

@@ -221,13 +221,15 @@ def refuse_flags(args: argparse.Namespace, protocol: str) -> None:
                              f"--workload {' or '.join(kinds)})")
 
 
-def _parse(args: argparse.Namespace) -> tuple[Any, Any, list[Any]]:
+def _parse(args: argparse.Namespace) -> tuple[Any, Any, list[Any], Any, dict[str, Any]]:
+    """(run description, target, SLOs, global schedule or None, further engine fields)."""
     from ..bench.result import RunInfo
     from ..bench.slo import SloError
+    from ..bench.slo import parse_slo as bench_slo
     from ..bench.target import TargetError, parse_header, parse_target
     from ..bench.units import parse_duration, parse_rate, unescape
     from ..bench.workers import default_workers
-    from ..llm.accounting import parse_slo
+    from ..llm.accounting import parse_slo as llm_slo
 
     protocol = protocol_of(args.target)
     refuse_flags(args, protocol)
@@ -253,7 +255,7 @@ def _parse(args: argparse.Namespace) -> tuple[Any, Any, list[Any]]:
         limits = parse_limits(args)
         max_event = parse_size(getattr(args, "max_event_bytes", None) or "16MiB")
         hdr_interval = parse_duration(args.hdr_interval)
-        slos = [parse_slo(e) for e in args.slo]
+        slos = [(llm_slo if llm else bench_slo)(e) for e in args.slo]  # ttft_…: LLM only
         headers = [parse_header(h) for h in args.header]
         if args.body is not None and args.body_file:
             raise UsageError("give --body or --body-file, not both")
