@@ -220,7 +220,8 @@ def test_an_llm_run_shows_live_progress_on_a_terminal():
             p = subprocess.Popen(
                 [sys.executable, "-m", "tailgate", "bench", "openai+" + srv.base, "--model",
                  "m", "--rate", "10", "--duration", "1.5s", "--output-len", "3", *quiet],
-                stdout=subprocess.PIPE, stderr=slave, text=True)
+                stdout=subprocess.PIPE, stderr=slave, text=True,
+                env={**os.environ, "COLUMNS": "200"})  # one line per header
             os.close(slave)
             err = b""
             while True:
@@ -238,7 +239,7 @@ def test_an_llm_run_shows_live_progress_on_a_terminal():
             os.close(master)
             assert p.returncode == 0
             shown.append(err.decode(errors="replace"))
-    assert "rate/s" in shown[0] and "p999 ms" in shown[0]
+    assert "rate/s" in shown[0] and "p999 ms" in shown[0] and "ttft p99 ms" in shown[0]
     assert "rate/s" not in shown[1]
 
 

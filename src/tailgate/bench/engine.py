@@ -602,7 +602,12 @@ class Engine:
             self._write_log(rid, offs, send, end, out, status, nbytes, toks)
         if self.on_progress is not None and not final:
             idx, cnt = chunk.nonzero()
+            extra: dict[str, Any] = {}
+            if self._llm and self.tokens.ttft_delta is not None:
+                t = self.tokens.ttft_delta
+                extra["ttft"] = (*t.nonzero(), t.min, t.max)
             self.on_progress({
+                **extra,
                 "worker": cfg.worker,
                 "outcomes": np.bincount(out[measured], minlength=len(KINDS)).tolist(),
                 "dispatched": int(np.count_nonzero(d_meas)),

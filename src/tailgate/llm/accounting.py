@@ -98,6 +98,7 @@ class TokenBook:
     usage_in: int = 0
     warmup_ok: int = 0
     last_end_s: float = 0.0  # latest end of a measured request, from the run's start
+    ttft_delta: Histogram | None = None  # the last batch's TTFTs (the live display's)
 
     def __post_init__(self) -> None:
         for k in HISTS:
@@ -180,6 +181,9 @@ class TokenBook:
              slot_s: float | None) -> None:
         ns = np.maximum(secs, 0.0) * 1e9
         self.hists[name].record(ns)
+        if name == "ttft":
+            self.ttft_delta = Histogram(self.spec)
+            self.ttft_delta.record(ns)
         if slot_s and name in ("ttft", "itl", "e2e") and ns.size:
             slot = ((at - warmup_s) // slot_s).astype(np.int64)
             book = self.intervals.setdefault(name, {})
