@@ -22,7 +22,6 @@ Run: ``.venv/bin/python benchmarks/bench_sse.py`` (``--quick`` for a short run).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import statistics
@@ -35,7 +34,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "src"))
 
-from tailgate.llm.client import Record, _Stream  # noqa: E402
+from tailgate.bench.openai_sse import OpenAIConnection  # noqa: E402
 from tailgate.llm.openai import parse_chunk  # noqa: E402
 from tailgate.llm.sse import SSEParser  # noqa: E402
 
@@ -65,18 +64,24 @@ def parse_rate(n: int) -> dict[str, float]:
             for ev in sse.feed(e):
                 parse_chunk(ev.data, "completions")
 
+    class Sink:  # the engine's side, doing nothing: only the connection is timed
+        def on_response(self, *a: object) -> None: ...
+        def on_stale(self, *a: object) -> None: ...
+        def on_conn_error(self, *a: object) -> None: ...
+        def on_closed(self, *a: object) -> None: ...
+
+    class Transport:
+        def write(self, data: bytes) -> None: ...
+        def abort(self) -> None: ...
+
     def client() -> None:
-        loop = asyncio.new_event_loop()
-        try:
-            done = loop.create_future()
-            rec = Record(index=0, intended_ns=0)
-            proto = _Stream(rec, "completions", b"", done)
-            proto.data_received(head)
-            for piece in http_pieces:
-                proto.data_received(piece)
-            assert len(rec.token_ns) == n, len(rec.token_ns)
-        finally:
-            loop.close()
+        conn = OpenAIConnection(Sink(), [b""], "completions")
+        conn.connection_made(Transport())  # type: ignore[arg-type]
+        conn.send(0, 0.0)
+        conn.data_received(head)
+        for piece in http_pieces:
+            conn.data_received(piece)
+        assert len(conn.tok) == n, len(conn.tok)
 
     paths = (("json.loads only (floor)", floor), ("SSE parser + chunk", ours),
              ("full client protocol", client))
@@ -97,7 +102,11 @@ import asyncio, json, sys, time
 gap, n_tokens, out_path, port_path = float(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
 sends = {}
 async def handle(reader, writer):
-    head = await reader.readuntil(b"\r\n\r\n")
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+    except asyncio.IncompleteReadError:  # a pre-opened connection the run did not need
+        writer.close()
+        return
     length = int([l for l in head.split(b"\r\n") if l.lower().startswith(b"content-length")][0]
                  .split(b":")[1])
     body = json.loads(await reader.readexactly(length))
@@ -136,9 +145,9 @@ json.dump(sends, open(out_path, "w"))
 
 
 def added_delay(rate: float, duration: float, n_tokens: int, gap: float) -> dict[str, float]:
-    from tailgate.llm import workload as wl
-    from tailgate.llm.client import Endpoint
-    from tailgate.llm.run import RunConfig, run
+    """Run ``tailgate bench`` (one worker) against the server; the delay of each request's
+    first and last token (its log's columns) behind the server's send of them."""
+    from tailgate.bench.result import read_log
 
     with tempfile.TemporaryDirectory() as tmp:
         out, port_file = os.path.join(tmp, "sends.json"), os.path.join(tmp, "port")
@@ -150,20 +159,29 @@ def added_delay(rate: float, duration: float, n_tokens: int, gap: float) -> dict
                     break
                 time.sleep(0.02)
             port = int(Path(port_file).read_text())
-            cfg = RunConfig(Endpoint.parse(f"openai+http://127.0.0.1:{port}/v1"), "completions",
-                            "m", timeout_s=duration + n_tokens * gap + 30, rate=rate,
-                            duration_s=duration, usage=False)
-            result = run(cfg, wl.independent(0, 4, n_tokens))
+            res, log = os.path.join(tmp, "r.json"), os.path.join(tmp, "log.csv")
+            subprocess.run([sys.executable, "-m", "tailgate", "bench",
+                            f"openai+http://127.0.0.1:{port}/v1", "--model", "m",
+                            "--rate", str(rate), "--duration", f"{duration}s", "--workers", "1",
+                            "--output-len", str(n_tokens), "--input-len", "4", "--no-usage",
+                            "--timeout", f"{duration + n_tokens * gap + 30}s", "--quiet",
+                            "--json", res, "--log", log], check=True, capture_output=True,
+                           env={**os.environ, "PYTHONPATH": str(HERE.parent / "src")})
         finally:
             server.terminate()
             server.wait(30)
         sends = json.loads(Path(out).read_text())
+        t0 = json.loads(Path(res).read_text())["clock"]["start_monotonic_s"]
+        cols = read_log(Path(log).read_text())
     delays = []
-    for rec in result.records:
-        server_times = sends.get(str(rec.index), [])
-        if rec.error or len(server_times) != len(rec.token_ns):
+    ok = 0
+    for i, outcome in enumerate(cols["outcome"].tolist()):
+        server_times = sends.get(str(int(cols["id"][i])), [])
+        if outcome != "ok" or len(server_times) != int(cols["chunks"][i]):
             continue
-        delays += [(c - s) / 1e3 for c, s in zip(rec.token_ns, server_times, strict=True)]
+        ok += 1
+        for col, s_ns in (("first_token_s", server_times[0]), ("last_token_s", server_times[-1])):
+            delays.append(((cols[col][i] + t0) * 1e9 - s_ns) / 1e3)
     delays.sort()
     if not delays:
         return {"chunks": 0}
@@ -171,7 +189,6 @@ def added_delay(rate: float, duration: float, n_tokens: int, gap: float) -> dict
     def q(p: float) -> float:
         return delays[min(len(delays) - 1, int(p * len(delays)))]
 
-    ok = sum(1 for r in result.records if r.ok)
     return {"streams": ok, "chunks": len(delays), "concurrent": rate * n_tokens * gap,
             "p50_us": q(0.5), "p90_us": q(0.9), "p99_us": q(0.99), "max_us": delays[-1],
             "mean_us": statistics.fmean(delays)}
@@ -191,7 +208,8 @@ def main() -> int:
     full = rates["full client protocol"]
     print(f"   target 50,000 chunks/s (1,000 streams x 50 tok/s): full path is "
           f"{full / 50_000:.1f} x the target")
-    print("\n2. client-added delay per chunk (client arrival - server send, same clock)")
+    print("\n2. client-added delay of each stream's first and last chunk (client arrival - "
+          "server send, same clock; tailgate bench, one worker)")
     loads = [(2.0, 3.0, 20, 0.02)] if args.quick else [(2.0, 5.0, 20, 0.02),
                                                         (50.0, 5.0, 50, 0.02)]
     for rate, dur, toks, gap in loads:
@@ -200,7 +218,7 @@ def main() -> int:
             print(f"   rate {rate}/s: no chunks measured")
             continue
         print(f"   {d['streams']} streams at {rate:g}/s, {toks} chunks {gap * 1000:g} ms apart "
-              f"(~{d['concurrent']:.0f} concurrent): {d['chunks']} chunks, delay p50 "
+              f"(~{d['concurrent']:.0f} concurrent): {d['chunks']} chunks timed, delay p50 "
               f"{d['p50_us']:.0f} us, p90 {d['p90_us']:.0f} us, p99 {d['p99_us']:.0f} us, "
               f"max {d['max_us']:.0f} us")
     return 0

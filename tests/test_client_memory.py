@@ -25,17 +25,23 @@ SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 SSE_CLIENT = textwrap.dedent("""
     import json, resource, sys
-    from tailgate.llm import workload as wl
-    from tailgate.llm.client import Endpoint
-    from tailgate.llm.run import RunConfig, run
-    cfg = RunConfig(Endpoint.parse("openai+" + sys.argv[1]), api="completions", model="m",
-                    timeout_s=30.0, rate=10.0, requests=1)
-    run(RunConfig(Endpoint.parse("openai+http://127.0.0.1:9/v1"), api="completions",
-                  model="m", timeout_s=1.0, rate=10.0, requests=1), wl.independent(1, 4, 2))
+    import numpy as np
+    from tailgate.bench.result import RunInfo, build_result
+    from tailgate.bench.target import parse_target
+    from tailgate.bench.workers import plan, run_here
+    def bench(url):
+        target = parse_target("openai+" + url)
+        info = RunInfo(target=url, protocol="openai", rate=10.0, duration_s=0.1, workers=1,
+                       connections=1, timeout_s=30.0, llm={"model": "m"})
+        body = target.with_body(b'{"model":"m","prompt":"a b","max_tokens":2,"stream":true}')
+        cfg = plan(info, target, schedule=np.zeros(1), requests=[body],
+                   nominal=np.array([2]))[0]
+        return build_result(info, [run_here(cfg)]).json
+    bench("http://127.0.0.1:9/v1")  # warm: everything imported, nothing held
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    rec = run(cfg, wl.independent(1, 4, 2)).records[0]
+    data = bench(sys.argv[1])
     after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(json.dumps({"error": rec.error, "detail": rec.detail, "before_kib": before,
+    print(json.dumps({"requests": data["requests"], "before_kib": before,
                       "after_kib": after}))
 """)
 
@@ -72,8 +78,10 @@ def grown_mib(res: dict) -> float:
 def test_a_never_ending_event_is_cut_at_its_limit():
     with ScriptedServer(modes=("endless_event",)) as srv:
         res = child(SSE_CLIENT, srv.base)
-    assert res["error"] == "too_large", res
-    assert "an event exceeds 16777216 bytes" in res["detail"]
+    req = res["requests"]
+    assert req["sent"] == 1 and req["errors"]["too_large"] == 1, req
+    (ex,) = req["error_examples"]["too_large"]
+    assert "an event exceeds 16777216 bytes" in ex["reason"]
     assert grown_mib(res) < RSS_BOUND_MIB, res
 
 

@@ -11,14 +11,12 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from support.bench_cli import bench, errors
 from support.llm_server import MODEL_NAME, llama_cpp_available, llama_server
 from support.require import require
-from tailgate.llm import workload as wl
-from tailgate.llm.client import Endpoint
-from tailgate.llm.results import analyse, derive, parse_slo
-from tailgate.llm.run import RunConfig, run
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -44,42 +42,59 @@ def tailgate(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
                           env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
 
+SERIAL = ("--workers", "1", "--connections", "1", "--max-connections", "1")
+
+
+def llm(base: str, *args: str):
+    return bench("openai+" + base, "--model", MODEL_NAME, "--timeout", "60s", *args)
+
+
 @pytest.mark.parametrize("api", ["completions", "chat"])
 def test_accounting_and_ttft_itl_relationships(server, api):
     n, out_len = 10, 12
-    cfg = RunConfig(Endpoint.parse("openai+" + server), api, MODEL_NAME, timeout_s=60,
-                    rate=4.0, requests=n, seed=3)
-    result = run(cfg, wl.independent(3, 20, out_len, chat=api == "chat"))
-    rep = analyse(result, [parse_slo("ttft_p99<60s"), parse_slo("error_rate<1%")],
-                  target=server, model=MODEL_NAME, api=api, rate=4.0, timeout_s=60, workload={})
+    r = llm(server, "--api", api, "--rate", "4", "--requests", str(n), "--seed", "3",
+            "--input-len", "20", "--output-len", str(out_len),
+            "--slo", "ttft_p99<60s", "--slo", "error_rate<1%")
+    assert r.rc == 0, r.stderr
+    rep, log = r.json, r.log
     req = rep["requests"]
-    assert req == {"sent": n, "ok": n, "good": n, "errors": {}, "error_examples": {}}
+    assert (req["sent"], req["ok"], req["good"], errors(rep)) == (n, n, n, {})
+    assert req["error_examples"] == {} and rep["accounting"]["consistent"]
     # llama-cpp-python ignores stream_options: tokens are counted as content chunks.
     assert rep["tokens"]["counted_by"] == "chunks"
-    chunks = [len(r.token_ns) for r in result.records]
-    assert rep["tokens"]["output"] == sum(chunks)
+    chunks = log["chunks"]
+    assert rep["tokens"]["output"] == int(chunks.sum())
     # max_tokens bounds the content chunks; the first chunk may carry no text.
-    assert all(out_len - 1 <= c <= out_len for c in chunks)
-    assert rep["itl_ms"]["count"] == sum(c - 1 for c in chunks)
+    assert np.all((out_len - 1 <= chunks) & (chunks <= out_len))
+    assert rep["itl_ms"]["count"] == int((chunks - 1).sum())
     assert rep["ttft_ms"]["count"] == rep["e2e_ms"]["count"] == n
-    for r in result.records:
-        d = derive(r)
-        assert r.intended_ns <= r.sent_ns <= r.token_ns[0]
-        assert 0 < d.ttft <= d.e2e
-        assert d.ttft + int(d.itl.sum()) <= d.e2e  # tokens arrive inside the request
-        assert d.tpot == pytest.approx((d.e2e - d.ttft) / (d.output_tokens - 1))
+    ttft = log["first_token_s"] - log["intended_s"]
+    e2e = log["done_s"] - log["intended_s"]
+    assert np.all(log["intended_s"] <= log["send_s"])
+    assert np.all(log["send_s"] <= log["first_token_s"])
+    assert np.all((0 < ttft) & (ttft <= e2e))
+    assert np.all(log["last_token_s"] <= log["done_s"])  # tokens arrive inside the request
+    tpot = (e2e - ttft) / (log["output_tokens"] - 1) * 1e3
+    assert rep["tpot_ms"]["max"] == pytest.approx(float(tpot.max()), rel=0.01)
     assert rep["ttft_ms"]["p50"] <= rep["ttft_ms"]["p99"] <= rep["ttft_ms"]["max"] + 1e-9
     assert rep["e2e_ms"]["p50"] >= rep["ttft_ms"]["p50"]
     assert all(s["pass"] for s in rep["slo"])
     assert rep["throughput"]["goodput_rps"] == rep["throughput"]["requests_per_s"] > 0
 
 
-def test_closed_loop_keeps_concurrency_and_accounts(server):
-    cfg = RunConfig(Endpoint.parse("openai+" + server), "completions", MODEL_NAME,
-                    timeout_s=60, concurrency=2, requests=6)
-    result = run(cfg, wl.independent(5, 16, 8))
-    assert [r.error for r in result.records] == [None] * 6
-    assert result.mode == "closed"
+def test_one_connection_serves_requests_one_at_a_time_kept_alive(server):
+    """--max-connections 1 bounds the requests in flight (the open-loop engine's answer to
+    a closed loop): each request goes out when the previous one ended, on the same
+    keep-alive connection, and its latency still counts from its intended start."""
+    r = llm(server, "--rate", "50", "--requests", "6", "--input-len", "16",
+            "--output-len", "8", *SERIAL)
+    assert r.rc == 0, r.stderr
+    assert r.json["requests"]["ok"] == 6
+    assert r.json["connections"]["opened"] == 1
+    order = np.argsort(r.log["send_s"])
+    send, end = r.log["send_s"][order], r.log["end_s"][order]
+    assert np.all(send[1:] >= end[:-1])
+    assert r.json["requests"]["queued"] >= 1  # 50/s outpaces one stream: they waited
 
 
 def test_engine_without_metrics_is_unknown_with_reason(server):
@@ -107,22 +122,22 @@ def test_multiturn_server_reuses_each_turns_prefix(llama):
     tokens and logs how many of the next prompt's leading tokens match them. Every later
     turn must reuse at least the whole previous prompt; independent prompts reuse ~none."""
     base, log = llama
-    ep = Endpoint.parse("openai+" + base)
     turns = 4
     offset = len(log.read_text(errors="replace"))
-    cfg = RunConfig(ep, "completions", MODEL_NAME, timeout_s=60, concurrency=1, requests=turns)
-    conv = run(cfg, wl.multiturn(11, conversations=1, turns=turns, system_len=40, user_len=10,
-                                 output_len=8))
-    assert [r.error for r in conv.records] == [None] * turns
+    conv = llm(base, "--rate", "50", "--requests", str(turns), "--workload", "multiturn",
+               "--conversations", "1", "--turns", str(turns), "--system-len", "40",
+               "--input-len", "10", "--output-len", "8", "--seed", "11", *SERIAL)
+    assert conv.rc == 0 and conv.json["requests"]["ok"] == turns, conv.stderr
     time.sleep(0.5)  # let the server flush its log
     hits = _prefix_hits(log, offset)
-    words = [r.nominal_input for r in conv.records]
+    order = np.argsort(conv.log["send_s"])
+    words = conv.log["input_tokens"][order].tolist()  # the workload's words: no usage here
     assert len(hits) >= turns - 1
     for prev_words, hit in zip(words[:-1], hits[-(turns - 1):], strict=True):
         assert hit >= prev_words  # each word is at least one token
     offset = len(log.read_text(errors="replace"))
-    indep = run(RunConfig(ep, "completions", MODEL_NAME, timeout_s=60, concurrency=1,
-                          requests=turns), wl.independent(11, 40, 8))
-    assert [r.error for r in indep.records] == [None] * turns
+    indep = llm(base, "--rate", "50", "--requests", str(turns), "--input-len", "40",
+                "--output-len", "8", "--seed", "11", *SERIAL)
+    assert indep.json["requests"]["ok"] == turns
     time.sleep(0.5)
     assert all(h <= 4 for h in _prefix_hits(log, offset))

@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tailgate.llm import workload as wl
+from tailgate.llm.accounting import parse_slo
 from tailgate.llm.openai import ChunkError, parse_chunk, request_body
-from tailgate.llm.results import parse_slo
 from tailgate.llm.sse import SSEError, SSEParser
 
 FIX = Path(__file__).parent / "fixtures" / "llm"
@@ -158,7 +158,50 @@ def test_slo_expressions_use_the_bench_grammar():
     assert parse_slo("itl_p99<=50ms").limit == pytest.approx(50.0)
     assert parse_slo("error_rate<1%").limit == pytest.approx(0.01)
     assert parse_slo("goodput_rps>=5").limit == 5.0
-    assert parse_slo("p99<3s").metric == "latency.p99"  # bench's plain form: E2E here
+    assert parse_slo("p99<3s").metric == "latency.p99"  # bench's plain form: the request latency
     for bad in ("ttft_p42<1s", "ttft_p99<soon", "ttft_p99<5", "error_rate<"):
         with pytest.raises(ValueError):
             parse_slo(bad)
+
+
+def test_token_book_derives_ttft_itl_tpot_e2e_and_goodput_from_a_batch():
+    """tailgate.llm.accounting on a hand-made batch (times in s, start 100): an ok request
+    with usage, an ok one counted by chunks, a time-out after one token, a time-out with
+    none, a status error and a warm-up request."""
+    import numpy as np
+
+    from tailgate.bench.outcome import CODE, OK, TIMEOUT
+    from tailgate.llm.accounting import TokenBook, good_slos, llm_block
+
+    start = 100.0
+    intended = start + np.array([1.0, 2.0, 3.0, 4.0, 5.0, 0.1])
+    end = start + np.array([1.5, 2.4, 5.0, 6.0, 5.01, 0.3])
+    out = np.array([OK, OK, TIMEOUT, TIMEOUT, CODE["status_5xx"], OK])
+    measured = np.array([True, True, True, True, True, False])
+    toks = [
+        (101.05, [101.1, 101.2, 101.4], 101.45, 3, 7),  # ok, usage: 3 out, 7 in
+        (102.1, [102.3, 102.5], 102.55, -1, -1),  # ok, no usage: 2 chunks, 5 words
+        (103.2, [103.5], float("nan"), -1, -1),  # timed out after one token
+        (float("nan"), [], float("nan"), -1, -1),  # timed out with none
+        (float("nan"), [], float("nan"), -1, -1),  # HTTP 500
+        (100.15, [100.2, 100.25], 100.3, 2, 4),  # warm-up
+    ]
+    nominal = np.array([9, 5, 5, 5, 5, 4])
+    book = TokenBook()
+    slos = good_slos([parse_slo("ttft_p99<200ms"), parse_slo("error_rate<1%")])
+    book.record(intended, end, out, measured, toks, nominal, start, 1.0, None, slos, OK, TIMEOUT)
+    h = book.hists
+    assert h["ttft"].total == 4  # 2 ok + 2 time-outs (one at its time-out)
+    assert h["e2e"].total == 4 and h["tpot"].total == 2 and h["first_chunk"].total == 2
+    assert h["itl"].total == 3  # 2 gaps + 1 gap; the time-out's lone token has none
+    assert h["ttft"].max == pytest.approx(2.0e9, rel=1e-3)  # no token by the time-out: 2 s
+    assert h["tpot"].min == pytest.approx(0.175e9, rel=1e-3)  # (0.45 - 0.1) / (3 - 1)
+    assert h["tpot"].max == pytest.approx(0.25e9, rel=1e-3)  # (0.55 - 0.3) / (2 - 1)
+    assert (book.ok, book.output, book.input, book.usage_out, book.warmup_ok) == (2, 5, 12, 1, 1)
+    assert book.good == 1  # TTFT 100 ms and 300 ms: only the first meets 200 ms
+    assert book.last_end_s == pytest.approx(6.0)
+    block = llm_block(book, 1.0)
+    assert block["tokens"] == {"input": 12, "output": 5, "counted_by": "chunks",
+                               "input_counted_by": "workload"}
+    assert block["throughput"]["goodput_rps"] == pytest.approx(1 / 5.0)
+    assert block["metrics"]["ttft_max"] == pytest.approx(2000.0, rel=1e-3)

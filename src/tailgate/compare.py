@@ -103,10 +103,10 @@ def load(path: str) -> dict[str, Any]:
 
 
 def kind(doc: dict[str, Any]) -> str:
+    if "ttft_ms" in doc and "model" in doc:  # an openai+ bench: its token figures
+        return "llm"
     if doc.get("tailgate_bench") == 1:
         return "bench"
-    if "ttft_ms" in doc and "model" in doc:
-        return "llm"
     if "findings" in doc and "verdict" in doc:
         return "inspect"
     if isinstance(doc.get("probe"), str):

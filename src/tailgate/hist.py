@@ -420,6 +420,7 @@ class Interval:
     start_s: float
     length_s: float
     histogram: Histogram
+    tag: str | None = None  # HdrHistogram's "Tag=NAME," prefix: several series in one log
 
 
 def write_log(out: IO[str], intervals: Sequence[Interval], start_epoch_s: float,
@@ -437,6 +438,8 @@ def write_log(out: IO[str], intervals: Sequence[Interval], start_epoch_s: float,
     out.write(f"#[StartTime: {start_epoch_s:.3f} (seconds since epoch), {when}]\n")
     out.write('"StartTimestamp","Interval_Length","Interval_Max","Interval_Compressed_Histogram"\n')
     for iv in intervals:
+        if iv.tag:
+            out.write(f"Tag={iv.tag},")
         out.write(f"{iv.start_s:.3f},{iv.length_s:.3f},"
                   f"{iv.histogram.max / max_value_unit_ratio:.3f},{encode(iv.histogram)}\n")
 
@@ -462,8 +465,9 @@ def parse_log(text: str) -> tuple[float | None, list[Interval]]:
             continue
         if line.startswith('"StartTimestamp"'):
             continue
+        tag = None
         if line.startswith("Tag="):
-            line = line.split(",", 1)[1] if "," in line else ""
+            tag, _, line = line[len("Tag="):].partition(",")
         parts = line.split(",")
         if len(parts) != 4:
             raise HistogramError(f"line {n}: expected 4 comma-separated fields")
@@ -475,7 +479,7 @@ def parse_log(text: str) -> tuple[float | None, list[Interval]]:
             hist = decode(parts[3])
         except HistogramError as exc:
             raise HistogramError(f"line {n}: {exc}") from None
-        intervals.append(Interval(t0, length, hist))
+        intervals.append(Interval(t0, length, hist, tag or None))
     return start, intervals
 
 

@@ -161,6 +161,9 @@ FAULTS = ("ok", "status_500", "status_404", "reset_mid_stream", "bad_json", "bad
           "eof_delimited", "eof_delimited_done", "interim_100", "short_content_length",
           "eof_mid_chunk", "rst_mid_stream", "upgrade")
 # Not in FAULTS (a test of its own): "endless_event", data lines that never end an event.
+# Modes whose response is completely framed: with keep_alive the connection then stays open.
+KEEPS_ALIVE = ("ok", "status_500", "status_404", "bad_json", "bad_sse_line", "no_token",
+               "error_object", "not_event_stream", "close_without_done", "interim_100")
 
 
 class ScriptedServer:
@@ -174,14 +177,17 @@ class ScriptedServer:
     """
 
     def __init__(self, modes: tuple[str, ...] = ("ok",), gap_s: float = 0.001,
-                 usage: bool = True, first_empty: bool = False) -> None:
+                 usage: bool = True, first_empty: bool = False,
+                 keep_alive: bool = False) -> None:
         import threading
 
         self.modes = modes
         self.gap_s = gap_s
         self.usage = usage
         self.first_empty = first_empty
+        self.keep_alive = keep_alive  # answer the modes of KEEPS_ALIVE without closing
         self.bodies: list[dict] = []
+        self.heads: list[bytes] = []  # each request's header block, as received
         self.send_ns: list[list[int]] = []  # per ok request, when each content chunk was sent
         self._n = 0
         self._ready = threading.Event()
@@ -221,6 +227,11 @@ class ScriptedServer:
         asyncio.run(main())
 
     async def _handle(self, reader, writer) -> None:
+        while await self._one(reader, writer):
+            pass
+
+    async def _one(self, reader, writer) -> bool:
+        """Answer one request; True when the connection stays open for the next one."""
         import asyncio
         import json as _json
 
@@ -233,9 +244,12 @@ class ScriptedServer:
             body = _json.loads(await reader.readexactly(length)) if length else {}
         except (asyncio.IncompleteReadError, ValueError, ConnectionError):
             writer.close()
-            return
+            return False
         mode = self.modes[self._n % len(self.modes)]
+        keep = self.keep_alive and mode in KEEPS_ALIVE
+        close = b"" if keep else b"Connection: close\r\n"
         self._n += 1
+        self.heads.append(head)
         self.bodies.append(body)
         chat = "messages" in body
         n_tokens = int(body.get("max_tokens", 4))
@@ -251,7 +265,7 @@ class ScriptedServer:
 
         def head_(status: str, ctype: bytes = b"text/event-stream") -> bytes:
             return (b"HTTP/1.1 " + status.encode() + b"\r\nContent-Type: " + ctype
-                    + b"\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n")
+                    + b"\r\nTransfer-Encoding: chunked\r\n" + close + b"\r\n")
 
         def piece(data: bytes) -> bytes:  # one HTTP chunk
             return b"%x\r\n%s\r\n" % (len(data), data)
@@ -262,7 +276,7 @@ class ScriptedServer:
                 msg = b'{"error": {"message": "scripted failure"}}'
                 writer.write(b"HTTP/1.1 " + code.encode() + b"\r\nContent-Type: application/json"
                              b"\r\nContent-Length: " + str(len(msg)).encode()
-                             + b"\r\nConnection: close\r\n\r\n" + msg)
+                             + b"\r\n" + close + b"\r\n" + msg)
             elif mode == "upgrade":
                 writer.write(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
                              b"Connection: Upgrade\r\n\r\n\x81\x05hello")
@@ -280,12 +294,12 @@ class ScriptedServer:
                 await writer.drain()
                 self._hung.append(writer)
                 await self._stop.wait()
-                return
+                return False
             elif mode == "not_event_stream":
                 msg = b'{"choices": [{"text": "whole answer"}]}'
                 writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                              b"Content-Length: " + str(len(msg)).encode()
-                             + b"\r\nConnection: close\r\n\r\n" + msg)
+                             + b"\r\n" + close + b"\r\n" + msg)
             else:
                 # HTTP/1.0 style: no length, ends at close (the same for a short length)
                 eof = mode in ("eof_delimited", "eof_delimited_done", "short_content_length")
@@ -310,7 +324,7 @@ class ScriptedServer:
                 for i in range(tokens):
                     if mode == "reset_mid_stream" and i == max(1, tokens // 2):
                         writer.transport.abort()
-                        return
+                        return False
                     if mode == "bad_json" and i == 1:
                         writer.write(piece(b"data: {not json\n\n"))
                     if mode == "bad_sse_line" and i == 1:
@@ -332,12 +346,12 @@ class ScriptedServer:
                 if mode == "eof_mid_chunk":
                     writer.write(b"40\r\ndata: [DO")  # the close cuts the last chunk
                     await writer.drain()
-                    return
+                    return False
                 if mode == "rst_mid_stream":
                     sock = writer.get_extra_info("socket")
                     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                     writer.transport.abort()
-                    return
+                    return False
                 if mode not in ("close_without_done", "eof_delimited", "short_content_length"):
                     writer.write(piece(b"data: [DONE]\n\n"))
                 if not eof:
@@ -348,7 +362,8 @@ class ScriptedServer:
                     self.send_ns.append(sends)
             await writer.drain()
         except ConnectionError:
-            pass
+            keep = False
         finally:
-            if mode != "hang":
+            if mode != "hang" and not keep:
                 writer.close()
+        return keep

@@ -1,17 +1,19 @@
 """Open-loop load generation with coordinated-omission-correct latency (``tailgate bench``).
 
-Modules, each usable on its own (the OpenAI/SSE bench reuses them):
+One engine for every protocol; modules, each usable on its own:
 
 * :mod:`.units`    — parse "10s", "500ms", "20k", escaped byte strings (pure).
 * :mod:`.schedule` — intended send times: constant or Poisson, split over workers (pure).
-* :mod:`.target`   — ``http://`` / ``tcp://`` targets and the request bytes (pure).
+* :mod:`.target`   — ``http://`` / ``tcp://`` / ``openai+http://`` targets and the request
+  bytes (pure).
 * :mod:`.slo`      — ``p999<5ms``-style SLO expressions: parse and evaluate (pure).
 * :mod:`.outcome`  — outcome codes (ok, connect, timeout, reset, status_4xx, truncated, …).
-* :mod:`.http1`    — HTTP/1.1 response framing, sans I/O (RFC 9112; also used by the LLM client).
+* :mod:`.http1`    — HTTP/1.1 response framing, sans I/O (RFC 9112; http and openai+).
 * :mod:`.timer`    — microsecond-precise wake-ups for the event loop (timerfd).
 * :mod:`.conn`     — what every connection shares: send one request, report its end once.
-* :mod:`.http`, :mod:`.tcp` — one connection each, as asyncio protocols (tcp holds its
-  sans-I/O framer, :class:`.tcp.TcpReader`).
+* :mod:`.http`, :mod:`.tcp`, :mod:`.openai_sse` — one connection each, as asyncio protocols
+  (tcp holds its sans-I/O framer, :class:`.tcp.TcpReader`; openai_sse streams through
+  :mod:`tailgate.llm.sse` and times each token, see :mod:`tailgate.llm.accounting`).
 * :mod:`.engine`   — one process: schedule, connection pool, time-outs, recording.
 * :mod:`.workers`  — N engine processes, merged exactly.
 * :mod:`.result`   — the merged result: JSON, summary, warnings, per-request log.

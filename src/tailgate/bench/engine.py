@@ -52,6 +52,13 @@ complete normally, and the measured schedule becomes what was dispatched.
 Per-request times are appended to plain lists in the hot path (cheap) and
 turned into numpy arrays and histograms by :meth:`Engine._flush` a few times a
 second — recording is vectorised, never a Python call per sample.
+
+Protocols: the target's kind picks the connection class (``http``, ``tcp``,
+``openai``); nothing else here depends on it. An ``openai`` request's bytes are
+its own (``EngineConfig.requests``, by request id), and when it ends the engine
+also keeps its connection's token state; ``_flush`` hands those to
+:class:`tailgate.llm.accounting.TokenBook` (TTFT, ITL, TPOT, E2E histograms,
+tokens, goodput), the same batch as the latencies.
 """
 
 from __future__ import annotations
@@ -70,7 +77,7 @@ import numpy as np
 from ..hist import Histogram, HistogramSpec
 from .conn import Connection, monotonic
 from .http1 import Limits
-from .outcome import CONNECT, KINDS, STALE, TIMEOUT
+from .outcome import CONNECT, KINDS, OK, STALE, TIMEOUT
 from .target import Target
 from .timer import Waker
 
@@ -86,6 +93,9 @@ MIN_TICK_S = 200e-6  # schedule entries turned into a Python list at a time
 # 2**18 gaps give a KS test far more power than the timer's tolerance leaves to use.
 MAX_ARRIVALS = 1 << 18
 LOG_HEADER = "worker,id,intended_s,dispatch_s,send_s,end_s,outcome,status,bytes,warmup\n"
+# openai+ targets: the same columns, then each request's token times and counts.
+LLM_LOG_HEADER = (LOG_HEADER[:-1] + ",first_chunk_s,first_token_s,last_token_s,done_s,"
+                  "chunks,output_tokens,input_tokens\n")
 MAX_REASONS = 5  # distinct example reasons kept per error kind (the rest are counted apart)
 OTHER_REASONS = "(other reasons)"
 
@@ -116,6 +126,13 @@ class EngineConfig:
     limits: Limits = field(default_factory=Limits)
     retry_stale: bool = False  # resend a stale_connection request once (see module doc)
     check_seq: bool = False  # test mode: stamp requests, check responses carry the stamp
+    # openai+ targets: each request's own bytes (by request id) and the workload's input
+    # length of each (tokens when the server sends no usage); see tailgate.llm.accounting.
+    requests: tuple[bytes, ...] | None = None
+    nominal_input: np.ndarray | None = None
+    max_event_bytes: int = 16 << 20
+    require_done: bool = True  # a stream is complete at data: [DONE]
+    good_slos: tuple[Any, ...] = ()  # per-request latency SLOs for goodput (GoodSlo)
 
 
 @dataclass
@@ -147,6 +164,7 @@ class WorkerResult:
     schedule_ended: bool = False  # end_schedule() cut the schedule short
     arrivals_s: np.ndarray = field(default_factory=lambda: np.zeros(0))  # dispatch offsets
     tick_s: float = 0.0  # the wake-up timer's period (0: one wake-up per due time)
+    tokens: Any = None  # openai+: tailgate.llm.accounting.TokenBook
 
 
 class Engine:
@@ -161,11 +179,23 @@ class Engine:
         self.n = int(self.times.size)
         t = cfg.target
         lim, seq = cfg.limits, cfg.check_seq
+        self._llm = t.kind == "openai"
+        self.tokens: Any = None
         if t.kind == "http":
             from .http import HttpConnection
 
             self._factory: Callable[[], Connection] = lambda: HttpConnection(
                 self, t.request, lim, seq)
+        elif self._llm:
+            from ..llm.accounting import TokenBook
+            from .openai_sse import OpenAIConnection
+
+            reqs = list(cfg.requests or ())
+            if len(reqs) != self.n:
+                raise ValueError(f"{len(reqs)} request bodies for {self.n} scheduled requests")
+            self.tokens = TokenBook(cfg.spec)
+            self._factory = lambda: OpenAIConnection(self, reqs, t.api or "completions", lim,
+                                                     cfg.max_event_bytes, cfg.require_done)
         else:
             from .tcp import TcpConnection
 
@@ -206,6 +236,7 @@ class Engine:
         self._disp: list[float] = []
         self._disp_base = 0  # request id of _disp[0]
         self._queued_ids: list[int] = []
+        self._tok: list[Any] = []  # openai+: each recorded request's token state
         # accumulated results
         spec = cfg.spec
         self.counts = np.zeros(len(KINDS), dtype=np.int64)
@@ -381,6 +412,8 @@ class Engine:
             self._out.append(outcome)
             self._status.append(status)
             self._bytes.append(nbytes)
+            if self._llm:
+                self._tok.append(conn.tokens())  # type: ignore[attr-defined]
         if conn.usable:
             self._ready(conn, now)
         else:
@@ -463,7 +496,7 @@ class Engine:
         self._ready(conn, monotonic())
 
     def _record_failure(self, rid: int, outcome: int, end: float, send: float = math.nan,
-                        nbytes: int = 0, reason: str = "") -> None:
+                        nbytes: int = 0, reason: str = "", tokens: Any = None) -> None:
         if self.done[rid]:
             return
         self.done[rid] = 1
@@ -477,6 +510,8 @@ class Engine:
         self._out.append(outcome)
         self._status.append(0)
         self._bytes.append(nbytes)
+        if self._llm:
+            self._tok.append(tokens)
         if self.next_i >= self.n and self.n_done == self.n:
             self._check_finished()
 
@@ -520,10 +555,12 @@ class Engine:
             if conn.rid != rid:  # resent after a stale connection: the newer entry times it
                 continue
             nbytes = conn.nbytes
+            toks = conn.tokens() if self._llm else None  # type: ignore[attr-defined]
             conn.abort()  # HTTP/1.1 cannot cancel a request: the connection goes
             self._record_failure(rid, TIMEOUT, intended + timeout, conn.t_send, nbytes,
                                  reason=f"no complete response within {timeout:g} s "
-                                        f"({'no' if not nbytes else 'partial'} response)")
+                                        f"({'no' if not nbytes else 'partial'} response)",
+                                 tokens=toks)
         if now >= self._next_progress:
             self._next_progress = now + self.cfg.progress_s
             self._flush()
@@ -546,6 +583,7 @@ class Engine:
         nbytes = np.array(self._bytes, dtype=np.int64)
         disp = np.array(self._disp, dtype=np.float64)
         queued = np.array(self._queued_ids, dtype=np.int64)
+        toks, self._tok = self._tok, []
         for lst in (self._rid, self._send, self._end, self._out, self._status, self._bytes,
                     self._disp, self._queued_ids):
             lst.clear()
@@ -582,11 +620,21 @@ class Engine:
                 if h is None:
                     h = self.intervals[k] = Histogram(cfg.spec)
                 h.record(lat_ns[slot == k])
+        if self._llm:
+            nominal = (cfg.nominal_input[rid] if cfg.nominal_input is not None
+                       else np.zeros(rid.size, dtype=np.int64))
+            self.tokens.record(start + offs, end, out, measured, toks, nominal, start,
+                               cfg.warmup_s, cfg.hdr_interval_s, cfg.good_slos, OK, TIMEOUT)
         if self._log is not None and rid.size:
-            self._write_log(rid, offs, send, end, out, status, nbytes)
+            self._write_log(rid, offs, send, end, out, status, nbytes, toks)
         if self.on_progress is not None and not final:
             idx, cnt = chunk.nonzero()
+            extra: dict[str, Any] = {}
+            if self._llm and self.tokens.ttft_delta is not None:
+                t = self.tokens.ttft_delta
+                extra["ttft"] = (*t.nonzero(), t.min, t.max)
             self.on_progress({
+                **extra,
                 "worker": cfg.worker,
                 "outcomes": np.bincount(out[measured], minlength=len(KINDS)).tolist(),
                 "dispatched": int(np.count_nonzero(d_meas)),
@@ -597,7 +645,7 @@ class Engine:
 
     def _write_log(self, rid: np.ndarray, offs: np.ndarray, send: np.ndarray,
                    end: np.ndarray, out: np.ndarray, status: np.ndarray,
-                   nbytes: np.ndarray) -> None:
+                   nbytes: np.ndarray, toks: list[Any]) -> None:
         start, w = self.start, self.cfg.worker
         rows = []
         warm = self.cfg.warmup_s
@@ -609,6 +657,11 @@ class Engine:
             s_txt = "" if s != s else f"{s:.9f}"  # NaN: never reached the wire
             rows.append(f"{w},{r},{o:.9f},{d:.9f},{s_txt},{e:.9f},{KINDS[oc]},{st},{nb},"
                         f"{int(o < warm)}\n")
+        if self._llm:
+            rows = [row[:-1] + _token_columns(t, start, nom) + "\n" for row, t, nom in zip(
+                rows, toks, (self.cfg.nominal_input[rid].tolist()
+                             if self.cfg.nominal_input is not None else [0] * len(rows)),
+                strict=True)]
         self._log.writelines(rows)
 
     def _result(self) -> WorkerResult:
@@ -643,4 +696,19 @@ class Engine:
             arrivals_s=(np.concatenate(self._arrivals) if self._arrivals
                         else np.zeros(0, dtype=np.float64)),
             tick_s=self._tick,
+            tokens=self.tokens,
         )
+
+
+def _token_columns(t: Any, start: float, nominal: int) -> str:
+    """The log's token columns of one request (empty where it had none)."""
+    if t is None:
+        return f",,,,,0,0,{nominal}"
+    chunk0, times, done, use_out, use_in = t
+
+    def ts(v: float) -> str:
+        return "" if v != v else f"{v - start:.9f}"
+
+    first, last = (times[0], times[-1]) if times else (math.nan, math.nan)
+    return (f",{ts(chunk0)},{ts(first)},{ts(last)},{ts(done)},{len(times)},"
+            f"{use_out if use_out >= 0 else len(times)},{use_in if use_in >= 0 else nominal}")

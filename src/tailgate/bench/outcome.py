@@ -20,6 +20,16 @@ each kind means (also in the README):
 * ``stale_connection``: a reused keep-alive connection closed or reset before any byte of
   the response (the server had closed it); with ``--retry-stale`` the request is sent
   again on another connection instead and only fails if that fails too.
+
+Only ``openai+`` targets (a streamed response, :mod:`.openai_sse`):
+
+* ``malformed_sse``: bad event-stream framing, or a ``data:`` event that is not a chunk
+  of the API (not JSON, no ``choices``).
+* ``server_error``: an ``{"error": ...}`` object inside the stream.
+* ``no_token``: a complete stream without any content.
+
+(An answer that is not ``text/event-stream`` is ``protocol``; a stream that ends
+before ``data: [DONE]`` is ``truncated``.)
 """
 
 from __future__ import annotations
@@ -35,10 +45,20 @@ TRUNCATED = 7
 TOO_LARGE = 8
 UPGRADE = 9
 STALE = 10
+MALFORMED_SSE = 11
+SERVER_ERROR = 12
+NO_TOKEN = 13
 
 KINDS = ("ok", "connect", "timeout", "reset", "status_4xx", "status_5xx", "protocol",
-         "truncated", "too_large", "upgrade", "stale_connection")
+         "truncated", "too_large", "upgrade", "stale_connection",
+         "malformed_sse", "server_error", "no_token")
 ERROR_KINDS = KINDS[1:]
+STREAM_KINDS = KINDS[MALFORMED_SSE:]  # only a streamed (openai+) response ends these ways
+
+
+def kinds_for(protocol: str) -> tuple[str, ...]:
+    """The error kinds a protocol's requests can end with (the JSON lists these)."""
+    return ERROR_KINDS if protocol == "openai" else ERROR_KINDS[:MALFORMED_SSE - 1]
 CODE = {k: i for i, k in enumerate(KINDS)}
 
 

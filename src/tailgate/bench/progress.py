@@ -18,6 +18,7 @@ class Progress:
         self.duration_s = duration_s
         self.warmup_s = warmup_s
         self.latency = Histogram(spec or HistogramSpec())
+        self.ttft = Histogram(spec or HistogramSpec())  # openai+ runs: time to first token
         self.outcomes = [0] * len(KINDS)
         self.dispatched = 0
         self.open: dict[int, int] = {}
@@ -27,6 +28,8 @@ class Progress:
 
     def update(self, worker: int, msg: dict[str, Any]) -> None:
         self.latency.add_sparse(msg["lat_idx"], msg["lat_cnt"], msg["lat_lo"], msg["lat_hi"])
+        if "ttft" in msg:
+            self.ttft.add_sparse(*msg["ttft"])
         for i, c in enumerate(msg["outcomes"]):
             self.outcomes[i] += c
         self.dispatched += msg["dispatched"]
@@ -44,11 +47,17 @@ class Progress:
         errors = done - self.outcomes[0]
         p99, p999 = self.latency.values_at_percentiles([99.0, 99.9])
         t = Table(title=None, show_header=True, box=None)
-        for col in ("elapsed", "rate/s", "done", "errors", "p99 ms", "p999 ms", "open", "queued"):
+        cols = ["elapsed", "rate/s", "done", "errors", "p99 ms", "p999 ms", "open", "queued"]
+        if self.ttft.total:
+            cols[6:6] = ["ttft p99 ms"]
+        for col in cols:
             t.add_column(col, justify="right")
         phase = "warm-up" if self.start and now - self.start < self.warmup_s else ""
-        t.add_row(f"{min(elapsed, self.duration_s):.1f}/{self.duration_s:g}s {phase}",
-                  f"{self.dispatched / counted:,.0f}" if counted > 0 else "-",
-                  f"{done:,}", f"{errors:,}", f"{p99 / 1e6:.3f}", f"{p999 / 1e6:.3f}",
-                  f"{sum(self.open.values())}", f"{sum(self.queued.values())}")
+        cells = [f"{min(elapsed, self.duration_s):.1f}/{self.duration_s:g}s {phase}",
+                 f"{self.dispatched / counted:,.0f}" if counted > 0 else "-",
+                 f"{done:,}", f"{errors:,}", f"{p99 / 1e6:.3f}", f"{p999 / 1e6:.3f}",
+                 f"{sum(self.open.values())}", f"{sum(self.queued.values())}"]
+        if self.ttft.total:
+            cells[6:6] = [f"{self.ttft.value_at_percentile(99.0) / 1e6:.3f}"]
+        t.add_row(*cells)
         return t

@@ -49,6 +49,15 @@ generator itself got to each request. ``generator.cpu_us_per_request`` is the
 generator processes' CPU time per request handled.
 ``samples_above`` says how many samples lie above each tail percentile: a P999
 with fewer than ``min_tail_samples`` above it is reported with a warning.
+
+An ``openai+`` run is the same document (``protocol: "openai"``; its error kinds
+add ``malformed_sse``, ``server_error``, ``no_token``) plus the LLM figures of
+:mod:`tailgate.llm.accounting`: ``model``, ``api``, ``workload``, ``mode``,
+``ttft_ms``/``itl_ms``/``tpot_ms``/``e2e_ms``/``first_chunk_ms`` (p50..p999, max,
+count), ``tokens``, ``throughput`` (output tokens/s, goodput), ``metrics`` (what
+LLM SLOs read), ``requests.good`` and ``requests.warmup_ok``, and their
+histograms beside ``latency`` (which is the request from intended start to the
+end of its response, every outcome counted).
 """
 
 from __future__ import annotations
@@ -72,9 +81,9 @@ from ..hist import (
 )
 from .arrivals import arrival_test
 from .confidence import ConfidenceTarget, judge_targets, quantile_ci
-from .engine import LOG_HEADER, MAX_REASONS, OTHER_REASONS, WorkerResult
+from .engine import LLM_LOG_HEADER, LOG_HEADER, MAX_REASONS, OTHER_REASONS, WorkerResult
 from .http1 import Limits
-from .outcome import ERROR_KINDS, KINDS
+from .outcome import KINDS, kinds_for
 from .stationarity import stationarity_test
 
 PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p999": 99.9, "p9999": 99.99}
@@ -104,9 +113,12 @@ class RunInfo:
     limits: Limits = field(default_factory=Limits)
     retry_stale: bool = False
     confidence: tuple[ConfidenceTarget, ...] = ()  # --confidence: run until these are met
+    requests: int | None = None  # --requests: the schedule's first N
+    llm: dict[str, Any] | None = None  # openai+: model, api, workload, mode (echoed)
 
     def config_json(self) -> dict[str, Any]:
         return {"rate": self.rate, "duration_s": self.duration_s, "arrival": self.arrival,
+                "requests": self.requests,
                 "warmup_s": self.warmup_s, "workers": self.workers,
                 "connections": self.connections, "max_connections": self.max_connections,
                 "timeout_s": self.timeout_s, "seed": self.seed,
@@ -126,6 +138,7 @@ class BenchResult:
     lateness: Histogram
     intervals: dict[int, Histogram]
     info: RunInfo
+    tokens: Any = None  # openai+: the merged tailgate.llm.accounting.TokenBook
 
     @property
     def exit_ok(self) -> bool:
@@ -205,7 +218,7 @@ def build_result(info: RunInfo, parts: Sequence[WorkerResult],
             "scheduled": sum(p.scheduled for p in parts),
             "sent": sent,
             "ok": by_kind["ok"],
-            "errors": {k: by_kind[k] for k in ERROR_KINDS},
+            "errors": {k: by_kind[k] for k in kinds_for(info.protocol)},
             "error_examples": merge_reasons(p.error_examples for p in parts),
             "abandoned": sum(p.abandoned for p in parts),
             "retried": sum(p.retried for p in parts),
@@ -241,9 +254,24 @@ def build_result(info: RunInfo, parts: Sequence[WorkerResult],
         data["confidence"] = {**judge_targets(list(info.confidence), latency,
                                               confidence_after_s, info.duration_s),
                               "schedule_ended": ended, "ceiling_s": info.duration_s}
+    book = None
+    if info.llm is not None:
+        from ..llm.accounting import TokenBook, llm_block
+
+        book = TokenBook(spec)
+        for p in parts:
+            if p.tokens is not None:
+                book.add(p.tokens)
+        block = llm_block(book, info.warmup_s)
+        data["requests"]["good"] = block.pop("good")
+        data["requests"]["warmup_ok"] = book.warmup_ok
+        data.update(info.llm)
+        data.update(block)
+        data["histograms"].update({k: encode(book.hists[k])
+                                   for k in ("ttft", "itl", "tpot", "e2e", "first_chunk")})
     data["accounting"] = accounting(data)
     data["warnings"] = warnings(data, info, parts, list(missing_workers))
-    return BenchResult(data, latency, service, lateness, intervals, info)
+    return BenchResult(data, latency, service, lateness, intervals, info, book)
 
 
 def _sum_books(books: Iterable[dict[str, dict[str, int]]]) -> dict[str, dict[str, int]]:
@@ -371,6 +399,29 @@ def _fmt_ci(label: str, block: dict[str, Any]) -> str:
     return text
 
 
+def _llm_rows(d: dict[str, Any]) -> list[str]:
+    """An openai+ run's token figures under the latency rows."""
+    if "ttft_ms" not in d:
+        return []
+
+    def row(label: str, b: dict[str, Any]) -> str:
+        cells = "".join(f"{'-' if b.get(k) is None else format(b[k], '.3f'):>10}"
+                        for k in ("p50", "p90", "p99", "p999", "p9999", "max"))
+        return f"{label:<14}" + cells + f"{b['count']:>10d}"
+
+    out = [row(name, d[key]) for key, name in (
+        ("ttft_ms", "TTFT ms"), ("itl_ms", "ITL ms"), ("tpot_ms", "TPOT ms"),
+        ("e2e_ms", "E2E ms"), ("first_chunk_ms", "1st chunk ms"))]
+    t, tp = d["tokens"], d["throughput"]
+    out.append(f"model {d.get('model')}, api {d.get('api')}, workload "
+               f"{(d.get('workload') or {}).get('kind')}: tokens input {t['input']} "
+               f"({t['input_counted_by']}), output {t['output']} ({t['counted_by']})")
+    out.append(f"throughput: {tp['output_tokens_per_s']:.1f} output tok/s, "
+               f"{tp['total_tokens_per_s']:.1f} total tok/s, {tp['requests_per_s']:.2f} req/s, "
+               f"goodput {tp['goodput_rps']:.2f} req/s (good {d['requests']['good']})")
+    return out
+
+
 def summary_text(result: BenchResult, spectrum: bool = False) -> str:
     """The terminal report: what was asked, what happened, the distributions, SLOs."""
     d, info = result.json, result.info
@@ -391,6 +442,7 @@ def summary_text(result: BenchResult, spectrum: bool = False) -> str:
         _fmt_row("latency ms", d["latency_ms"]),
         _fmt_row("service ms", d["service_time_ms"]),
         _fmt_row("lateness ms", d["lateness_ms"]),
+        *_llm_rows(d),
         "samples above (latency): " + ", ".join(
             f"{k} {v}" for k, v in d["latency_ms"]["samples_above"].items()),
         _fmt_ci("latency", d["latency_ms"]),
@@ -450,17 +502,33 @@ def write_hdr(out: IO[str], result: BenchResult, start_epoch_s: float) -> None:
     lines gives exactly ``result.latency``.
     """
     step = result.info.hdr_interval_s
+    whole = max(result.json["duration_s"], 0.0)
+    if result.tokens is not None:
+        # openai+: one tagged series per metric (HdrHistogram's Tag=), the same intervals.
+        ivs = []
+        for tag, name in (("TTFT", "ttft"), ("ITL", "itl"), ("E2E", "e2e")):
+            per = result.tokens.intervals.get(name, {})
+            if per and step:
+                ivs += [Interval(k * step, step, per[k], tag) for k in sorted(per)]
+            else:
+                ivs.append(Interval(0.0, whole, result.tokens.hists[name], tag))
+        order = {"TTFT": 0, "ITL": 1, "E2E": 2}
+        ivs.sort(key=lambda iv: (iv.start_s, order[iv.tag or ""]))  # in time, as Java writes
+        write_log(out, ivs, start_epoch_s,
+                  comment=f"tailgate bench {result.info.target}: TTFT, ITL and E2E "
+                          f"(from intended start), ns")
+        return
     if result.intervals and step:
         ivs = [Interval(k * step, step, result.intervals[k]) for k in sorted(result.intervals)]
     else:
-        ivs = [Interval(0.0, max(result.json["duration_s"], 0.0), result.latency)]
+        ivs = [Interval(0.0, whole, result.latency)]
     write_log(out, ivs, start_epoch_s,
               comment=f"tailgate bench {result.info.target}: latency from intended start, ns")
 
 
-def merge_logs(out: IO[str], part_paths: Iterable[str]) -> int:
+def merge_logs(out: IO[str], part_paths: Iterable[str], llm: bool = False) -> int:
     """Concatenate the workers' per-request CSV parts under one header; returns rows."""
-    out.write(LOG_HEADER)
+    out.write(LLM_LOG_HEADER if llm else LOG_HEADER)
     rows = 0
     for path in part_paths:
         try:
@@ -481,7 +549,7 @@ def read_log(text: str) -> dict[str, np.ndarray]:
     """
     f = io.StringIO(text)
     header = f.readline().strip().split(",")
-    if header != LOG_HEADER.strip().split(","):
+    if header not in (LOG_HEADER.strip().split(","), LLM_LOG_HEADER.strip().split(",")):
         raise ValueError(f"not a tailgate request log (header {header!r})")
     cols: dict[str, list[Any]] = {h: [] for h in header}
     for n, line in enumerate(f, 2):

@@ -1,4 +1,5 @@
-"""Targets (``http://host:port/path``, ``tcp://host:port``) and the bytes sent (pure)."""
+"""Targets (``http://host:port/path``, ``tcp://host:port``,
+``openai+http://host:port/v1``) and the bytes sent (pure)."""
 
 from __future__ import annotations
 
@@ -17,10 +18,13 @@ class TargetError(ValueError):
 
 @dataclass(frozen=True)
 class Target:
-    """Where to send and what: ``kind`` is ``"http"`` or ``"tcp"``.
+    """Where to send and what: ``kind`` is ``"http"``, ``"tcp"`` or ``"openai"``.
 
     For ``tcp`` a response is complete after ``response_length`` bytes, or when
-    the bytes received so far end with ``delimiter`` (exactly one is set).
+    the bytes received so far end with ``delimiter`` (exactly one is set). For
+    ``openai`` (an OpenAI-compatible server, streamed) ``request`` is the header
+    block without its Content-Length: every request has its own body (the
+    workload's prompt), joined by :meth:`with_body`; ``api`` says which endpoint.
     """
 
     url: str
@@ -31,6 +35,11 @@ class Target:
     delimiter: bytes | None = None
     response_length: int | None = None
     extra: dict[str, str] = field(default_factory=dict)
+    api: str | None = None  # openai: "completions" or "chat"
+
+    def with_body(self, body: bytes) -> bytes:
+        """openai: one request's bytes (the shared head, its length, its body)."""
+        return self.request + b"Content-Length: %d\r\n\r\n" % len(body) + body
 
 
 def _host_port(url: str, default_port: int | None) -> tuple[str, int, str]:
@@ -77,12 +86,37 @@ def parse_header(text: str) -> tuple[str, str]:
     return name.strip(), value.strip()
 
 
+def openai_head(host: str, port: int, path: str, headers: list[tuple[str, str]] = ()) -> bytes:
+    """The header block of every streamed request to ``path``, up to its Content-Length."""
+    names = {k.lower() for k, _ in headers}
+    for name in ("content-length", "transfer-encoding"):
+        if name in names:
+            raise TargetError(f"-H {name}: set by tailgate for an openai+ target (each "
+                              f"request has its own body)")
+    std = [("Content-Type", "application/json"), ("Accept", "text/event-stream")]
+    full = [*[(k, v) for k, v in std if k.lower() not in names], *headers,
+            ("Content-Length", "0")]  # a stand-in, so http_request adds none
+    block = http_request("POST", host, port, path, full)
+    return block[:-len(b"Content-Length: 0\r\n\r\n")]  # each request adds its own
+
+
 def parse_target(url: str, *, method: str = "GET", headers: list[tuple[str, str]] = (),
                  body: bytes = b"", payload: bytes | None = None,
                  delimiter: bytes | None = None,
-                 response_length: int | None = None) -> Target:
+                 response_length: int | None = None, api: str = "completions") -> Target:
     """Check a target URL and its request options, and build the request bytes."""
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if scheme == "openai+http":
+        from ..llm.openai import PATHS
+
+        if api not in PATHS:
+            raise TargetError(f"--api must be one of {', '.join(PATHS)}, not {api!r}")
+        host, port, path = _host_port(url[len("openai+"):], 80)
+        path = path.rstrip("/") + PATHS[api]  # type: ignore[index]
+        return Target(url, "openai", host, port, openai_head(host, port, path, list(headers)),
+                      api=api)
+    if scheme == "openai+https":
+        raise TargetError("openai+https:// is not supported yet (openai+http:// only)")
     if scheme == "http":
         host, port, path = _host_port(url, 80)
         if payload is not None or delimiter is not None or response_length is not None:
@@ -103,4 +137,5 @@ def parse_target(url: str, *, method: str = "GET", headers: list[tuple[str, str]
         return Target(url, "tcp", host, port, payload, delimiter, response_length)
     if scheme == "https":
         raise TargetError("https:// is not supported (plain HTTP/1.1 or tcp:// only)")
-    raise TargetError(f"target must be http://host:port/path or tcp://host:port, not {url!r}")
+    raise TargetError(f"target must be http://host:port/path, tcp://host:port or "
+                      f"openai+http://host:port/v1, not {url!r}")

@@ -28,6 +28,8 @@ from multiprocessing.connection import Connection as Pipe
 from multiprocessing.connection import wait
 from typing import Any
 
+import numpy as np
+
 from .engine import Engine, EngineConfig, WorkerResult
 from .result import RunInfo
 from .schedule import arrival_times
@@ -48,14 +50,46 @@ def _share(total: int, k: int, n: int) -> int:
     return total // n + (1 if k < total % n else 0)
 
 
+def global_schedule(rate: float, duration_s: float | None, arrival: str,
+                    requests: int | None, seed: int | None) -> np.ndarray:
+    """One process's view of the whole schedule: offsets within ``duration_s``, the first
+    ``requests`` of them (with no duration: the first ``requests`` arrivals)."""
+    if duration_s is not None:
+        times = arrival_times(rate, duration_s, arrival, seed=seed)  # type: ignore[arg-type]
+        return times[:requests] if requests is not None else times
+    if requests is None:
+        raise ValueError("a schedule needs a duration or a request count")
+    horizon = (requests + 6 * requests ** 0.5 + 16) / rate
+    times = arrival_times(rate, horizon, arrival, seed=seed)  # type: ignore[arg-type]
+    while times.size < requests:
+        horizon *= 2
+        times = arrival_times(rate, horizon, arrival, seed=seed)  # type: ignore[arg-type]
+    return times[:requests]
+
+
 def plan(info: RunInfo, target: Target, log_parts: list[str] | None = None,
-         progress_s: float = 0.25) -> list[EngineConfig]:
-    """One :class:`EngineConfig` per worker; together they are exactly the run asked for."""
+         progress_s: float = 0.25, schedule: np.ndarray | None = None,
+         requests: list[bytes] | None = None, nominal: np.ndarray | None = None,
+         **extra: Any) -> list[EngineConfig]:
+    """One :class:`EngineConfig` per worker; together they are exactly the run asked for.
+
+    With a global ``schedule`` (sorted offsets: ``--requests``, a trace) worker *k*
+    takes every *N*-th request of it; ``requests`` (per request of the schedule: its
+    bytes) and ``nominal`` (its input length) go with them. ``extra`` are further
+    :class:`EngineConfig` fields, the same for every worker."""
     n = info.workers
     cfgs = []
     for k in range(n):
-        times = arrival_times(info.rate, info.warmup_s + info.duration_s, info.arrival,  # type: ignore[arg-type]
-                              worker=k, workers=n, seed=info.seed)
+        mine: dict[str, Any] = {}
+        if schedule is not None:
+            times = np.asarray(schedule[k::n], dtype=np.float64)
+            if requests is not None:
+                mine["requests"] = tuple(requests[k::n])
+            if nominal is not None:
+                mine["nominal_input"] = np.asarray(nominal[k::n], dtype=np.int64)
+        else:
+            times = arrival_times(info.rate, info.warmup_s + info.duration_s, info.arrival,  # type: ignore[arg-type]
+                                  worker=k, workers=n, seed=info.seed)
         cfgs.append(EngineConfig(
             target=target, times=times, warmup_s=info.warmup_s,
             connections=_share(info.connections, k, n),
@@ -63,7 +97,8 @@ def plan(info: RunInfo, target: Target, log_parts: list[str] | None = None,
             timeout_s=info.timeout_s,
             log_path=log_parts[k] if log_parts else None,
             hdr_interval_s=info.hdr_interval_s, progress_s=progress_s, worker=k,
-            spec=info.spec, limits=info.limits, retry_stale=info.retry_stale))
+            spec=info.spec, limits=info.limits, retry_stale=info.retry_stale,
+            **mine, **extra))
     return cfgs
 
 

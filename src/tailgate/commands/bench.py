@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from typing import Any
 
 from ..errors import UsageError
@@ -110,6 +111,8 @@ def add_load_options(p: argparse.ArgumentParser) -> None:
                    help="a request without a full response this long after its intended "
                    "start is a time-out, recorded at the time-out (default 2s; 60s for "
                    "openai+ targets)")
+    g.add_argument("--requests", type=int, metavar="N",
+                   help="send the schedule's first N requests (with --duration: at most N)")
     g.add_argument("--seed", type=int, default=0, help="Poisson schedule seed (default 0)")
     g = p.add_argument_group("results")
     g.add_argument("--slo", action="append", default=[], metavar="EXPR",
@@ -123,7 +126,7 @@ def add_load_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--hdr-interval", default="1s",
                    help="interval of the --hdr log's histograms (default 1s)")
     g.add_argument("--log", metavar="FILE", help="write one CSV record per request to FILE "
-                   "(JSON lines for openai+ targets)")
+                   "(openai+ targets: with token columns)")
     g.add_argument("--spectrum", action="store_true",
                    help="print the detailed percentile spectrum (as wrk2 does)")
     g.add_argument("--min-tail-samples", type=int, default=10,
@@ -160,24 +163,107 @@ def parse_limits(args: argparse.Namespace) -> Any:
                   max_body_bytes=sizes["max-body-bytes"])
 
 
-def _parse(args: argparse.Namespace) -> tuple[Any, Any, list[Any]]:
+# Which protocols each request/LLM option applies to (a flag given for any other is a
+# usage error naming both: nothing is silently ignored). Load, limit and output options
+# apply to every protocol and are not listed.
+FLAG_PROTOCOLS: dict[str, tuple[str, ...]] = {
+    "--method": ("http",), "--body": ("http",), "--body-file": ("http",),
+    "--header": ("http", "openai"),
+    "--payload": ("tcp",), "--delimiter": ("tcp",), "--response-length": ("tcp",),
+    "--max-event-bytes": ("openai",),
+    **{f: ("openai",) for f in (
+        "--model", "--api", "--workload", "--input-len", "--output-len", "--range-ratio",
+        "--conversations", "--turns", "--system-len", "--trace", "--allow-no-done",
+        "--trace-token-scale", "--trace-time-scale", "--no-usage", "--ignore-eos",
+        "--concurrency")},
+}
+PROTOCOLS = {"http": "http", "tcp": "tcp", "openai+http": "openai"}
+# LLM options that only one kind of workload reads.
+WORKLOAD_FLAGS: dict[str, tuple[str, ...]] = {
+    "--input-len": ("fixed", "random", "multiturn"),
+    "--output-len": ("fixed", "random", "multiturn"),
+    "--range-ratio": ("random",),
+    **{f: ("multiturn",) for f in ("--conversations", "--turns", "--system-len")},
+    **{f: ("trace",) for f in ("--trace", "--trace-token-scale", "--trace-time-scale")},
+}
+
+
+def _defaults() -> dict[str, Any]:
+    """The bench parser's default of every option (what "not given" looks like)."""
+    p = argparse.ArgumentParser(add_help=False)
+    add_load_options(p)
+    add_request_options(p)
+    return {a.dest: a.default for a in p._actions}
+
+
+def protocol_of(url: str) -> str:
+    """``http``, ``tcp`` or ``openai`` (URL schemes), else a usage error."""
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if scheme in PROTOCOLS:
+        return PROTOCOLS[scheme]
+    if scheme in ("https", "openai+https"):
+        raise UsageError(f"{scheme}:// is not supported yet (http://, tcp://, openai+http://)")
+    raise UsageError(f"target must be http://host:port/path, tcp://host:port or "
+                     f"openai+http://host:port/v1, not {url!r}")
+
+
+def refuse_flags(args: argparse.Namespace, protocol: str) -> None:
+    """A flag given for a protocol it does not apply to is a usage error."""
+    defaults = _defaults()
+    for flag, protos in FLAG_PROTOCOLS.items():
+        dest = flag[2:].replace("-", "_")
+        if protocol in protos or not hasattr(args, dest):
+            continue
+        if getattr(args, dest) != defaults.get(dest):
+            scheme = {"openai": "openai+http"}.get(protocol, protocol)
+            raise UsageError(f"{flag} does not apply to {scheme}:// targets (it is for "
+                             + ", ".join({"openai": "openai+http"}.get(p, p) + "://"
+                                         for p in protos) + ")")
+    if protocol != "openai":
+        return
+    for flag, kinds in WORKLOAD_FLAGS.items():
+        dest = flag[2:].replace("-", "_")
+        if args.workload not in kinds and getattr(args, dest) != defaults.get(dest):
+            raise UsageError(f"{flag} does not apply to --workload {args.workload} (it is for "
+                             f"--workload {' or '.join(kinds)})")
+
+
+def _parse(args: argparse.Namespace) -> tuple[Any, Any, list[Any], Any, dict[str, Any]]:
+    """(run description, target, SLOs, global schedule or None, further engine fields)."""
     from ..bench.confidence import parse_targets
     from ..bench.result import RunInfo
-    from ..bench.slo import SloError, parse_slo
+    from ..bench.slo import SloError
+    from ..bench.slo import parse_slo as bench_slo
     from ..bench.target import TargetError, parse_header, parse_target
     from ..bench.units import parse_duration, parse_rate, unescape
     from ..bench.workers import default_workers
+    from ..llm.accounting import parse_slo as llm_slo
 
-    if args.rate is None or args.duration is None:
-        raise UsageError("--rate and --duration are required")
+    protocol = protocol_of(args.target)
+    refuse_flags(args, protocol)
+    llm = protocol == "openai"
+    trace = llm and args.workload == "trace"
+    if llm and args.concurrency is not None:
+        raise UsageError("--concurrency (closed loop) is gone: the engine is open-loop for "
+                         "every protocol; to bound the requests in flight use --rate with "
+                         "--max-connections C (requests beyond C queue, their latency still "
+                         "counted from their intended start)")
+    if args.rate is None and not trace:
+        raise UsageError("--rate is required" + (" (or --workload trace)" if llm else ""))
+    requests = getattr(args, "requests", None)
+    if args.duration is None and requests is None and not trace:
+        raise UsageError("give --duration D and/or --requests N")
+    if requests is not None and requests < 1:
+        raise UsageError("--requests must be >= 1")
     try:
-        rate = parse_rate(args.rate)
-        duration = parse_duration(args.duration)
-        warmup = parse_duration(args.warmup)
-        timeout = parse_duration(args.timeout or "2s")
+        rate = parse_rate(args.rate) if args.rate is not None else None
+        duration = parse_duration(args.duration) if args.duration is not None else None
+        warmup = parse_duration(args.warmup or "0s")
+        timeout = parse_duration(args.timeout or ("60s" if llm else "2s"))
         limits = parse_limits(args)
+        max_event = parse_size(getattr(args, "max_event_bytes", None) or "16MiB")
         hdr_interval = parse_duration(args.hdr_interval)
-        slos = [parse_slo(e) for e in args.slo]
+        slos = [(llm_slo if llm else bench_slo)(e) for e in args.slo]  # ttft_…: LLM only
         confidence = tuple(t for text in getattr(args, "confidence", None) or []
                            for t in parse_targets(text))
         headers = [parse_header(h) for h in args.header]
@@ -194,11 +280,14 @@ def _parse(args: argparse.Namespace) -> tuple[Any, Any, list[Any]]:
             args.target, method=args.method, headers=headers, body=body,
             payload=unescape(args.payload) if args.payload is not None else None,
             delimiter=unescape(args.delimiter) if args.delimiter is not None else None,
-            response_length=args.response_length)
+            response_length=args.response_length, api=getattr(args, "api", "completions"))
     except (ValueError, SloError, TargetError) as exc:
         raise UsageError(str(exc)) from None
-    if duration <= 0 or timeout <= 0 or warmup < 0 or hdr_interval <= 0:
+    if (duration is not None and duration <= 0) or timeout <= 0 or warmup < 0 \
+            or hdr_interval <= 0:
         raise UsageError("--duration, --timeout and --hdr-interval must be > 0, --warmup >= 0")
+    if rate is not None and rate <= 0:
+        raise UsageError("--rate must be > 0")
     workers = args.workers if args.workers is not None else default_workers()
     if workers < 1 or args.connections < 0 or args.max_connections < 1:
         raise UsageError("--workers and --max-connections must be >= 1, --connections >= 0")
@@ -206,20 +295,47 @@ def _parse(args: argparse.Namespace) -> tuple[Any, Any, list[Any]]:
         raise UsageError(f"--max-connections {args.max_connections} is fewer than --workers "
                          f"{workers} (each worker needs one)")
     # The schedule and a done-flag per request are held in memory (~9 bytes each).
-    if rate * (duration + warmup) > 100_000_000:
+    if rate is not None and duration is not None and rate * (duration + warmup) > 100_000_000:
         raise UsageError("more than 100 million requests in one run: shorten it")
+    if requests is not None and requests > 100_000_000:
+        raise UsageError("more than 100 million requests in one run: fewer --requests")
+    info = RunInfo(target=args.target, protocol=protocol, rate=rate or 0.0,
+                   duration_s=duration if duration is not None else 0.0,
+                   arrival="trace" if trace and rate is None else args.arrival,
+                   warmup_s=warmup, workers=workers,
+                   connections=args.connections, max_connections=args.max_connections,
+                   timeout_s=timeout, seed=args.seed, min_tail_samples=args.min_tail_samples,
+                   hdr_interval_s=hdr_interval if args.hdr else None, limits=limits,
+                   retry_stale=args.retry_stale, requests=requests,
+                   confidence=confidence)
+    schedule = None
+    extra: dict[str, Any] = {}
+    if llm:
+        from ..llm.command import llm_requests
+
+        info, schedule, extra = llm_requests(args, info, target, slos, max_event)
+    elif requests is not None:
+        from ..bench.workers import global_schedule
+
+        total = duration + warmup if duration is not None else None
+        schedule = global_schedule(rate, total, args.arrival, requests, args.seed)  # type: ignore[arg-type]
+        info = _span(info, schedule)
     # At most ~600 intervals in the --hdr log, whatever the duration; without --hdr,
     # 20..100 for the stationarity test (0.25 s ones up to 25 s: a --confidence run
     # may stop early).
-    hdr_interval = (max(hdr_interval, (duration + 1e-9) / 600) if args.hdr
-                    else max(duration / 100, min(duration / 20, 0.25)))
-    info = RunInfo(target=args.target, protocol=target.kind, rate=rate, duration_s=duration,
-                   arrival=args.arrival, warmup_s=warmup, workers=workers,
-                   connections=args.connections, max_connections=args.max_connections,
-                   timeout_s=timeout, seed=args.seed, min_tail_samples=args.min_tail_samples,
-                   hdr_interval_s=hdr_interval, limits=limits, retry_stale=args.retry_stale,
-                   confidence=confidence)
-    return info, target, slos
+    span = info.duration_s
+    info = replace(info, hdr_interval_s=max(hdr_interval, (span + 1e-9) / 600) if args.hdr
+                   else max(span / 100, min(span / 20, 0.25), 1e-6))
+    return info, target, slos, schedule, extra
+
+
+def _span(info: Any, schedule: Any) -> Any:
+    """With --requests and no --duration the measured span is the schedule's."""
+    if info.duration_s or not len(schedule):
+        return info
+    last = float(schedule[-1]) - info.warmup_s
+    gap = 1.0 / info.rate if info.rate else 0.0
+    return replace(info, duration_s=max(last + gap, 1e-9))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -232,16 +348,10 @@ def run(args: argparse.Namespace) -> int:
 
     if getattr(args, "sweep", None):
         return _sweep(args)
-    if args.target.startswith("openai+"):
-        from ..llm.command import run_llm
-
-        if getattr(args, "confidence", None):
-            raise UsageError("--confidence is not supported for openai+ targets yet")
-        return run_llm(args)
-    info, target, slos = _parse(args)
+    info, target, slos, schedule, extra = _parse(args)
     check_writable(args.json, args.hdr, args.log, args.html)
     parts = [f"{args.log}.part{k}" for k in range(info.workers)] if args.log else None
-    cfgs = plan(info, target, parts)
+    cfgs = plan(info, target, parts, schedule=schedule, **extra)
 
     from rich.console import Console
 
@@ -312,7 +422,7 @@ def run(args: argparse.Namespace) -> int:
             write_hdr(f, result, started.get("epoch", time.time()))
     if parts:
         with open(args.log, "w", encoding="ascii") as f:
-            merge_logs(f, parts)
+            merge_logs(f, parts, llm=info.llm is not None)
         for path in parts:
             if os.path.exists(path):
                 os.unlink(path)

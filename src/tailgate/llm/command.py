@@ -1,19 +1,21 @@
-"""``tailgate bench openai+http://HOST:PORT/v1 ...``: the LLM side of the bench command.
+"""``tailgate bench openai+http://HOST:PORT/v1 ...``: what only an LLM target adds.
 
-``commands/bench.py`` owns the parser; :func:`add_llm_arguments` adds the
-options only an LLM target has (skipping any the bench parser already
-defines, such as ``--rate``, ``--duration``, ``--timeout``, ``--slo``,
-``--json``, ``--log``), and its ``run`` hands an ``openai+`` target to
-:func:`run_llm`. Exit status: 0, 1 when an SLO fails, 2 for bad input.
+``commands/bench.py`` owns the parser and the run (one engine for every
+protocol); :func:`add_llm_arguments` adds the options only an LLM target has
+(skipping any the bench parser already defines), and :func:`llm_requests` turns
+them into the schedule and each request's bytes (the workload's prompts).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import sys
+import itertools
+from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 WORKLOADS = ("fixed", "random", "multiturn", "trace")
 
@@ -33,9 +35,9 @@ def add_llm_arguments(p: argparse.ArgumentParser) -> None:
     add("--arrival", choices=("constant", "poisson"), default="constant",
         help="arrival process of the open-loop schedule (default constant)")
     add("--concurrency", type=int, metavar="C",
-        help="closed loop instead: keep C requests in flight")
+        help="closed loop: refused (the engine is open-loop; bound the requests in flight "
+        "with --max-connections)")
     add("--duration", help="how long to send (e.g. 30s, 2m)")
-    add("--requests", type=int, metavar="N", help="how many requests to send")
     add("--timeout", default="60s", help="per request, from its intended start (default 60s)")
     add("--workload", choices=WORKLOADS, default="fixed",
         help="fixed or random lengths, multi-turn conversations with growing shared "
@@ -75,90 +77,19 @@ def add_llm_arguments(p: argparse.ArgumentParser) -> None:
     add("--log", metavar="FILE", help="write one JSON record per request (JSON lines)")
 
 
-def _seconds(value: Any, what: str) -> float | None:
-    from ..bench.units import parse_duration
-
-    if value is None:
-        return None
-    if isinstance(value, (int, float)):
-        return float(value)
-    try:
-        return parse_duration(str(value))
-    except ValueError as exc:
-        raise _usage(f"{what}: {exc}") from None
-
-
 def _usage(msg: str) -> Exception:
     from ..errors import UsageError
 
     return UsageError(msg)
 
 
-def _write(path: str, text: str) -> None:
-    from ..commands.options import write_output
-
-    write_output(path, text)
-
-
-def run_llm(args: argparse.Namespace) -> int:
-    from ..bench.units import parse_rate
-    from ..commands.options import check_writable
+def workload(args: argparse.Namespace) -> tuple[Iterator[Any], dict[str, Any]]:
+    """The workload the options ask for, and its description for the JSON."""
     from . import workload as wl
-    from .client import Endpoint
-    from .results import analyse, format_report, parse_slo, records_json, slo_failed
-    from .run import RunConfig, run
-
-    try:
-        ep = Endpoint.parse(args.target)
-    except ValueError as exc:
-        raise _usage(str(exc)) from None
-    if not getattr(args, "model", None):
-        raise _usage("--model is required for an openai+ target")
-    check_writable(args.json, args.log, args.html)
-    rate = args.rate
-    if rate is not None and not isinstance(rate, (int, float)):
-        try:
-            rate = parse_rate(str(rate))
-        except ValueError as exc:
-            raise _usage(f"--rate: {exc}") from None
-    duration = _seconds(getattr(args, "duration", None), "--duration")
-    timeout = _seconds(getattr(args, "timeout", None), "--timeout") or 60.0  # LLM default
-    warmup = _seconds(getattr(args, "warmup", None), "--warmup") or 0.0
-    trace_mode = args.workload == "trace"
-    conc = args.concurrency
-    modes = sum(x is not None for x in (rate, conc)) + (1 if trace_mode and rate is None else 0)
-    if trace_mode and conc:
-        raise _usage("--workload trace replays the trace's own timing: no --concurrency")
-    if modes != 1:
-        raise _usage("give exactly one of --rate R or --concurrency C "
-                     "(--workload trace needs neither)")
-    if conc is not None and conc < 1:
-        raise _usage("--concurrency must be >= 1")
-    if duration is None and args.requests is None and not trace_mode:
-        raise _usage("give --duration D and/or --requests N")
-    if args.requests is not None and args.requests < 1:
-        raise _usage("--requests must be >= 1")
-    if timeout <= 0:
-        raise _usage("--timeout must be > 0")
-    from ..commands.bench import parse_limits, parse_size
-
-    try:
-        limits = parse_limits(args)
-        max_event = parse_size(getattr(args, "max_event_bytes", None) or "16MiB")
-    except ValueError as exc:
-        raise _usage(str(exc)) from None
-    try:
-        slos = [parse_slo(s) for s in args.slo]
-    except ValueError as exc:
-        raise _usage(str(exc)) from None
-    if getattr(args, "hdr", None):
-        raise _usage("--hdr is for http/tcp targets; an openai+ run's histograms are in --json")
-    if warmup > 0 and duration is not None:
-        duration += warmup  # the warm-up runs first, then the measured --duration
-    if args.input_len < 1 or args.output_len < 1:
-        raise _usage("--input-len and --output-len must be >= 1")
 
     chat = args.api == "chat"
+    if args.input_len < 1 or args.output_len < 1:
+        raise _usage("--input-len and --output-len must be >= 1")
     wdesc: dict[str, Any] = {"kind": args.workload, "seed": args.seed}
     if args.workload in ("fixed", "random"):
         ratio = args.range_ratio if args.workload == "random" else 0.0
@@ -187,29 +118,57 @@ def run_llm(args: argparse.Namespace) -> int:
                         time_scale=args.trace_time_scale, chat=chat)
         wdesc.update(trace=args.trace, entries=len(entries),
                      token_scale=args.trace_token_scale, time_scale=args.trace_time_scale)
+    return work, wdesc
 
-    cfg = RunConfig(endpoint=ep, api=args.api, model=args.model, timeout_s=timeout, rate=rate,
-                    arrival=args.arrival, concurrency=conc, trace=trace_mode and rate is None,
-                    duration_s=duration, requests=args.requests, seed=args.seed,
-                    usage=not args.no_usage, ignore_eos=args.ignore_eos,
-                    limits=limits, max_event_bytes=max_event,
-                    require_done=not getattr(args, "allow_no_done", False))
-    result = run(cfg, work)
-    report = analyse(result, slos, target=args.target, model=args.model, api=args.api,
-                     rate=rate, timeout_s=timeout, workload=wdesc, warmup_s=warmup)
-    if args.log:
-        _write(args.log, "".join(json.dumps(r) + "\n" for r in records_json(result)))
-    if args.json:
-        _write(args.json, json.dumps(report, indent=1) + "\n")
-    if args.html:
-        from ..report.bench_html import bench_page
 
-        _write(args.html, bench_page(report))
-    if args.json != "-":
-        print(format_report(report))
-    failed = slo_failed(report)
-    if failed:
-        print("SLO failed: " + ", ".join(failed), file=sys.stderr)
-    if result.interrupted:
-        return 130  # as the http/tcp bench: results written, marked interrupted
-    return 1 if failed else 0
+def llm_requests(args: argparse.Namespace, info: Any, target: Any, slos: list[Any],
+                 max_event: int) -> tuple[Any, np.ndarray, dict[str, Any]]:
+    """An openai+ run's schedule and its requests' bytes, in intended order.
+
+    Returns the run description (with the LLM block and, when only --requests bounds
+    the run, the schedule's span as its duration), the global schedule, and the
+    engine's LLM fields (see :func:`tailgate.bench.workers.plan`).
+    """
+    from ..bench.workers import global_schedule
+    from .accounting import good_slos
+    from .openai import request_body
+
+    if not args.model:
+        raise _usage("--model is required for an openai+ target")
+    work, wdesc = workload(args)
+    total = info.duration_s + info.warmup_s if args.duration is not None else None
+    if info.rate and total is None and info.requests is None:
+        raise _usage("give --duration D and/or --requests N")
+    if info.rate:  # open loop at --rate (the trace, if any, gives only its prompts)
+        schedule = global_schedule(info.rate, total, info.arrival, info.requests, info.seed)
+        pairs = list(itertools.islice(work, int(schedule.size)))
+        schedule = schedule[:len(pairs)]  # a finite workload (a trace) may run out first
+    else:  # a trace at its own offsets
+        pairs, offs = [], []
+        for req in work:
+            off = req.offset_s or 0.0
+            if (total is not None and off >= total) or (
+                    info.requests is not None and len(pairs) >= info.requests):
+                break
+            pairs.append(req)
+            offs.append(off)
+        order = np.argsort(np.asarray(offs, dtype=np.float64), kind="stable")
+        schedule = np.asarray(offs, dtype=np.float64)[order]
+        pairs = [pairs[i] for i in order.tolist()]
+    if not pairs:
+        raise _usage("the workload has no request to send in this run")
+    bodies = [target.with_body(request_body(args.api, args.model, r.prompt, r.max_tokens,
+                                            usage=not args.no_usage,
+                                            ignore_eos=args.ignore_eos)) for r in pairs]
+    nominal = np.asarray([r.input_words for r in pairs], dtype=np.int64)
+    info = replace(info, llm={"model": args.model, "api": args.api, "workload": wdesc,
+                              "mode": "open"})
+    if not info.duration_s:
+        last = float(schedule[-1]) - info.warmup_s
+        gap = 1.0 / info.rate if info.rate else 0.0
+        info = replace(info, duration_s=max(last + gap, 1e-9))
+    if not info.rate:
+        info = replace(info, rate=round(schedule.size / max(float(schedule[-1]), 1e-9), 6))
+    return info, schedule, {"requests": bodies, "nominal": nominal, "max_event_bytes": max_event,
+                            "require_done": not args.allow_no_done,
+                            "good_slos": good_slos(slos)}

@@ -1,0 +1,215 @@
+"""Streamed OpenAI-compatible responses (``openai+http://``), timed token by token.
+
+The HTTP/1.1 framing is the shared sans-I/O :class:`.http1.ResponseReader`
+(interim 1xx skipped, a body without a length ends at the close), the event
+stream :class:`tailgate.llm.sse.SSEParser`, each event
+:func:`tailgate.llm.openai.parse_chunk`. Every read is timestamped once, on the
+engine's clock, and each content-bearing chunk in it takes that time: when the
+client could first have shown the token. The connection keeps, per request,
+the first chunk's time, each token's time, the time of ``data: [DONE]`` and the
+server's ``usage`` counts; the engine reads them (:meth:`OpenAIConnection.tokens`)
+when it records the request's outcome, whatever it is.
+
+How a request ends (kinds of :mod:`.outcome`): ``ok`` at the end of the HTTP
+response after ``data: [DONE]`` (E2E is timed at ``[DONE]``), ``no_token`` for a
+complete stream without content, ``server_error`` for an error object in the
+stream, ``malformed_sse`` for bad framing or a chunk that is not JSON of the API,
+``protocol`` for an answer that is not ``text/event-stream``, ``truncated`` for a
+stream that ends before ``[DONE]`` (with ``require_done`` off: before ``[DONE]`` or
+a ``finish_reason``), ``too_large`` for an event past ``max_event`` bytes, and the
+HTTP kinds (status, reset, upgrade, ...) as for ``http://``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..llm.openai import ChunkError, parse_chunk
+from ..llm.sse import SSEError, SSEParser, SSETooLarge
+from .conn import Connection, Sink, monotonic
+from .http1 import Data, End, FramingError, Head, Limits, ResponseReader, Unsolicited
+from .outcome import CODE, MALFORMED_SSE, NO_TOKEN, OK, PROTOCOL, SERVER_ERROR, TOO_LARGE
+
+# What the engine reads of one request: (first chunk, token times, [DONE] time,
+# usage completion tokens or -1, usage prompt tokens or -1); times NaN when absent.
+TokenState = tuple[float, list[float], float, int, int]
+
+
+class _Fail(Exception):
+    def __init__(self, outcome: int, reason: str) -> None:
+        self.outcome, self.reason = outcome, reason
+
+
+class OpenAIConnection(Connection):
+    """One streamed request at a time on a keep-alive connection; each request's bytes
+    come from ``requests`` (the workload's prompts, by request id)."""
+
+    def __init__(self, sink: Sink, requests: list[bytes], api: str,
+                 limits: Limits | None = None, max_event: int = 16 << 20,
+                 require_done: bool = True) -> None:
+        super().__init__(sink, b"")
+        self.requests = requests
+        self.api = api
+        self.reader = ResponseReader(limits, keep_body=True)
+        self.max_event = max_event
+        self.require_done = require_done
+        self._reset()
+
+    def _reset(self) -> None:
+        self.sse = SSEParser(max_event=self.max_event)
+        self.status = 0
+        self.event_stream = True
+        self.ctype = b""
+        self.error_body = b""
+        self.first_chunk = math.nan
+        self.tok: list[float] = []
+        self.t_done = math.nan
+        self.finish_reason: str | None = None
+        self.out_tokens = -1
+        self.in_tokens = -1
+        self.settled = False  # the stream's outcome is decided (the HTTP end may follow)
+
+    def tokens(self) -> TokenState:
+        return self.first_chunk, self.tok, self.t_done, self.out_tokens, self.in_tokens
+
+    # -- Connection hooks ----------------------------------------------------------------
+
+    def expect(self, rid: int) -> None:
+        self.reader.expect()
+        self._reset()
+
+    def request_for(self, rid: int) -> bytes:
+        return self.requests[rid]
+
+    def data_received(self, data: bytes) -> None:
+        if self.rid >= 0:
+            self.nbytes += len(data)
+        try:
+            events = self.reader.feed(data)
+            self._events(events, monotonic())
+        except FramingError as err:
+            self._framing(err)
+        except _Fail as f:
+            self.fail(f.outcome, f.reason)
+
+    def on_eof(self) -> bool:
+        try:
+            for ev in self.reader.feed_eof():
+                if type(ev) is End:
+                    self._end(ev, monotonic())
+                    return True
+                if type(ev) is Data:
+                    self._body(ev.data, monotonic())
+        except _Fail as f:
+            self.rid, rid = -1, self.rid
+            self.reusable = False
+            self.sink.on_response(self, rid, f.outcome, self.status, self.nbytes, f.reason)
+            return True
+        except FramingError as err:
+            if self.status and self.status != 200 and err.kind == "truncated":
+                self.reusable = False
+                self.complete(*self._status_error())
+                return True
+            raise
+        return False
+
+    # -- the response --------------------------------------------------------------------
+
+    def _events(self, events: list, now: float) -> None:
+        for ev in events:
+            kind = type(ev)
+            if kind is Data:
+                if self.rid >= 0:
+                    self._body(ev.data, now)
+            elif kind is Head:
+                self.status = ev.status
+                self.ctype = ev.get(b"content-type") or b"text/event-stream"
+                self.event_stream = self.ctype.lower()[:17] == b"text/event-stream"
+            elif kind is End:
+                if self.rid >= 0:
+                    self._end(ev, now)
+            elif kind is Unsolicited:
+                self.reusable = False
+                self.stray(ev.describe())
+                return
+            # Informational (1xx): skipped
+
+    def _framing(self, err: FramingError) -> None:
+        if self.status and self.status != 200 and err.kind == "truncated":
+            self.reusable = False
+            self.complete(*self._status_error())
+            self.abort()
+            return
+        self.fail(CODE[err.kind], err.reason)
+
+    def _not_stream(self) -> str:
+        return f"not an event stream (Content-Type {self.ctype.decode(errors='replace')})"
+
+    def _body(self, body: bytes, now: float) -> None:
+        if self.status != 200:
+            if len(self.error_body) < 300:
+                self.error_body += body[:300 - len(self.error_body)]
+            return
+        if not self.event_stream:
+            raise _Fail(PROTOCOL, self._not_stream())
+        if self.settled:
+            return  # bytes after [DONE]: the HTTP framing still ends the response
+        try:
+            events = self.sse.feed(body)
+        except SSETooLarge as exc:
+            raise _Fail(TOO_LARGE, str(exc)) from None
+        except SSEError as exc:
+            raise _Fail(MALFORMED_SSE, str(exc)) from None
+        for ev in events:
+            if ev.data == "[DONE]":
+                self.t_done = now
+                self.settled = True
+                return
+            try:
+                chunk = parse_chunk(ev.data, self.api)  # type: ignore[arg-type]
+            except ChunkError as exc:
+                raise _Fail(MALFORMED_SSE, str(exc)) from None
+            if self.first_chunk != self.first_chunk:  # NaN: this is the first
+                self.first_chunk = now
+            if chunk.error is not None:
+                raise _Fail(SERVER_ERROR, chunk.error)
+            if chunk.text:
+                self.tok.append(now)
+            if chunk.finish_reason:
+                self.finish_reason = chunk.finish_reason
+            if chunk.completion_tokens is not None:
+                self.out_tokens = chunk.completion_tokens
+            if chunk.prompt_tokens is not None:
+                self.in_tokens = chunk.prompt_tokens
+
+    def _end(self, ev: End, now: float) -> None:
+        """The HTTP response is complete: decide the request's outcome."""
+        if not ev.keep_alive:
+            self.reusable = False
+        if self.status != 200:
+            self.complete(*self._status_error())
+        elif not self.event_stream:
+            self.reusable = False
+            self.complete(PROTOCOL, self.status, self._not_stream())
+        elif self.settled or (not self.require_done and self.finish_reason is not None
+                              and not self.sse.pending):
+            if self.t_done != self.t_done:
+                self.t_done = now  # ended by a finish_reason and the framing, no [DONE]
+            if self.tok:
+                self.complete(OK, self.status)
+            else:
+                self.complete(NO_TOKEN, self.status, "the stream finished without any content")
+        elif self.sse.pending:
+            self.complete(CODE["truncated"], self.status, "the response ended inside an event")
+        else:
+            self.complete(CODE["truncated"], self.status,
+                          "the response ended before data: [DONE]"
+                          + ("" if self.require_done else " or a finish_reason"))
+
+    def _status_error(self) -> tuple[int, int, str]:
+        st = self.status
+        outcome = CODE["status_4xx"] if 400 <= st < 500 else CODE["status_5xx"]
+        if st < 400:
+            outcome = PROTOCOL  # 3xx: nothing an OpenAI client can use
+        return outcome, st, (f"HTTP {st}: "
+                             + self.error_body.decode("utf-8", errors="replace").strip()[:200])
