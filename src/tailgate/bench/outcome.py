@@ -20,6 +20,11 @@ each kind means (also in the README):
 * ``stale_connection``: a reused keep-alive connection closed or reset before any byte of
   the response (the server had closed it); with ``--retry-stale`` the request is sent
   again on another connection instead and only fails if that fails too.
+* ``tls``: no connection could be made for it because the TLS handshake failed
+  (certificate not trusted, name mismatch, client certificate refused, handshake
+  time-out); the reason says which.
+* ``grpc_status``: a complete gRPC response whose ``grpc-status`` is not 0 (OK); the
+  code is the request's status, its ``grpc-message`` the example reason.
 """
 
 from __future__ import annotations
@@ -35,9 +40,11 @@ TRUNCATED = 7
 TOO_LARGE = 8
 UPGRADE = 9
 STALE = 10
+TLS = 11
+GRPC_STATUS = 12
 
 KINDS = ("ok", "connect", "timeout", "reset", "status_4xx", "status_5xx", "protocol",
-         "truncated", "too_large", "upgrade", "stale_connection")
+         "truncated", "too_large", "upgrade", "stale_connection", "tls", "grpc_status")
 ERROR_KINDS = KINDS[1:]
 CODE = {k: i for i, k in enumerate(KINDS)}
 

@@ -1,4 +1,5 @@
-"""Targets (``http://host:port/path``, ``tcp://host:port``) and the bytes sent (pure)."""
+"""Targets (``http(s)://host:port/path``, ``tcp://host:port``,
+``grpc(s)://host:port/package.Service/Method``) and the bytes sent (pure)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from .. import __version__
+from .tls import TlsOptions
 
 _TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")  # RFC 9110 method/header name
 
@@ -17,10 +19,13 @@ class TargetError(ValueError):
 
 @dataclass(frozen=True)
 class Target:
-    """Where to send and what: ``kind`` is ``"http"`` or ``"tcp"``.
+    """Where to send and what: ``kind`` is the wire protocol, ``"http"``, ``"tcp"`` or
+    ``"grpc"``; ``tls`` is set for https:// and grpcs:// (``scheme`` says which).
 
     For ``tcp`` a response is complete after ``response_length`` bytes, or when
-    the bytes received so far end with ``delimiter`` (exactly one is set).
+    the bytes received so far end with ``delimiter`` (exactly one is set). For
+    ``grpc`` ``request`` is the length-prefixed message, ``path`` the method
+    (``/package.Service/Method``) and ``metadata`` the extra request headers.
     """
 
     url: str
@@ -31,6 +36,14 @@ class Target:
     delimiter: bytes | None = None
     response_length: int | None = None
     extra: dict[str, str] = field(default_factory=dict)
+    tls: TlsOptions | None = None
+    path: str = "/"
+    metadata: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def scheme(self) -> str:
+        """``http``, ``https``, ``tcp``, ``grpc`` or ``grpcs``."""
+        return self.kind + ("s" if self.tls is not None else "")
 
 
 def _host_port(url: str, default_port: int | None) -> tuple[str, int, str]:
@@ -80,15 +93,27 @@ def parse_header(text: str) -> tuple[str, str]:
 def parse_target(url: str, *, method: str = "GET", headers: list[tuple[str, str]] = (),
                  body: bytes = b"", payload: bytes | None = None,
                  delimiter: bytes | None = None,
-                 response_length: int | None = None) -> Target:
-    """Check a target URL and its request options, and build the request bytes."""
+                 response_length: int | None = None,
+                 tls: TlsOptions | None = None) -> Target:
+    """Check a target URL and its request options, and build the request bytes.
+
+    ``tls`` (the --insecure/--cacert/--cert/--key/--sni options) applies to https://
+    and grpcs:// only; given for another scheme it is an error, never ignored."""
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
-    if scheme == "http":
-        host, port, path = _host_port(url, 80)
+    secure = scheme in ("https", "grpcs")
+    if tls is not None and tls != TlsOptions() and not secure:
+        raise TargetError("--insecure/--cacert/--cert/--key/--sni are for https:// and "
+                          f"grpcs:// targets, not {scheme or url!r}")
+    if scheme in ("http", "https"):
+        host, port, path = _host_port(url, 443 if secure else 80)
         if payload is not None or delimiter is not None or response_length is not None:
             raise TargetError("--payload/--delimiter/--response-length are for tcp:// targets")
+        opts = _tls(tls, "http/1.1") if secure else None
         return Target(url, "http", host, port, http_request(method, host, port, path,
-                                                            list(headers), body))
+                                                            list(headers), body), tls=opts)
+    if scheme in ("grpc", "grpcs"):
+        return _grpc_target(url, secure, method, headers, body, payload, delimiter,
+                            response_length, tls)
     if scheme == "tcp":
         host, port, _ = _host_port(url, None)
         if not payload:
@@ -101,6 +126,47 @@ def parse_target(url: str, *, method: str = "GET", headers: list[tuple[str, str]
         if response_length is not None and response_length < 1:
             raise TargetError("--response-length must be >= 1")
         return Target(url, "tcp", host, port, payload, delimiter, response_length)
-    if scheme == "https":
-        raise TargetError("https:// is not supported (plain HTTP/1.1 or tcp:// only)")
-    raise TargetError(f"target must be http://host:port/path or tcp://host:port, not {url!r}")
+    raise TargetError("target must be http(s)://host:port/path, tcp://host:port or "
+                      f"grpc(s)://host:port/package.Service/Method, not {url!r}")
+
+
+def _tls(opts: TlsOptions | None, alpn: str) -> TlsOptions:
+    from dataclasses import replace
+
+    return replace(opts or TlsOptions(), alpn=(alpn,))
+
+
+_GRPC_PATH = re.compile(r"^/[A-Za-z0-9_.]+/[A-Za-z0-9_]+$")
+# Request headers gRPC (or HTTP/2) owns; -H may not set them.
+_GRPC_RESERVED = {"content-type", "te", "host", "connection", "grpc-encoding",
+                  "grpc-accept-encoding", "grpc-timeout", "user-agent", "content-length"}
+
+
+def grpc_frame(message: bytes) -> bytes:
+    """One uncompressed gRPC message: flag 0, 4-byte big-endian length, the bytes."""
+    if len(message) >= 1 << 32:
+        raise TargetError("a gRPC message must be smaller than 4 GiB")
+    return b"\x00" + len(message).to_bytes(4, "big") + message
+
+
+def _grpc_target(url: str, secure: bool, method: str, headers: list[tuple[str, str]],
+                 body: bytes, payload: bytes | None, delimiter: bytes | None,
+                 response_length: int | None, tls: TlsOptions | None) -> Target:
+    host, port, path = _host_port(url, 443 if secure else None)
+    if not _GRPC_PATH.match(path):
+        raise TargetError(f"a gRPC target names its method: grpc://host:port/"
+                          f"package.Service/Method, not path {path!r}")
+    if payload is not None or delimiter is not None or response_length is not None:
+        raise TargetError("--payload/--delimiter/--response-length are for tcp:// targets")
+    if method.upper() not in ("GET", "POST"):  # GET is the default: not asked for
+        raise TargetError(f"gRPC calls are HTTP/2 POSTs: -X {method} does not apply")
+    meta = []
+    for k, v in headers:
+        name = k.lower()
+        if name in _GRPC_RESERVED or name.startswith(":") or not _TOKEN.match(name):
+            raise TargetError(f"-H {k!r}: not settable as gRPC metadata")
+        if "\r" in v or "\n" in v:
+            raise TargetError(f"bad header {k!r}: {v!r}")
+        meta.append((name, v))
+    return Target(url, "grpc", host, port, grpc_frame(body),
+                  tls=_tls(tls, "h2") if secure else None, path=path, metadata=tuple(meta))

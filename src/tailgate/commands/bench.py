@@ -26,12 +26,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--slo 'p999<5ms' --slo 'error_rate<0.1%%'\n"
         "  tailgate bench tcp://127.0.0.1:6379 --payload 'PING\\r\\n' --delimiter '\\r\\n' "
         "--rate 5000 --duration 10s\n"
+        "  tailgate bench https://db.internal:8443/health --cacert ca.pem --rate 1k "
+        "--duration 30s\n"
+        "  tailgate bench grpc://127.0.0.1:50051/helloworld.Greeter/SayHello "
+        "--body-file req.bin --rate 2k --duration 30s --slo 'p99<2ms'\n"
         "  tailgate bench openai+http://127.0.0.1:8000/v1 --model M --api chat --rate 2 "
         "--duration 60s --slo 'ttft_p99<2s' --slo 'itl_p99<50ms'\n"
         "  mpirun -np 4 tailgate bench allreduce --backend mpi --sizes 8B..1MB  "
         "(collectives: tailgate bench allreduce --help)",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("target", metavar="TARGET", help="http://host:port/path, tcp://host:port, "
+    p.add_argument("target", metavar="TARGET", help="http(s)://host:port/path, "
+                   "tcp://host:port, grpc(s)://host:port/package.Service/Method (unary), "
                    "or an OpenAI-compatible LLM server: openai+http://host:port/v1")
     add_load_options(p)
     add_request_options(p)
@@ -56,12 +61,25 @@ def add_request_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("-H", "--header", action="append", default=[], metavar="'NAME: VALUE'",
                    help="request header (repeatable)")
     g.add_argument("--body", help="request body (text)")
-    g.add_argument("--body-file", metavar="FILE", help="request body read from FILE")
+    g.add_argument("--body-file", metavar="FILE", help="request body read from FILE; for "
+                   "grpc:// targets the serialized protobuf request message (framed by "
+                   "tailgate; -H adds call metadata)")
     g = p.add_argument_group("TCP requests")
     g.add_argument("--payload", help=r"request bytes, with escapes (\r \n \t \xNN)")
     g.add_argument("--delimiter", help=r"a response ends with these bytes (escapes allowed)")
     g.add_argument("--response-length", type=int, metavar="N",
                    help="a response is exactly N bytes")
+    g = p.add_argument_group("TLS (https:// and grpcs:// targets)")
+    g.add_argument("--insecure", action="store_true",
+                   help="do not verify the server's certificate or name")
+    g.add_argument("--cacert", metavar="FILE",
+                   help="trust the CA certificates in FILE (PEM) instead of the system's")
+    g.add_argument("--cert", metavar="FILE",
+                   help="client certificate (PEM chain; with its key unless --key)")
+    g.add_argument("--key", metavar="FILE", help="private key of --cert (PEM)")
+    g.add_argument("--sni", metavar="NAME", help="server name sent (SNI) and verified "
+                   "against the certificate (default: the target's host; the Host header "
+                   "is not used)")
     g = p.add_argument_group("protocol limits and keep-alive (every target)")
     g.add_argument("--max-header-bytes", default="256KiB", metavar="SIZE",
                    help="one response header block (or trailer section) larger than this "
@@ -153,10 +171,23 @@ def parse_limits(args: argparse.Namespace) -> Any:
                   max_body_bytes=sizes["max-body-bytes"])
 
 
+def tls_options(args: argparse.Namespace) -> Any:
+    """--insecure/--cacert/--cert/--key/--sni as a TlsOptions (None when none is given)."""
+    from ..bench.tls import TlsOptions
+
+    opts = TlsOptions(insecure=bool(getattr(args, "insecure", False)),
+                      cacert=getattr(args, "cacert", None), cert=getattr(args, "cert", None),
+                      key=getattr(args, "key", None), sni=getattr(args, "sni", None))
+    if opts.insecure and opts.cacert:
+        raise ValueError("give --insecure or --cacert, not both")
+    return None if opts == TlsOptions() else opts
+
+
 def _parse(args: argparse.Namespace) -> tuple[Any, Any, list[Any]]:
     from ..bench.result import RunInfo
     from ..bench.slo import SloError, parse_slo
     from ..bench.target import TargetError, parse_header, parse_target
+    from ..bench.tls import client_context
     from ..bench.units import parse_duration, parse_rate, unescape
     from ..bench.workers import default_workers
 
@@ -180,11 +211,14 @@ def _parse(args: argparse.Namespace) -> tuple[Any, Any, list[Any]]:
                     body = f.read()
             except OSError as exc:
                 raise UsageError(f"--body-file: {exc}") from None
+        tls = tls_options(args)
         target = parse_target(
             args.target, method=args.method, headers=headers, body=body,
             payload=unescape(args.payload) if args.payload is not None else None,
             delimiter=unescape(args.delimiter) if args.delimiter is not None else None,
-            response_length=args.response_length)
+            response_length=args.response_length, tls=tls)
+        if target.tls is not None:
+            client_context(target.tls)  # unreadable certificate files: a usage error now
     except (ValueError, SloError, TargetError) as exc:
         raise UsageError(str(exc)) from None
     if duration <= 0 or timeout <= 0 or warmup < 0 or hdr_interval <= 0:
@@ -200,7 +234,7 @@ def _parse(args: argparse.Namespace) -> tuple[Any, Any, list[Any]]:
         raise UsageError("more than 100 million requests in one run: shorten it")
     # At most ~600 intervals in the --hdr log, whatever the duration.
     hdr_interval = max(hdr_interval, (duration + 1e-9) / 600) if args.hdr else None
-    info = RunInfo(target=args.target, protocol=target.kind, rate=rate, duration_s=duration,
+    info = RunInfo(target=args.target, protocol=target.scheme, rate=rate, duration_s=duration,
                    arrival=args.arrival, warmup_s=warmup, workers=workers,
                    connections=args.connections, max_connections=args.max_connections,
                    timeout_s=timeout, seed=args.seed, min_tail_samples=args.min_tail_samples,
@@ -220,6 +254,14 @@ def run(args: argparse.Namespace) -> int:
         return _sweep(args)
     if args.target.startswith("openai+"):
         from ..llm.command import run_llm
+
+        try:
+            if tls_options(args) is not None:  # refused, never silently ignored
+                raise UsageError("--insecure/--cacert/--cert/--key/--sni are not supported "
+                                 "for openai+ targets yet (openai+https:// verifies against "
+                                 "the system's CAs)")
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
 
         return run_llm(args)
     info, target, slos = _parse(args)
