@@ -22,7 +22,8 @@ each kind means (also in the README):
   again on another connection instead and only fails if that fails too.
 * ``tls``: no connection could be made for it because the TLS handshake failed
   (certificate not trusted, name mismatch, client certificate refused, handshake
-  time-out); the reason says which.
+  time-out), or a TLS alert ended the connection after it (TLS 1.3 refuses a client
+  certificate only once the client's side of the handshake is done); the reason says which.
 * ``grpc_status``: a complete gRPC response whose ``grpc-status`` is not 0 (OK); the
   code is the request's status, its ``grpc-message`` the example reason.
 """
