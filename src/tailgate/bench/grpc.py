@@ -146,13 +146,31 @@ class CallReader:
         return OK, 0, ""
 
 
+class _H2(h2.connection.H2Connection):
+    """h2's client connection, except that a graceful GOAWAY lets the call it covers finish.
+
+    RFC 9113 6.8: streams at or below the GOAWAY's last stream id may still complete
+    (grpc-go's graceful shutdown sends GOAWAY just ahead of the answer), but h2 closes
+    its state machine on any GOAWAY (python-hyper/h2#1181) and would refuse the answer.
+    The connection is retired at the GOAWAY either way (no new stream starts on it)."""
+
+    def _receive_goaway_frame(self, frame):  # type: ignore[no-untyped-def]
+        frames, events = super()._receive_goaway_frame(frame)
+        sid = self.highest_outbound_stream_id or 0
+        stream = self.streams.get(sid)
+        if (frame.error_code == 0 and stream is not None and not stream.closed
+                and sid <= frame.last_stream_id):
+            self.state_machine.state = h2.connection.ConnectionState.CLIENT_OPEN
+        return frames, events
+
+
 class GrpcConnection(Connection):
     """One unary call at a time on one HTTP/2 connection (see the module docstring)."""
 
     def __init__(self, sink: Sink, target: Target, limits: Limits | None = None) -> None:
         super().__init__(sink, target.request)
         self.limits = limits or Limits()
-        self.h2 = h2.connection.H2Connection(h2.config.H2Configuration(
+        self.h2 = _H2(h2.config.H2Configuration(
             client_side=True, header_encoding=None))
         scheme = b"https" if target.tls is not None else b"http"
         authority = f"{target.host}:{target.port}".encode("idna")
@@ -270,7 +288,9 @@ class GrpcConnection(Connection):
             if code != 0:
                 self.sink.on_conn_error(self, RESET, why)
             self.abort()  # an idle connection the server has retired
-        # else: the call in flight was accepted and completes; the connection then goes
+            return
+        # else: the call in flight was accepted and completes (see _H2); the connection
+        # then goes
 
     def on_eof(self) -> bool:
         if self.call is not None and self.call.http_status:
