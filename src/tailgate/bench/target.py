@@ -153,6 +153,10 @@ def _grpc_target(url: str, secure: bool, method: str, headers: list[tuple[str, s
                  body: bytes, payload: bytes | None, delimiter: bytes | None,
                  response_length: int | None, tls: TlsOptions | None) -> Target:
     host, port, path = _host_port(url, 443 if secure else None)
+    try:
+        import h2  # noqa: F401  (HTTP/2 for the gRPC connection)
+    except ImportError:
+        raise TargetError("grpc:// targets need the h2 package (pip install h2)") from None
     if not _GRPC_PATH.match(path):
         raise TargetError(f"a gRPC target names its method: grpc://host:port/"
                           f"package.Service/Method, not path {path!r}")
