@@ -148,6 +148,13 @@ def test_broken_answers_are_errors_with_reasons(bad, method, kind, reason):
     assert only_error(req) == (kind, reason)
 
 
+def test_header_list_over_the_limit_is_too_large(bad):
+    assert accounted(bench(bad.url("BigHeaders"), rate=40))["ok"] == 20
+    req = accounted(bench(bad.url("BigHeaders"), rate=40, limits=Limits(max_header_bytes=1024)))
+    kind, reason = only_error(req)
+    assert kind == "too_large" and "1024" in reason, reason
+
+
 def test_stream_reset_keeps_the_connection_goaway_retires_it(bad):
     # one connection at most: a call that closes it makes the next call open another
     def one_conn(method: str) -> tuple[dict, int]:

@@ -93,6 +93,7 @@ BAD = {
     "TwoMessages": "two messages, grpc-status 0",
     "Cut": "a message whose prefix says 10 bytes, 3 sent, grpc-status 0",
     "Html": "content-type text/html, grpc-status 0",
+    "BigHeaders": "a proper answer with a 4 KiB header",
 }
 
 
@@ -174,6 +175,10 @@ class H2Misbehaving:
         elif method == "Html":
             h2c.send_headers(sid, [(":status", "200"), ("content-type", "text/html")])
             h2c.send_data(sid, _msg(b"<p>"))
+            h2c.send_headers(sid, [("grpc-status", "0")], end_stream=True)
+        elif method == "BigHeaders":
+            h2c.send_headers(sid, [*OK_HEADERS, ("x-big", "b" * 4096)])
+            h2c.send_data(sid, _msg(b"ok"))
             h2c.send_headers(sid, [("grpc-status", "0")], end_stream=True)
         else:
             self._proper(h2c, sid)

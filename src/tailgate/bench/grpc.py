@@ -13,8 +13,9 @@ grpc-go clients do); tailgate opens more connections instead, so a server's
 per-connection stream limit is never what the figures measure.
 
 Outcomes: ``ok`` only for ``grpc-status: 0`` with exactly one response message;
-another ``grpc-status`` is ``grpc_status`` with the code in the status column
-and ``grpc-message`` in the reason; an HTTP status other than 200 is
+a response header list over ``--max-header-bytes`` or a message over
+``--max-body-bytes`` is ``too_large``; another ``grpc-status`` is ``grpc_status``
+with the code in the status column and ``grpc-message`` in the reason; an HTTP status other than 200 is
 ``status_4xx``/``status_5xx`` (HTTP status in the column); a missing
 ``grpc-status``, a wrong content-type or a message cut short is ``protocol``;
 RST_STREAM on the call is ``reset`` (the connection stays); GOAWAY that drops
@@ -187,8 +188,11 @@ class GrpcConnection(Connection):
     def connection_made(self, transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self.h2.initiate_connection()
-        self.h2.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: WINDOW,
-                                 h2.settings.SettingCodes.ENABLE_PUSH: 0})
+        codes = h2.settings.SettingCodes
+        self.h2.update_settings({codes.INITIAL_WINDOW_SIZE: WINDOW, codes.ENABLE_PUSH: 0,
+                                 codes.MAX_HEADER_LIST_SIZE: self.limits.max_header_bytes})
+        # enforced from the first response on, not only once the server acknowledges it
+        self.h2.decoder.max_header_list_size = self.limits.max_header_bytes
         self.h2.increment_flow_control_window(WINDOW - 65535)
         transport.write(self.h2.data_to_send())
 
@@ -222,6 +226,9 @@ class GrpcConnection(Connection):
                 self._event(ev)
                 if self.closed or self.transport is None or self.transport.is_closing():
                     return
+        except h2.exceptions.DenialOfServiceError as exc:  # e.g. a header list over the limit
+            self._broken(f"HTTP/2: {exc}", TOO_LARGE)
+            return
         except h2.exceptions.ProtocolError as exc:
             self._broken(f"HTTP/2: {type(exc).__name__}: {exc}")
             return
@@ -235,10 +242,10 @@ class GrpcConnection(Connection):
         if out and self.transport is not None and not self.transport.is_closing():
             self.transport.write(out)
 
-    def _broken(self, reason: str) -> None:
+    def _broken(self, reason: str, outcome: int = PROTOCOL) -> None:
         """The server broke HTTP/2: charge the call in flight, or the connection."""
         if self.rid >= 0:
-            self.fail(PROTOCOL, reason)
+            self.fail(outcome, reason)
         else:
             self.stray(reason)
 
