@@ -35,11 +35,12 @@ def server():
 
 def bench(url: str, body: bytes = b"hello", rate: float = 100, duration: float = 0.5,
           connections: int = 2, tls: TlsOptions | None = None, log: str | None = None,
-          limits: Limits | None = None, headers=(), max_connections: int = 32) -> dict:
+          limits: Limits | None = None, headers=(), max_connections: int = 32,
+          timeout: float = 2.0) -> dict:
     target = parse_target(url, body=body, tls=tls, headers=list(headers))
     info = RunInfo(target=url, protocol=target.scheme, rate=rate, duration_s=duration,
                    workers=1, connections=connections, max_connections=max_connections,
-                   timeout_s=2.0,
+                   timeout_s=timeout,
                    limits=limits or Limits())
     cfgs = plan(info, target, [log] if log else None)
     return build_result(info, [run_here(c) for c in cfgs]).json
@@ -92,6 +93,15 @@ def test_latency_agrees_with_the_servers_sleep(server):
     for key in ("service_time_ms", "latency_ms"):
         assert ms <= data[key]["p50"] <= ms * 1.5, (key, data[key])
         assert data[key]["max"] >= ms
+
+
+def test_call_slower_than_the_timeout_is_a_timeout(server):
+    data = bench(f"grpc://127.0.0.1:{server}/test.Svc/Sleep", rate=20, duration=0.5,
+                 timeout=SLEEP_S / 2)
+    req = accounted(data)
+    kind, reason = only_error(req)
+    assert kind == "timeout" and "no complete response" in reason
+    assert data["latency_ms"]["max"] == pytest.approx(SLEEP_S / 2 * 1e3, rel=0.01)
 
 
 def test_large_messages_both_ways_pass_flow_control(server):
