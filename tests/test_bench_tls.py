@@ -167,8 +167,9 @@ def test_handshake_counts_in_latency_of_who_waited_never_in_service_time(pki):
 
 
 def test_tls_options_are_checked(pki, tmp_path):
-    with pytest.raises(TargetError, match="https:// and grpcs://"):
-        parse_target("http://127.0.0.1:1/", tls=TlsOptions(insecure=True))
+    with pytest.raises(TargetError, match=r"--insecure --sni does not apply to http:// "
+                                          r"targets \(it is for https://, grpcs://\)"):
+        parse_target("http://127.0.0.1:1/", tls=TlsOptions(insecure=True, sni="x"))
     assert parse_target("https://example.test/").port == 443
     t = parse_target("https://127.0.0.1:8443/", tls=TlsOptions(cacert=pki.ca))
     assert t.tls.alpn == ("http/1.1",) and t.scheme == "https" and t.kind == "http"
@@ -200,9 +201,9 @@ def test_cli_end_to_end(nginx, pki, tmp_path):
 @pytest.mark.parametrize(("args", "message"), [
     (["https://127.0.0.1:1/", "--cacert", "/nonexistent/ca.pem"], "--cacert"),
     (["https://127.0.0.1:1/", "--insecure", "--cacert", "x"], "not both"),
-    (["http://127.0.0.1:1/", "--insecure"], "https:// and grpcs://"),
+    (["http://127.0.0.1:1/", "--insecure"], "--insecure does not apply to http://"),
     (["tcp://127.0.0.1:1", "--payload", "x", "--delimiter", "y", "--sni", "a"],
-     "https:// and grpcs://"),
+     "--sni does not apply to tcp://"),
     (["openai+https://127.0.0.1:1/v1", "--model", "m", "--insecure"], "openai+"),
 ])
 def test_cli_refuses_what_it_cannot_use(args, message):

@@ -102,8 +102,9 @@ def parse_target(url: str, *, method: str = "GET", headers: list[tuple[str, str]
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
     secure = scheme in ("https", "grpcs")
     if tls is not None and tls != TlsOptions() and not secure:
-        raise TargetError("--insecure/--cacert/--cert/--key/--sni are for https:// and "
-                          f"grpcs:// targets, not {scheme or url!r}")
+        given = [f"--{k}" for k, v in vars(tls).items() if v and k != "alpn"]
+        raise TargetError(f"{' '.join(given)} does not apply to {scheme or url}:// targets "
+                          f"(it is for https://, grpcs://)")
     if scheme in ("http", "https"):
         host, port, path = _host_port(url, 443 if secure else 80)
         if payload is not None or delimiter is not None or response_length is not None:
