@@ -109,8 +109,10 @@ def test_large_messages_both_ways_pass_flow_control(server):
     srv, port = grpcio_server(counter=counter)
     try:
         big = bytes(range(256)) * 4096  # 1 MiB: 16 times HTTP/2's initial 64 KiB window
-        req = accounted(bench(f"grpc://127.0.0.1:{port}/test.Svc/Count", body=big, rate=20))
+        req = accounted(bench(f"grpc://127.0.0.1:{port}/test.Svc/Count", body=big, rate=20,
+                              headers=[("X-Tenant", "blue")]))
         assert req["ok"] == 10 and counter.calls == 10 and counter.bytes == 10 * len(big)
+        assert counter.metadata["x-tenant"] == "blue"  # -H is call metadata
     finally:
         srv.stop(0)
     data = bench(f"grpc://127.0.0.1:{server}/test.Svc/Echo", body=big, rate=20)
@@ -218,6 +220,8 @@ def test_grpc_targets_are_checked():
                       ("grpc://h:1/a.B/C", {"method": "PUT"}),
                       ("grpc://h:1/a.B/C", {"headers": [("content-type", "x")]}),
                       ("grpc://h:1/a.B/C", {"headers": [("te", "x")]}),
+                      ("grpc://h:1/a.B/C", {"headers": [("x-a", "\x00")]}),
+                      ("grpc://h:1/a.B/C", {"headers": [("x-a", "\u20ac")]}),
                       ("grpc://h:1/a.B/C", {"payload": b"x"}),
                       ("grpc://h:1/a.B/C", {"tls": TlsOptions(insecure=True)})]:
         with pytest.raises(TargetError):

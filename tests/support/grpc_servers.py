@@ -3,7 +3,8 @@
 * :func:`grpcio_server`: the real ``grpcio`` server (C core) with a generic handler on raw
   bytes, so no generated code is needed. Service ``test.Svc``: ``Echo`` (answers the
   request reversed), ``Fail`` (NOT_FOUND, "no such thing"), ``Sleep`` (answers after
-  ``SLEEP_S``), ``Count`` (echo, and counts the request bytes it got). ``tls=(cert, key)``
+  ``SLEEP_S``), ``Count`` (counts the calls and request bytes it got, keeps the last
+  call's metadata). ``tls=(cert, key)``
   serves grpcs.
 * :class:`H2Misbehaving`: an HTTP/2 server (the ``h2`` library, server side) that breaks
   gRPC or HTTP/2 on purpose, per method of service ``bad.Svc`` (see :data:`BAD`); grpcio
@@ -33,6 +34,7 @@ class Counter:
     def __init__(self) -> None:
         self.calls = 0
         self.bytes = 0
+        self.metadata: dict[str, str] = {}  # of the last call
         self.lock = threading.Lock()
 
 
@@ -55,6 +57,7 @@ def grpcio_server(tls: tuple[str, str] | None = None, workers: int = 16,
             with counter.lock:
                 counter.calls += 1
                 counter.bytes += len(req)
+                counter.metadata = dict(ctx.invocation_metadata())
         return req[:16]
 
     handler = grpc.method_handlers_generic_handler("test.Svc", {

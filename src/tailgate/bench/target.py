@@ -170,7 +170,11 @@ def _grpc_target(url: str, secure: bool, method: str, headers: list[tuple[str, s
         name = k.lower()
         if name in _GRPC_RESERVED or name.startswith(":") or not _TOKEN.match(name):
             raise TargetError(f"-H {k!r}: not settable as gRPC metadata")
-        if "\r" in v or "\n" in v:
+        try:
+            v.encode("latin-1")
+        except UnicodeEncodeError:
+            raise TargetError(f"-H {k!r}: gRPC metadata values are ASCII text") from None
+        if any(c < " " and c != "\t" or c == "\x7f" for c in v):
             raise TargetError(f"bad header {k!r}: {v!r}")
         meta.append((name, v))
     return Target(url, "grpc", host, port, grpc_frame(body),
