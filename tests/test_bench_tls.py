@@ -166,6 +166,22 @@ def test_handshake_counts_in_latency_of_who_waited_never_in_service_time(pki):
     assert data["service_time_ms"]["max"] < delay * 1e3  # nobody has it in service time
 
 
+def test_handshake_past_the_timeout_is_a_tls_error(pki):
+    with TlsServer(pki.server_cert, pki.server_key, handshake_delay_s=1.0) as srv:
+        target = parse_target(srv.url(), tls=TlsOptions(cacert=pki.ca))
+        info = RunInfo(target=srv.url(), protocol="https", rate=10, duration_s=0.5,
+                       connections=1, max_connections=8, timeout_s=0.3)
+        data = build_result(info, [run_here(c) for c in plan(info, target)]).json
+    req = accounted(data)
+    assert req["ok"] == 0
+    # a request whose connection attempt gave up first is tls; one the sweep reached
+    # first (still queued at its time-out) is a timeout
+    assert req["errors"]["tls"] + req["errors"]["timeout"] == req["sent"] == 5
+    assert req["errors"]["tls"] >= 1
+    assert req["error_examples"]["tls"] == [{"reason": "TLS: handshake timed out",
+                                             "count": req["errors"]["tls"]}]
+
+
 def test_tls_options_are_checked(pki, tmp_path):
     with pytest.raises(TargetError, match=r"--insecure --sni does not apply to http:// "
                                           r"targets \(it is for https://, grpcs://\)"):

@@ -129,6 +129,9 @@ async def dial(loop: asyncio.AbstractEventLoop, factory: Callable[[], Connection
     except (TimeoutError, OSError, EOFError) as exc:
         sock.close()
         raise DialError("tls", handshake_reason(exc)) from None
+    except BaseException:  # cancelled (the run ended): the socket is ours to close
+        sock.close()
+        raise
     return Dialed(conn, t1 - t0, time.monotonic() - t1)
 
 
