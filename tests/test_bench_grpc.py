@@ -55,7 +55,10 @@ def accounted(data: dict) -> dict:
 
 
 def only_error(req: dict) -> tuple[str, str]:
-    (kind,) = [k for k, v in req["errors"].items() if v]
+    kinds = [k for k, v in req["errors"].items() if v]
+    assert len(kinds) == 1, req
+    kind = kinds[0]
+    assert len(req["error_examples"][kind]) == 1, req
     (example,) = req["error_examples"][kind]
     assert example["count"] == req["errors"][kind] == req["sent"]
     return kind, example["reason"]
