@@ -17,6 +17,7 @@ A subclass owns a sans-I/O reader: it implements :meth:`Connection.expect`,
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 from typing import Protocol
 
@@ -136,6 +137,9 @@ class Connection(asyncio.Protocol):
                 kind, reason = "truncated", "connection closed inside the response"
             except FramingError as err:
                 kind, reason = err.kind, err.reason
+        elif isinstance(exc, ssl.SSLError):
+            # A TLS alert after the handshake (TLS 1.3: a refused client certificate).
+            kind, reason = "tls", f"TLS: {(exc.reason or str(exc)).replace('_', ' ').lower()}"
         else:
             kind = "closed" if not self.nbytes else "reset"
             reason = f"connection reset after {self.nbytes} response bytes: {exc}"
