@@ -195,7 +195,7 @@ def test_handshake_past_the_timeout_is_a_tls_error(pki):
 
 def test_tls_options_are_checked(pki, tmp_path):
     with pytest.raises(TargetError, match=r"--insecure --sni does not apply to http:// "
-                                          r"targets \(it is for https://, grpcs://\)"):
+                                          r"targets \(it is for https://, grpcs://"):
         parse_target("http://127.0.0.1:1/", tls=TlsOptions(insecure=True, sni="x"))
     assert parse_target("https://example.test/").port == 443
     t = parse_target("https://127.0.0.1:8443/", tls=TlsOptions(cacert=pki.ca))
