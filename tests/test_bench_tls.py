@@ -177,6 +177,12 @@ def test_handshake_counts_in_latency_of_who_waited_never_in_service_time(pki):
     assert data["service_time_ms"]["max"] < delay * 1e3  # nobody has it in service time
 
 
+def test_grpcs_to_a_server_without_http2_is_a_tls_error(nginx, pki):
+    # nginx here speaks HTTP/1.1 only: OpenSSL refuses our ALPN "h2" in the handshake
+    data = bench(f"grpcs://127.0.0.1:{nginx.port}/a.B/C", TlsOptions(cacert=pki.ca), rate=20)
+    assert only_error(accounted(data)) == ("tls", "TLS: tlsv1 alert no application protocol")
+
+
 def test_handshake_past_the_timeout_is_a_tls_error(pki):
     with TlsServer(pki.server_cert, pki.server_key, handshake_delay_s=1.0) as srv:
         target = parse_target(srv.url(), tls=TlsOptions(cacert=pki.ca))

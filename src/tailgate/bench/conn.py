@@ -139,7 +139,9 @@ class Connection(asyncio.Protocol):
                 kind, reason = err.kind, err.reason
         elif isinstance(exc, ssl.SSLError):
             # A TLS alert after the handshake (TLS 1.3: a refused client certificate).
-            kind, reason = "tls", f"TLS: {(exc.reason or str(exc)).replace('_', ' ').lower()}"
+            from .tls import handshake_reason  # (tls imports this module)
+
+            kind, reason = "tls", handshake_reason(exc)
         else:
             kind = "closed" if not self.nbytes else "reset"
             reason = f"connection reset after {self.nbytes} response bytes: {exc}"

@@ -188,9 +188,13 @@ class GrpcConnection(Connection):
         self.sid = 0  # the call's stream id (0: none yet)
         self.call: CallReader | None = None
         self._out = b""  # request bytes still held back by flow control
+        self.alpn: str | None = "h2"  # what the TLS server agreed to (cleartext: h2c assumed)
 
     def connection_made(self, transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        tls = transport.get_extra_info("ssl_object")
+        if tls is not None:
+            self.alpn = tls.selected_alpn_protocol()
         self.h2.initiate_connection()
         codes = h2.settings.SettingCodes
         self.h2.update_settings({codes.INITIAL_WINDOW_SIZE: WINDOW, codes.ENABLE_PUSH: 0,
@@ -248,6 +252,8 @@ class GrpcConnection(Connection):
 
     def _broken(self, reason: str, outcome: int = PROTOCOL) -> None:
         """The server broke HTTP/2: charge the call in flight, or the connection."""
+        if self.alpn != "h2":  # the likely why: it does not speak HTTP/2 at all
+            reason += f" (over TLS the server chose {self.alpn or 'no protocol'} by ALPN, not h2)"
         if self.rid >= 0:
             self.fail(outcome, reason)
         else:

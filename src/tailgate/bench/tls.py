@@ -20,6 +20,7 @@ as RFC 6066 requires). A ``Host`` header is never used for it.
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 import ssl
 import time
@@ -87,7 +88,8 @@ def client_context(opts: TlsOptions) -> ssl.SSLContext:
 def _why(exc: BaseException) -> str:
     if isinstance(exc, ssl.SSLError) and exc.reason:
         return exc.reason.replace("_", " ").lower()
-    return getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+    text = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+    return re.sub(r"^\[\w+\] |\s*\(_ssl\.c:\d+\)$", "", text)  # "[SSL] x (_ssl.c:1006)"
 
 
 def handshake_reason(exc: BaseException) -> str:
