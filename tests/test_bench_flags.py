@@ -93,6 +93,13 @@ TABLE: dict[str, tuple[list[str], tuple[str, ...]]] = {
     "--no-usage": (["--no-usage"], ("openai",)),
     "--ignore-eos": (["--ignore-eos"], ("openai",)),
     "--concurrency": (["--concurrency", "2"], ()),  # closed loop: refused everywhere
+    # TLS: for https://, grpcs:// and openai+https:// (tests/test_bench_tls.py): refused
+    # for every plaintext target here
+    "--insecure": (["--insecure"], ()),
+    "--cacert": (["--cacert", TRACE], ()),
+    "--cert": (["--cert", TRACE], ()),
+    "--key": (["--key", TRACE], ()),
+    "--sni": (["--sni", "example.test"], ()),
 }
 SWEEP = {"--sweep", "--sweep-steps", "--sweep-bisect", "--sweep-html"}
 

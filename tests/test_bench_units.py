@@ -81,7 +81,7 @@ def test_http_target_builds_one_keep_alive_request():
 
 @pytest.mark.parametrize(("url", "opts"), [
     ("ftp://x:1/", {}),
-    ("https://x/", {}),
+    ("https://x/", {"payload": b"a"}),
     ("http://:80/", {}),
     ("http://x:99999/", {}),
     ("tcp://x", {"payload": b"a", "delimiter": b"\n"}),  # no port

@@ -52,7 +52,7 @@ http {{
     keepalive_timeout 300s;
     default_type text/plain;
     server {{
-        listen {address}:{port} backlog=4096;
+        listen {address}:{port}{listen_options} backlog=4096;
         {locations}
     }}
 }}
@@ -78,10 +78,13 @@ class Nginx:
 
     def __init__(self, locations: str = DEFAULT_LOCATIONS, workers: int = 1,
                  port: int | None = None, address: str = "127.0.0.1",
-                 netns: str | None = None) -> None:
-        """``netns``: run inside that network namespace, listening on ``address`` there."""
+                 netns: str | None = None, listen_options: str = "") -> None:
+        """``netns``: run inside that network namespace, listening on ``address`` there.
+        ``listen_options``: added to the ``listen`` directive (``ssl`` for a TLS server,
+        whose certificate directives go in ``locations``)."""
         self.address, self.netns = address, netns
         self.locations = locations
+        self.listen_options = f" {listen_options}" if listen_options else ""
         self.workers = workers
         self.port = port or free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="tailgate-nginx-"))
@@ -97,7 +100,8 @@ class Nginx:
     def start(self, timeout_s: float = 10.0) -> Nginx:
         conf = self.dir / "nginx.conf"
         conf.write_text(CONFIG.format(workers=self.workers, dir=self.dir, port=self.port,
-                                      address=self.address, locations=self.locations))
+                                      address=self.address, locations=self.locations,
+                                      listen_options=self.listen_options))
         netns = ["ip", "netns", "exec", self.netns] if self.netns else []  # execs nginx
         self.proc = subprocess.Popen(
             [*netns, NGINX, "-p", str(self.dir), "-e", str(self.dir / "error.log"), "-c", str(conf)],

@@ -17,6 +17,7 @@ A subclass owns a sans-I/O reader: it implements :meth:`Connection.expect`,
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 from typing import Protocol
 
@@ -136,6 +137,11 @@ class Connection(asyncio.Protocol):
                 kind, reason = "truncated", "connection closed inside the response"
             except FramingError as err:
                 kind, reason = err.kind, err.reason
+        elif isinstance(exc, ssl.SSLError):
+            # A TLS alert after the handshake (TLS 1.3: a refused client certificate).
+            from .tls import handshake_reason  # (tls imports this module)
+
+            kind, reason = "tls", handshake_reason(exc)
         else:
             kind = "closed" if not self.nbytes else "reset"
             reason = f"connection reset after {self.nbytes} response bytes: {exc}"

@@ -77,9 +77,10 @@ import numpy as np
 from ..hist import Histogram, HistogramSpec
 from .conn import Connection, monotonic
 from .http1 import Limits
-from .outcome import CONNECT, KINDS, OK, STALE, TIMEOUT
+from .outcome import CODE, KINDS, OK, STALE, TIMEOUT
 from .target import Target
 from .timer import Waker
+from .tls import DialError, client_context, dial
 
 _CHUNK = 1 << 16
 # Connection attempts in flight at once: each costs the generator ~100 µs of CPU, so a
@@ -165,6 +166,9 @@ class WorkerResult:
     arrivals_s: np.ndarray = field(default_factory=lambda: np.zeros(0))  # dispatch offsets
     tick_s: float = 0.0  # the wake-up timer's period (0: one wake-up per due time)
     tokens: Any = None  # openai+: tailgate.llm.accounting.TokenBook
+    # per successful connection attempt, ns: TCP connect, and TLS handshake (TLS targets)
+    connect_time: Histogram | None = None
+    handshake_time: Histogram | None = None
 
 
 class Engine:
@@ -196,6 +200,10 @@ class Engine:
             self.tokens = TokenBook(cfg.spec)
             self._factory = lambda: OpenAIConnection(self, reqs, t.api or "completions", lim,
                                                      cfg.max_event_bytes, cfg.require_done)
+        elif t.kind == "grpc":
+            from .grpc import GrpcConnection
+
+            self._factory = lambda: GrpcConnection(self, t, lim)
         else:
             from .tcp import TcpConnection
 
@@ -226,6 +234,9 @@ class Engine:
         self.connect_failures = 0
         self.max_open = 0
         self.connect_errors: dict[str, int] = {}
+        self._tls = client_context(t.tls) if t.tls is not None else None
+        self._connect_s: list[float] = []
+        self._handshake_s: list[float] = []
         # hot-path records, turned into arrays by _flush
         self._rid: list[int] = []
         self._send: list[float] = []
@@ -471,21 +482,24 @@ class Engine:
         """One connection attempt; the caller has already counted it in ``n_connecting``."""
         t = self.cfg.target
         try:
-            _, conn = await asyncio.wait_for(
-                self.loop.create_connection(self._factory, t.host, t.port),
-                self.cfg.timeout_s)
-        except (TimeoutError, OSError) as exc:
+            dialed = await dial(self.loop, self._factory, t.host, t.port, self._tls,
+                                t.tls.sni if t.tls else None, self.cfg.timeout_s)
+        except DialError as exc:
             self.n_connecting -= 1
             self.connect_failures += 1
-            reason = type(exc).__name__ if not str(exc) else str(exc)
+            reason = exc.reason
             self.connect_errors[reason] = self.connect_errors.get(reason, 0) + 1
             if self.pending and not initial:
                 # The oldest waiting request could not get this connection.
                 rid = self.pending.popleft()
-                self._record_failure(rid, CONNECT, monotonic(), reason=reason)
+                self._record_failure(rid, CODE[exc.kind], monotonic(), reason=reason)
                 if self.pending and not self.stopping:
                     self._maybe_open()
             return
+        conn = dialed.conn
+        self._connect_s.append(dialed.connect_s)
+        if dialed.handshake_s is not None:
+            self._handshake_s.append(dialed.handshake_s)
         self.n_connecting -= 1
         self.n_open += 1
         self.opened += 1
@@ -697,7 +711,14 @@ class Engine:
                         else np.zeros(0, dtype=np.float64)),
             tick_s=self._tick,
             tokens=self.tokens,
+            connect_time=self._times_hist(self._connect_s),
+            handshake_time=self._times_hist(self._handshake_s) if self._tls else None,
         )
+
+    def _times_hist(self, seconds: list[float]) -> Histogram:
+        h = Histogram(self.cfg.spec)
+        h.record(np.array(seconds, dtype=np.float64) * 1e9)
+        return h
 
 
 def _token_columns(t: Any, start: float, nominal: int) -> str:

@@ -20,6 +20,12 @@ each kind means (also in the README):
 * ``stale_connection``: a reused keep-alive connection closed or reset before any byte of
   the response (the server had closed it); with ``--retry-stale`` the request is sent
   again on another connection instead and only fails if that fails too.
+* ``tls``: no connection could be made for it because the TLS handshake failed
+  (certificate not trusted, name mismatch, client certificate refused, handshake
+  time-out), or a TLS alert ended the connection after it (TLS 1.3 refuses a client
+  certificate only once the client's side of the handshake is done); the reason says which.
+* ``grpc_status``: a complete gRPC response whose ``grpc-status`` is not 0 (OK); the
+  code is the request's status, its ``grpc-message`` the example reason.
 
 Only ``openai+`` targets (a streamed response, :mod:`.openai_sse`):
 
@@ -48,17 +54,24 @@ STALE = 10
 MALFORMED_SSE = 11
 SERVER_ERROR = 12
 NO_TOKEN = 13
+TLS = 14
+GRPC_STATUS = 15
 
 KINDS = ("ok", "connect", "timeout", "reset", "status_4xx", "status_5xx", "protocol",
          "truncated", "too_large", "upgrade", "stale_connection",
-         "malformed_sse", "server_error", "no_token")
+         "malformed_sse", "server_error", "no_token", "tls", "grpc_status")
 ERROR_KINDS = KINDS[1:]
-STREAM_KINDS = KINDS[MALFORMED_SSE:]  # only a streamed (openai+) response ends these ways
+STREAM_KINDS = KINDS[MALFORMED_SSE:NO_TOKEN + 1]  # only a streamed (openai+) response
 
 
 def kinds_for(protocol: str) -> tuple[str, ...]:
-    """The error kinds a protocol's requests can end with (the JSON lists these)."""
-    return ERROR_KINDS if protocol == "openai" else ERROR_KINDS[:MALFORMED_SSE - 1]
+    """The error kinds a protocol's requests can end with (the JSON lists these);
+    ``protocol`` is the target's scheme less ``openai+`` (``https``, ``grpcs``, ...)."""
+    if protocol == "openai":
+        return tuple(k for k in ERROR_KINDS if k != "grpc_status")
+    grpc = protocol in ("grpc", "grpcs")
+    return tuple(k for k in ERROR_KINDS if k not in STREAM_KINDS
+                 and (k != "grpc_status" or grpc))
 CODE = {k: i for i, k in enumerate(KINDS)}
 
 

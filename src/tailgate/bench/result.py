@@ -8,11 +8,12 @@ read::
      "rate": {"target", "achieved", "ok"},
      "requests": {"scheduled", "sent", "ok", "errors": {"connect", "timeout", "reset",
                   "status_4xx", "status_5xx", "protocol", "truncated", "too_large",
-                  "upgrade", "stale_connection"},
+                  "upgrade", "stale_connection", "tls", "grpc_status"},
                   "error_examples": {kind: [{"reason", "count"}, ...]},
                   "abandoned", "retried", "queued", "warmup"},
      "connections": {"opened", "connect_failures", "max_open", "cap",
-                     "errors": {kind: count}, "error_examples": {kind: [...]}},
+                     "errors": {kind: count}, "error_examples": {kind: [...]},
+                     "connect_ms", "handshake_ms" (TLS targets): {"p50", ..., "count"}},
      "accounting": {"consistent", "problems"},
      "latency_ms" | "service_time_ms" | "lateness_ms":
          {"p50", "p90", "p99", "p999", "p9999", "max", "mean", "count",
@@ -41,7 +42,10 @@ requests without an outcome when it stopped). ``error_examples`` keeps up to
 five reasons per kind with their counts, summed over workers.
 ``connections.errors`` are protocol errors with no request in flight (bytes
 after a complete response): charged to the connection, which was dropped, and
-not part of ``sent``. ``retried`` counts requests resent after a stale
+not part of ``sent``. ``connections.connect_ms`` is the TCP connect time of every
+connection opened and ``handshake_ms`` (https://, grpcs://) its TLS handshake,
+apart: neither is in any request's service time, and both are in the latency of a
+request that waited for that connection. ``retried`` counts requests resent after a stale
 keep-alive connection (``--retry-stale``).
 ``queued`` counts requests that found no idle connection when due and waited for
 one (a new one opening, or a busy one freeing up); ``lateness`` is how late the
@@ -227,7 +231,8 @@ def build_result(info: RunInfo, parts: Sequence[WorkerResult],
         },
         "connections": {**conns,
                         "errors": {k: sum(r.values()) for k, r in conn_book.items()},
-                        "error_examples": merge_reasons(p.conn_errors for p in parts)},
+                        "error_examples": merge_reasons(p.conn_errors for p in parts),
+                        **_dial_times(parts, spec)},
         "latency_ms": summarize(latency),
         "service_time_ms": summarize(service),
         "lateness_ms": summarize(lateness),
@@ -272,6 +277,16 @@ def build_result(info: RunInfo, parts: Sequence[WorkerResult],
     data["accounting"] = accounting(data)
     data["warnings"] = warnings(data, info, parts, list(missing_workers))
     return BenchResult(data, latency, service, lateness, intervals, info, book)
+
+
+def _dial_times(parts: Sequence[WorkerResult], spec: HistogramSpec) -> dict[str, Any]:
+    """Connect and TLS handshake times of the connections opened (handshake: TLS only)."""
+    out = {"connect_ms": summarize(merged((p.connect_time for p in parts
+                                           if p.connect_time is not None), spec))}
+    shakes = [p.handshake_time for p in parts if p.handshake_time is not None]
+    if shakes:
+        out["handshake_ms"] = summarize(merged(shakes, spec))
+    return out
 
 
 def _sum_books(books: Iterable[dict[str, dict[str, int]]]) -> dict[str, dict[str, int]]:
@@ -449,6 +464,12 @@ def summary_text(result: BenchResult, spectrum: bool = False) -> str:
         _fmt_ci("service", d["service_time_ms"]),
         _fmt_ci("lateness", d["lateness_ms"]),
     ]
+    conn = d["connections"]
+    if "handshake_ms" in conn and conn["handshake_ms"]["count"]:
+        lines.insert(3, f"connection setup ms: TCP connect p50 {conn['connect_ms']['p50']:.3f} "
+                        f"max {conn['connect_ms']['max']:.3f}, TLS handshake p50 "
+                        f"{conn['handshake_ms']['p50']:.3f} max {conn['handshake_ms']['max']:.3f}"
+                        f" ({conn['handshake_ms']['count']} connection(s))")
     detail = [f"  {kind}: " + "; ".join(f"{e['reason']} (x{e['count']})" for e in ex)
               for kind, ex in req["error_examples"].items()]
     detail += [f"  connection {kind} (no request in flight): "

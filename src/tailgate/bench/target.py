@@ -1,5 +1,6 @@
-"""Targets (``http://host:port/path``, ``tcp://host:port``,
-``openai+http://host:port/v1``) and the bytes sent (pure)."""
+"""Targets (``http(s)://host:port/path``, ``tcp://host:port``,
+``grpc(s)://host:port/package.Service/Method``, ``openai+http(s)://host:port/v1``) and the
+bytes sent (pure)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from .. import __version__
+from .tls import TlsOptions
 
 _TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")  # RFC 9110 method/header name
 
@@ -18,10 +20,14 @@ class TargetError(ValueError):
 
 @dataclass(frozen=True)
 class Target:
-    """Where to send and what: ``kind`` is ``"http"``, ``"tcp"`` or ``"openai"``.
+    """Where to send and what: ``kind`` is the wire protocol, ``"http"``, ``"tcp"``,
+    ``"grpc"`` or ``"openai"``; ``tls`` is set for https://, grpcs:// and openai+https://
+    (``scheme`` says which).
 
     For ``tcp`` a response is complete after ``response_length`` bytes, or when
     the bytes received so far end with ``delimiter`` (exactly one is set). For
+    ``grpc`` ``request`` is the length-prefixed message, ``path`` the method
+    (``/package.Service/Method``) and ``metadata`` the extra request headers. For
     ``openai`` (an OpenAI-compatible server, streamed) ``request`` is the header
     block without its Content-Length: every request has its own body (the
     workload's prompt), joined by :meth:`with_body`; ``api`` says which endpoint.
@@ -36,10 +42,21 @@ class Target:
     response_length: int | None = None
     extra: dict[str, str] = field(default_factory=dict)
     api: str | None = None  # openai: "completions" or "chat"
+    tls: TlsOptions | None = None
+    path: str = "/"
+    metadata: tuple[tuple[str, str], ...] = ()
 
     def with_body(self, body: bytes) -> bytes:
         """openai: one request's bytes (the shared head, its length, its body)."""
         return self.request + b"Content-Length: %d\r\n\r\n" % len(body) + body
+
+    @property
+    def scheme(self) -> str:
+        """``http``, ``https``, ``tcp``, ``grpc``, ``grpcs`` or ``openai`` (the protocol the
+        JSON names; an openai+https:// target's TLS shows in ``tls``)."""
+        if self.kind == "openai":
+            return "openai"
+        return self.kind + ("s" if self.tls is not None else "")
 
 
 def _host_port(url: str, default_port: int | None) -> tuple[str, int, str]:
@@ -103,26 +120,38 @@ def openai_head(host: str, port: int, path: str, headers: list[tuple[str, str]] 
 def parse_target(url: str, *, method: str = "GET", headers: list[tuple[str, str]] = (),
                  body: bytes = b"", payload: bytes | None = None,
                  delimiter: bytes | None = None,
-                 response_length: int | None = None, api: str = "completions") -> Target:
-    """Check a target URL and its request options, and build the request bytes."""
+                 response_length: int | None = None, api: str = "completions",
+                 tls: TlsOptions | None = None) -> Target:
+    """Check a target URL and its request options, and build the request bytes.
+
+    ``tls`` (the --insecure/--cacert/--cert/--key/--sni options) applies to https://,
+    grpcs:// and openai+https:// only; given for another scheme it is an error, never
+    ignored."""
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
-    if scheme == "openai+http":
+    secure = scheme in ("https", "grpcs", "openai+https")
+    if tls is not None and tls != TlsOptions() and not secure:
+        given = [f"--{k}" for k, v in vars(tls).items() if v and k != "alpn"]
+        raise TargetError(f"{' '.join(given)} does not apply to {scheme or url}:// targets "
+                          f"(it is for https://, grpcs://, openai+https://)")
+    if scheme in ("openai+http", "openai+https"):
         from ..llm.openai import PATHS
 
         if api not in PATHS:
             raise TargetError(f"--api must be one of {', '.join(PATHS)}, not {api!r}")
-        host, port, path = _host_port(url[len("openai+"):], 80)
+        host, port, path = _host_port(url[len("openai+"):], 443 if secure else 80)
         path = path.rstrip("/") + PATHS[api]  # type: ignore[index]
         return Target(url, "openai", host, port, openai_head(host, port, path, list(headers)),
-                      api=api)
-    if scheme == "openai+https":
-        raise TargetError("openai+https:// is not supported yet (openai+http:// only)")
-    if scheme == "http":
-        host, port, path = _host_port(url, 80)
+                      api=api, tls=_tls(tls, "http/1.1") if secure else None)
+    if scheme in ("http", "https"):
+        host, port, path = _host_port(url, 443 if secure else 80)
         if payload is not None or delimiter is not None or response_length is not None:
             raise TargetError("--payload/--delimiter/--response-length are for tcp:// targets")
+        opts = _tls(tls, "http/1.1") if secure else None
         return Target(url, "http", host, port, http_request(method, host, port, path,
-                                                            list(headers), body))
+                                                            list(headers), body), tls=opts)
+    if scheme in ("grpc", "grpcs"):
+        return _grpc_target(url, secure, method, headers, body, payload, delimiter,
+                            response_length, tls)
     if scheme == "tcp":
         host, port, _ = _host_port(url, None)
         if not payload:
@@ -135,7 +164,56 @@ def parse_target(url: str, *, method: str = "GET", headers: list[tuple[str, str]
         if response_length is not None and response_length < 1:
             raise TargetError("--response-length must be >= 1")
         return Target(url, "tcp", host, port, payload, delimiter, response_length)
-    if scheme == "https":
-        raise TargetError("https:// is not supported (plain HTTP/1.1 or tcp:// only)")
-    raise TargetError(f"target must be http://host:port/path, tcp://host:port or "
-                      f"openai+http://host:port/v1, not {url!r}")
+    raise TargetError("target must be http(s)://host:port/path, tcp://host:port, "
+                      "grpc(s)://host:port/package.Service/Method or "
+                      f"openai+http(s)://host:port/v1, not {url!r}")
+
+
+def _tls(opts: TlsOptions | None, alpn: str) -> TlsOptions:
+    from dataclasses import replace
+
+    return replace(opts or TlsOptions(), alpn=(alpn,))
+
+
+_GRPC_PATH = re.compile(r"^/[A-Za-z0-9_.]+/[A-Za-z0-9_]+$")
+# Request headers gRPC (or HTTP/2) owns; -H may not set them.
+_GRPC_RESERVED = {"content-type", "te", "host", "connection", "grpc-encoding",
+                  "grpc-accept-encoding", "grpc-timeout", "user-agent", "content-length"}
+
+
+def grpc_frame(message: bytes) -> bytes:
+    """One uncompressed gRPC message: flag 0, 4-byte big-endian length, the bytes."""
+    if len(message) >= 1 << 32:
+        raise TargetError("a gRPC message must be smaller than 4 GiB")
+    return b"\x00" + len(message).to_bytes(4, "big") + message
+
+
+def _grpc_target(url: str, secure: bool, method: str, headers: list[tuple[str, str]],
+                 body: bytes, payload: bytes | None, delimiter: bytes | None,
+                 response_length: int | None, tls: TlsOptions | None) -> Target:
+    host, port, path = _host_port(url, 443 if secure else None)
+    try:
+        import h2  # noqa: F401  (HTTP/2 for the gRPC connection)
+    except ImportError:
+        raise TargetError("grpc:// targets need the h2 package (pip install h2)") from None
+    if not _GRPC_PATH.match(path):
+        raise TargetError(f"a gRPC target names its method: grpc://host:port/"
+                          f"package.Service/Method, not path {path!r}")
+    if payload is not None or delimiter is not None or response_length is not None:
+        raise TargetError("--payload/--delimiter/--response-length are for tcp:// targets")
+    if method.upper() not in ("GET", "POST"):  # GET is the default: not asked for
+        raise TargetError(f"gRPC calls are HTTP/2 POSTs: -X {method} does not apply")
+    meta = []
+    for k, v in headers:
+        name = k.lower()
+        if name in _GRPC_RESERVED or name.startswith(":") or not _TOKEN.match(name):
+            raise TargetError(f"-H {k!r}: not settable as gRPC metadata")
+        try:
+            v.encode("latin-1")
+        except UnicodeEncodeError:
+            raise TargetError(f"-H {k!r}: gRPC metadata values are ASCII text") from None
+        if any(c < " " and c != "\t" or c == "\x7f" for c in v):
+            raise TargetError(f"bad header {k!r}: {v!r}")
+        meta.append((name, v))
+    return Target(url, "grpc", host, port, grpc_frame(body),
+                  tls=_tls(tls, "h2") if secure else None, path=path, metadata=tuple(meta))

@@ -28,12 +28,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--slo 'p999<5ms' --slo 'error_rate<0.1%%'\n"
         "  tailgate bench tcp://127.0.0.1:6379 --payload 'PING\\r\\n' --delimiter '\\r\\n' "
         "--rate 5000 --duration 10s\n"
+        "  tailgate bench https://db.internal:8443/health --cacert ca.pem --rate 1k "
+        "--duration 30s\n"
+        "  tailgate bench grpc://127.0.0.1:50051/helloworld.Greeter/SayHello "
+        "--body-file req.bin --rate 2k --duration 30s --slo 'p99<2ms'\n"
         "  tailgate bench openai+http://127.0.0.1:8000/v1 --model M --api chat --rate 2 "
         "--duration 60s --slo 'ttft_p99<2s' --slo 'itl_p99<50ms'\n"
         "  mpirun -np 4 tailgate bench allreduce --backend mpi --sizes 8B..1MB  "
         "(collectives: tailgate bench allreduce --help)",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("target", metavar="TARGET", help="http://host:port/path, tcp://host:port, "
+    p.add_argument("target", metavar="TARGET", help="http(s)://host:port/path, "
+                   "tcp://host:port, grpc(s)://host:port/package.Service/Method (unary), "
                    "or an OpenAI-compatible LLM server: openai+http://host:port/v1")
     add_load_options(p)
     g = p.add_argument_group("self-correcting (tailgate.bench.confidence)")
@@ -64,12 +69,25 @@ def add_request_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("-H", "--header", action="append", default=[], metavar="'NAME: VALUE'",
                    help="request header (repeatable)")
     g.add_argument("--body", help="request body (text)")
-    g.add_argument("--body-file", metavar="FILE", help="request body read from FILE")
+    g.add_argument("--body-file", metavar="FILE", help="request body read from FILE; for "
+                   "grpc:// targets the serialized protobuf request message (framed by "
+                   "tailgate; -H adds call metadata)")
     g = p.add_argument_group("TCP requests")
     g.add_argument("--payload", help=r"request bytes, with escapes (\r \n \t \xNN)")
     g.add_argument("--delimiter", help=r"a response ends with these bytes (escapes allowed)")
     g.add_argument("--response-length", type=int, metavar="N",
                    help="a response is exactly N bytes")
+    g = p.add_argument_group("TLS (https:// and grpcs:// targets)")
+    g.add_argument("--insecure", action="store_true",
+                   help="do not verify the server's certificate or name")
+    g.add_argument("--cacert", metavar="FILE",
+                   help="trust the CA certificates in FILE (PEM) instead of the system's")
+    g.add_argument("--cert", metavar="FILE",
+                   help="client certificate (PEM chain; with its key unless --key)")
+    g.add_argument("--key", metavar="FILE", help="private key of --cert (PEM)")
+    g.add_argument("--sni", metavar="NAME", help="server name sent (SNI) and verified "
+                   "against the certificate (default: the target's host; the Host header "
+                   "is not used)")
     g = p.add_argument_group("protocol limits and keep-alive (every target)")
     g.add_argument("--max-header-bytes", default="256KiB", metavar="SIZE",
                    help="one response header block (or trailer section) larger than this "
@@ -167,8 +185,8 @@ def parse_limits(args: argparse.Namespace) -> Any:
 # usage error naming both: nothing is silently ignored). Load, limit and output options
 # apply to every protocol and are not listed.
 FLAG_PROTOCOLS: dict[str, tuple[str, ...]] = {
-    "--method": ("http",), "--body": ("http",), "--body-file": ("http",),
-    "--header": ("http", "openai"),
+    "--method": ("http",), "--body": ("http", "grpc"), "--body-file": ("http", "grpc"),
+    "--header": ("http", "openai", "grpc"),
     "--payload": ("tcp",), "--delimiter": ("tcp",), "--response-length": ("tcp",),
     "--max-event-bytes": ("openai",),
     **{f: ("openai",) for f in (
@@ -177,7 +195,8 @@ FLAG_PROTOCOLS: dict[str, tuple[str, ...]] = {
         "--trace-token-scale", "--trace-time-scale", "--no-usage", "--ignore-eos",
         "--concurrency")},
 }
-PROTOCOLS = {"http": "http", "tcp": "tcp", "openai+http": "openai"}
+PROTOCOLS = {"http": "http", "https": "http", "tcp": "tcp", "grpc": "grpc", "grpcs": "grpc",
+             "openai+http": "openai", "openai+https": "openai"}
 # LLM options that only one kind of workload reads.
 WORKLOAD_FLAGS: dict[str, tuple[str, ...]] = {
     "--input-len": ("fixed", "random", "multiturn"),
@@ -197,14 +216,14 @@ def _defaults() -> dict[str, Any]:
 
 
 def protocol_of(url: str) -> str:
-    """``http``, ``tcp`` or ``openai`` (URL schemes), else a usage error."""
+    """``http``, ``tcp``, ``grpc`` or ``openai`` (by URL scheme; TLS or not), else a usage
+    error."""
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
     if scheme in PROTOCOLS:
         return PROTOCOLS[scheme]
-    if scheme in ("https", "openai+https"):
-        raise UsageError(f"{scheme}:// is not supported yet (http://, tcp://, openai+http://)")
-    raise UsageError(f"target must be http://host:port/path, tcp://host:port or "
-                     f"openai+http://host:port/v1, not {url!r}")
+    raise UsageError("target must be http(s)://host:port/path, tcp://host:port, "
+                     "grpc(s)://host:port/package.Service/Method or "
+                     f"openai+http(s)://host:port/v1, not {url!r}")
 
 
 def refuse_flags(args: argparse.Namespace, protocol: str) -> None:
@@ -228,6 +247,18 @@ def refuse_flags(args: argparse.Namespace, protocol: str) -> None:
                              f"--workload {' or '.join(kinds)})")
 
 
+def tls_options(args: argparse.Namespace) -> Any:
+    """--insecure/--cacert/--cert/--key/--sni as a TlsOptions (None when none is given)."""
+    from ..bench.tls import TlsOptions
+
+    opts = TlsOptions(insecure=bool(getattr(args, "insecure", False)),
+                      cacert=getattr(args, "cacert", None), cert=getattr(args, "cert", None),
+                      key=getattr(args, "key", None), sni=getattr(args, "sni", None))
+    if opts.insecure and opts.cacert:
+        raise ValueError("give --insecure or --cacert, not both")
+    return None if opts == TlsOptions() else opts
+
+
 def _parse(args: argparse.Namespace) -> tuple[Any, Any, list[Any], Any, dict[str, Any]]:
     """(run description, target, SLOs, global schedule or None, further engine fields)."""
     from ..bench.confidence import parse_targets
@@ -235,6 +266,7 @@ def _parse(args: argparse.Namespace) -> tuple[Any, Any, list[Any], Any, dict[str
     from ..bench.slo import SloError
     from ..bench.slo import parse_slo as bench_slo
     from ..bench.target import TargetError, parse_header, parse_target
+    from ..bench.tls import client_context
     from ..bench.units import parse_duration, parse_rate, unescape
     from ..bench.workers import default_workers
     from ..llm.accounting import parse_slo as llm_slo
@@ -276,11 +308,15 @@ def _parse(args: argparse.Namespace) -> tuple[Any, Any, list[Any], Any, dict[str
                     body = f.read()
             except OSError as exc:
                 raise UsageError(f"--body-file: {exc}") from None
+        tls = tls_options(args)
         target = parse_target(
             args.target, method=args.method, headers=headers, body=body,
             payload=unescape(args.payload) if args.payload is not None else None,
             delimiter=unescape(args.delimiter) if args.delimiter is not None else None,
-            response_length=args.response_length, api=getattr(args, "api", "completions"))
+            response_length=args.response_length, api=getattr(args, "api", "completions"),
+            tls=tls)
+        if target.tls is not None:
+            client_context(target.tls)  # unreadable certificate files: a usage error now
     except (ValueError, SloError, TargetError) as exc:
         raise UsageError(str(exc)) from None
     if (duration is not None and duration <= 0) or timeout <= 0 or warmup < 0 \
@@ -299,7 +335,7 @@ def _parse(args: argparse.Namespace) -> tuple[Any, Any, list[Any], Any, dict[str
         raise UsageError("more than 100 million requests in one run: shorten it")
     if requests is not None and requests > 100_000_000:
         raise UsageError("more than 100 million requests in one run: fewer --requests")
-    info = RunInfo(target=args.target, protocol=protocol, rate=rate or 0.0,
+    info = RunInfo(target=args.target, protocol=target.scheme, rate=rate or 0.0,
                    duration_s=duration if duration is not None else 0.0,
                    arrival="trace" if trace and rate is None else args.arrival,
                    warmup_s=warmup, workers=workers,

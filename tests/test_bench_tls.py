@@ -1,0 +1,266 @@
+"""https:// against real TLS servers on loopback: nginx with a certificate the test makes
+(trustme), and a small Python TLS server for a delayed handshake and a client
+certificate required in the handshake."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from support.nginx import Nginx, available
+from support.require import require
+from support.tls_certs import Pki
+from support.tls_server import TlsServer
+from tailgate.bench.result import RunInfo, build_result
+from tailgate.bench.target import TargetError, parse_target
+from tailgate.bench.tls import TlsError, TlsOptions, client_context
+from tailgate.bench.workers import plan, run_here
+
+pytestmark = [pytest.mark.timeout(120)]
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    return Pki(tmp_path_factory.mktemp("pki"))
+
+
+def locations(pki: Pki, extra: str = "") -> str:
+    return f"""
+    ssl_certificate {pki.server_cert};
+    ssl_certificate_key {pki.server_key};
+    {extra}
+    location = /    {{ return 200 "hello\\n"; }}
+    location = /sni {{ if ($ssl_server_name != "localhost") {{ return 421; }} return 200 "ok\\n"; }}
+    """
+
+
+@pytest.fixture(scope="module")
+def nginx(pki):
+    require(available())
+    with Nginx(locations=locations(pki), listen_options="ssl") as ng:
+        yield ng
+
+
+@pytest.fixture(scope="module")
+def nginx_mtls(pki):
+    require(available())
+    verify = f"ssl_client_certificate {pki.ca}; ssl_verify_client on;"
+    with Nginx(locations=locations(pki, verify), listen_options="ssl") as ng:
+        yield ng
+
+
+def bench(url: str, tls: TlsOptions | None, rate: float = 100, duration: float = 0.5,
+          connections: int = 2) -> dict:
+    target = parse_target(url, tls=tls)
+    info = RunInfo(target=url, protocol=target.scheme, rate=rate, duration_s=duration,
+                   workers=1, connections=connections, max_connections=16, timeout_s=2.0)
+    return build_result(info, [run_here(c) for c in plan(info, target)]).json
+
+
+def accounted(data: dict) -> dict:
+    req = data["requests"]
+    assert req["sent"] == req["scheduled"] == req["ok"] + sum(req["errors"].values())
+    assert data["latency_ms"]["count"] == req["sent"] and req["abandoned"] == 0
+    assert data["accounting"] == {"consistent": True, "problems": []}
+    return req
+
+
+def only_error(req: dict) -> tuple[str, str]:
+    kinds = [k for k, v in req["errors"].items() if v]
+    assert len(kinds) == 1, req
+    kind = kinds[0]
+    assert len(req["error_examples"][kind]) == 1, req
+    (example,) = req["error_examples"][kind]
+    assert example["count"] == req["errors"][kind]
+    return kind, example["reason"]
+
+
+def https(ng: Nginx, path: str = "/") -> str:
+    return f"https://127.0.0.1:{ng.port}{path}"
+
+
+def test_untrusted_certificate_is_a_tls_error_with_the_reason(nginx):
+    data = bench(https(nginx), None)  # the system's CAs do not know the test CA
+    req = accounted(data)
+    assert req["ok"] == 0 and req["errors"]["tls"] == req["sent"] == 50
+    kind, reason = only_error(req)
+    assert reason == "TLS: certificate verify failed: unable to get local issuer certificate"
+    assert data["connections"]["opened"] == 0
+    assert data["service_time_ms"]["count"] == 0  # nothing was ever sent
+    assert data["connections"]["handshake_ms"]["count"] == 0
+
+
+def test_insecure_skips_verification(nginx):
+    req = accounted(bench(https(nginx), TlsOptions(insecure=True)))
+    assert req["ok"] == req["sent"] == 50
+
+
+def test_cacert_verifies_and_handshakes_are_timed_apart(nginx, pki):
+    data = bench(https(nginx), TlsOptions(cacert=pki.ca))
+    req = accounted(data)
+    assert req["ok"] == 50
+    conns = data["connections"]
+    # every connection opened was timed twice: TCP connect and TLS handshake
+    assert conns["connect_ms"]["count"] == conns["handshake_ms"]["count"] == conns["opened"] >= 2
+    assert conns["handshake_ms"]["p50"] > 0 and conns["connect_ms"]["p50"] > 0
+    assert data["protocol"] == "https"
+
+
+def test_name_verified_is_the_sni_name(nginx, pki):
+    # the certificate is for localhost and 127.0.0.1: a name it lacks fails verification
+    req = accounted(bench(https(nginx), TlsOptions(cacert=pki.ca, sni="wrong.example")))
+    kind, reason = only_error(req)
+    assert kind == "tls" and "Hostname mismatch" in reason and "wrong.example" in reason
+
+
+def test_sni_is_sent(nginx, pki):
+    # nginx answers /sni with 421 unless the client sent SNI "localhost"
+    req = accounted(bench(https(nginx, "/sni"), TlsOptions(cacert=pki.ca)))
+    assert req["errors"]["status_4xx"] == 50  # an IP address is never sent as SNI
+    req = accounted(bench(https(nginx, "/sni"), TlsOptions(cacert=pki.ca, sni="localhost")))
+    assert req["ok"] == 50
+
+
+def test_client_certificate(nginx_mtls, pki):
+    url = https(nginx_mtls)
+    req = accounted(bench(url, TlsOptions(cacert=pki.ca)))
+    assert req["errors"]["status_4xx"] == 50  # nginx: 400 "No required SSL certificate"
+    req = accounted(bench(url, TlsOptions(cacert=pki.ca, cert=pki.client_cert,
+                                          key=pki.client_key)))
+    assert req["ok"] == 50
+    req = accounted(bench(url, TlsOptions(cacert=pki.ca, cert=pki.client_combined)))
+    assert req["ok"] == 50
+    req = accounted(bench(url, TlsOptions(cacert=pki.ca, cert=pki.other_client_cert,
+                                          key=pki.other_client_key)))
+    assert req["errors"]["status_4xx"] == 50  # a certificate from a CA nginx does not trust
+
+
+def refused(req: dict, alert: str) -> None:
+    """Every request failed on the server's TLS alert, or on the RST that can overtake it
+    (the server closes with our request unread, and Linux then drops the alert)."""
+    assert req["ok"] == 0 and req["errors"]["tls"] + req["errors"]["reset"] == req["sent"]
+    assert req["errors"]["tls"] >= req["sent"] // 2, req
+    assert req["error_examples"]["tls"] == [{"reason": alert, "count": req["errors"]["tls"]}]
+
+
+def test_client_certificate_required_in_the_handshake(pki):
+    with TlsServer(pki.server_cert, pki.server_key, client_ca=pki.ca) as srv:
+        req = accounted(bench(srv.url(), TlsOptions(cacert=pki.ca), rate=40))
+        refused(req, "TLS: tlsv13 alert certificate required")
+        req = accounted(bench(srv.url(), TlsOptions(cacert=pki.ca, cert=pki.other_client_cert,
+                                                    key=pki.other_client_key), rate=40))
+        refused(req, "TLS: tlsv1 alert unknown ca")
+        req = accounted(bench(srv.url(), TlsOptions(cacert=pki.ca, cert=pki.client_cert,
+                                                    key=pki.client_key), rate=40))
+        assert req["ok"] == req["sent"] == 20
+
+
+def test_handshake_counts_in_latency_of_who_waited_never_in_service_time(pki):
+    delay = 0.2  # the server starts each handshake this long after the TCP accept
+    with TlsServer(pki.server_cert, pki.server_key, handshake_delay_s=delay) as srv:
+        # no connection opened in advance: the first request waits for connect + handshake
+        data = bench(srv.url(), TlsOptions(cacert=pki.ca), rate=20, duration=0.5,
+                     connections=0)
+    req = accounted(data)
+    assert req["ok"] == 10
+    conns = data["connections"]
+    assert conns["handshake_ms"]["count"] == conns["opened"] >= 1
+    assert conns["handshake_ms"]["p50"] >= delay * 1e3  # the delay is in the handshake
+    assert conns["connect_ms"]["max"] < delay * 1e3  # and not in the TCP connect
+    assert data["latency_ms"]["max"] >= delay * 1e3  # who waited has it in its latency
+    assert data["service_time_ms"]["max"] < delay * 1e3  # nobody has it in service time
+
+
+def test_grpcs_to_a_server_without_http2_is_a_tls_error(nginx, pki):
+    # nginx here speaks HTTP/1.1 only: OpenSSL refuses our ALPN "h2" in the handshake
+    data = bench(f"grpcs://127.0.0.1:{nginx.port}/a.B/C", TlsOptions(cacert=pki.ca), rate=20)
+    assert only_error(accounted(data)) == ("tls", "TLS: tlsv1 alert no application protocol")
+
+
+def test_handshake_past_the_timeout_is_a_tls_error(pki):
+    with TlsServer(pki.server_cert, pki.server_key, handshake_delay_s=1.0) as srv:
+        target = parse_target(srv.url(), tls=TlsOptions(cacert=pki.ca))
+        info = RunInfo(target=srv.url(), protocol="https", rate=10, duration_s=0.5,
+                       connections=1, max_connections=8, timeout_s=0.3)
+        data = build_result(info, [run_here(c) for c in plan(info, target)]).json
+    req = accounted(data)
+    assert req["ok"] == 0
+    # a request whose connection attempt gave up first is tls; one the sweep reached
+    # first (still queued at its time-out) is a timeout
+    assert req["errors"]["tls"] + req["errors"]["timeout"] == req["sent"] == 5
+    assert req["errors"]["tls"] >= 1
+    assert req["error_examples"]["tls"] == [{"reason": "TLS: handshake timed out",
+                                             "count": req["errors"]["tls"]}]
+
+
+def test_tls_options_are_checked(pki, tmp_path):
+    with pytest.raises(TargetError, match=r"--insecure --sni does not apply to http:// "
+                                          r"targets \(it is for https://, grpcs://"):
+        parse_target("http://127.0.0.1:1/", tls=TlsOptions(insecure=True, sni="x"))
+    assert parse_target("https://example.test/").port == 443
+    t = parse_target("https://127.0.0.1:8443/", tls=TlsOptions(cacert=pki.ca))
+    assert t.tls.alpn == ("http/1.1",) and t.scheme == "https" and t.kind == "http"
+    with pytest.raises(TlsError, match="--cacert"):
+        client_context(TlsOptions(cacert=str(tmp_path / "absent.pem")))
+    with pytest.raises(TlsError, match="--cert"):
+        client_context(TlsOptions(cert=pki.ca))  # a certificate with no key
+    with pytest.raises(TlsError, match="--key needs --cert"):
+        client_context(TlsOptions(key=pki.client_key))
+
+
+def tailgate(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": os.path.join(REPO, "src")}
+    return subprocess.run([sys.executable, "-m", "tailgate", *args], capture_output=True,
+                          text=True, timeout=60, env=env)
+
+
+def test_cli_end_to_end(nginx, pki, tmp_path):
+    out = tmp_path / "r.json"
+    p = tailgate("bench", https(nginx), "--cacert", pki.ca, "--rate", "200", "--duration",
+                 "0.5s", "--workers", "2", "--connections", "2", "--quiet", "--json", str(out))
+    assert p.returncode == 0, p.stderr
+    data = json.loads(out.read_text())
+    assert accounted(data)["ok"] == 100
+    assert data["connections"]["handshake_ms"]["count"] == data["connections"]["opened"]
+    assert "TLS handshake p50" in p.stdout
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["https://127.0.0.1:1/", "--cacert", "/nonexistent/ca.pem"], "--cacert"),
+    (["https://127.0.0.1:1/", "--insecure", "--cacert", "x"], "not both"),
+    (["http://127.0.0.1:1/", "--insecure"], "--insecure does not apply to http://"),
+    (["tcp://127.0.0.1:1", "--payload", "x", "--delimiter", "y", "--sni", "a"],
+     "--sni does not apply to tcp://"),
+    (["openai+http://127.0.0.1:1/v1", "--model", "m", "--insecure"],
+     "--insecure does not apply to openai+http://"),
+])
+def test_cli_refuses_what_it_cannot_use(args, message):
+    p = tailgate("bench", *args, "--rate", "1", "--duration", "1s", "--quiet")
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert message in p.stderr
+
+
+def test_openai_streams_over_tls(pki):
+    """openai+https:// goes through the same TLS connection code (a fixed stream from nginx)."""
+    require(available())
+    chunk = '{"choices":[{"text":"hi","index":0,"finish_reason":"length"}]}'
+    loc = locations(pki, f"""location = /v1/completions {{ default_type text/event-stream;
+        return 200 'data: {chunk}\\n\\ndata: [DONE]\\n\\n'; }}""")
+    with Nginx(locations=loc, listen_options="ssl") as ng:
+        url = f"openai+https://127.0.0.1:{ng.port}/v1"
+        ok = tailgate("bench", url, "--model", "m", "--cacert", pki.ca, "--rate", "20",
+                      "--duration", "0.5s", "--workers", "1", "--quiet", "--json", "-",
+                      "--no-usage")
+        bad = tailgate("bench", url, "--model", "m", "--rate", "20", "--duration", "0.5s",
+                       "--workers", "1", "--quiet", "--json", "-", "--no-usage")
+    data = json.loads(ok.stdout)
+    assert accounted(data)["ok"] == 10, ok.stderr
+    assert data["connections"]["handshake_ms"]["count"] == data["connections"]["opened"]
+    kind, reason = only_error(accounted(json.loads(bad.stdout)))
+    assert kind == "tls" and "certificate verify failed" in reason
