@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from support.cgroups import cpu_cgroup
+from support.llm_server import ScriptedServer
 from support.nginx import Nginx, available
 from support.require import require
 from tailgate.bench.result import RunInfo, build_result
@@ -82,11 +83,6 @@ def test_bad_confidence_is_a_usage_error(nginx, tmp_path):
     r = subprocess.run([*TAILGATE, nginx.url("/"), "--rate", "10", "--duration", "1s",
                         "--confidence", "p97=1ms"], capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and "PERCENTILE=WIDTH" in r.stderr
-    # refused, never silently ignored, where the engine cannot end its schedule yet
-    r = subprocess.run([*TAILGATE, "openai+http://127.0.0.1:9/v1", "--model", "m", "--rate", "1",
-                        "--duration", "1s", "--confidence", "p99=1ms"],
-                       capture_output=True, text=True, timeout=30)
-    assert r.returncode == 2 and "--confidence is not supported for openai+" in r.stderr
 
 
 def test_every_percentile_carries_its_interval_and_n_m_when_not_measurable(nginx, tmp_path):
@@ -218,3 +214,18 @@ def test_end_schedule_dispatches_nothing_more_and_finishes_what_was_sent(nginx):
     assert res.abandoned == 0 and res.warmup_requests == 400
     assert res.last_dispatch_s < 1.0
     assert 0 < res.arrivals_s.size == res.dispatched
+
+
+def test_confidence_ends_an_llm_run_too():
+    """openai+ targets run on the same engine: --confidence ends their schedule as well."""
+    with ScriptedServer(gap_s=0.001) as srv:
+        r = subprocess.run([*TAILGATE, "openai+" + srv.base, "--model", "m", "--rate", "200",
+                            "--duration", "20s", "--output-len", "2", "--workers", "1",
+                            "--confidence", "p50=50%@95%", "--json", "-", "--quiet"],
+                           capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    conf, req = doc["confidence"], doc["requests"]
+    assert conf["reached"] and conf["schedule_ended"]
+    assert req["scheduled"] < 200 * 20 and req["abandoned"] == 0
+    assert req["scheduled"] == req["sent"] == req["ok"]
