@@ -48,6 +48,9 @@ KEYS: dict[str, type | tuple[type, ...]] = {
     "payload": str, "delimiter": str, "response_length": int, "retry_stale": bool,
     "max_header_bytes": (str, int), "max_body_bytes": (str, int),
     "max_event_bytes": (str, int),
+    # openai+ targets (LLM streams)
+    "model": str, "api": str, "workload": str, "input_len": int, "output_len": int,
+    "requests": int,
 }
 LISTS = ("slo", "header")
 
@@ -189,7 +192,8 @@ def target_args(base: argparse.Namespace, t: ScenarioTarget) -> argparse.Namespa
             val = list(val)
         elif isinstance(val, (int, float)) and not isinstance(val, bool) \
                 and key not in ("connections", "max_connections", "workers", "seed",
-                                "min_tail_samples", "response_length"):
+                                "min_tail_samples", "response_length", "input_len",
+                                "output_len", "requests"):
             val = str(val)  # "rate: 2000" is the text "2000", parsed like the command line
         setattr(ns, key, val)
     return ns

@@ -18,6 +18,19 @@ from typing import Any
 from ..errors import UsageError
 from .options import check_writable, write_output
 
+LLM_LATER = ("openai+ targets run on their own engine in this build, not yet on --ray or in "
+             "a scenario (they join the bench's one engine with issue 12)")
+
+
+def one_engine() -> bool:
+    """Whether openai+ targets are a protocol of the bench engine (issue 12's one engine:
+    the schedule is planned by ``workers.plan``), so that --ray and scenarios carry them."""
+    import inspect
+
+    from ..bench.workers import plan
+
+    return "schedule" in inspect.signature(plan).parameters
+
 
 def add_fleet_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("many generators (Ray) and scenarios")
@@ -37,7 +50,9 @@ def add_fleet_options(p: argparse.ArgumentParser) -> None:
 
 
 def wanted(args: argparse.Namespace) -> bool:
-    return bool(getattr(args, "ray", None) or getattr(args, "scenario", None))
+    return bool(getattr(args, "ray", None) or getattr(args, "scenario", None)
+                or getattr(args, "nodes", None) is not None
+                or getattr(args, "per_node", 1) != 1)
 
 
 def _check_key(t: Any, path: str) -> None:
@@ -50,11 +65,12 @@ def _check_key(t: Any, path: str) -> None:
     checks = {"rate": parse_rate, "duration": parse_duration, "warmup": parse_duration,
               "timeout": parse_duration, "max_header_bytes": parse_size,
               "max_body_bytes": parse_size, "max_event_bytes": parse_size}
+    llm = str(t.options.get("url", "")).startswith("openai+")
     for key, val in t.options.items():
         try:
             if key in checks:
                 checks[key](str(val))
-            elif key == "slo":
+            elif key == "slo" and not llm:  # LLM SLOs (ttft_p99...) are the engine's to parse
                 for e in val:
                     parse_slo(e)
             elif key == "header":
@@ -62,10 +78,8 @@ def _check_key(t: Any, path: str) -> None:
                     parse_header(h)
             elif key == "arrival" and val not in ("constant", "poisson"):
                 raise ValueError(f"expected constant or poisson, not {val!r}")
-            elif key == "url" and str(val).startswith("openai+"):
-                raise ValueError("openai+ targets are not yet runnable in a scenario or on "
-                                 "--ray (they run on their own engine until issue 12 merges "
-                                 "it into the bench's)")
+            elif key == "url" and llm and not one_engine():
+                raise ValueError(LLM_LATER)
         except (ValueError, SloError, TargetError) as exc:
             raise UsageError(f"{t.where(path, key)}: {exc}") from None
 
@@ -75,10 +89,8 @@ def _runs(args: argparse.Namespace) -> tuple[list[tuple[str, argparse.Namespace]
     if not args.scenario:
         if args.target is None:
             raise UsageError("give TARGET or --scenario FILE")
-        if args.target.startswith("openai+"):
-            raise UsageError("--ray with an openai+ target is not yet supported: LLM targets "
-                             "run on their own engine until issue 12 merges it into the "
-                             "bench's")
+        if args.target.startswith("openai+") and not one_engine():
+            raise UsageError(LLM_LATER)
         return [(args.target, args)], None
     if args.target is not None:
         raise UsageError("give TARGET or --scenario FILE, not both")
@@ -110,9 +122,13 @@ def run_fleet(args: argparse.Namespace) -> int:
     check_writable(args.json)
 
     parsed = []
+    plans = []  # per target: how workers.plan splits it (the schedule and protocol extras)
     for i, (name, ns) in enumerate(runs):
         try:
-            parsed.append((name, *_parse(ns)))
+            got = _parse(ns)
+            parsed.append((name, *got[:3]))
+            # issue 12's one engine returns (info, target, slos, schedule, extra)
+            plans.append({"schedule": got[3], **got[4]} if len(got) > 3 else {})
         except UsageError as exc:
             if scenario_targets is None:
                 raise
@@ -135,24 +151,26 @@ def run_fleet(args: argparse.Namespace) -> int:
                 raise UsageError(f"--ray {args.ray}: no live node")
             placed_all = []
             groups: list[list[int]] = []
-            for _name, info, target, _slos in parsed:
+            for gi, (_name, info, target, _slos) in enumerate(parsed):
                 n = len(nodes) * args.per_node
                 info2 = replace(info, workers=n, connections=max(info.connections, n),
                                 max_connections=max(info.max_connections, n))
-                cfgs = plan(info2, target)
+                cfgs = plan(info2, target, **plans[gi])
                 placed = renumber(place(cfgs, nodes, args.per_node), len(placed_all))
                 groups.append([p.cfg.worker for p in placed])
                 placed_all.extend(placed)
             timeout = max(info.timeout_s for _, info, _, _ in parsed)
-            done, lost, _start = run_on_ray(ray, placed_all, ready_timeout_s=timeout + 30.0)
+            done, lost, start_epoch = run_on_ray(ray, placed_all,
+                                                 ready_timeout_s=timeout + 30.0)
         finally:
             disconnect(ray)
         infos = [replace(info, workers=len(nodes) * args.per_node) for _, info, _, _ in parsed]
     else:
         cfgs_all = []
         groups = []
-        for _name, info, target, _slos in parsed:
-            cfgs = [replace(c, worker=len(cfgs_all) + k) for k, c in enumerate(plan(info, target))]
+        for gi, (_name, info, target, _slos) in enumerate(parsed):
+            cfgs = [replace(c, worker=len(cfgs_all) + k)
+                    for k, c in enumerate(plan(info, target, **plans[gi]))]
             groups.append([c.worker for c in cfgs])
             cfgs_all.extend(cfgs)
         try:
@@ -180,6 +198,8 @@ def run_fleet(args: argparse.Namespace) -> int:
             result = build_result(info, parts, interrupted,
                                   [w for w in missing if w in ids])
         result.json["slo"] = evaluate(slos, result.json)
+        if ray is not None:  # the agreed start every node converted to its own clock
+            result.json["clock"] = {"start_epoch_s": start_epoch}
         sections.append((name, result))
     return _report(args, sections, scenario_targets is not None)
 
