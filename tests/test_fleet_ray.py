@@ -10,6 +10,7 @@ namespace node's raylet.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -64,6 +65,8 @@ def test_bench_on_two_nodes_merges_exactly(cluster, tmp_path):
     assert d["accounting"]["consistent"], d["accounting"]
     assert d["rate"]["achieved"] == pytest.approx(400, rel=0.01)
     for n in nodes:
+        # the "go" reached every node before the agreed start (1 s ahead of the last ready)
+        assert 0 < n["start_margin_ms"] < 1000
         assert n["requests"]["scheduled"] == 600 == n["requests"]["sent"]
         assert n["rate"]["target"] == pytest.approx(200, rel=0.01)
         assert n["rate"]["achieved"] == pytest.approx(200, rel=0.02)
@@ -91,7 +94,7 @@ targets:
 """)
     out = tmp_path / "s.json"
     r = tailgate("bench", "--scenario", str(scenario), "--ray", cluster.address,
-                 "--json", str(out))
+                 "--per-node", "2", "--json", str(out))
     d = json.loads(out.read_text())
     # the impossible SLO of one target fails the mixed peak (exit 1), the other holds
     assert r.returncode == 1, r.stderr[-3000:]
@@ -102,6 +105,7 @@ targets:
     assert web["requests"]["ok"] == 400 and sessions["requests"]["ok"] == 200
     for t in (web, sessions):
         assert len(t["nodes"]) == 2 and t["requests"]["lost"] == 0
+        assert [n["workers"] for n in t["nodes"]] == [2, 2] and t["generator"]["workers"] == 4
         assert sum(n["requests"]["sent"] for n in t["nodes"]) == t["requests"]["sent"]
     assert "== target web ==" in r.stdout and "mixed peak (2 targets): FAIL" in r.stdout
 
@@ -141,6 +145,34 @@ def test_inspect_fleet_slow_nodes_are_unknown_not_a_stall(cluster, tmp_path):
     assert all(h["status"] == "unknown" and "no snapshot within 3 s" in h["reason"]
                for h in view["hosts"])
     assert took < 20, "the fleet run waited for the slow nodes"
+
+
+def test_ctrl_c_stops_every_node_and_keeps_what_they_measured(cluster, tmp_path):
+    out = tmp_path / "r.json"
+    p = subprocess.Popen([*TAILGATE, "bench", cluster.nginx.url("/"), "--rate", "200",
+                          "--duration", "30s", "--connections", "2", "--ray", cluster.address,
+                          "--json", str(out)], env=env(), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not cluster.ns_pids("ray::LoadWorker") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(3.0)
+        p.send_signal(signal.SIGINT)
+        stdout, stderr = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 130, stderr[-3000:]
+    d = json.loads(out.read_text())
+    q = d["requests"]
+    assert d["interrupted"] and "[INTERRUPTED]" in stdout
+    # both nodes stopped and reported: nothing lost, the rest of the schedule abandoned
+    assert [n["status"] for n in d["nodes"]] == ["ok", "ok"] and q["lost"] == 0
+    assert all(n["requests"]["sent"] > 0 for n in d["nodes"])
+    assert q["scheduled"] == 6000 == q["sent"] + q["abandoned"] and q["sent"] < 6000
+    assert d["accounting"]["consistent"], d["accounting"]
 
 
 def test_lost_node_mid_run_is_counted_as_lost(cluster, tmp_path):

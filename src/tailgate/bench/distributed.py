@@ -28,6 +28,7 @@ partial measurements are used (they never reached us).
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -62,14 +63,22 @@ class LoadWorker:
         self.loop.run_until_complete(self.engine.prepare())
         return True
 
-    def run(self, start_epoch_s: float) -> WorkerResult:
+    def run(self, start_epoch_s: float) -> tuple[WorkerResult, float]:
+        """(what it measured, how long before the agreed start the "go" arrived, s)."""
         assert self.loop is not None and self.engine is not None, "prepare() first"
         # The one conversion from the shared wall clock to this host's monotonic clock.
         start = time.monotonic() + (start_epoch_s - time.time())
+        margin = start - time.monotonic()  # < 0: the go came late; lateness shows it
         try:
-            return self.loop.run_until_complete(self.engine.run(start))
+            return self.loop.run_until_complete(self.engine.run(start)), margin
         finally:
             self.loop.close()
+
+    def stop(self) -> None:
+        """Ctrl-C on the driver: stop issuing; ``run`` returns what was measured (the actor
+        serves two calls at once, so this one arrives while ``run`` is busy)."""
+        if self.loop is not None and self.engine is not None and not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(self.engine.stop)
 
 
 @dataclass(frozen=True)
@@ -111,17 +120,31 @@ def _why(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first[:200]}"
 
 
+@dataclass
+class RayRun:
+    """What came back: results (with each worker's start margin), lost workers, the start."""
+
+    done: list[tuple[Placed, WorkerResult]]
+    lost: list[Lost]
+    start_epoch_s: float
+    margins: dict[int, float]  # worker -> seconds between the "go" arriving and the start
+    interrupted: bool = False
+
+
 def run_on_ray(ray: Any, placed: Sequence[Placed], ready_timeout_s: float = 60.0,
-               grace_s: float = GRACE_S) -> tuple[list[tuple[Placed, WorkerResult]], list[Lost],
-                                                  float]:
-    """Run every share on its node. Returns (results, lost workers, start epoch seconds)."""
+               grace_s: float = GRACE_S) -> RayRun:
+    """Run every share on its node (Ctrl-C stops them all and keeps what they measured)."""
     from ray.exceptions import RayError
 
     actor_cls = ray.remote(LoadWorker)
-    actors = [actor_cls.options(max_restarts=0, max_concurrency=1, **pinned(ray, p.node))
+    # Two calls at once: `stop` must reach an actor that is busy in `run`.
+    actors = [actor_cls.options(max_restarts=0, max_concurrency=2, **pinned(ray, p.node))
               .remote() for p in placed]
     lost: list[Lost] = []
     done: list[tuple[Placed, WorkerResult]] = []
+    margins: dict[int, float] = {}
+    start_epoch = time.time()
+    interrupted = False
     try:
         preps = {actors[i].prepare.remote(p.cfg): i for i, p in enumerate(placed)}
         ready, late = ray.wait(list(preps), num_returns=len(preps), timeout=ready_timeout_s)
@@ -147,11 +170,23 @@ def run_on_ray(ray: Any, placed: Sequence[Placed], ready_timeout_s: float = 60.0
             left = deadline - time.time()
             if left <= 0:
                 break
-            ready, pending = ray.wait(pending, num_returns=1, timeout=min(left, 1.0))
+            try:
+                ready, pending = ray.wait(pending, num_returns=1, timeout=min(left, 1.0))
+            except KeyboardInterrupt:
+                if interrupted:  # a second Ctrl-C: stragglers are lost soon
+                    deadline = min(deadline, time.time() + 2.0)
+                    continue
+                interrupted = True
+                for i in runs.values():
+                    actors[i].stop.remote()
+                deadline = min(deadline, time.time() + 10.0)
+                continue
             for ref in ready:
                 i = runs[ref]
                 try:
-                    done.append((placed[i], ray.get(ref)))
+                    result, margin = ray.get(ref)
+                    done.append((placed[i], result))
+                    margins[result.worker] = margin
                 except RayError as exc:
                     lost.append(Lost(placed[i], _why(exc)))
         for ref in pending:
@@ -164,11 +199,12 @@ def run_on_ray(ray: Any, placed: Sequence[Placed], ready_timeout_s: float = 60.0
             except Exception:  # noqa: BLE001 - an actor already gone with its node
                 pass
     done.sort(key=lambda x: x[1].worker)
-    return done, lost, start_epoch
+    return RayRun(done, lost, start_epoch, margins, interrupted)
 
 
 def node_rows(done: Sequence[tuple[Placed, WorkerResult]], lost: Sequence[Lost],
-              window_s: float, warmup_s: float) -> list[dict[str, Any]]:
+              window_s: float, margins: dict[int, float] | None = None
+              ) -> list[dict[str, Any]]:
     """One row per node: what it was asked, what it achieved, its tail and errors (pure)."""
     by_node: dict[str, dict[str, Any]] = {}
     order: list[Node] = []
@@ -215,6 +251,11 @@ def node_rows(done: Sequence[tuple[Placed, WorkerResult]], lost: Sequence[Lost],
             "latency_ms": {"p99": round(lat.value_at_percentile(99.0) / 1e6, 6),
                            "count": lat.total},
             "lateness_ms": {"p99": round(late.value_at_percentile(99.0) / 1e6, 6)},
+            # how long before the agreed start its "go" arrived (the least over its workers;
+            # negative: it started late)
+            "start_margin_ms": round(1e3 * min(
+                (margins or {}).get(p.worker, math.nan) for p in parts), 3) if parts and
+            margins and all(p.worker in margins for p in parts) else None,
             "histograms": {"latency": encode(lat)},
         })
     return out
@@ -235,6 +276,10 @@ def with_nodes(result: BenchResult, rows: list[dict[str, Any]],
             data["warnings"].insert(0, f"node {r['address']} ({r['node_id'][:12]}) lost: "
                                        f"{r['requests']['lost']} request(s) it owed are "
                                        f"counted as lost ({r['reason']})")
+        elif (r["start_margin_ms"] or 0.0) < 0:
+            data["warnings"].append(f"node {r['address']} got the start {-r['start_margin_ms']:.1f}"
+                                    f" ms late (clock offset or a slow cluster): its first "
+                                    f"requests are late (see its lateness)")
         elif r["lateness_ms"]["p99"] > max(1.0, 0.1 * data["latency_ms"]["p99"]):
             data["warnings"].append(f"generator node {r['address']} fell behind its schedule "
                                     f"(lateness p99 {r['lateness_ms']['p99']:.3f} ms): add "
@@ -245,7 +290,8 @@ def with_nodes(result: BenchResult, rows: list[dict[str, Any]],
 def nodes_text(rows: Sequence[dict[str, Any]]) -> str:
     """The per-node table of the terminal report."""
     head = (f"{'node':<16}{'id':<14}{'workers':>8}{'target/s':>11}{'achieved/s':>12}"
-            f"{'sent':>9}{'errors':>8}{'lost':>8}{'lat p99 ms':>12}{'late p99 ms':>13}")
+            f"{'sent':>9}{'errors':>8}{'lost':>8}{'lat p99 ms':>12}{'late p99 ms':>13}"
+            f"{'go ahead ms':>13}")
     lines = ["per node:", head]
     for r in rows:
         q = r["requests"]
@@ -253,5 +299,7 @@ def nodes_text(rows: Sequence[dict[str, Any]]) -> str:
                      f"{r['rate']['target']:>11.1f}{r['rate']['achieved']:>12.1f}"
                      f"{q['sent']:>9}{q['errors']:>8}{q['lost']:>8}"
                      f"{r['latency_ms']['p99']:>12.3f}{r['lateness_ms']['p99']:>13.3f}"
+                     + (f"{r['start_margin_ms']:>13.1f}" if r["start_margin_ms"] is not None
+                        else f"{'-':>13}")
                      + (f"  LOST: {r['reason']}" if r["status"] == "lost" else ""))
     return "\n".join(lines)

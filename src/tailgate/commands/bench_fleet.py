@@ -160,8 +160,7 @@ def run_fleet(args: argparse.Namespace) -> int:
                 groups.append([p.cfg.worker for p in placed])
                 placed_all.extend(placed)
             timeout = max(info.timeout_s for _, info, _, _ in parsed)
-            done, lost, start_epoch = run_on_ray(ray, placed_all,
-                                                 ready_timeout_s=timeout + 30.0)
+            ran = run_on_ray(ray, placed_all, ready_timeout_s=timeout + 30.0)
         finally:
             disconnect(ray)
         infos = [replace(info, workers=len(nodes) * args.per_node) for _, info, _, _ in parsed]
@@ -187,11 +186,11 @@ def run_fleet(args: argparse.Namespace) -> int:
         if ray is not None:
             from ..bench.distributed import node_rows, with_nodes
 
-            mine = [(p, r) for p, r in done if r.worker in ids]
-            my_lost = [lo for lo in lost if lo.placed.cfg.worker in ids]
+            mine = [(p, r) for p, r in ran.done if r.worker in ids]
+            my_lost = [lo for lo in ran.lost if lo.placed.cfg.worker in ids]
             parts = [r for _, r in mine]
-            result = build_result(info, parts)
-            rows = node_rows(mine, my_lost, result.json["duration_s"], info.warmup_s)
+            result = build_result(info, parts, ran.interrupted)
+            rows = node_rows(mine, my_lost, result.json["duration_s"], ran.margins)
             result = with_nodes(result, rows, parts)
         else:
             parts = [r for r in results if r.worker in ids]
@@ -199,7 +198,7 @@ def run_fleet(args: argparse.Namespace) -> int:
                                   [w for w in missing if w in ids])
         result.json["slo"] = evaluate(slos, result.json)
         if ray is not None:  # the agreed start every node converted to its own clock
-            result.json["clock"] = {"start_epoch_s": start_epoch}
+            result.json["clock"] = {"start_epoch_s": ran.start_epoch_s}
         sections.append((name, result))
     return _report(args, sections, scenario_targets is not None)
 
@@ -238,4 +237,6 @@ def _report(args: argparse.Namespace, sections: list, scenario: bool) -> int:
               file=stream)
     elif failed:
         print("SLO failed: " + ", ".join(f["expr"] for f in failed), file=stream)
+    if any(r.json["interrupted"] for _, r in sections):
+        return 130
     return 1 if failed or lost else 0
