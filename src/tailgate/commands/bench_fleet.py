@@ -111,7 +111,7 @@ def run_fleet(args: argparse.Namespace) -> int:
     from ..bench.workers import WorkerFailure, plan, run_workers
     from .bench import _parse
 
-    for flag in ("log", "hdr", "html", "sweep"):
+    for flag in ("log", "hdr", "html", "sweep", "confidence"):
         if getattr(args, flag, None):
             raise UsageError(f"--{flag} is not available with --ray or --scenario yet")
     if args.ray is None and (args.nodes is not None or args.per_node != 1):

@@ -45,13 +45,16 @@ def connect(address: str) -> Any:
         raise UsageError(f"--ray {address!r}: expected HOST:PORT of the Ray head, or auto")
     if ray.is_initialized():
         return ray
-    # Our own modules must import on every node: the source tree this driver runs from
-    # goes along in the workers' PYTHONPATH (an installed tailgate needs nothing).
+    # Our own modules must import on every node. Run from a source tree (src/ layout, not
+    # installed), that tree goes along in the workers' PYTHONPATH (it is the same path on
+    # every node of a shared checkout); an installed tailgate needs nothing.
     import tailgate
 
     src = os.path.dirname(os.path.dirname(os.path.abspath(tailgate.__file__)))
-    env = {"env_vars": {"PYTHONPATH": os.pathsep.join(
-        p for p in (src, os.environ.get("PYTHONPATH", "")) if p)}}
+    env = None
+    if os.path.basename(src) not in ("site-packages", "dist-packages"):
+        env = {"env_vars": {"PYTHONPATH": os.pathsep.join(
+            p for p in (src, os.environ.get("PYTHONPATH", "")) if p)}}
     try:
         ray.init(address=address, logging_level="ERROR", log_to_driver=False,
                  configure_logging=False, runtime_env=env)
