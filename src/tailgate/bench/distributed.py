@@ -203,9 +203,11 @@ def run_on_ray(ray: Any, placed: Sequence[Placed], ready_timeout_s: float = 60.0
 
 
 def node_rows(done: Sequence[tuple[Placed, WorkerResult]], lost: Sequence[Lost],
-              window_s: float, margins: dict[int, float] | None = None
-              ) -> list[dict[str, Any]]:
-    """One row per node: what it was asked, what it achieved, its tail and errors (pure)."""
+              window_s: float, margins: dict[int, float] | None = None,
+              duration_s: float | None = None) -> list[dict[str, Any]]:
+    """One row per node: what it was asked (its share over ``duration_s``), what it
+    achieved (dispatched over the run's ``window_s``), its tail and errors (pure)."""
+    asked_s = duration_s or window_s
     by_node: dict[str, dict[str, Any]] = {}
     order: list[Node] = []
 
@@ -242,7 +244,7 @@ def node_rows(done: Sequence[tuple[Placed, WorkerResult]], lost: Sequence[Lost],
             "status": "lost" if b["lost"] else "ok",
             "reason": "; ".join(dict.fromkeys(b["reasons"])) or None,
             "workers": b["workers"],
-            "rate": {"target": round(b["owed"] / window_s, 3) if window_s > 0 else 0.0,
+            "rate": {"target": round(b["owed"] / asked_s, 3) if asked_s > 0 else 0.0,
                      "achieved": round(dispatched / window_s, 3) if window_s > 0 else 0.0},
             "requests": {"scheduled": b["owed"], "sent": sum(p.sent for p in parts),
                          "ok": by_kind["ok"],

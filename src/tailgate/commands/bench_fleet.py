@@ -190,7 +190,8 @@ def run_fleet(args: argparse.Namespace) -> int:
             my_lost = [lo for lo in ran.lost if lo.placed.cfg.worker in ids]
             parts = [r for _, r in mine]
             result = build_result(info, parts, ran.interrupted)
-            rows = node_rows(mine, my_lost, result.json["duration_s"], ran.margins)
+            rows = node_rows(mine, my_lost, result.json["duration_s"], ran.margins,
+                             info.duration_s)
             result = with_nodes(result, rows, parts)
         else:
             parts = [r for r in results if r.worker in ids]
