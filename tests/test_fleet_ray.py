@@ -111,9 +111,9 @@ targets:
 
 
 def test_inspect_fleet_collects_every_node(cluster, tmp_path):
-    out, junit = tmp_path / "fleet.json", tmp_path / "fleet.xml"
+    out, junit, page = tmp_path / "fleet.json", tmp_path / "fleet.xml", tmp_path / "f.html"
     r = tailgate("inspect", "--ray", cluster.address, "--interval", "0.5", "--no-history",
-                 "--json", str(out), "--junit", str(junit))
+                 "--json", str(out), "--junit", str(junit), "--html", str(page))
     assert r.returncode in (0, 1), r.stderr[-3000:]
     view = json.loads(out.read_text())
     assert view["hosts_total"] == 2 and view["hosts_unreachable"] == 0
@@ -130,6 +130,7 @@ def test_inspect_fleet_collects_every_node(cluster, tmp_path):
     assert (r.returncode == 1) == any(h["status"] == "fail" for h in view["hosts"])
     assert "lowest failing layer of the fleet" in r.stdout
     assert f"tailgate.{cluster.veth.ns_ip}.L2" in junit.read_text()
+    assert f"<section id='h-{cluster.veth.ns_ip}'>" in page.read_text()
 
 
 def test_inspect_fleet_slow_nodes_are_unknown_not_a_stall(cluster, tmp_path):

@@ -8,6 +8,7 @@ import xml.etree.ElementTree as ET
 from tailgate.fleet.cluster import Node
 from tailgate.fleet.inspect import HostReport, fleet_junit, fleet_text, fleet_view
 from tailgate.model import Finding, Report
+from tailgate.report.fleet_html import render_fleet_html
 from tailgate.verdict import verdict
 
 
@@ -73,3 +74,13 @@ def test_fleet_junit_names_each_hosts_suites():
     assert down.find("testcase/skipped").get("message") == "no snapshot within 3 s"
     l3 = next(s for s in root if s.get("name") == "tailgate.10.0.0.2.L3")
     assert l3.get("failures") == "1"
+
+
+def test_fleet_html_has_every_host_and_escapes_host_text():
+    hs = hosts()
+    hs[0] = HostReport(Node("n1", "10.0.0.1"), report("<script>x</script>",
+                                                      finding("l2.y", "L2", "fail")))
+    page = render_fleet_html(fleet_view(hs), hs)
+    assert "<script>" not in page and "&lt;script&gt;" in page
+    assert page.count("<section id='h-") == 3  # the host without a snapshot has no report
+    assert "fix L2 first" in page and "no snapshot within 3 s" in page

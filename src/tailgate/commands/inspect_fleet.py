@@ -49,8 +49,6 @@ def run_fleet(args: argparse.Namespace) -> int:
             raise UsageError(f"{flag} names one host's things: not with --ray")
     if args.root != "/":
         raise UsageError("--root is one host's: not with --ray")
-    if args.html:
-        raise UsageError("--html is not available with --ray yet (use --json or --junit)")
     if args.interval < 0:
         raise UsageError("--interval must be >= 0")
     window = args.probe_window
@@ -62,7 +60,7 @@ def run_fleet(args: argparse.Namespace) -> int:
         raise UsageError("--node-timeout must be > 0")
     baseline = load_baseline(args.baseline) if args.baseline else default_baseline()
     required = _required(args.require, baseline)
-    check_writable(args.json, args.junit)
+    check_writable(args.json, args.junit, args.html)
     if args.iface:
         raise UsageError("--iface names one host's interfaces: not with --ray (each node "
                          "inspects all its non-loopback interfaces)")
@@ -93,6 +91,10 @@ def run_fleet(args: argparse.Namespace) -> int:
         write_output(args.json, strict_json(view, indent=1) + "\n")
     if args.junit:
         write_output(args.junit, fleet_junit(hosts))
+    if args.html:
+        from ..report.fleet_html import render_fleet_html
+
+        write_output(args.html, render_fleet_html(view, hosts))
     if not args.quiet and args.json != "-":
         print(fleet_text(view))
     codes = [exit_status(h.report, args.fail_on) for h in hosts if h.report is not None]
