@@ -31,8 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "  mpirun -np 4 tailgate bench allreduce --backend mpi --sizes 8B..1MB  "
         "(collectives: tailgate bench allreduce --help)",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("target", metavar="TARGET", nargs="?",
-                   help="http://host:port/path, tcp://host:port, "
+    p.add_argument("target", metavar="TARGET", help="http://host:port/path, tcp://host:port, "
                    "or an OpenAI-compatible LLM server: openai+http://host:port/v1")
     add_load_options(p)
     add_request_options(p)
