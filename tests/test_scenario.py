@@ -153,3 +153,44 @@ def test_fleet_usage_errors():
     assert r.returncode == 2 and "--nodes and --per-node need --ray" in r.stderr
     r = tailgate("inspect", "--ray", "127.0.0.1:1", "--pid", "1")
     assert r.returncode == 2 and "--pid names one host's things: not with --ray" in r.stderr
+
+
+def test_scenario_mixes_http_and_llm_streams(tmp_path):
+    """The mixed peak: HTTP requests and OpenAI streams at once. openai+ targets run on the
+    bench's one engine (issue 12); before it, a scenario refuses them with the reason."""
+    from support.llm_server import MODEL_NAME, llama_cpp_available, llama_server
+    from tailgate.commands.bench_fleet import LLM_LATER, one_engine
+
+    require(nginx_available())
+    f, out = tmp_path / "mixed.yaml", tmp_path / "m.json"
+
+    def write(ng_url: str, llm_url: str) -> None:
+        f.write_text(f"""\
+defaults: {{duration: 3s}}
+targets:
+  - {{name: web, url: "{ng_url}", rate: 100, slo: ["error_rate<1%"]}}
+  - name: chat
+    url: {llm_url.replace("http://", "openai+http://")}
+    rate: 2
+    model: {MODEL_NAME}
+    input_len: 16
+    output_len: 8
+    slo: ["ttft_p99<10s"]
+""")
+
+    if not one_engine():
+        write("http://127.0.0.1:9/", "http://127.0.0.1:9/v1")
+        r = tailgate("bench", "--scenario", str(f))
+        assert r.returncode == 2 and LLM_LATER in r.stderr, r.stderr
+        assert f"{f}:5: target 'chat', key url:" in r.stderr
+        return
+    require(llama_cpp_available())
+    with Nginx() as ng, llama_server(tmp_path) as llm_url:
+        write(ng.url("/"), llm_url)
+        r = tailgate("bench", "--scenario", str(f), "--json", str(out), timeout=120)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    d = json.loads(out.read_text())
+    web, chat = d["targets"]
+    assert (web["requests"]["ok"], chat["requests"]["ok"]) == (300, 6)
+    assert chat["protocol"].startswith("openai") and d["status"] == "pass"
+    assert "mixed peak (2 targets): PASS" in r.stdout
