@@ -148,6 +148,32 @@ def test_inspect_fleet_slow_nodes_are_unknown_not_a_stall(cluster, tmp_path):
     assert took < 20, "the fleet run waited for the slow nodes"
 
 
+def test_llm_streams_from_two_nodes(cluster, tmp_path):
+    """openai+ targets run on the bench's one engine (issue 12), so on Ray as any protocol;
+    before it, --ray refuses them with the reason."""
+    from support.llm_server import MODEL_NAME, llama_cpp_available, llama_server
+    from tailgate.commands.bench_fleet import LLM_LATER, one_engine
+
+    argv = ["--model", MODEL_NAME, "--rate", "2", "--duration", "3s", "--input-len", "16",
+            "--output-len", "8", "--ray", cluster.address]
+    if not one_engine():
+        r = tailgate("bench", f"openai+http://{cluster.veth.host_ip}:9/v1", *argv)
+        assert r.returncode == 2 and LLM_LATER in r.stderr, r.stderr
+        return
+    require(llama_cpp_available())
+    out = tmp_path / "llm.json"
+    with llama_server(tmp_path, host=cluster.veth.host_ip) as url:
+        r = tailgate("bench", url.replace("http://", "openai+http://"), *argv,
+                     "--slo", "ttft_p99<10s", "--json", str(out))
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    d = json.loads(out.read_text())
+    assert d["requests"]["ok"] == 6 and d["requests"]["lost"] == 0
+    assert [n["requests"]["sent"] for n in d["nodes"]] == [3, 3]
+    total = decode(d["histograms"]["latency"])
+    parts = [decode(n["histograms"]["latency"]) for n in d["nodes"]]
+    assert np.array_equal(total.counts, parts[0].counts + parts[1].counts)
+
+
 def test_ctrl_c_stops_every_node_and_keeps_what_they_measured(cluster, tmp_path):
     out = tmp_path / "r.json"
     p = subprocess.Popen([*TAILGATE, "bench", cluster.nginx.url("/"), "--rate", "200",
