@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from .netloss import Veth
+from .nginx import free_port
 
 VENV_BIN = Path(sys.executable).parent
 RAY = shutil.which("ray", path=str(VENV_BIN)) or shutil.which("ray")
@@ -52,9 +53,9 @@ def env() -> dict[str, str]:
 
 
 class RayCluster:
-    def __init__(self, subnet: int = 213, port: int = 6391) -> None:
+    def __init__(self, subnet: int = 213, port: int | None = None) -> None:
         self.veth = Veth(subnet)
-        self.port = port
+        self.port = port or free_port()  # the head's GCS port
         self.address = f"{self.veth.host_ip}:{port}"
 
     def _run(self, cmd: list[str], timeout: float = 90) -> None:
