@@ -56,7 +56,7 @@ class RayCluster:
     def __init__(self, subnet: int = 213, port: int | None = None) -> None:
         self.veth = Veth(subnet)
         self.port = port or free_port()  # the head's GCS port
-        self.address = f"{self.veth.host_ip}:{port}"
+        self.address = f"{self.veth.host_ip}:{self.port}"
 
     def _run(self, cmd: list[str], timeout: float = 90) -> None:
         r = subprocess.run(cmd, env=env(), capture_output=True, text=True, timeout=timeout)
