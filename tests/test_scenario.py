@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -153,6 +154,18 @@ def test_fleet_usage_errors():
     assert r.returncode == 2 and "--nodes and --per-node need --ray" in r.stderr
     r = tailgate("inspect", "--ray", "127.0.0.1:1", "--pid", "1")
     assert r.returncode == 2 and "--pid names one host's things: not with --ray" in r.stderr
+
+
+def test_an_unreachable_head_fails_fast_with_the_reason():
+    require(None if importlib.util.find_spec("ray") else "Ray is not installed")
+    for argv in (["inspect", "--ray", "127.0.0.1:1", "--interval", "0"],
+                 ["bench", "http://127.0.0.1:9/", "--rate", "1", "--duration", "1s",
+                  "--ray", "127.0.0.1:1"],
+                 ["inspect", "--ray", "nohost", "--interval", "0"]):
+        r = tailgate(*argv, timeout=30)
+        assert r.returncode == 2, r.stderr
+        assert "cannot reach the Ray head: Connection refused" in r.stderr or \
+            "expected HOST:PORT" in r.stderr, r.stderr
 
 
 def test_scenario_mixes_http_and_llm_streams(tmp_path):

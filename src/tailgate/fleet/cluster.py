@@ -45,6 +45,8 @@ def connect(address: str) -> Any:
         raise UsageError(f"--ray {address!r}: expected HOST:PORT of the Ray head, or auto")
     if ray.is_initialized():
         return ray
+    if address != "auto":
+        _reachable(address)
     # Our own modules must import on every node. Run from a source tree (src/ layout, not
     # installed), that tree goes along in the workers' PYTHONPATH (it is the same path on
     # every node of a shared checkout); an installed tailgate needs nothing.
@@ -63,6 +65,22 @@ def connect(address: str) -> Any:
                          f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
                          ) from None
     return ray
+
+
+def _reachable(address: str, timeout_s: float = 5.0) -> None:
+    """A TCP connect to the head's GCS port first: ray.init retries an unreachable head for
+    minutes, and a fleet command must fail fast with the reason instead."""
+    import socket
+
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise UsageError(f"--ray {address!r}: expected HOST:PORT of the Ray head, or auto")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        raise UsageError(f"--ray {address}: cannot reach the Ray head: "
+                         f"{exc.strerror or exc}") from None
 
 
 def live_nodes(ray: Any) -> list[Node]:
