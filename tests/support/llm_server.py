@@ -116,17 +116,19 @@ def llama_cpp_available() -> str | None:
 
 
 @contextlib.contextmanager
-def llama_server(tmpdir: str | os.PathLike[str], startup_s: float = 120.0) -> Iterator[str]:
-    """Start llama-cpp-python's OpenAI server on loopback; yield its base URL (``…/v1``)."""
+def llama_server(tmpdir: str | os.PathLike[str], startup_s: float = 120.0,
+                 host: str = "127.0.0.1") -> Iterator[str]:
+    """Start llama-cpp-python's OpenAI server on loopback (or ``host``, an address of a
+    veth the test made); yield its base URL (``…/v1``)."""
     model = write_tiny_gguf(Path(tmpdir) / "tiny.gguf")
     port = free_port()
     log = open(Path(tmpdir) / "llama-server.log", "w")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
-        [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1",
+        [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", host,
          "--port", str(port), "--interrupt_requests", "False", "--n_ctx", "2048",
          "--n_threads", "1", "--model_alias", MODEL_NAME, "--seed", "1"],
         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{port}/v1"
+    base = f"http://{host}:{port}/v1"
     try:
         deadline = time.monotonic() + startup_s
         while True:

@@ -35,9 +35,10 @@ the achieved send times against the requested distribution, ``stationarity``
 
 Accounting, each figure from its own counter (see :mod:`.engine`), checked here
 and reported under ``accounting`` (a warning when it does not add up):
-``scheduled == sent + abandoned``, ``sent == ok + sum(errors)``,
+``scheduled == sent + abandoned (+ lost)``, ``sent == ok + sum(errors)``,
 ``latency_ms.count == sent`` (every request has a latency: time-outs at the
-time-out). ``abandoned`` is non-zero only for an interrupted run (measured
+time-out). ``lost`` (``--ray`` only) counts the requests owed by a generator node
+that never reported (see :mod:`.distributed`). ``abandoned`` is non-zero only for an interrupted run (measured
 requests without an outcome when it stopped). ``error_examples`` keeps up to
 five reasons per kind with their counts, summed over workers.
 ``connections.errors`` are protocol errors with no request in flight (bytes
@@ -319,9 +320,10 @@ def accounting(data: dict[str, Any]) -> dict[str, Any]:
     """Check the independent counters against each other (a bookkeeping bug shows)."""
     req = data["requests"]
     problems = []
-    if req["scheduled"] != req["sent"] + req["abandoned"]:
+    lost = req.get("lost", 0)  # owed by a generator node that never reported (--ray)
+    if req["scheduled"] != req["sent"] + req["abandoned"] + lost:
         problems.append(f"scheduled {req['scheduled']} != sent {req['sent']} + abandoned "
-                        f"{req['abandoned']}")
+                        f"{req['abandoned']}" + (f" + lost {lost}" if lost else ""))
     if req["sent"] != req["ok"] + sum(req["errors"].values()):
         problems.append(f"sent {req['sent']} != ok {req['ok']} + errors "
                         f"{sum(req['errors'].values())}")
@@ -448,7 +450,8 @@ def summary_text(result: BenchResult, spectrum: bool = False) -> str:
         f"{info.max_connections} connections, time-out {info.timeout_s:g} s)"
         + ("  [INTERRUPTED]" if d["interrupted"] else ""),
         f"requests: sent {req['sent']}, ok {req['ok']}, errors: {errs}"
-        + (f", abandoned {req['abandoned']}" if req["abandoned"] else ""),
+        + (f", abandoned {req['abandoned']}" if req["abandoned"] else "")
+        + (f", lost {req['lost']}" if req.get("lost") else ""),
         f"rate: target {info.rate:g}/s, achieved {d['rate']['achieved']:g}/s, "
         f"ok {d['rate']['ok']:g}/s; connections opened {d['connections']['opened']}, "
         f"max open {d['connections']['max_open']}, queued requests {req['queued']}",

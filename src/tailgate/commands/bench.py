@@ -48,6 +48,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "'p999=5%%@95%%' (relative to the percentile); comma-separated or "
                    "repeated; exit 1 when not reached")
     add_request_options(p)
+    from .bench_fleet import add_fleet_options
+
+    add_fleet_options(p)
     g = p.add_argument_group("rate sweep (tailgate.plan.sweep)")
     g.add_argument("--sweep", metavar="LO..HI", help="run once per offered rate from LO to HI "
                    "(e.g. 1k..50k; --rate is ignored) and report the highest rate meeting "
@@ -381,7 +384,12 @@ def run(args: argparse.Namespace) -> int:
     from ..bench.result import build_result, merge_logs, summary_text, write_hdr
     from ..bench.slo import evaluate
     from ..bench.workers import WorkerFailure, plan, run_workers
+    from .bench_fleet import run_fleet, wanted
 
+    if wanted(args):  # --ray / --scenario: many generators, one report
+        return run_fleet(args)
+    if args.target is None:
+        raise UsageError("give TARGET (or --scenario FILE)")
     if getattr(args, "sweep", None):
         return _sweep(args)
     info, target, slos, schedule, extra = _parse(args)

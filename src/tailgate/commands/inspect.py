@@ -62,6 +62,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "or a saved scrape file")
     p.add_argument("--memory-stats", metavar="FILE",
                    help="torch.cuda.memory_stats() dumped as JSON, for GPU memory fragmentation")
+    from .inspect_fleet import add_fleet_options
+
+    add_fleet_options(p)
     p.set_defaults(func=run)
 
 
@@ -153,6 +156,10 @@ def log_errors(report) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "ray", None):  # the fleet: every Ray node collects, judged here
+        from .inspect_fleet import run_fleet
+
+        return run_fleet(args)
     from ..baseline import default_baseline, load_baseline
     from ..judge import judge
     from ..verdict import build_report, exit_status

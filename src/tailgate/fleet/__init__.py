@@ -1,0 +1,1 @@
+"""Fleet: tailgate across many hosts on Ray (distributed bench, fleet inspection)."""

@@ -1,0 +1,236 @@
+"""Distributed bench, scenarios and fleet inspection on a real two-node Ray cluster (issue 13).
+
+The head runs in the host namespace, the second node in a network namespace the
+test made (veth), so each generator has its own source address; nginx listens on
+the host end of the veth and is reached by both. The tests share one cluster
+(Ray is heavy on two cores) and run in file order: the last ones kill the
+namespace node's raylet.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from support.nginx import Nginx
+from support.nginx import available as nginx_available
+from support.raycluster import RayCluster, env
+from support.raycluster import available as ray_available
+from support.require import require
+from tailgate.hist import decode
+
+TAILGATE = [sys.executable, "-m", "tailgate"]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    require(ray_available())
+    require(nginx_available())
+    with RayCluster() as rc, Nginx(address=rc.veth.host_ip) as ng:
+        rc.nginx = ng
+        yield rc
+
+
+def tailgate(*argv: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([*TAILGATE, *argv], env=env(), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_bench_on_two_nodes_merges_exactly(cluster, tmp_path):
+    out = tmp_path / "r.json"
+    r = tailgate("bench", cluster.nginx.url("/"), "--rate", "400", "--duration", "3s",
+                 "--connections", "4", "--ray", cluster.address, "--json", str(out))
+    assert r.returncode == 0, r.stderr[-3000:]
+    d = json.loads(out.read_text())
+    nodes = d["nodes"]
+    # one generator per node, each with its own address (the namespace node's is the veth's)
+    assert sorted(n["address"] for n in nodes) == sorted([cluster.veth.host_ip,
+                                                          cluster.veth.ns_ip])
+    assert all(n["status"] == "ok" and n["workers"] == 1 for n in nodes)
+    # the merged histogram is the sum of the per-node ones, bucket for bucket
+    total = decode(d["histograms"]["latency"])
+    parts = [decode(n["histograms"]["latency"]) for n in nodes]
+    assert all(p.total > 0 for p in parts)
+    assert np.array_equal(total.counts, parts[0].counts + parts[1].counts)
+    # the whole schedule was run: 400/s x 3 s, split evenly, every request accounted for
+    q = d["requests"]
+    assert q["scheduled"] == 1200 == q["sent"] + q["abandoned"] + q["lost"]
+    assert q["lost"] == 0 and q["ok"] == 1200
+    assert d["accounting"]["consistent"], d["accounting"]
+    assert d["rate"]["achieved"] == pytest.approx(400, rel=0.01)
+    for n in nodes:
+        # the "go" reached every node before the agreed start (1 s ahead of the last ready)
+        assert 0 < n["start_margin_ms"] < 1000
+        assert n["requests"]["scheduled"] == 600 == n["requests"]["sent"]
+        assert n["rate"]["target"] == pytest.approx(200, rel=0.01)
+        assert n["rate"]["achieved"] == pytest.approx(200, rel=0.02)
+    assert "per node:" in r.stdout and cluster.veth.ns_ip in r.stdout
+
+
+def test_scenario_on_ray_reports_each_target_and_one_verdict(cluster, tmp_path):
+    ng = cluster.nginx
+    scenario = tmp_path / "peak.yaml"
+    scenario.write_text(f"""\
+defaults:
+  duration: 2s
+  connections: 2
+targets:
+  - name: web
+    url: {ng.url("/")}
+    rate: 200
+    slo: ["error_rate<1%"]
+  - name: sessions
+    url: tcp://{cluster.veth.host_ip}:{ng.port}
+    rate: 100
+    payload: "GET /tcp HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n"
+    delimiter: "pong\\n"
+    slo: ["p50<1us"]
+""")
+    out = tmp_path / "s.json"
+    r = tailgate("bench", "--scenario", str(scenario), "--ray", cluster.address,
+                 "--per-node", "2", "--json", str(out))
+    d = json.loads(out.read_text())
+    # the impossible SLO of one target fails the mixed peak (exit 1), the other holds
+    assert r.returncode == 1, r.stderr[-3000:]
+    assert d["status"] == "fail" and d["failed"] == [{"target": "sessions", "expr": "p50<1us"}]
+    web, sessions = d["targets"]
+    assert (web["name"], web["protocol"], sessions["name"], sessions["protocol"]) == \
+        ("web", "http", "sessions", "tcp")
+    assert web["requests"]["ok"] == 400 and sessions["requests"]["ok"] == 200
+    for t in (web, sessions):
+        assert len(t["nodes"]) == 2 and t["requests"]["lost"] == 0
+        assert [n["workers"] for n in t["nodes"]] == [2, 2] and t["generator"]["workers"] == 4
+        assert sum(n["requests"]["sent"] for n in t["nodes"]) == t["requests"]["sent"]
+    assert "== target web ==" in r.stdout and "mixed peak (2 targets): FAIL" in r.stdout
+
+
+def test_inspect_fleet_collects_every_node(cluster, tmp_path):
+    out, junit, page = tmp_path / "fleet.json", tmp_path / "fleet.xml", tmp_path / "f.html"
+    r = tailgate("inspect", "--ray", cluster.address, "--interval", "0.5", "--no-history",
+                 "--json", str(out), "--junit", str(junit), "--html", str(page))
+    assert r.returncode in (0, 1), r.stderr[-3000:]
+    view = json.loads(out.read_text())
+    assert view["hosts_total"] == 2 and view["hosts_unreachable"] == 0
+    assert sorted(h["address"] for h in view["hosts"]) == sorted(
+        [cluster.veth.host_ip, cluster.veth.ns_ip])
+    # judged centrally, one report per host; the fleet's layer rows agree with them
+    assert len(view["reports"]) == 2
+    for layer, row in view["layers"].items():
+        failing = sorted(rep["address"] for rep in view["reports"] if any(
+            f["layer"] == layer and f["status"] == "fail" for f in rep["report"]["findings"]))
+        assert sorted(row["failing"]) == failing and row["failing_hosts"] == len(failing)
+    firsts = [h["first_failing_layer"] for h in view["hosts"] if h["first_failing_layer"]]
+    assert view["first_failing_layer"] == (min(firsts) if firsts else None)
+    assert (r.returncode == 1) == any(h["status"] == "fail" for h in view["hosts"])
+    assert "lowest failing layer of the fleet" in r.stdout
+    assert f"tailgate.{cluster.veth.ns_ip}.L2" in junit.read_text()
+    assert f"<section id='h-{cluster.veth.ns_ip}'>" in page.read_text()
+
+
+def test_inspect_fleet_slow_nodes_are_unknown_not_a_stall(cluster, tmp_path):
+    out = tmp_path / "fleet.json"
+    t0 = time.monotonic()
+    # the collection takes 20 s (its interval); each node has 3 s
+    r = tailgate("inspect", "--ray", cluster.address, "--interval", "20", "--no-history",
+                 "--node-timeout", "3", "--fail-on", "unknown", "--json", str(out))
+    took = time.monotonic() - t0
+    view = json.loads(out.read_text())
+    assert r.returncode == 1, r.stderr[-3000:]
+    assert view["status"] == "incomplete" and view["hosts_unreachable"] == 2
+    assert all(h["status"] == "unknown" and "no snapshot within 3 s" in h["reason"]
+               for h in view["hosts"])
+    assert took < 20, "the fleet run waited for the slow nodes"
+
+
+def test_llm_streams_from_two_nodes(cluster, tmp_path):
+    """openai+ targets run on the bench's one engine (issue 12), so on Ray as any protocol;
+    before it, --ray refuses them with the reason."""
+    from support.llm_server import MODEL_NAME, llama_cpp_available, llama_server
+    from tailgate.commands.bench_fleet import LLM_LATER, one_engine
+
+    argv = ["--model", MODEL_NAME, "--rate", "2", "--duration", "3s", "--input-len", "16",
+            "--output-len", "8", "--ray", cluster.address]
+    if not one_engine():
+        r = tailgate("bench", f"openai+http://{cluster.veth.host_ip}:9/v1", *argv)
+        assert r.returncode == 2 and LLM_LATER in r.stderr, r.stderr
+        return
+    require(llama_cpp_available())
+    out = tmp_path / "llm.json"
+    with llama_server(tmp_path, host=cluster.veth.host_ip) as url:
+        r = tailgate("bench", url.replace("http://", "openai+http://"), *argv,
+                     "--slo", "ttft_p99<10s", "--json", str(out))
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    d = json.loads(out.read_text())
+    assert d["requests"]["ok"] == 6 and d["requests"]["lost"] == 0
+    assert [n["requests"]["sent"] for n in d["nodes"]] == [3, 3]
+    total = decode(d["histograms"]["latency"])
+    parts = [decode(n["histograms"]["latency"]) for n in d["nodes"]]
+    assert np.array_equal(total.counts, parts[0].counts + parts[1].counts)
+
+
+def test_ctrl_c_stops_every_node_and_keeps_what_they_measured(cluster, tmp_path):
+    out = tmp_path / "r.json"
+    p = subprocess.Popen([*TAILGATE, "bench", cluster.nginx.url("/"), "--rate", "200",
+                          "--duration", "30s", "--connections", "2", "--ray", cluster.address,
+                          "--json", str(out)], env=env(), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not cluster.ns_pids("ray::LoadWorker") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(3.0)
+        p.send_signal(signal.SIGINT)
+        stdout, stderr = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 130, stderr[-3000:]
+    d = json.loads(out.read_text())
+    q = d["requests"]
+    assert d["interrupted"] and "[INTERRUPTED]" in stdout
+    # both nodes stopped and reported: nothing lost, the rest of the schedule abandoned
+    assert [n["status"] for n in d["nodes"]] == ["ok", "ok"] and q["lost"] == 0
+    assert all(n["requests"]["sent"] > 0 for n in d["nodes"])
+    assert q["scheduled"] == 6000 == q["sent"] + q["abandoned"] and q["sent"] < 6000
+    assert d["accounting"]["consistent"], d["accounting"]
+
+
+def test_lost_node_mid_run_is_counted_as_lost(cluster, tmp_path):
+    out = tmp_path / "r.json"
+    p = subprocess.Popen([*TAILGATE, "bench", cluster.nginx.url("/"), "--rate", "200",
+                          "--duration", "6s", "--connections", "2", "--ray", cluster.address,
+                          "--json", str(out)], env=env(), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        # the namespace node's load worker has started its share: then its raylet dies
+        deadline = time.monotonic() + 60
+        while not cluster.ns_pids("ray::LoadWorker") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert cluster.ns_pids("ray::LoadWorker"), "no load worker appeared on the node"
+        time.sleep(3.0)
+        assert cluster.kill_node_raylet(), "no raylet in the namespace"
+        stdout, stderr = p.communicate(timeout=90)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 1, stderr[-3000:]
+    d = json.loads(out.read_text())
+    q = d["requests"]
+    lost = [n for n in d["nodes"] if n["status"] == "lost"]
+    assert [n["address"] for n in lost] == [cluster.veth.ns_ip]
+    # the node owed half the schedule: all of it is lost (nothing it measured came back)
+    assert lost[0]["requests"]["lost"] == 600 == q["lost"]
+    assert q["scheduled"] == 1200 == q["sent"] + q["abandoned"] + q["lost"]
+    assert d["accounting"]["consistent"], d["accounting"]
+    assert q["sent"] == 600
+    assert any(f"node {cluster.veth.ns_ip}" in w and "lost" in w for w in d["warnings"])
+    assert "LOST" in stdout
+
