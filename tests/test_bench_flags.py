@@ -52,6 +52,12 @@ TABLE: dict[str, tuple[list[str], tuple[str, ...]]] = {
     "--seed": (["--seed", "5"], ALL),
     "--slo": (["--slo", "p99<1s"], ALL),
     "--confidence": (["--confidence", "p99=10%@95%"], ALL),
+    # many generators (tests/test_scenario.py, test_fleet_ray.py): run() hands these to
+    # commands/bench_fleet.py before _parse, for every protocol
+    "--ray": (["--ray", "127.0.0.1:6379"], ALL),
+    "--nodes": (["--ray", "127.0.0.1:6379", "--nodes", "2"], ALL),
+    "--per-node": (["--ray", "127.0.0.1:6379", "--per-node", "2"], ALL),
+    "--scenario": (["--scenario", "/dev/null"], ALL),
     "--json": (["--json", "-"], ALL),
     "--html": (["--html", "/dev/null"], ALL),
     "--hdr": (["--hdr", "/dev/null"], ALL),
