@@ -85,12 +85,12 @@ MAX_REASONS = 5  # distinct example reasons kept per error kind (the rest are co
 OTHER_REASONS = "(other reasons)"
 
 
-def note_reason(book: dict[str, dict[str, int]], kind: str, reason: str) -> None:
-    """Count one example ``reason`` under ``kind``, keeping at most MAX_REASONS apart."""
+def note_reason(book: dict[str, dict[str, int]], kind: str, reason: str, count: int = 1) -> None:
+    """Count ``count`` examples of ``reason`` under ``kind``, keeping at most MAX_REASONS apart."""
     reasons = book.setdefault(kind, {})
     if reason not in reasons and len(reasons) >= MAX_REASONS:
         reason = OTHER_REASONS
-    reasons[reason] = reasons.get(reason, 0) + 1
+    reasons[reason] = reasons.get(reason, 0) + count
 
 
 @dataclass(frozen=True)
@@ -111,6 +111,7 @@ class EngineConfig:
     limits: Limits = field(default_factory=Limits)
     retry_stale: bool = False  # resend a stale_connection request once (see module doc)
     check_seq: bool = False  # test mode: stamp requests, check responses carry the stamp
+    engine: str = "auto"  # "fast" (compiled hot path, fastpath.py), "python" or "auto"
 
 
 @dataclass
@@ -139,6 +140,7 @@ class WorkerResult:
     error_examples: dict[str, dict[str, int]] = field(default_factory=dict)  # kind -> reasons
     conn_errors: dict[str, dict[str, int]] = field(default_factory=dict)  # no request charged
     retried: int = 0  # measured requests resent after a stale connection
+    engine: str = "python"  # which engine measured: "python" (this module) or "fast"
 
 
 class Engine:
@@ -514,7 +516,6 @@ class Engine:
 
     def _flush(self, final: bool = False) -> None:
         """Move the hot-path lists into histograms (vectorised), the log and progress."""
-        cfg, start, times = self.cfg, self.start, self.times
         rid = np.array(self._rid, dtype=np.int64)
         send = np.array(self._send, dtype=np.float64)
         end = np.array(self._end, dtype=np.float64)
@@ -528,6 +529,19 @@ class Engine:
             lst.clear()
         disp_ids = np.arange(self._disp_base, self._disp_base + disp.size)
         self._disp_base += disp.size
+        self._record(rid, send, end, out, status, nbytes, disp, disp_ids, queued, final)
+
+    def _gauges(self) -> tuple[int, int]:
+        """(open connections, queued requests) now, for progress."""
+        return self.n_open, len(self.pending)
+
+    def _record(self, rid: np.ndarray, send: np.ndarray, end: np.ndarray, out: np.ndarray,
+                status: np.ndarray, nbytes: np.ndarray, disp: np.ndarray,
+                disp_ids: np.ndarray, queued: np.ndarray, final: bool) -> None:
+        """Record ended requests and dispatch times (monotonic seconds, send NaN: never on
+        the wire) into the histograms, --log, --hdr intervals and progress. Shared by the
+        fast engine (fastpath.py), whose records come from C."""
+        cfg, start, times = self.cfg, self.start, self.times
         if disp.size:
             self.last_dispatch = float(disp[-1])
         if self._disp_all is not None:
@@ -559,13 +573,14 @@ class Engine:
             self._write_log(rid, offs, send, end, out, status, nbytes)
         if self.on_progress is not None and not final:
             idx, cnt = chunk.nonzero()
+            n_open, n_queued = self._gauges()
             self.on_progress({
                 "worker": cfg.worker,
                 "outcomes": np.bincount(out[measured], minlength=len(KINDS)).tolist(),
                 "dispatched": int(np.count_nonzero(d_meas)),
                 "lat_idx": idx, "lat_cnt": cnt,
                 "lat_lo": chunk.min, "lat_hi": chunk.max,
-                "open": self.n_open, "queued": len(self.pending), "t": monotonic(),
+                "open": n_open, "queued": n_queued, "t": monotonic(),
             })
 
     def _write_log(self, rid: np.ndarray, offs: np.ndarray, send: np.ndarray,

@@ -86,6 +86,7 @@ class RunInfo:
     spec: HistogramSpec = field(default_factory=HistogramSpec)
     limits: Limits = field(default_factory=Limits)
     retry_stale: bool = False
+    engine: str = "auto"  # asked for: auto, fast or python (bench.fastpath.choose)
 
     def config_json(self) -> dict[str, Any]:
         return {"rate": self.rate, "duration_s": self.duration_s, "arrival": self.arrival,
@@ -179,6 +180,9 @@ def build_result(info: RunInfo, parts: Sequence[WorkerResult],
         "histograms": {"latency": encode(latency), "service": encode(service),
                        "lateness": encode(lateness)},
         "generator": {"workers": len(parts),
+                      # which engine measured: "fast" (compiled hot path) or "python"
+                      "engine": "fast" if parts and all(p.engine == "fast" for p in parts)
+                      else "python",
                       "precise_timer": all(p.precise_timer for p in parts),
                       "cpu_s": round(sum(p.cpu_s for p in parts), 6),
                       # all requests handled, warm-up included: what the CPU time paid for
@@ -188,6 +192,11 @@ def build_result(info: RunInfo, parts: Sequence[WorkerResult],
                       "connect_errors": _top(_sum_books(
                           {"connect": p.connect_errors} for p in parts).get("connect", {}))},
     }
+    from .fastpath import fallback_note
+
+    note = fallback_note(info.engine, info.protocol)
+    if note and data["generator"]["engine"] == "python":
+        data["generator"]["engine_note"] = note
     data["accounting"] = accounting(data)
     data["warnings"] = warnings(data, info, parts, list(missing_workers))
     return BenchResult(data, latency, service, lateness, intervals, info)

@@ -104,6 +104,9 @@ def add_load_options(p: argparse.ArgumentParser) -> None:
                    "start is a time-out, recorded at the time-out (default 2s; 60s for "
                    "openai+ targets)")
     g.add_argument("--seed", type=int, default=0, help="Poisson schedule seed (default 0)")
+    g.add_argument("--engine", choices=("auto", "fast", "python"), default="auto",
+                   help="load engine: fast (the compiled hot path, http:// and tcp://), "
+                   "python (the reference engine) or auto (fast where it applies; default)")
     g = p.add_argument_group("results")
     g.add_argument("--slo", action="append", default=[], metavar="EXPR",
                    help="objective, e.g. 'p999<5ms', 'p99<20ms', 'error_rate<0.1%%', "
@@ -189,6 +192,13 @@ def _parse(args: argparse.Namespace) -> tuple[Any, Any, list[Any]]:
         raise UsageError(str(exc)) from None
     if duration <= 0 or timeout <= 0 or warmup < 0 or hdr_interval <= 0:
         raise UsageError("--duration, --timeout and --hdr-interval must be > 0, --warmup >= 0")
+    from ..bench.fastpath import EngineUnavailable, choose
+
+    engine = getattr(args, "engine", "auto")
+    try:
+        choose(engine, target.kind)
+    except EngineUnavailable as exc:
+        raise UsageError(str(exc)) from None
     workers = args.workers if args.workers is not None else default_workers()
     if workers < 1 or args.connections < 0 or args.max_connections < 1:
         raise UsageError("--workers and --max-connections must be >= 1, --connections >= 0")
@@ -204,7 +214,8 @@ def _parse(args: argparse.Namespace) -> tuple[Any, Any, list[Any]]:
                    arrival=args.arrival, warmup_s=warmup, workers=workers,
                    connections=args.connections, max_connections=args.max_connections,
                    timeout_s=timeout, seed=args.seed, min_tail_samples=args.min_tail_samples,
-                   hdr_interval_s=hdr_interval, limits=limits, retry_stale=args.retry_stale)
+                   hdr_interval_s=hdr_interval, limits=limits, retry_stale=args.retry_stale,
+                   engine=engine)
     return info, target, slos
 
 
