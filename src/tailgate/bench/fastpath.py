@@ -56,6 +56,9 @@ RECORD = np.dtype([("rid", "<i8"), ("send", "<i8"), ("end", "<i8"), ("bytes", "<
 # 0.2 µs with 20 µs, at 10k/s). 10 µs: most of that gain for at most 10 µs of CPU per
 # request at low rates (none at high rates, where the loop is busy anyway).
 SPIN_NS = 10_000
+# The loop thread's scheduler slice (see short_slice in fastloop.c): a due request waits
+# at most about this long for a core it shares with other work.
+SLICE_NS = 100_000
 
 
 class EngineUnavailable(ValueError):
@@ -149,7 +152,7 @@ class FastEngine(Engine):
 
     def _loop(self, start_ns: int) -> None:
         try:
-            self._c.run(start_ns, SPIN_NS)
+            self._c.run(start_ns, SPIN_NS, SLICE_NS)
         except BaseException as exc:  # re-raised in the calling thread
             self._error = exc
 
