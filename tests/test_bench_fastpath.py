@@ -144,3 +144,10 @@ def test_engine_choice_rules():
         fastpath.choose("fast", "openai")
     with pytest.raises(fastpath.EngineUnavailable, match="must be one of"):
         fastpath.choose("turbo", "http")
+
+
+def test_engine_fast_is_refused_for_an_openai_target():
+    r = subprocess.run([sys.executable, "-m", "tailgate", "bench", "openai+http://127.0.0.1:9/v1",
+                        "--engine", "fast", "--rate", "1", "--duration", "1s", "--model", "m"],
+                       capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == 2 and "--engine fast speaks http:// and tcp:// only" in r.stderr

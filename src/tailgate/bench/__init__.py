@@ -13,6 +13,8 @@ Modules, each usable on its own (the OpenAI/SSE bench reuses them):
 * :mod:`.http`, :mod:`.tcp` — one connection each, as asyncio protocols (tcp holds its
   sans-I/O framer, :class:`.tcp.TcpReader`).
 * :mod:`.engine`   — one process: schedule, connection pool, time-outs, recording.
+* :mod:`.fastpath` — the same engine with its hot loop compiled (``fastloop.c``) for
+  ``http://`` and ``tcp://``; :func:`.fastpath.choose` picks the engine (``--engine``).
 * :mod:`.workers`  — N engine processes, merged exactly.
 * :mod:`.result`   — the merged result: JSON, summary, warnings, per-request log.
 * :mod:`.progress` — the live display.

@@ -230,6 +230,8 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "sweep", None):
         return _sweep(args)
     if args.target.startswith("openai+"):
+        if getattr(args, "engine", "auto") == "fast":  # never silently ignored
+            raise UsageError("--engine fast speaks http:// and tcp:// only, not openai+ targets")
         from ..llm.command import run_llm
 
         return run_llm(args)
