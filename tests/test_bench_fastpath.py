@@ -115,6 +115,64 @@ def test_same_schedule_same_histogram_as_the_python_engine(nginx):
     assert fast["lateness_ms"]["p50"] <= py["lateness_ms"]["p50"] + 0.05
 
 
+# Responses whose every framing element straddles reads: status line, header block,
+# chunk-size lines, chunk data and its CRLF, trailer, Content-Length body.
+DRIP = {
+    "chunked": (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-A: b\r\n\r\n"
+                b"5;ext=1\r\nhello\r\n1\r\n!\r\n0\r\nX-Trailer: t\r\n\r\n"),
+    "length": b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\nhello world",
+    "interim": (b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\n"
+                b"Content-Length: 3\r\n\r\n"),
+}
+
+
+def drip_server(response: bytes, requests: int) -> tuple[int, threading.Thread, list[int]]:
+    """Answers each request on one connection with ``response``, one byte per write,
+    1 ms apart (separate reads for the client). Returns (port, thread, [responses sent])."""
+    import socket
+
+    ls = socket.create_server(("127.0.0.1", 0))
+    sent = [0]
+
+    def serve() -> None:
+        conn, _ = ls.accept()
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        buf = b""
+        with conn, ls:
+            while sent[0] < requests:
+                while b"\r\n\r\n" not in buf:
+                    more = conn.recv(4096)
+                    if not more:
+                        return
+                    buf += more
+                buf = buf.split(b"\r\n\r\n", 1)[1]
+                for i in range(len(response)):
+                    conn.sendall(response[i:i + 1])
+                    time.sleep(0.001)
+                sent[0] += 1
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    return ls.getsockname()[1], t, sent
+
+
+@pytest.mark.parametrize("engine", ["fast", "python"])
+@pytest.mark.parametrize("kind", sorted(DRIP))
+def test_framing_split_at_every_byte(kind, engine):
+    port, thread, sent = drip_server(DRIP[kind], requests=3)
+    url = f"http://127.0.0.1:{port}/"
+    target = parse_target(url)
+    # 3 requests 0.4 s apart on one connection: each response has ended before the next
+    info = RunInfo(target=url, protocol="http", rate=2.5, duration_s=1.2, workers=1,
+                   connections=1, max_connections=1, timeout_s=1.0, engine=engine)
+    data = build_result(info, [run_here(plan(info, target)[0])]).json
+    thread.join(timeout=5)
+    assert data["generator"]["engine"] == engine
+    req = data["requests"]
+    assert req["ok"] == req["sent"] == sent[0] == 3, (req, data["connections"])
+    assert data["connections"]["opened"] == 1 and data["connections"]["errors"] == {}
+
+
 BLOCKED = ("import runpy, sys; sys.modules['tailgate.bench.fastloop'] = None; "
            "sys.argv = ['tailgate'] + sys.argv[1:]; runpy.run_module('tailgate', "
            "run_name='__main__')")
