@@ -173,6 +173,26 @@ def test_framing_split_at_every_byte(kind, engine):
     assert data["connections"]["opened"] == 1 and data["connections"]["errors"] == {}
 
 
+@pytest.mark.parametrize("engine", ["fast", "python"])
+@pytest.mark.parametrize("framing", ["delimiter", "length"])
+def test_tcp_framing_split_at_every_byte(framing, engine):
+    """A multi-byte delimiter arriving one byte per read (E, N, D... across reads), or a
+    fixed length: each response ends exactly once, at its last byte."""
+    response = b"pong E-N-D almost END\r\n"
+    port, thread, sent = drip_server(response, requests=3)
+    url = f"tcp://127.0.0.1:{port}"
+    opts = ({"delimiter": b"END\r\n"} if framing == "delimiter"
+            else {"response_length": len(response)})
+    target = parse_target(url, payload=b"ping\r\n\r\n", **opts)
+    info = RunInfo(target=url, protocol="tcp", rate=2.5, duration_s=1.2, workers=1,
+                   connections=1, max_connections=1, timeout_s=1.0, engine=engine)
+    data = build_result(info, [run_here(plan(info, target)[0])]).json
+    thread.join(timeout=5)
+    req = data["requests"]
+    assert req["ok"] == req["sent"] == sent[0] == 3, (req, data["connections"])
+    assert data["connections"]["opened"] == 1 and data["connections"]["errors"] == {}
+
+
 BLOCKED = ("import runpy, sys; sys.modules['tailgate.bench.fastloop'] = None; "
            "sys.argv = ['tailgate'] + sys.argv[1:]; runpy.run_module('tailgate', "
            "run_name='__main__')")
