@@ -1,33 +1,33 @@
-"""HTTP load generation per core: tailgate (open loop) vs wrk and autocannon, one run.
+"""HTTP load generators side by side at equal rates: tailgate (fast, python), wrk2, wrk, autocannon.
 
-Against one nginx worker on loopback, each generator on one core (``taskset``;
-nginx on another core when there are two), side by side in the same run:
+Like with like, in one run: the same URL on one nginx worker pinned to one core, each
+generator pinned to the other core, 16 connections each, the same offered rates
+(``--rates``, default 10k, 30k, 50k, 90k, 120k/s) for ``--duration`` seconds measured each
+(default 10). From every tool the same figures: P50/P99/P999 latency, the achieved rate
+(ok responses per second over the measured window) and CPU µs per request of the
+generator's whole process tree (user + system, from the kernel's rusage of that
+process, ``wait4``), plus tailgate's own lateness P99.
 
-* ``wrk`` (Debian, C, closed loop): requests/s at saturation with ``-c`` connections,
-  and its latency percentiles there;
-* ``autocannon`` (npm, Node, HdrHistogram-based, closed loop): the same;
-* ``tailgate bench --workers 1`` (open loop): rates stepped up until the run no
-  longer holds — achieved rate below 99 % of the target or latency P99 above
-  ``--bound-ms`` (a bounded tail). The highest rate that held is tailgate's figure.
+* ``tailgate bench --engine fast`` and ``--engine python`` (open loop, latency from the
+  intended start); ``--warmup 1s`` before the measured window;
+* ``wrk2 -R RATE`` (open loop, corrected for coordinated omission), where a ``wrk2``
+  binary is on PATH or in ``$WRK2`` (it is not packaged: build it from
+  github.com/giltene/wrk2 outside the repository). wrk2 calibrates for its first 10 s
+  and then resets its histogram, so it runs ``10 s + --duration`` to measure the same
+  window;
+* ``autocannon -R RATE`` (npm, into benchmarks/.peers, git-ignored): a rate-limited
+  closed loop with its coordinated-omission correction;
+* ``wrk`` (Debian, closed loop): one run, its own rate and tail, labelled closed-loop.
 
-Other processes share these cores, and interference only ever lowers a figure, so
-each peer counts its best of ``--repeat`` runs and each tailgate step gets a
-second try before it counts as not held.
+The floor: a tiny C responder (compiled here with gcc, on the server core) answers every
+request exactly ``--floor-delay-us`` after it arrived (it spins on its core, so the delay
+is exact to a microsecond or two). Reported latency minus that delay, at P50/P99/P999, is
+what each tool adds (its own delay plus the loopback stack, the same for every tool). A
+C responder, not nginx: nginx has no constant-delay response without a module, and
+its own service time varies by tens of µs, which would hide the floor being measured.
 
-Closed-loop tools report the rate the server and generator reach together;
-tailgate reports the highest *scheduled* rate it delivers with a bounded tail,
-which is the stricter figure. Printed as ratios tailgate / peer.
-
-Also measured in the same run:
-
-* histogram recording cost, ns per sample, for batches of the size the engine
-  records (a few thousand) and large ones;
-* the stall test (as in tests/test_bench_stall.py): SIGSTOP the nginx worker twice
-  for 0.5 s during a 500 req/s run, P99/P999 error against the stall arithmetic.
-
-Run: ``.venv/bin/python benchmarks/bench_http.py`` (``--quick`` for shorter runs).
-autocannon is installed with npm into ``benchmarks/.peers/`` (git-ignored) if missing.
-On a shared 2-core VM other processes add noise; every figure comes with its command.
+Run: ``.venv/bin/python benchmarks/bench_http.py`` (``--quick``: 3 s per rate). On a shared
+VM other processes add noise; the load average is printed with the results.
 """
 
 from __future__ import annotations
@@ -36,14 +36,12 @@ import argparse
 import json
 import os
 import re
-import resource
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
-
-import numpy as np
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -51,11 +49,160 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "src"))
 
 from support.nginx import Nginx  # noqa: E402
-from tailgate.hist import Histogram  # noqa: E402
 
 PEERS = HERE / ".peers"
 AUTOCANNON = PEERS / "node_modules" / ".bin" / "autocannon"
 TAILGATE = [sys.executable, "-m", "tailgate", "bench"]
+WRK2_CALIBRATION_S = 10  # wrk2 resets its histograms after 10 s (+5 ms per connection)
+
+RESPONDER_C = r"""
+/* Answers each HTTP/1.1 request (one at a time per connection) exactly DELAY_NS after
+ * its last byte arrived, busy-polling its own core so the delay is exact. */
+#define _GNU_SOURCE
+#include <netinet/in.h>
+#include <signal.h>
+#include <netinet/tcp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+#define QN (1 << 20)
+static int64_t now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1000000000LL + t.tv_nsec; }
+static int64_t due[QN]; static int qfd[QN]; static unsigned qgen[QN]; static long qh, qt;
+static int seen[65536]; /* per fd: bytes of "\r\n\r\n" matched so far */
+static unsigned gen[65536]; /* per fd: bumped at close, so a reused fd gets no stale answer */
+int main(int argc, char **argv) {
+    int64_t delay = atoll(argv[1]) * 1000;
+    signal(SIGPIPE, SIG_IGN);  /* a client that timed out and closed: not our end */
+    int ls = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+    setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000001)};
+    if (bind(ls, (void *)&a, sizeof a) || listen(ls, 1024)) return 1;
+    socklen_t al = sizeof a; getsockname(ls, (void *)&a, &al);
+    printf("%d\n", ntohs(a.sin_port)); fflush(stdout);
+    int ep = epoll_create1(0);
+    struct epoll_event ev = {.events = EPOLLIN, .data.fd = ls};
+    epoll_ctl(ep, EPOLL_CTL_ADD, ls, &ev);
+    static const char resp[] = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+    static char buf[65536]; struct epoll_event evs[64];
+    for (;;) {
+        int n = epoll_wait(ep, evs, 64, 0);
+        for (int i = 0; i < n; i++) {
+            int fd = evs[i].data.fd;
+            if (fd == ls) {
+                int c = accept(ls, NULL, NULL);
+                if (c < 0 || c >= 65536) { if (c >= 0) close(c); continue; }
+                setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+                seen[c] = 0;
+                struct epoll_event e2 = {.events = EPOLLIN, .data.fd = c};
+                epoll_ctl(ep, EPOLL_CTL_ADD, c, &e2);
+                continue;
+            }
+            ssize_t r = read(fd, buf, sizeof buf);
+            if (r <= 0) { gen[fd]++; close(fd); continue; }
+            int64_t t = now();
+            for (ssize_t k = 0; k < r; k++) {
+                char want = "\r\n\r\n"[seen[fd]];
+                seen[fd] = buf[k] == want ? seen[fd] + 1 : (buf[k] == '\r' ? 1 : 0);
+                if (seen[fd] == 4) {
+                    seen[fd] = 0;
+                    due[qt % QN] = t + delay; qfd[qt % QN] = fd; qgen[qt % QN] = gen[fd]; qt++;
+                }
+            }
+        }
+        int64_t t = now();
+        while (qh < qt && due[qh % QN] <= t) {  /* constant delay: the queue is in due order */
+            int fd = qfd[qh % QN];
+            if (qgen[qh % QN] == gen[fd] && write(fd, resp, sizeof resp - 1) < 0) { /* gone */ }
+            qh++;
+        }
+    }
+}
+"""
+
+
+def pin(cpu: int | None) -> list[str]:
+    return ["taskset", "-c", str(cpu)] if cpu is not None and shutil.which("taskset") else []
+
+
+def timed(cmd: list[str], timeout: float) -> tuple[str, str, float]:
+    """Run ``cmd``; (stdout, stderr, CPU seconds of its whole process tree)."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        p = subprocess.Popen(cmd, stdout=out, stderr=err, text=True)
+        deadline = time.monotonic() + timeout
+        while True:
+            pid, status, ru = os.wait4(p.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() > deadline:
+                p.kill()
+                pid, status, ru = os.wait4(p.pid, 0)
+                break
+            time.sleep(0.05)
+        p.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        return out.read(), err.read(), ru.ru_utime + ru.ru_stime
+
+
+def to_ms(text: str) -> float:
+    m = re.match(r"([\d.]+)(us|ms|s|m)$", text)
+    if not m:
+        return float("nan")
+    return float(m.group(1)) * {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 6e4}[m.group(2)]
+
+
+def run_tailgate(engine: str, url: str, rate: float, duration: float, conns: int,
+                 cpu: int | None) -> dict:
+    cmd = [*pin(cpu), *TAILGATE, url, "--engine", engine, "--rate", str(int(rate)),
+           "--duration", f"{duration:g}s", "--warmup", "1s", "--workers", "1",
+           "--connections", str(conns), "--max-connections", str(conns), "--json", "-",
+           "--quiet"]
+    out, err, cpu_s = timed(cmd, duration + 60)
+    try:
+        d = json.loads(out)
+    except json.JSONDecodeError:
+        return {"tool": f"tailgate ({engine})", "error": err.strip()[-300:]}
+    lat = d["latency_ms"]
+    total = sum(d["requests"]["errors"].values()) + d["requests"]["ok"] + d["requests"]["warmup"]
+    return {"tool": f"tailgate ({engine})", "cmd": " ".join(cmd[len(pin(cpu)):]),
+            # completed ok per second, as the peers count it (rate.achieved is dispatched/s)
+            "achieved": d["rate"]["ok"], "p50": lat["p50"], "p99": lat["p99"],
+            "p999": lat["p999"], "late_p99": d["lateness_ms"]["p99"],
+            "errors": d["requests"]["sent"] - d["requests"]["ok"],
+            "cpu_us": 1e6 * cpu_s / max(total, 1), "engine": d["generator"]["engine"]}
+
+
+def wrk2_binary() -> str | None:
+    exe = os.environ.get("WRK2") or shutil.which("wrk2")
+    return exe if exe and os.access(exe, os.X_OK) else None
+
+
+def run_wrk2(exe: str, url: str, rate: float, duration: float, conns: int,
+             cpu: int | None) -> dict:
+    run_s = WRK2_CALIBRATION_S + int(round(duration))
+    cmd = [*pin(cpu), exe, "-t1", f"-c{conns}", f"-d{run_s}s", f"-R{int(rate)}", "--latency", url]
+    out, err, cpu_s = timed(cmd, run_s + 60)
+    pct = {float(p): to_ms(v)
+           for p, v in re.findall(r"^ *([\d.]+)%\s+(\S+) *$", out, re.M)}
+    total = re.search(r"(\d+) requests in", out)
+    # Achieved: the requests its (post-calibration) histogram recorded over the window.
+    rec = re.search(r"Total count\s+=\s+(\d+)", out)
+    if not rec or 99.0 not in pct:
+        return {"tool": "wrk2", "error": (err or out).strip()[-300:]}
+    errs = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    sock = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    return {"tool": "wrk2", "cmd": " ".join(cmd[len(pin(cpu)):]),
+            "achieved": int(rec.group(1)) / duration,
+            "p50": pct.get(50.0), "p99": pct.get(99.0), "p999": pct.get(99.9), "late_p99": None,
+            "errors": (int(errs.group(1)) if errs else 0)
+            + (sum(int(x) for x in sock.groups()) if sock else 0),
+            "cpu_us": 1e6 * cpu_s / max(int(total.group(1)) if total else 0, 1)}
 
 
 def ensure_autocannon() -> str | None:
@@ -64,186 +211,162 @@ def ensure_autocannon() -> str | None:
         return str(AUTOCANNON)
     npm = shutil.which("npm")
     if npm is None:
-        print("autocannon: npm not found, skipped")
+        print("autocannon: npm not found: left out")
         return None
     PEERS.mkdir(exist_ok=True)
     (PEERS / ".gitignore").write_text("*\n")
     r = subprocess.run([npm, "install", "--no-audit", "--no-fund", "--prefix", str(PEERS),
-                        "autocannon@9"], capture_output=True, text=True, timeout=600)
+                        "autocannon@8"], capture_output=True, text=True, timeout=600)
     if r.returncode or not AUTOCANNON.exists():
         print(f"autocannon: npm install failed: {r.stderr.strip()[-300:]}")
         return None
     return str(AUTOCANNON)
 
 
-def pin(cpu: int | None) -> list[str]:
-    return ["taskset", "-c", str(cpu)] if cpu is not None and shutil.which("taskset") else []
+def run_autocannon(exe: str, url: str, rate: float | None, duration: float, conns: int,
+                   cpu: int | None) -> dict:
+    cmd = [*pin(cpu), exe, "-c", str(conns), "-d", str(int(round(duration))), "-j"]
+    if rate:
+        cmd += ["-R", str(int(rate))]
+    cmd.append(url)
+    out, err, cpu_s = timed(cmd, duration + 60)
+    try:
+        d = json.loads(out)
+    except json.JSONDecodeError:
+        return {"tool": "autocannon", "error": (err or out).strip()[-300:]}
+    lat = d["latency"]
+    total = int(d["requests"]["total"])
+    return {"tool": "autocannon", "cmd": " ".join(cmd[len(pin(cpu)):]),
+            "achieved": total / max(float(d.get("duration", duration)), 1e-9),
+            "p50": float(lat["p50"]), "p99": float(lat["p99"]), "p999": float(lat["p99_9"]),
+            "late_p99": None, "errors": int(d.get("errors", 0)) + int(d.get("non2xx", 0)),
+            "cpu_us": 1e6 * cpu_s / max(total, 1)}  # node's start-up included
 
 
-def ms(text: str) -> float:
-    m = re.match(r"([\d.]+)(us|ms|s)", text)
-    if not m:
-        return float("nan")
-    return float(m.group(1)) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[m.group(2)]
-
-
-def child_cpu_s() -> float:
-    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return ru.ru_utime + ru.ru_stime
-
-
-def run_wrk(url: str, conns: int, duration: float, cpu: int | None) -> dict:
-    cmd = [*pin(cpu), "wrk", "-t1", f"-c{conns}", f"-d{int(duration)}s", "--latency", url]
-    c0 = child_cpu_s()
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 30).stdout
-    cpu_s = child_cpu_s() - c0
-    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
-    total = int(re.search(r"(\d+) requests in", out).group(1))
+def run_wrk(url: str, duration: float, conns: int, cpu: int | None) -> dict:
+    cmd = [*pin(cpu), "wrk", "-t1", f"-c{conns}", f"-d{int(round(duration))}s", "--latency", url]
+    out, err, cpu_s = timed(cmd, duration + 30)
+    rps = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    total = re.search(r"(\d+) requests in", out)
+    if not rps:
+        return {"tool": "wrk (closed loop)", "error": (err or out).strip()[-300:]}
     pct = dict(re.findall(r"^\s+(\d+)%\s+(\S+)", out, re.M))
-    return {"cmd": " ".join(cmd), "rps": rps, "p50_ms": ms(pct.get("50", "")),
-            "p99_ms": ms(pct.get("99", "")), "cpu_us_per_req": 1e6 * cpu_s / max(total, 1)}
+    return {"tool": "wrk (closed loop)", "cmd": " ".join(cmd[len(pin(cpu)):]),
+            "achieved": float(rps.group(1)), "p50": to_ms(pct.get("50", "")),
+            "p99": to_ms(pct.get("99", "")), "p999": None, "late_p99": None, "errors": 0,
+            "cpu_us": 1e6 * cpu_s / max(int(total.group(1)) if total else 0, 1)}
 
 
-def run_autocannon(exe: str, url: str, conns: int, duration: float, cpu: int | None) -> dict:
-    cmd = [*pin(cpu), exe, "-c", str(conns), "-d", str(int(duration)), "-j", url]
-    c0 = child_cpu_s()
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 60)
-    cpu_s = child_cpu_s() - c0  # includes node's start-up: an upper bound
-    data = json.loads(r.stdout)
-    lat = data["latency"]
-    return {"cmd": " ".join(cmd), "rps": float(data["requests"]["average"]),
-            "cpu_us_per_req": 1e6 * cpu_s / max(int(data["requests"]["total"]), 1),
-            "p50_ms": float(lat["p50"]), "p99_ms": float(lat["p99"]),
-            "errors": int(data.get("errors", 0)) + int(data.get("non2xx", 0))}
+def fmt(v: float | None, nd: int = 3) -> str:
+    return "—" if v is None or v != v else f"{v:.{nd}f}"
 
 
-def run_tailgate(url: str, rate: float, duration: float, cpu: int | None) -> dict:
-    cmd = [*pin(cpu), *TAILGATE, url, "--rate", str(int(rate)), "--duration",
-           f"{duration}s", "--workers", "1", "--connections", "16", "--json", "-", "--quiet"]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 60)
-    d = json.loads(r.stdout)
-    return {"cmd": " ".join(cmd[len(pin(cpu)):]), "rate": rate,
-            "achieved": d["rate"]["achieved"], "ok": d["requests"]["ok"],
-            "sent": d["requests"]["sent"], "p50_ms": d["latency_ms"]["p50"],
-            "p99_ms": d["latency_ms"]["p99"], "p999_ms": d["latency_ms"]["p999"],
-            "late_p99_ms": d["lateness_ms"]["p99"], "max_open": d["connections"]["max_open"],
-            "cpu_us_per_req": d["generator"]["cpu_us_per_request"]}
+def row(r: dict, rate: float | None) -> str:
+    if "error" in r:
+        return f"| {rate and f'{rate / 1000:g}k/s' or '—'} | {r['tool']} | failed: {r['error']} |"
+    return (f"| {f'{rate / 1000:g}k/s' if rate else 'closed loop'} | {r['tool']} | "
+            f"{r['achieved']:,.0f}/s | {fmt(r['p50'])} | {fmt(r['p99'])} | {fmt(r['p999'])} | "
+            f"{fmt(r['late_p99'])} | {r['cpu_us']:.1f} | {r['errors']} |")
 
 
-def tailgate_sustained(url: str, duration: float, cpu: int | None, bound_ms: float,
-                       start: float, step: float, top: float,
-                       tries: int = 2) -> tuple[float, list[dict]]:
-    best, runs = 0.0, []
-    rate = start
-    while rate <= top:
-        held = False
-        for _ in range(tries):  # other processes share the cores: a step gets a second try
-            r = run_tailgate(url, rate, duration, cpu)
-            held = (r["achieved"] >= 0.99 * rate and r["ok"] == r["sent"]
-                    and r["p99_ms"] <= bound_ms)
-            r["held"] = held
-            runs.append(r)
-            print(f"  tailgate {rate:>8,.0f}/s: achieved {r['achieved']:>9,.0f}/s  "
-                  f"p50 {r['p50_ms']:7.3f} ms  p99 {r['p99_ms']:9.3f} ms  "
-                  f"p999 {r['p999_ms']:9.3f} ms  lateness p99 {r['late_p99_ms']:7.3f} ms  "
-                  f"conns {r['max_open']:4d}  cpu {r['cpu_us_per_req']:5.1f} us/req  "
-                  f"{'held' if held else 'NOT held'}", flush=True)
-            if held:
-                break
-        if not held:
-            break
-        best = rate
-        rate += step
-    return best, runs
+HEADER = ("| offered | tool | achieved | P50 ms | P99 ms | P999 ms | own lateness P99 ms | "
+          "CPU µs/req | errors |\n|---|---|---|---|---|---|---|---|---|")
 
 
-def histogram_cost() -> dict:
-    rng = np.random.default_rng(1)
-    values = rng.lognormal(11, 1.5, 2_000_000)  # ns, a long tail around 60 µs
-    out = {}
-    for batch in (4096, 65536, 2_000_000):
-        h = Histogram()
-        chunks = [values[i:i + batch] for i in range(0, values.size, batch)]
-        t0 = time.perf_counter()
-        for _ in range(3):
-            for c in chunks:
-                h.record(c)
-        out[batch] = (time.perf_counter() - t0) / (3 * values.size) * 1e9
-    return out
+def build_responder(tmp: str) -> str:
+    src = Path(tmp) / "responder.c"
+    src.write_text(RESPONDER_C)
+    exe = str(Path(tmp) / "responder")
+    subprocess.run(["gcc", "-O2", "-o", exe, str(src)], check=True)
+    return exe
 
 
-def stall_accuracy() -> dict:
-    import test_bench_stall as st  # the test's own arithmetic, run once here
-
-    with Nginx(workers=1) as ng:
-        result, truth = st.run_with_stalls(ng, max_connections=1024)
-    errs = {}
-    for p in (99.0, 99.9):
-        ours, true = result.latency.value_at_percentile(p), truth.value_at_percentile(p)
-        errs[p] = (ours / 1e6, true / 1e6, 100.0 * (ours - true) / true)
-    return errs
+def floor(tools: dict, rate: float, duration: float, delay_us: int, conns: int,
+          srv_cpu: int | None, gen_cpu: int | None) -> list[str]:
+    """Reported minus true latency against the constant-delay responder."""
+    lines = [f"\nFloor: a C responder on cpu {srv_cpu} answers each request exactly "
+             f"{delay_us} µs after it arrived; {rate:,.0f}/s, {conns} connections, "
+             f"{duration:g} s. Reported latency minus {delay_us} µs (what the tool and the "
+             f"loopback stack add), µs:\n",
+             "| tool | P50 | P99 | P999 | achieved |", "|---|---|---|---|---|"]
+    with tempfile.TemporaryDirectory() as tmp:
+        exe = build_responder(tmp)
+        srv = subprocess.Popen([*pin(srv_cpu), exe, str(delay_us)], stdout=subprocess.PIPE,
+                               text=True)
+        try:
+            port = int(srv.stdout.readline())
+            url = f"http://127.0.0.1:{port}/"
+            for name, fn in tools.items():
+                r = fn(url, rate, duration, conns, gen_cpu)
+                if "error" in r:
+                    lines.append(f"| {name} | failed: {r['error']} | | | |")
+                    continue
+                d = [None if v is None else 1000 * v - delay_us
+                     for v in (r["p50"], r["p99"], r["p999"])]
+                lines.append(f"| {name} | {fmt(d[0], 0)} | {fmt(d[1], 0)} | {fmt(d[2], 0)} | "
+                             f"{r['achieved']:,.0f}/s |")
+                print(lines[-1], flush=True)
+        finally:
+            srv.kill()
+            srv.wait()
+    return lines
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--duration", type=float, default=3.0, help="seconds per run")
-    ap.add_argument("--connections", type=int, default=16, help="wrk/autocannon connections")
-    ap.add_argument("--bound-ms", type=float, default=10.0, help="P99 bound for 'sustained'")
-    ap.add_argument("--start", type=float, default=10_000)
-    ap.add_argument("--step", type=float, default=5_000)
-    ap.add_argument("--top", type=float, default=150_000)
-    ap.add_argument("--repeat", type=int, default=2, help="wrk/autocannon runs (best counts)")
-    ap.add_argument("--quick", action="store_true", help="2 s runs, no stall test")
+    ap.add_argument("--rates", default="10000,30000,50000,90000,120000",
+                    help="offered rates, requests/s (comma-separated)")
+    ap.add_argument("--duration", type=float, default=10.0, help="measured seconds per run")
+    ap.add_argument("--connections", type=int, default=16)
+    ap.add_argument("--floor-rate", type=float, default=10_000)
+    ap.add_argument("--floor-delay-us", type=int, default=200)
+    ap.add_argument("--quick", action="store_true", help="3 s per run")
+    ap.add_argument("--tools", default="fast,python,wrk2,autocannon,wrk",
+                    help="which generators (comma-separated)")
     args = ap.parse_args()
     if args.quick:
-        args.duration = 2.0
+        args.duration = 3.0
+    rates = [float(x) for x in args.rates.split(",")]
+    want = set(args.tools.split(","))
     cpus = sorted(os.sched_getaffinity(0))
     gen_cpu = cpus[0] if len(cpus) >= 2 else None
     srv_cpu = cpus[1] if len(cpus) >= 2 else None
-    print(f"cpus {cpus}: generator on {gen_cpu}, nginx on {srv_cpu}; load average "
+    wrk2 = wrk2_binary()
+    ac = ensure_autocannon() if "autocannon" in want else None
+    print(f"machine: {os.uname().nodename}, {len(cpus)} cpus, {os.uname().release}; "
+          f"generator on cpu {gen_cpu}, server on cpu {srv_cpu}; load average "
           f"{os.getloadavg()[0]:.2f} (other processes share these cores)")
-
-    exe = ensure_autocannon()
+    if "wrk2" in want and wrk2 is None:
+        print("wrk2: not found (no `wrk2` on PATH, $WRK2 unset): left out. Build it from "
+              "https://github.com/giltene/wrk2 outside the repository and set WRK2.")
+    tools: dict = {}
+    if "fast" in want:
+        tools["tailgate (fast)"] = lambda u, r, d, c, p: run_tailgate("fast", u, r, d, c, p)
+    if "python" in want:
+        tools["tailgate (python)"] = lambda u, r, d, c, p: run_tailgate("python", u, r, d, c, p)
+    if "wrk2" in want and wrk2:
+        tools["wrk2"] = lambda u, r, d, c, p: run_wrk2(wrk2, u, r, d, c, p)
+    if ac:
+        tools["autocannon"] = lambda u, r, d, c, p: run_autocannon(ac, u, r, d, c, p)
+    lines = [f"{args.duration:g} s measured per run, {args.connections} connections, "
+             f"nginx (1 worker) on cpu {srv_cpu}, each generator on cpu {gen_cpu}\n", HEADER]
+    print("\n".join(lines), flush=True)
     with Nginx(workers=1) as ng:
         if srv_cpu is not None:
             for pid in [ng.proc.pid, *ng.worker_pids()]:
                 os.sched_setaffinity(pid, {srv_cpu})
         url = ng.url("/")
-        # Best of --repeat runs each, alternating: interference only ever lowers a figure.
-        wrk, ac = None, None
-        for _ in range(args.repeat):
-            w = run_wrk(url, args.connections, args.duration, gen_cpu)
-            print(f"  wrk        closed loop: {w['rps']:>9,.0f}/s  p50 {w['p50_ms']:.3f} ms  "
-                  f"p99 {w['p99_ms']:.3f} ms   [{w['cmd']}]", flush=True)
-            wrk = w if wrk is None or w["rps"] > wrk["rps"] else wrk
-            if exe:
-                a = run_autocannon(exe, url, args.connections, args.duration, gen_cpu)
-                print(f"  autocannon closed loop: {a['rps']:>9,.0f}/s  p50 {a['p50_ms']:g} ms  "
-                      f"p99 {a['p99_ms']:g} ms (whole ms: autocannon's resolution)  "
-                      f"[{a['cmd']}]", flush=True)
-                ac = a if ac is None or a["rps"] > ac["rps"] else ac
-        best, runs = tailgate_sustained(url, args.duration, gen_cpu, args.bound_ms,
-                                        args.start, args.step, args.top)
-    print(f"\nload average now {os.getloadavg()[0]:.2f}; peers: best of {args.repeat} runs")
-    print(f"tailgate sustained (open loop, P99 <= {args.bound_ms:g} ms, achieved >= 99 %, "
-          f"no errors): {best:,.0f} req/s on one core")
-    print(f"  tailgate / wrk        = {best / wrk['rps']:.2f}  ({best:,.0f} / {wrk['rps']:,.0f})")
-    if ac:
-        print(f"  tailgate / autocannon = {best / ac['rps']:.2f}  "
-              f"({best:,.0f} / {ac['rps']:,.0f})")
-    held = [r for r in runs if r["held"] and r["rate"] == best]
-    print("CPU per request (generator process; its inverse is requests/s per fully used core):")
-    print(f"  wrk {wrk['cpu_us_per_req']:.1f} us" + (
-        f", autocannon {ac['cpu_us_per_req']:.1f} us (incl. node start-up)" if ac else "")
-        + (f", tailgate {held[0]['cpu_us_per_req']:.1f} us at {best:,.0f}/s" if held else ""))
-    cost = histogram_cost()
-    print("histogram recording: " + ", ".join(
-        f"{v:.1f} ns/sample (batches of {k:,})" for k, v in cost.items()))
-    if not args.quick:
-        errs = stall_accuracy()
-        for p, (ours, true, err) in errs.items():
-            print(f"stall test P{p:g}: tailgate {ours:.3f} ms, truth {true:.3f} ms, "
-                  f"error {err:+.2f} %")
+        for rate in rates:
+            for fn in tools.values():
+                lines.append(row(fn(url, rate, args.duration, args.connections, gen_cpu), rate))
+                print(lines[-1], flush=True)
+        if "wrk" in want:
+            lines.append(row(run_wrk(url, args.duration, args.connections, gen_cpu), None))
+            print(lines[-1], flush=True)
+    lines += floor(tools, args.floor_rate, args.duration, args.floor_delay_us,
+                   args.connections, srv_cpu, gen_cpu)
+    print(f"\nload average now {os.getloadavg()[0]:.2f}")
+    print("\n".join(lines))
     return 0
 
 

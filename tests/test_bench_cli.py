@@ -38,10 +38,12 @@ def tailgate(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str
     return subprocess.run([*TAILGATE, *args], capture_output=True, text=True, timeout=timeout)
 
 
-@pytest.fixture(scope="module")
-def full_run(nginx, tmp_path_factory):
+@pytest.fixture(scope="module", params=["fast", "python"])
+def full_run(nginx, tmp_path_factory, request):
+    """One run per engine: JSON, --hdr and --log hold for the compiled and the reference."""
     d = tmp_path_factory.mktemp("bench")
-    r = tailgate(nginx.url("/"), "--rate", "1000", "--duration", "2s", "--warmup", "0.5s",
+    r = tailgate(nginx.url("/"), "--engine", request.param,
+                 "--rate", "1000", "--duration", "2s", "--warmup", "0.5s",
                  "--workers", "2", "--connections", "4", "--arrival", "poisson",
                  "--slo", "p99<10s", "--slo", "error_rate<1%", "--spectrum",
                  "--json", str(d / "out.json"), "--hdr", str(d / "out.hlog"),
@@ -53,6 +55,8 @@ def test_json_has_the_documented_shape_and_accounts_for_every_request(full_run):
     r, d = full_run
     assert r.returncode == 0, r.stderr + r.stdout
     data = json.loads((d / "out.json").read_text())
+    assert data["generator"]["engine"] in ("fast", "python")
+    assert "engine_note" not in data["generator"]
     req = data["requests"]
     assert req["sent"] == req["ok"] + sum(req["errors"].values()) == req["scheduled"]
     assert set(req["errors"]) >= {"connect", "timeout", "reset", "status_4xx", "status_5xx"}
@@ -146,9 +150,11 @@ def test_tcp_target_needs_a_payload(nginx):
     assert r.returncode == 2 and "--payload" in r.stderr
 
 
-def test_ctrl_c_writes_partial_results_marked_interrupted(nginx, tmp_path):
+@pytest.mark.parametrize("engine", ["fast", "python"])
+def test_ctrl_c_writes_partial_results_marked_interrupted(nginx, tmp_path, engine):
     out = tmp_path / "partial.json"
-    p = subprocess.Popen([*TAILGATE, nginx.url("/"), "--rate", "300", "--duration", "60s",
+    p = subprocess.Popen([*TAILGATE, nginx.url("/"), "--engine", engine,
+                          "--rate", "300", "--duration", "60s",
                           "--workers", "2", "--json", str(out), "--quiet"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(2.5)
@@ -157,7 +163,7 @@ def test_ctrl_c_writes_partial_results_marked_interrupted(nginx, tmp_path):
     assert p.returncode == 130, stderr
     data = json.loads(out.read_text())
     req = data["requests"]
-    assert data["interrupted"] is True
+    assert data["interrupted"] is True and data["generator"]["engine"] == engine
     assert 0 < req["sent"] < req["scheduled"]
     assert req["sent"] == req["ok"] + sum(req["errors"].values())
     assert data["latency_ms"]["count"] == req["sent"]

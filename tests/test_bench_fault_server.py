@@ -19,14 +19,20 @@ from tailgate.bench.workers import plan, run_here
 
 pytestmark = pytest.mark.timeout(60)
 
+
+@pytest.fixture(params=["python", "fast"])
+def engine(request):
+    """Every misbehaviour against both engines: the compiled one must match the reference."""
+    return request.param
+
 # Small enough that the endless modes hit them at once; far above what the modes send.
 LIMITS = Limits(max_header_bytes=64 * 1024, max_body_bytes=1 << 20)
 # Generous: on a loaded CI machine a slow answer must not turn into a time-out.
 TIMEOUT_S = 2.0
 
 
-def bench(srv: FaultServer, *, rate: float = 20, duration: float = 0.6, retry_stale=False,
-          **target_opts) -> dict:
+def bench(srv: FaultServer, engine: str, *, rate: float = 20, duration: float = 0.6,
+          retry_stale=False, **target_opts) -> dict:
     if srv.mode.endswith("_late"):
         # Its extra bytes come 10 ms after the response: the next request must not be in
         # flight by then (if it were, they would parse as its response and the stamp check
@@ -35,9 +41,11 @@ def bench(srv: FaultServer, *, rate: float = 20, duration: float = 0.6, retry_st
     target = parse_target(srv.url, **target_opts)
     info = RunInfo(target=srv.url, protocol=target.kind, rate=rate, duration_s=duration,
                    workers=1, connections=2, max_connections=8, timeout_s=TIMEOUT_S,
-                   limits=LIMITS, retry_stale=retry_stale)
+                   limits=LIMITS, retry_stale=retry_stale, engine=engine)
     cfg = replace(plan(info, target)[0], check_seq=True)
-    return build_result(info, [run_here(cfg)]).json
+    data = build_result(info, [run_here(cfg)]).json
+    assert data["generator"]["engine"] == engine
+    return data
 
 
 def check(data: dict, srv: FaultServer, kind: str | None) -> dict:
@@ -56,10 +64,10 @@ def check(data: dict, srv: FaultServer, kind: str | None) -> dict:
 
 
 @pytest.mark.parametrize("mode", sorted(HTTP_MODES))
-def test_http_fault_modes(mode):
+def test_http_fault_modes(mode, engine):
     kind, _ = HTTP_MODES[mode]
     with FaultServer(mode, "http") as srv:
-        data = bench(srv)
+        data = bench(srv, engine)
     req = check(data, srv, kind)
     assert srv.received == req["sent"]  # every request reached the server once
     if mode == "wrong_stamp":
@@ -77,9 +85,9 @@ def test_http_fault_modes(mode):
         assert req["error_examples"]["upgrade"][0]["reason"].startswith("101 Switching")
 
 
-def test_stale_connections_retried_on_request():
+def test_stale_connections_retried_on_request(engine):
     with FaultServer("stale", "http") as srv:
-        data = bench(srv, retry_stale=True)
+        data = bench(srv, engine, retry_stale=True)
     req = check(data, srv, None)
     assert req["ok"] == 12 and req["retried"] > 0
     assert srv.received == req["sent"] + req["retried"]  # each retry was a second request
@@ -87,10 +95,10 @@ def test_stale_connections_retried_on_request():
 
 
 @pytest.mark.parametrize("mode", sorted(TCP_MODES))
-def test_tcp_fault_modes(mode):
+def test_tcp_fault_modes(mode, engine):
     kind, _ = TCP_MODES[mode]
     with FaultServer(mode, "tcp") as srv:
-        data = bench(srv, payload=b"ping\n", delimiter=b"\n")
+        data = bench(srv, engine, payload=b"ping\n", delimiter=b"\n")
     req = check(data, srv, kind)
     assert srv.received == req["sent"]
     if mode in ("extra_same_write", "extra_late"):
@@ -116,7 +124,7 @@ def test_a_connection_is_never_idle_twice():
         loop.close()
 
 
-def test_cli_reports_each_kind_once_with_examples_and_no_traceback():
+def test_cli_reports_each_kind_once_with_examples_and_no_traceback(engine):
     import json
     import subprocess
     import sys
@@ -124,7 +132,7 @@ def test_cli_reports_each_kind_once_with_examples_and_no_traceback():
     with FaultServer("upgrade", "http") as srv:
         out = subprocess.run([sys.executable, "-m", "tailgate", "bench", srv.url, "--rate", "20",
                               "--duration", "0.5s", "--workers", "1", "--timeout", "1s",
-                              "--quiet", "--json", "-"], capture_output=True, text=True,
+                              "--engine", engine, "--quiet", "--json", "-"], capture_output=True, text=True,
                              timeout=60, check=False)
     assert out.returncode == 0, out.stderr
     assert "Traceback" not in out.stderr and "Fatal error" not in out.stderr, out.stderr
@@ -137,11 +145,11 @@ def test_cli_reports_each_kind_once_with_examples_and_no_traceback():
     assert "errors: upgrade 10" in out.stderr
 
 
-def test_a_bookkeeping_error_shows_in_the_accounting():
+def test_a_bookkeeping_error_shows_in_the_accounting(engine):
     with FaultServer("ok", "http") as srv:
         target = parse_target(srv.url)
         info = RunInfo(target=srv.url, protocol="http", rate=20, duration_s=0.3, workers=1,
-                       connections=1, timeout_s=TIMEOUT_S)
+                       connections=1, timeout_s=TIMEOUT_S, engine=engine)
         part = run_here(plan(info, target)[0])
     good = build_result(info, [part]).json
     assert good["accounting"]["consistent"] and good["requests"]["sent"] == 6
@@ -154,7 +162,7 @@ def test_a_bookkeeping_error_shows_in_the_accounting():
     assert any(w.startswith("accounting does not add up") for w in bad["warnings"])
 
 
-def test_cli_limits_and_retry_flags_reach_the_run():
+def test_cli_limits_and_retry_flags_reach_the_run(engine):
     import json
     import subprocess
     import sys
@@ -163,6 +171,7 @@ def test_cli_limits_and_retry_flags_reach_the_run():
         out = subprocess.run([sys.executable, "-m", "tailgate", "bench", srv.url, "--rate", "10",
                               "--duration", "0.3s", "--workers", "1", "--timeout", "2s",
                               "--max-header-bytes", "64KiB", "--retry-stale", "--quiet",
+                              "--engine", engine,
                               "--json", "-"], capture_output=True, text=True, timeout=60,
                              check=False)
     assert out.returncode == 0, out.stderr

@@ -65,10 +65,11 @@ def true_latency_ns(times: np.ndarray, start: float,
     return lat * 1e9
 
 
-def run_with_stalls(ng: Nginx, max_connections: int):
+def run_with_stalls(ng: Nginx, max_connections: int, engine: str):
     target = parse_target(ng.url("/"))
     info = RunInfo(target=ng.url("/"), protocol="http", rate=RATE, duration_s=DURATION,
-                   workers=1, connections=2, max_connections=max_connections, timeout_s=3.0)
+                   workers=1, connections=2, max_connections=max_connections, timeout_s=3.0,
+                   engine=engine)
     cfgs = plan(info, target)
     (pid,) = ng.worker_pids()
     windows: list[tuple[float, float]] = []
@@ -87,6 +88,7 @@ def run_with_stalls(ng: Nginx, max_connections: int):
     thread.join(timeout=5)
     assert not interrupted and not missing and len(windows) == len(STALLS)
     result = build_result(info, parts)
+    assert result.json["generator"]["engine"] == engine
     truth = Histogram()
     truth.record(true_latency_ns(cfgs[0].times, start, windows))
     return result, truth
@@ -96,14 +98,20 @@ def close(observed: float, expected: float, rel: float = 0.05) -> bool:
     return abs(observed - expected) <= rel * expected
 
 
+@pytest.fixture(params=["python", "fast"])
+def engine(request):
+    """The stall truth holds for both engines: the compiled fast path and the reference."""
+    return request.param
+
+
 @pytest.fixture(scope="module")
 def nginx():
     with Nginx(workers=1) as ng:
         yield ng
 
 
-def test_open_loop_tail_matches_the_stall_arithmetic(nginx):
-    result, truth = run_with_stalls(nginx, max_connections=1024)
+def test_open_loop_tail_matches_the_stall_arithmetic(nginx, engine):
+    result, truth = run_with_stalls(nginx, max_connections=1024, engine=engine)
     req = result.json["requests"]
     assert req["sent"] == req["scheduled"] == int(RATE * DURATION)
     assert req["ok"] == req["sent"], req["errors"]
@@ -117,8 +125,8 @@ def test_open_loop_tail_matches_the_stall_arithmetic(nginx):
     assert result.json["connections"]["max_open"] > 2
 
 
-def test_capped_connections_latency_keeps_the_stall_service_time_hides_it(nginx):
-    result, truth = run_with_stalls(nginx, max_connections=2)
+def test_capped_connections_latency_keeps_the_stall_service_time_hides_it(nginx, engine):
+    result, truth = run_with_stalls(nginx, max_connections=2, engine=engine)
     req = result.json["requests"]
     assert req["ok"] == req["sent"] == int(RATE * DURATION)
     assert result.json["connections"]["max_open"] <= 2

@@ -15,6 +15,8 @@ One engine for every protocol; modules, each usable on its own:
   (tcp holds its sans-I/O framer, :class:`.tcp.TcpReader`; openai_sse streams through
   :mod:`tailgate.llm.sse` and times each token, see :mod:`tailgate.llm.accounting`).
 * :mod:`.engine`   — one process: schedule, connection pool, time-outs, recording.
+* :mod:`.fastpath` — the same engine with its hot loop compiled (``fastloop.c``) for
+  ``http://`` and ``tcp://``; :func:`.fastpath.choose` picks the engine (``--engine``).
 * :mod:`.workers`  — N engine processes, merged exactly.
 * :mod:`.result`   — the merged result: JSON, summary, warnings, per-request log.
 * :mod:`.progress` — the live display.

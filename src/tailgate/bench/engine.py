@@ -101,12 +101,12 @@ MAX_REASONS = 5  # distinct example reasons kept per error kind (the rest are co
 OTHER_REASONS = "(other reasons)"
 
 
-def note_reason(book: dict[str, dict[str, int]], kind: str, reason: str) -> None:
-    """Count one example ``reason`` under ``kind``, keeping at most MAX_REASONS apart."""
+def note_reason(book: dict[str, dict[str, int]], kind: str, reason: str, count: int = 1) -> None:
+    """Count ``count`` examples of ``reason`` under ``kind``, keeping at most MAX_REASONS apart."""
     reasons = book.setdefault(kind, {})
     if reason not in reasons and len(reasons) >= MAX_REASONS:
         reason = OTHER_REASONS
-    reasons[reason] = reasons.get(reason, 0) + 1
+    reasons[reason] = reasons.get(reason, 0) + count
 
 
 @dataclass(frozen=True)
@@ -134,6 +134,7 @@ class EngineConfig:
     max_event_bytes: int = 16 << 20
     require_done: bool = True  # a stream is complete at data: [DONE]
     good_slos: tuple[Any, ...] = ()  # per-request latency SLOs for goodput (GoodSlo)
+    engine: str = "auto"  # "fast" (compiled hot path, fastpath.py), "python" or "auto"
 
 
 @dataclass
@@ -169,6 +170,7 @@ class WorkerResult:
     # per successful connection attempt, ns: TCP connect, and TLS handshake (TLS targets)
     connect_time: Histogram | None = None
     handshake_time: Histogram | None = None
+    engine: str = "python"  # which engine measured: "python" (this module) or "fast"
 
 
 class Engine:
@@ -588,7 +590,6 @@ class Engine:
 
     def _flush(self, final: bool = False) -> None:
         """Move the hot-path lists into histograms (vectorised), the log and progress."""
-        cfg, start, times = self.cfg, self.start, self.times
         rid = np.array(self._rid, dtype=np.int64)
         send = np.array(self._send, dtype=np.float64)
         end = np.array(self._end, dtype=np.float64)
@@ -603,6 +604,20 @@ class Engine:
             lst.clear()
         disp_ids = np.arange(self._disp_base, self._disp_base + disp.size)
         self._disp_base += disp.size
+        self._record(rid, send, end, out, status, nbytes, disp, disp_ids, queued, final, toks)
+
+    def _gauges(self) -> tuple[int, int]:
+        """(open connections, queued requests) now, for progress."""
+        return self.n_open, len(self.pending)
+
+    def _record(self, rid: np.ndarray, send: np.ndarray, end: np.ndarray, out: np.ndarray,
+                status: np.ndarray, nbytes: np.ndarray, disp: np.ndarray,
+                disp_ids: np.ndarray, queued: np.ndarray, final: bool,
+                toks: list[Any] | None = None) -> None:
+        """Record ended requests and dispatch times (monotonic seconds, send NaN: never on
+        the wire) into the histograms, --log, --hdr intervals and progress. Shared by the
+        fast engine (fastpath.py), whose records come from C."""
+        cfg, start, times = self.cfg, self.start, self.times
         if disp.size:
             self.last_dispatch = float(disp[-1])
         if self._disp_all is not None:
@@ -647,6 +662,7 @@ class Engine:
             if self._llm and self.tokens.ttft_delta is not None:
                 t = self.tokens.ttft_delta
                 extra["ttft"] = (*t.nonzero(), t.min, t.max)
+            n_open, n_queued = self._gauges()
             self.on_progress({
                 **extra,
                 "worker": cfg.worker,
@@ -654,7 +670,7 @@ class Engine:
                 "dispatched": int(np.count_nonzero(d_meas)),
                 "lat_idx": idx, "lat_cnt": cnt,
                 "lat_lo": chunk.min, "lat_hi": chunk.max,
-                "open": self.n_open, "queued": len(self.pending), "t": monotonic(),
+                "open": n_open, "queued": n_queued, "t": monotonic(),
             })
 
     def _write_log(self, rid: np.ndarray, offs: np.ndarray, send: np.ndarray,

@@ -120,6 +120,7 @@ class RunInfo:
     confidence: tuple[ConfidenceTarget, ...] = ()  # --confidence: run until these are met
     requests: int | None = None  # --requests: the schedule's first N
     llm: dict[str, Any] | None = None  # openai+: model, api, workload, mode (echoed)
+    engine: str = "auto"  # asked for: auto, fast or python (bench.fastpath.choose)
 
     def config_json(self) -> dict[str, Any]:
         return {"rate": self.rate, "duration_s": self.duration_s, "arrival": self.arrival,
@@ -243,6 +244,9 @@ def build_result(info: RunInfo, parts: Sequence[WorkerResult],
         "histograms": {"latency": encode(latency), "service": encode(service),
                        "lateness": encode(lateness)},
         "generator": {"workers": len(parts),
+                      # which engine measured: "fast" (compiled hot path) or "python"
+                      "engine": "fast" if parts and all(p.engine == "fast" for p in parts)
+                      else "python",
                       "precise_timer": all(p.precise_timer for p in parts),
                       "cpu_s": round(sum(p.cpu_s for p in parts), 6),
                       # all requests handled, warm-up included: what the CPU time paid for
@@ -275,6 +279,11 @@ def build_result(info: RunInfo, parts: Sequence[WorkerResult],
         data.update(block)
         data["histograms"].update({k: encode(book.hists[k])
                                    for k in ("ttft", "itl", "tpot", "e2e", "first_chunk")})
+    from .fastpath import fallback_note
+
+    note = fallback_note(info.engine, info.protocol)
+    if note and data["generator"]["engine"] == "python":
+        data["generator"]["engine_note"] = note
     data["accounting"] = accounting(data)
     data["warnings"] = warnings(data, info, parts, list(missing_workers))
     return BenchResult(data, latency, service, lateness, intervals, info, book)

@@ -12,6 +12,9 @@ nothing more, finish what was sent) when ``end_when`` says the run has measured
 enough (``--confidence``).
 
 :func:`run_here` runs one engine in the calling process instead (library use).
+
+Each config's ``engine`` picks the engine (:func:`.fastpath.choose`): the compiled
+fast path for http:// and tcp:// when it is built, else the Python reference.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from .engine import Engine, EngineConfig, WorkerResult
+from .fastpath import FastEngine, choose
 from .result import RunInfo
 from .schedule import arrival_times
 from .target import Target
@@ -98,7 +102,7 @@ def plan(info: RunInfo, target: Target, log_parts: list[str] | None = None,
             log_path=log_parts[k] if log_parts else None,
             hdr_interval_s=info.hdr_interval_s, progress_s=progress_s, worker=k,
             spec=info.spec, limits=info.limits, retry_stale=info.retry_stale,
-            **mine, **extra))
+            engine=info.engine, **mine, **extra))
     return cfgs
 
 
@@ -123,6 +127,10 @@ def run_here(cfg: EngineConfig, on_progress: Callable[[dict[str, Any]], None] | 
              lead_s: float = START_LEAD_S) -> WorkerResult:
     """Run one engine in this process (a fresh event loop), start ``lead_s`` from now."""
     _raise_nofile(cfg.max_connections + 256)
+    if choose(cfg.engine, cfg.target.scheme) == "fast":
+        fast = FastEngine(cfg, on_progress)
+        fast.prepare()
+        return fast.run(time.monotonic() + lead_s)
     loop = _new_loop()
     try:
         engine = Engine(cfg, loop, on_progress)
@@ -135,6 +143,16 @@ def run_here(cfg: EngineConfig, on_progress: Callable[[dict[str, Any]], None] | 
 def _child(pipe: Pipe, cfg: EngineConfig) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
     _raise_nofile(cfg.max_connections + 256)
+    if choose(cfg.engine, cfg.target.scheme) == "fast":
+        fast = FastEngine(cfg, lambda d: pipe.send(("progress", cfg.worker, d)))
+        signal.signal(signal.SIGUSR1, lambda *_: fast.stop())
+        fast.prepare()
+        pipe.send(("ready", cfg.worker, None))
+        msg = pipe.recv()
+        result = fast.run(msg[1] if msg[0] == "start" else time.monotonic())
+        pipe.send(("done", cfg.worker, result))
+        pipe.close()
+        return
     loop = _new_loop()
     asyncio.set_event_loop(loop)
     engine = Engine(cfg, loop, lambda d: pipe.send(("progress", cfg.worker, d)))

@@ -135,6 +135,9 @@ def add_load_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--requests", type=int, metavar="N",
                    help="send the schedule's first N requests (with --duration: at most N)")
     g.add_argument("--seed", type=int, default=0, help="Poisson schedule seed (default 0)")
+    g.add_argument("--engine", choices=("auto", "fast", "python"), default="auto",
+                   help="load engine: fast (the compiled hot path, http:// and tcp://), "
+                   "python (the reference engine) or auto (fast where it applies; default)")
     g = p.add_argument_group("results")
     g.add_argument("--slo", action="append", default=[], metavar="EXPR",
                    help="objective, e.g. 'p999<5ms', 'p99<20ms', 'error_rate<0.1%%', "
@@ -327,6 +330,13 @@ def _parse(args: argparse.Namespace) -> tuple[Any, Any, list[Any], Any, dict[str
         raise UsageError("--duration, --timeout and --hdr-interval must be > 0, --warmup >= 0")
     if rate is not None and rate <= 0:
         raise UsageError("--rate must be > 0")
+    from ..bench.fastpath import EngineUnavailable, choose
+
+    engine = getattr(args, "engine", "auto")
+    try:
+        choose(engine, target.scheme)
+    except EngineUnavailable as exc:
+        raise UsageError(str(exc)) from None
     workers = args.workers if args.workers is not None else default_workers()
     if workers < 1 or args.connections < 0 or args.max_connections < 1:
         raise UsageError("--workers and --max-connections must be >= 1, --connections >= 0")
@@ -346,7 +356,7 @@ def _parse(args: argparse.Namespace) -> tuple[Any, Any, list[Any], Any, dict[str
                    timeout_s=timeout, seed=args.seed, min_tail_samples=args.min_tail_samples,
                    hdr_interval_s=hdr_interval if args.hdr else None, limits=limits,
                    retry_stale=args.retry_stale, requests=requests,
-                   confidence=confidence)
+                   confidence=confidence, engine=engine)
     schedule = None
     extra: dict[str, Any] = {}
     if llm:

@@ -1,0 +1,1735 @@
+/* The compiled hot path of tailgate bench: one open-loop load loop (see fastpath.py).
+ *
+ * The same rules as the Python reference engine (engine.py, http.py, http1.py, tcp.py):
+ * the schedule, the FIFO queue, the pool (idle stack, MAX_CONNECTING attempts, the cap),
+ * time-outs recorded at intended + timeout, the stale keep-alive retry, RFC 9112 response
+ * framing with bounded buffers and the same outcome kinds and reasons. It runs in its own
+ * thread without the GIL (Loop.run); the Python side takes the records completed so far
+ * (Loop.take) a few times a second and does all the histogramming.
+ *
+ * Times inside are int64 ns on CLOCK_MONOTONIC relative to the start; a record's send
+ * time is NO_TIME when the request never reached the wire.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+/* outcome codes: bench/outcome.py */
+enum { OK = 0, CONNECT, TIMEOUT, RESET, S4XX, S5XX, PROTOCOL, TRUNCATED, TOO_LARGE, UPGRADE,
+       STALE };
+/* error kinds that are not outcomes (http1.FramingError "closed") */
+#define K_CLOSED 100
+
+#define NO_TIME INT64_MIN
+#define MAX_CONNECTING 16 /* engine.MAX_CONNECTING: the same pool rule */
+#define READ_CHUNK (1 << 16)
+#define MAX_REASON 200
+#define MAX_REASONS 64 /* distinct (scope, kind, reason) per take(); Python keeps 5 a kind */
+#define EV_WAKE UINT64_MAX
+
+enum { C_FREE = 0, C_CONNECTING, C_OPEN };
+/* response reader states (http1.py) */
+enum { IDLE = 0, HEAD, BODY_LEN, BODY_EOF, CHUNK_SIZE, CHUNK_DATA, CHUNK_CRLF, TRAILER, DEAD };
+/* reason scopes */
+enum { SC_REQUEST = 0, SC_CONN = 1, SC_CONNECT = 2 };
+
+typedef struct {
+    int64_t rid, send, end, nbytes;
+    int32_t status, outcome;
+} Record;
+
+typedef struct {
+    Record *v;
+    size_t n, cap;
+} Records;
+
+typedef struct {
+    int64_t *v;
+    size_t n, cap;
+} I64s;
+
+typedef struct {
+    int scope, kind;
+    int64_t count;
+    char reason[MAX_REASON];
+} Reason;
+
+typedef struct Conn {
+    int fd, state, idle, reusable, eof;
+    int64_t rid, t_send, t_conn, nbytes, served;
+    /* output: the request (or a stamped copy), partially written when the socket is full */
+    const char *out;
+    size_t out_len, out_off;
+    char *stamped;
+    size_t stamped_cap;
+    /* http reader */
+    int ps, head_req, status, keep, minor;
+    int64_t remaining, body, received;
+    char *buf;
+    size_t blen, bcap, scan;
+    char mismatch[MAX_REASON];
+    /* tcp reader */
+    int waiting;
+    int64_t got;
+    char first[32];
+    size_t first_len;
+    char *tail;
+    size_t tail_len;
+} Conn;
+
+typedef struct {
+    PyObject_HEAD
+    /* configuration */
+    int tcp, check_seq, retry_stale, family;
+    struct sockaddr_storage addr;
+    socklen_t addrlen;
+    char *req;
+    size_t req_len, req_cut; /* req_cut: where the stamp header goes (http) */
+    int head_req;
+    char *delim;
+    size_t delim_len;
+    int64_t resp_len; /* tcp: -1 when delimited */
+    int64_t max_header, max_line, max_body;
+    int64_t timeout_ns;
+    double timeout_s;
+    int64_t first_measured;
+    /* schedule */
+    int64_t *times; /* intended offsets, ns */
+    int64_t n, next_i, n_done, n_sent;
+    uint8_t *done, *retried;
+    int64_t *disp; /* dispatch offset per request id */
+    int64_t disp_taken;
+    /* queue: ring of request ids, FIFO (the stale retry goes to the head) */
+    int64_t *q;
+    int64_t q_cap, q_head, q_len;
+    /* pool */
+    Conn *conns;
+    int cap, n_open, n_connecting, *idle, n_idle, *free_slots, n_free;
+    int64_t opened, connect_failures, max_open;
+    /* run state */
+    int ep, wake_fd;
+    int64_t start_ns;
+    volatile int stopping, ended, running;
+    int precise, finished, short_slice;
+    int64_t slice_ns;
+    /* outputs, guarded by mu */
+    pthread_mutex_t mu;
+    Records recs;
+    I64s queued;
+    Reason reasons[MAX_REASONS];
+    int n_reasons;
+    char *rbuf;
+    char *scratch;
+    size_t scratch_cap;
+} Loop;
+
+static int64_t clock_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static inline int64_t now_rel(Loop *L) { return clock_ns() - L->start_ns; }
+
+/* ---- small helpers ------------------------------------------------------------------ */
+
+static int grow(void **v, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap) return 0;
+    size_t c = *cap ? *cap : 1024;
+    while (c < need) c *= 2;
+    void *p = realloc(*v, c * elem);
+    if (!p) return -1;
+    *v = p;
+    *cap = c;
+    return 0;
+}
+
+/* Python's repr() of a bytes object: b'...' (or b"..." when it holds ' and no "). */
+static void repr_bytes(char *out, size_t cap, const char *s, size_t n) {
+    int sq = 0, dq = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == '\'') sq = 1;
+        if (s[i] == '"') dq = 1;
+    }
+    char q = (sq && !dq) ? '"' : '\'';
+    size_t o = 0;
+#define PUT(c) do { if (o + 1 < cap) out[o++] = (c); } while (0)
+    PUT('b');
+    PUT(q);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == (unsigned char)q || c == '\\') { PUT('\\'); PUT(c); }
+        else if (c == '\t') { PUT('\\'); PUT('t'); }
+        else if (c == '\n') { PUT('\\'); PUT('n'); }
+        else if (c == '\r') { PUT('\\'); PUT('r'); }
+        else if (c < 32 || c >= 127) {
+            const char *hx = "0123456789abcdef";
+            PUT('\\'); PUT('x'); PUT(hx[c >> 4]); PUT(hx[c & 15]);
+        } else PUT(c);
+    }
+    PUT(q);
+#undef PUT
+    out[o < cap ? o : cap - 1] = 0;
+}
+
+static void note_reason(Loop *L, int scope, int kind, const char *reason) {
+    for (int i = 0; i < L->n_reasons; i++) {
+        Reason *r = &L->reasons[i];
+        if (r->scope == scope && r->kind == kind && !strcmp(r->reason, reason)) {
+            r->count++;
+            return;
+        }
+    }
+    Reason *r;
+    if (L->n_reasons < MAX_REASONS) r = &L->reasons[L->n_reasons++];
+    else { /* the table is full: the last slot becomes "(other reasons)" */
+        r = &L->reasons[MAX_REASONS - 1];
+        if (strcmp(r->reason, "(other reasons)")) {
+            snprintf(r->reason, MAX_REASON, "(other reasons)");
+        }
+        r->count++;
+        return;
+    }
+    r->scope = scope;
+    r->kind = kind;
+    r->count = 1;
+    snprintf(r->reason, MAX_REASON, "%s", reason);
+}
+
+static const char *KIND_NAMES[] = {"ok", "connect", "timeout", "reset", "status_4xx",
+                                   "status_5xx", "protocol", "truncated", "too_large",
+                                   "upgrade", "stale_connection"};
+
+/* ---- the queue ---------------------------------------------------------------------- */
+
+static void q_push_back(Loop *L, int64_t rid) {
+    L->q[(L->q_head + L->q_len) % L->q_cap] = rid;
+    L->q_len++;
+}
+static void q_push_front(Loop *L, int64_t rid) {
+    L->q_head = (L->q_head + L->q_cap - 1) % L->q_cap;
+    L->q[L->q_head] = rid;
+    L->q_len++;
+}
+static int64_t q_pop_front(Loop *L) {
+    int64_t rid = L->q[L->q_head];
+    L->q_head = (L->q_head + 1) % L->q_cap;
+    L->q_len--;
+    return rid;
+}
+
+/* ---- recording ---------------------------------------------------------------------- */
+
+static void check_finished(Loop *L) {
+    int64_t n = L->ended ? L->next_i : L->n;
+    if (L->next_i >= n && L->n_done >= n) L->finished = 1;
+}
+
+/* A request ends (exactly once: the done flag). */
+static void record(Loop *L, int64_t rid, int outcome, int status, int64_t send, int64_t end,
+                   int64_t nbytes, const char *reason) {
+    if (rid < 0 || L->done[rid]) return;
+    L->done[rid] = 1;
+    L->n_done++;
+    if (rid >= L->first_measured) {
+        L->n_sent++;
+        if (outcome) note_reason(L, SC_REQUEST, outcome,
+                                 reason && *reason ? reason : KIND_NAMES[outcome]);
+    }
+    if (grow((void **)&L->recs.v, &L->recs.cap, L->recs.n + 1, sizeof(Record)) == 0) {
+        Record *r = &L->recs.v[L->recs.n++];
+        r->rid = rid;
+        r->send = send;
+        r->end = end;
+        r->nbytes = nbytes;
+        r->status = status;
+        r->outcome = outcome;
+    }
+    check_finished(L);
+}
+
+/* ---- connections -------------------------------------------------------------------- */
+
+static void maybe_open(Loop *L);
+static void ready(Loop *L, Conn *c, int64_t now);
+static void conn_ended(Loop *L, Conn *c, int err);
+
+static int usable(Conn *c) { return c->reusable && c->state == C_OPEN && !c->eof; }
+
+static void idle_remove(Loop *L, Conn *c) {
+    if (!c->idle) return;
+    int k = (int)(c - L->conns);
+    for (int i = L->n_idle - 1; i >= 0; i--) {
+        if (L->idle[i] == k) {
+            memmove(&L->idle[i], &L->idle[i + 1], (size_t)(L->n_idle - i - 1) * sizeof(int));
+            L->n_idle--;
+            break;
+        }
+    }
+    c->idle = 0;
+}
+
+/* Drop a connection now; a request in flight is the caller's to account. */
+static void conn_close(Loop *L, Conn *c) {
+    if (c->state == C_FREE) return;
+    int was_open = c->state == C_OPEN;
+    idle_remove(L, c);
+    if (c->fd >= 0) close(c->fd); /* also leaves the epoll set */
+    c->fd = -1;
+    c->state = C_FREE;
+    c->rid = -1;
+    L->free_slots[L->n_free++] = (int)(c - L->conns);
+    if (was_open) {
+        L->n_open--;
+        if (L->q_len && !L->stopping) maybe_open(L);
+    }
+}
+
+static void connect_failed(Loop *L, Conn *c, const char *reason, int initial) {
+    c->state = C_FREE;
+    if (c->fd >= 0) close(c->fd);
+    c->fd = -1;
+    L->free_slots[L->n_free++] = (int)(c - L->conns);
+    L->n_connecting--;
+    L->connect_failures++;
+    note_reason(L, SC_CONNECT, CONNECT, reason);
+    if (L->q_len && !initial) {
+        /* The oldest waiting request could not get this connection. */
+        int64_t rid = q_pop_front(L);
+        record(L, rid, CONNECT, 0, NO_TIME, now_rel(L), 0, reason);
+        if (L->q_len && !L->stopping) maybe_open(L);
+    }
+}
+
+static void connected(Loop *L, Conn *c) {
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = (uint64_t)(c - L->conns)};
+    epoll_ctl(L->ep, EPOLL_CTL_MOD, c->fd, &ev);
+    c->state = C_OPEN;
+    L->n_connecting--;
+    L->n_open++;
+    L->opened++;
+    if (L->n_open > L->max_open) L->max_open = L->n_open;
+    if (L->stopping) {
+        conn_close(L, c);
+        return;
+    }
+    ready(L, c, now_rel(L));
+}
+
+static void open_conn(Loop *L, int initial) {
+    /* the caller has counted it in n_connecting */
+    char reason[MAX_REASON];
+    Conn *c = &L->conns[L->free_slots[--L->n_free]];
+    memset(c, 0, offsetof(Conn, stamped));
+    c->rid = -1;
+    c->reusable = 1;
+    c->state = C_CONNECTING;
+    c->t_conn = now_rel(L);
+    c->blen = 0;
+    c->tail_len = 0;
+    c->fd = socket(L->family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (c->fd < 0) {
+        snprintf(reason, sizeof reason, "[Errno %d] %s", errno, strerror(errno));
+        connect_failed(L, c, reason, initial);
+        return;
+    }
+    int one = 1;
+    setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one); /* as uvloop does */
+    int r = connect(c->fd, (struct sockaddr *)&L->addr, L->addrlen);
+    if (r < 0 && errno != EINPROGRESS) {
+        snprintf(reason, sizeof reason, "[Errno %d] %s", errno, strerror(errno));
+        connect_failed(L, c, reason, initial);
+        return;
+    }
+    struct epoll_event ev = {.events = EPOLLOUT, .data.u64 = (uint64_t)(c - L->conns)};
+    epoll_ctl(L->ep, EPOLL_CTL_ADD, c->fd, &ev);
+    if (r == 0) connected(L, c);
+}
+
+static void maybe_open(Loop *L) {
+    while (L->q_len > L->n_connecting && L->n_connecting < MAX_CONNECTING &&
+           L->n_open + L->n_connecting < L->cap && L->n_free > 0) {
+        L->n_connecting++;
+        open_conn(L, 0);
+    }
+}
+
+static void flush_out(Loop *L, Conn *c) {
+    while (c->out_off < c->out_len) {
+        ssize_t w = send(c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL);
+        if (w > 0) {
+            c->out_off += (size_t)w;
+            continue;
+        }
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT,
+                                     .data.u64 = (uint64_t)(c - L->conns)};
+            epoll_ctl(L->ep, EPOLL_CTL_MOD, c->fd, &ev);
+            return;
+        }
+        int err = w < 0 ? errno : EPIPE;
+        conn_ended(L, c, err);
+        conn_close(L, c);
+        return;
+    }
+}
+
+static void send_req(Loop *L, Conn *c, int64_t rid, int64_t now) {
+    c->rid = rid;
+    c->t_send = now;
+    c->nbytes = 0;
+    if (L->tcp) {
+        c->waiting = 1;
+        c->got = 0;
+        c->tail_len = 0;
+        c->first_len = 0;
+    } else {
+        c->ps = HEAD;
+        c->head_req = L->head_req;
+        c->received = 0;
+        c->scan = 0;
+        c->body = 0;
+        c->blen = 0;
+        c->mismatch[0] = 0;
+    }
+    if (L->check_seq) {
+        char stamp[48];
+        int sl;
+        size_t cut = L->tcp ? 0 : L->req_cut;
+        if (L->tcp) sl = snprintf(stamp, sizeof stamp, "%lld:", (long long)rid);
+        else sl = snprintf(stamp, sizeof stamp, "X-Tailgate-Seq: %lld\r\n", (long long)rid);
+        size_t need = L->req_len + (size_t)sl;
+        if (grow((void **)&c->stamped, &c->stamped_cap, need, 1)) need = 0;
+        memcpy(c->stamped, L->req, cut);
+        memcpy(c->stamped + cut, stamp, (size_t)sl);
+        memcpy(c->stamped + cut + sl, L->req + cut, L->req_len - cut);
+        c->out = c->stamped;
+        c->out_len = need;
+    } else {
+        c->out = L->req;
+        c->out_len = L->req_len;
+    }
+    c->out_off = 0;
+    flush_out(L, c);
+}
+
+/* A connection is free: it takes the oldest queued request, or waits idle. */
+static void ready(Loop *L, Conn *c, int64_t now) {
+    if (c->idle || c->rid >= 0) return; /* never twice (engine._ready asserts it) */
+    while (L->q_len && !L->stopping) {
+        int64_t rid = q_pop_front(L);
+        if (L->done[rid]) continue;
+        send_req(L, c, rid, now);
+        return;
+    }
+    c->idle = 1;
+    L->idle[L->n_idle++] = (int)(c - L->conns);
+}
+
+/* A reused connection died before any response byte: retry once, or record it. */
+static void on_stale(Loop *L, Conn *c, int64_t rid, const char *reason) {
+    if (L->retry_stale && !L->retried[rid] && !L->done[rid] && !L->stopping) {
+        L->retried[rid] = 1;
+        q_push_front(L, rid);
+        maybe_open(L);
+        return;
+    }
+    record(L, rid, STALE, 0, c->t_send, now_rel(L), 0, reason);
+}
+
+/* The response to the request in flight is complete. The caller frees the connection. */
+static void complete(Loop *L, Conn *c, int outcome, int status, const char *reason) {
+    int64_t rid = c->rid;
+    c->rid = -1;
+    c->served++;
+    record(L, rid, outcome, status, c->t_send, now_rel(L), c->nbytes, reason);
+}
+
+/* The request in flight failed: report it; the connection is dropped by the caller. */
+static void fail(Loop *L, Conn *c, int kind, const char *reason) {
+    c->reusable = 0;
+    if (c->rid >= 0) {
+        int64_t rid = c->rid;
+        c->rid = -1;
+        record(L, rid, kind, 0, c->t_send, now_rel(L), c->nbytes, reason);
+    }
+}
+
+static void stray(Loop *L, Conn *c, const char *fmt_tail, const char *data, size_t n) {
+    char rep[80], reason[MAX_REASON];
+    c->reusable = 0;
+    repr_bytes(rep, sizeof rep, data, n < 16 ? n : 16);
+    snprintf(reason, sizeof reason, "%zu byte(s) %s, starting %s", n, fmt_tail, rep);
+    note_reason(L, SC_CONN, PROTOCOL, reason);
+}
+
+/* ---- HTTP/1.1 response framing (http1.py) -------------------------------------------- */
+
+typedef struct {
+    int kind; /* 0: none */
+    char reason[MAX_REASON];
+} Err;
+
+static int seterr(Err *e, int kind, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int seterr(Err *e, int kind, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->reason, MAX_REASON, fmt, ap);
+    va_end(ap);
+    e->kind = kind;
+    return -1;
+}
+
+static int head_error(Err *e, const char *s, size_t n, const char *why) {
+    char rep[220];
+    repr_bytes(rep, sizeof rep, s, n < 48 ? n : 48);
+    return seterr(e, PROTOCOL, "%s: %s", why, rep);
+}
+
+static int tchar(unsigned char c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+           (c && strchr("!#$%&'*+-.^_`|~", c));
+}
+
+static int ieq(const char *a, size_t n, const char *lit) {
+    size_t m = strlen(lit);
+    if (n != m) return 0;
+    for (size_t i = 0; i < n; i++) {
+        char x = a[i];
+        if (x >= 'A' && x <= 'Z') x = (char)(x + 32);
+        if (x != lit[i]) return 0;
+    }
+    return 1;
+}
+
+static void strip(const char **s, size_t *n) {
+    while (*n && (**s == ' ' || **s == '\t')) { (*s)++; (*n)--; }
+    while (*n && ((*s)[*n - 1] == ' ' || (*s)[*n - 1] == '\t')) (*n)--;
+}
+
+/* Does the comma-separated list (lower-cased) hold token ``tok``? */
+static int has_token(const char *v, size_t n, const char *tok) {
+    size_t i = 0;
+    while (i <= n) {
+        size_t j = i;
+        while (j < n && v[j] != ',') j++;
+        const char *t = v + i;
+        size_t tl = j - i;
+        strip(&t, &tl);
+        if (ieq(t, tl, tok)) return 1;
+        i = j + 1;
+    }
+    return 0;
+}
+
+enum { F_TE = 0, F_CL, F_CONN, F_SEQ, F_UPGRADE, F_OTHER };
+#define MAX_FIELDS 64
+
+typedef struct {
+    int which;
+    size_t off, len; /* into the scratch buffer */
+} Field;
+
+/* Parse one header block (without its final blank line) and set up the body state.
+ * Returns 1 when the response is complete (End), 0 when a body follows or it was a 1xx
+ * (state stays HEAD), -1 on an error (e set). */
+static int on_head(Loop *L, Conn *c, const char *blk, size_t n, Err *e, int *keep_out) {
+    const char *nl = memchr(blk, '\n', n);
+    size_t fl = nl ? (size_t)(nl - blk) : n;
+    size_t first = fl;
+    if (first && blk[first - 1] == '\r') first--;
+    /* HTTP/1.x SP 3DIGIT [SP anything], no CR or NUL */
+    int okline = first >= 12 && !memcmp(blk, "HTTP/1.", 7) && blk[7] >= '0' && blk[7] <= '9' &&
+                 blk[8] == ' ' && blk[9] >= '0' && blk[9] <= '9' && blk[10] >= '0' &&
+                 blk[10] <= '9' && blk[11] >= '0' && blk[11] <= '9' &&
+                 (first == 12 || blk[12] == ' ');
+    if (okline && (memchr(blk, '\r', first) || memchr(blk, 0, first))) okline = 0;
+    if (!okline) return head_error(e, blk, first, "not an HTTP/1.x status line");
+    int minor = blk[7] - '0';
+    int status = (blk[9] - '0') * 100 + (blk[10] - '0') * 10 + (blk[11] - '0');
+    /* field lines: copy the values we need into scratch (folds join with a space) */
+    Field f[MAX_FIELDS];
+    int nf = 0, last = -1; /* last: index of the previous field's entry, or -2: not kept */
+    size_t so = 0;
+    if (grow((void **)&L->scratch, &L->scratch_cap, n + 16, 1))
+        return seterr(e, TOO_LARGE, "out of memory");
+    size_t pos = nl ? fl + 1 : n;
+    while (pos < n || (nl && pos == n && 0)) {
+        const char *ln = blk + pos;
+        const char *e2 = memchr(ln, '\n', n - pos);
+        size_t ll = e2 ? (size_t)(e2 - ln) : n - pos;
+        pos += ll + 1;
+        if (ll && ln[ll - 1] == '\r') ll--;
+        if (memchr(ln, '\r', ll) || memchr(ln, 0, ll))
+            return head_error(e, ln, ll, "CR or NUL inside a header line");
+        if (ll && (ln[0] == ' ' || ln[0] == '\t')) {
+            if (last == -1) return head_error(e, ln, ll, "a folded line before any header field");
+            if (last >= 0) { /* continue a kept value: value + " " + stripped */
+                const char *v = ln;
+                size_t vl = ll;
+                strip(&v, &vl);
+                if (f[last].off + f[last].len != so) { /* move it to the end first */
+                    memmove(L->scratch + so, L->scratch + f[last].off, f[last].len);
+                    f[last].off = so;
+                    so += f[last].len;
+                }
+                L->scratch[so++] = ' ';
+                memcpy(L->scratch + so, v, vl);
+                so += vl;
+                f[last].len += 1 + vl;
+                /* python strips the joined value of surrounding spaces */
+                while (f[last].len && L->scratch[f[last].off + f[last].len - 1] == ' ') {
+                    f[last].len--;
+                    so--;
+                }
+            }
+            continue;
+        }
+        const char *colon = memchr(ln, ':', ll);
+        size_t nlen = colon ? (size_t)(colon - ln) : 0;
+        int good = colon && nlen > 0;
+        for (size_t i = 0; good && i < nlen; i++) good = tchar((unsigned char)ln[i]);
+        if (!good) return head_error(e, ln, ll, "malformed header field");
+        int which = ieq(ln, nlen, "transfer-encoding") ? F_TE
+                    : ieq(ln, nlen, "content-length") ? F_CL
+                    : ieq(ln, nlen, "connection") ? F_CONN
+                    : ieq(ln, nlen, "x-tailgate-seq") ? F_SEQ
+                    : ieq(ln, nlen, "upgrade") ? F_UPGRADE : F_OTHER;
+        if (which == F_OTHER || nf >= MAX_FIELDS) {
+            last = -2;
+            continue;
+        }
+        const char *v = colon + 1;
+        size_t vl = ll - nlen - 1;
+        strip(&v, &vl);
+        f[nf].which = which;
+        f[nf].off = so;
+        f[nf].len = vl;
+        memcpy(L->scratch + so, v, vl);
+        so += vl;
+        last = nf++;
+    }
+    char *S = L->scratch;
+    if (status == 101) {
+        const char *up = "?";
+        size_t ul = 1;
+        for (int i = 0; i < nf; i++)
+            if (f[i].which == F_UPGRADE) { up = S + f[i].off; ul = f[i].len; break; }
+        if (!ul) { up = "?"; ul = 1; }
+        return seterr(e, UPGRADE, "101 Switching Protocols (to %.*s) without an upgrade request",
+                      (int)(ul < 32 ? ul : 32), up);
+    }
+    if (status >= 100 && status < 200) return 0; /* interim: the final response follows */
+    if (status < 100) return seterr(e, PROTOCOL, "status %d is not a valid status code", status);
+    /* framing fields, lower-cased (http1.scan_head) */
+    int keep = minor >= 1, has_conn = 0, has_te = 0, has_cl = 0;
+    char joined[1024];
+    size_t jl = 0;
+    for (int i = 0; i < nf; i++) {
+        if (f[i].which != F_CONN) continue;
+        has_conn = 1;
+        if (jl && jl < sizeof joined) joined[jl++] = ',';
+        size_t take = f[i].len < sizeof joined - jl ? f[i].len : sizeof joined - jl;
+        memcpy(joined + jl, S + f[i].off, take);
+        jl += take;
+    }
+    if (has_conn)
+        keep = !has_token(joined, jl, "close") && (minor >= 1 || has_token(joined, jl, "keep-alive"));
+    c->status = status;
+    if (L->check_seq) {
+        const char *sv = NULL;
+        size_t sl = 0;
+        for (int i = 0; i < nf; i++)
+            if (f[i].which == F_SEQ) { sv = S + f[i].off; sl = f[i].len; break; }
+        char want[32];
+        int wl = snprintf(want, sizeof want, "%lld", (long long)c->rid);
+        if (!sv) snprintf(c->mismatch, MAX_REASON, "response without a sequence stamp");
+        else if ((size_t)wl != sl || memcmp(sv, want, sl))
+            snprintf(c->mismatch, MAX_REASON, "response stamped for request %.*s, not %lld",
+                     (int)(sl < 64 ? sl : 64), sv, (long long)c->rid);
+    }
+    if (c->head_req || status == 204 || status == 304) {
+        *keep_out = keep;
+        return 1;
+    }
+    for (int i = 0; i < nf; i++) {
+        if (f[i].which == F_TE) has_te = 1;
+        if (f[i].which == F_CL) has_cl = 1;
+    }
+    if (has_te) {
+        if (minor == 0)
+            return seterr(e, PROTOCOL, "Transfer-Encoding in an HTTP/1.0 response "
+                                       "(faulty framing, RFC 9112 6.1)");
+        /* codings: every TE value joined with ',' */
+        const char *lastc = NULL;
+        size_t lastl = 0;
+        int chunked_before = 0;
+        for (int i = 0; i < nf; i++) {
+            if (f[i].which != F_TE) continue;
+            const char *v = S + f[i].off;
+            size_t vn = f[i].len, a = 0;
+            while (a <= vn) {
+                size_t b = a;
+                while (b < vn && v[b] != ',') b++;
+                const char *t = v + a;
+                size_t tl = b - a;
+                strip(&t, &tl);
+                if (lastc && ieq(lastc, lastl, "chunked")) chunked_before = 1;
+                lastc = t;
+                lastl = tl;
+                a = b + 1;
+            }
+        }
+        if (chunked_before) return seterr(e, PROTOCOL, "chunked is not the final transfer coding");
+        if (lastc && ieq(lastc, lastl, "chunked")) c->ps = CHUNK_SIZE;
+        else {
+            c->ps = BODY_EOF; /* read to the close (RFC 9112 6.3 rule 4) */
+            keep = 0;
+        }
+        if (has_cl) keep = 0; /* both: TE wins, and the connection is not trusted again */
+        c->keep = keep;
+        c->body = 0;
+        return 0;
+    }
+    if (has_cl) {
+        int64_t length = -1;
+        int64_t vals[16];
+        int nv = 0;
+        for (int i = 0; i < nf; i++) {
+            if (f[i].which != F_CL) continue;
+            const char *v = S + f[i].off;
+            size_t vn = f[i].len, a = 0;
+            while (a <= vn) {
+                size_t b = a;
+                while (b < vn && v[b] != ',') b++;
+                const char *t = v + a;
+                size_t tl = b - a;
+                strip(&t, &tl);
+                int good = tl >= 1 && tl <= 18;
+                int64_t x = 0;
+                for (size_t k = 0; good && k < tl; k++) {
+                    good = t[k] >= '0' && t[k] <= '9';
+                    x = x * 10 + (t[k] - '0');
+                }
+                if (!good) {
+                    char rep[80];
+                    repr_bytes(rep, sizeof rep, v, vn < 32 ? vn : 32);
+                    return seterr(e, PROTOCOL, "bad Content-Length %s", rep);
+                }
+                int seen = 0;
+                for (int k = 0; k < nv; k++) seen |= vals[k] == x;
+                if (!seen && nv < 16) vals[nv++] = x;
+                a = b + 1;
+            }
+        }
+        if (nv != 1) {
+            /* sorted, as Python prints a list */
+            for (int a = 0; a < nv; a++)
+                for (int b = a + 1; b < nv; b++)
+                    if (vals[b] < vals[a]) { int64_t t = vals[a]; vals[a] = vals[b]; vals[b] = t; }
+            char lst[200];
+            size_t o = 0;
+            for (int k = 0; k < nv && o < sizeof lst; k++)
+                o += (size_t)snprintf(lst + o, sizeof lst - o, k ? ", %lld" : "%lld", (long long)vals[k]);
+            return seterr(e, PROTOCOL, "conflicting Content-Length values [%s]", lst);
+        }
+        length = vals[0];
+        if (length > L->max_body)
+            return seterr(e, TOO_LARGE, "Content-Length %lld exceeds %lld bytes",
+                          (long long)length, (long long)L->max_body);
+        c->keep = keep;
+        c->body = 0;
+        if (length == 0) {
+            *keep_out = keep;
+            return 1;
+        }
+        c->remaining = length;
+        c->ps = BODY_LEN;
+        return 0;
+    }
+    c->keep = 0;
+    c->body = 0;
+    c->ps = BODY_EOF;
+    return 0;
+}
+
+/* Find the end of the header block in buf[from..n): sets *end (end of its last line) and
+ * *next (after the blank line); returns 0 when not there yet. */
+static int find_blank(const char *buf, size_t from, size_t n, size_t *end, size_t *next) {
+    for (size_t i = from; i + 1 < n; i++) {
+        if (buf[i] != '\n') continue;
+        if (buf[i + 1] == '\n') { *end = i; *next = i + 2; return 1; }
+        if (buf[i + 1] == '\r' && i + 2 < n && buf[i + 2] == '\n') {
+            *end = i; *next = i + 3; return 1;
+        }
+    }
+    return 0;
+}
+
+/* Feed one read to the HTTP reader of connection c (which has a request in flight). */
+static void http_feed(Loop *L, Conn *c, const char *data, size_t n) {
+    Err e = {0};
+    size_t pos = 0;
+    const char *buf = data;
+    c->received += (int64_t)n;
+    while (pos < n) {
+        int st = c->ps;
+        if (st == HEAD) {
+            /* the header block: from data directly, or accumulated in c->buf */
+            if (c->blen == 0) {
+                if (data[pos] == '\n' || data[pos] == '\r') {
+                    char rep[80];
+                    repr_bytes(rep, sizeof rep, data + pos, n - pos < 16 ? n - pos : 16);
+                    seterr(&e, PROTOCOL, "an empty line where a status line belongs: %s", rep);
+                    goto error;
+                }
+                size_t end, next;
+                if (!find_blank(data, pos, n, &end, &next)) {
+                    if ((int64_t)(n - pos) > L->max_header) goto head_big;
+                    if (grow((void **)&c->buf, &c->bcap, n - pos, 1)) goto head_big;
+                    memcpy(c->buf, data + pos, n - pos);
+                    c->blen = n - pos;
+                    c->scan = c->blen >= 2 ? c->blen - 2 : 0;
+                    return;
+                }
+                if ((int64_t)(end - pos) > L->max_header) goto head_big;
+                int keep = 0;
+                int r = on_head(L, c, data + pos, end - pos, &e, &keep);
+                pos = next;
+                if (r < 0) goto error;
+                if (r == 1) { c->keep = keep; goto end_resp; }
+                continue;
+            }
+            /* append what can still belong to a header block within the limit */
+            size_t room = (size_t)L->max_header + 3 - c->blen;
+            size_t take = n - pos < room ? n - pos : room;
+            size_t old = c->blen;
+            if (grow((void **)&c->buf, &c->bcap, old + take, 1)) goto head_big;
+            memcpy(c->buf + old, data + pos, take);
+            c->blen += take;
+            size_t end, next;
+            if (!find_blank(c->buf, c->scan, c->blen, &end, &next)) {
+                if ((int64_t)c->blen > L->max_header) goto head_big;
+                c->scan = c->blen >= 2 ? c->blen - 2 : 0;
+                return;
+            }
+            if ((int64_t)end > L->max_header) goto head_big;
+            int keep = 0;
+            int r = on_head(L, c, c->buf, end, &e, &keep);
+            pos = pos + (next - old); /* what follows the blank line, in data */
+            c->blen = 0;
+            c->scan = 0;
+            if (r < 0) goto error;
+            if (r == 1) { c->keep = keep; goto end_resp; }
+            continue;
+        } else if (st == BODY_LEN) {
+            int64_t take = c->remaining < (int64_t)(n - pos) ? c->remaining : (int64_t)(n - pos);
+            pos += (size_t)take;
+            c->remaining -= take;
+            c->body += take;
+            if (!c->remaining) goto end_resp;
+        } else if (st == BODY_EOF) {
+            c->body += (int64_t)(n - pos);
+            pos = n;
+            if (c->body > L->max_body) {
+                seterr(&e, TOO_LARGE, "body exceeds %lld bytes", (long long)L->max_body);
+                goto error;
+            }
+        } else if (st == CHUNK_SIZE || st == TRAILER) {
+            /* a line: from data, or completed in c->buf */
+            const char *p = memchr(buf + pos, '\n', n - pos);
+            const char *line;
+            size_t ll;
+            if (!p) {
+                int64_t have = (int64_t)(c->blen + n - pos);
+                if (st == CHUNK_SIZE && have > L->max_line) {
+                    seterr(&e, TOO_LARGE, "chunk-size line exceeds %lld bytes", (long long)L->max_line);
+                    goto error;
+                }
+                if (st == TRAILER && have + c->remaining > L->max_header) {
+                    seterr(&e, TOO_LARGE, "trailer section exceeds %lld bytes", (long long)L->max_header);
+                    goto error;
+                }
+                if (grow((void **)&c->buf, &c->bcap, c->blen + n - pos, 1)) return;
+                memcpy(c->buf + c->blen, buf + pos, n - pos);
+                c->blen += n - pos;
+                return;
+            }
+            size_t seg = (size_t)(p - (buf + pos));
+            if (c->blen) {
+                if (grow((void **)&c->buf, &c->bcap, c->blen + seg, 1)) return;
+                memcpy(c->buf + c->blen, buf + pos, seg);
+                line = c->buf;
+                ll = c->blen + seg;
+            } else {
+                line = buf + pos;
+                ll = seg;
+            }
+            pos += seg + 1;
+            c->blen = 0;
+            if (st == CHUNK_SIZE) {
+                if ((int64_t)ll > L->max_line) {
+                    seterr(&e, TOO_LARGE, "chunk-size line exceeds %lld bytes", (long long)L->max_line);
+                    goto error;
+                }
+                const char *semi = memchr(line, ';', ll);
+                const char *t = line;
+                size_t tl = semi ? (size_t)(semi - line) : ll;
+                while (tl && (*t == ' ' || *t == '\t' || *t == '\r')) { t++; tl--; }
+                while (tl && (t[tl - 1] == ' ' || t[tl - 1] == '\t' || t[tl - 1] == '\r')) tl--;
+                int good = tl >= 1 && tl <= 15;
+                int64_t size = 0;
+                for (size_t k = 0; good && k < tl; k++) {
+                    char ch = t[k];
+                    int d = ch >= '0' && ch <= '9' ? ch - '0'
+                            : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
+                            : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
+                    if (d < 0) good = 0;
+                    else size = size * 16 + d;
+                }
+                if (!good) {
+                    char rep[80];
+                    repr_bytes(rep, sizeof rep, line, ll < 32 ? ll : 32);
+                    seterr(&e, PROTOCOL, "bad chunk-size line %s", rep);
+                    goto error;
+                }
+                if (size == 0) {
+                    c->ps = TRAILER;
+                    c->remaining = 0;
+                    continue;
+                }
+                if (c->body + size > L->max_body) {
+                    seterr(&e, TOO_LARGE, "body exceeds %lld bytes", (long long)L->max_body);
+                    goto error;
+                }
+                c->remaining = size;
+                c->ps = CHUNK_DATA;
+            } else {
+                if (ll == 0 || (ll == 1 && line[0] == '\r')) goto end_resp;
+                c->remaining += (int64_t)ll + 1;
+                if (c->remaining > L->max_header) {
+                    seterr(&e, TOO_LARGE, "trailer section exceeds %lld bytes", (long long)L->max_header);
+                    goto error;
+                }
+                if (!memchr(line, ':', ll)) {
+                    char rep[80];
+                    repr_bytes(rep, sizeof rep, line, ll < 32 ? ll : 32);
+                    seterr(&e, PROTOCOL, "malformed trailer field %s", rep);
+                    goto error;
+                }
+            }
+        } else if (st == CHUNK_DATA) {
+            int64_t take = c->remaining < (int64_t)(n - pos) ? c->remaining : (int64_t)(n - pos);
+            pos += (size_t)take;
+            c->remaining -= take;
+            c->body += take;
+            if (!c->remaining) c->ps = CHUNK_CRLF;
+        } else if (st == CHUNK_CRLF) {
+            char ch = buf[pos];
+            if (c->blen) { /* a CR seen at the end of the previous read */
+                c->blen = 0;
+                if (ch != '\n') {
+                    seterr(&e, PROTOCOL, "chunk data not followed by CRLF");
+                    goto error;
+                }
+                pos++;
+            } else if (ch == '\n') pos++;
+            else if (ch == '\r') {
+                if (pos + 1 >= n) {
+                    c->buf = c->buf ? c->buf : malloc(16);
+                    c->bcap = c->bcap ? c->bcap : 16;
+                    c->buf[0] = '\r';
+                    c->blen = 1;
+                    return;
+                }
+                if (buf[pos + 1] != '\n') {
+                    seterr(&e, PROTOCOL, "chunk data not followed by CRLF");
+                    goto error;
+                }
+                pos += 2;
+            } else {
+                seterr(&e, PROTOCOL, "chunk data longer than its chunk-size");
+                goto error;
+            }
+            c->ps = CHUNK_SIZE;
+        } else {
+            return; /* IDLE/DEAD: handled by the caller */
+        }
+        continue;
+    end_resp: {
+            /* The response is complete. Bytes after it belong to no request. */
+            c->ps = IDLE;
+            c->remaining = 0;
+            size_t extra = n - pos;
+            if (extra || !c->keep) c->reusable = 0;
+            int outcome;
+            const char *reason = "";
+            char rs[32];
+            if (c->mismatch[0]) {
+                c->reusable = 0;
+                outcome = PROTOCOL;
+                reason = c->mismatch;
+            } else {
+                int s = c->status;
+                outcome = s >= 200 && s < 400 ? OK : s >= 400 && s < 500 ? S4XX
+                          : s >= 500 && s < 600 ? S5XX : PROTOCOL;
+                if (outcome) {
+                    snprintf(rs, sizeof rs, "HTTP %d", s);
+                    reason = rs;
+                }
+            }
+            complete(L, c, outcome, c->status, reason);
+            if (extra) {
+                stray(L, c, "with no request in flight", data + pos, extra);
+                conn_close(L, c);
+            } else if (usable(c)) ready(L, c, now_rel(L));
+            else conn_close(L, c);
+            return;
+        }
+    }
+    return;
+head_big:
+    seterr(&e, TOO_LARGE, "header block exceeds %lld bytes", (long long)L->max_header);
+error:
+    c->ps = DEAD;
+    c->blen = 0;
+    fail(L, c, e.kind, e.reason);
+    conn_close(L, c);
+}
+
+/* The peer closed with a request in flight: 1 when that completed the response. */
+static int http_eof(Loop *L, Conn *c, Err *e) {
+    int st = c->ps;
+    c->ps = DEAD;
+    if (st == BODY_EOF) {
+        c->keep = 0;
+        c->reusable = 0;
+        int s = c->status, outcome;
+        const char *reason = "";
+        char rs[32];
+        if (c->mismatch[0]) { outcome = PROTOCOL; reason = c->mismatch; }
+        else {
+            outcome = s >= 200 && s < 400 ? OK : s >= 400 && s < 500 ? S4XX
+                      : s >= 500 && s < 600 ? S5XX : PROTOCOL;
+            if (outcome) { snprintf(rs, sizeof rs, "HTTP %d", s); reason = rs; }
+        }
+        complete(L, c, outcome, s, reason);
+        return 1;
+    }
+    if (st == HEAD) {
+        if (!c->received)
+            return seterr(e, K_CLOSED, "connection closed before any response byte"), 0;
+        seterr(e, TRUNCATED, "connection closed inside the header block (%lld bytes received)",
+               (long long)c->received);
+        return 0;
+    }
+    if (st == BODY_LEN) {
+        seterr(e, TRUNCATED, "connection closed after %lld of %lld body bytes (Content-Length)",
+               (long long)c->body, (long long)(c->body + c->remaining));
+        return 0;
+    }
+    seterr(e, TRUNCATED, "connection closed inside a chunked body (%lld body bytes received, "
+                         "no last chunk)", (long long)c->body);
+    return 0;
+}
+
+/* ---- tcp:// framing (tcp.py) ---------------------------------------------------------- */
+
+static void tcp_feed(Loop *L, Conn *c, const char *data, size_t n) {
+    c->nbytes += (int64_t)n;
+    if (c->first_len < 32) {
+        size_t k = n < 32 - c->first_len ? n : 32 - c->first_len;
+        memcpy(c->first + c->first_len, data, k);
+        c->first_len += k;
+    }
+    size_t endpos = 0;
+    int done = 0;
+    if (L->resp_len >= 0) {
+        int64_t need = L->resp_len - c->got;
+        if ((int64_t)n >= need) {
+            c->got = L->resp_len;
+            endpos = (size_t)need;
+            done = 1;
+        } else c->got += (int64_t)n;
+    } else {
+        size_t dl = L->delim_len;
+        /* the first delimiter in tail + data: one that starts in the tail, or in data */
+        size_t tl = c->tail_len;
+        int64_t at = -1;
+        if (tl) {
+            char join[512];
+            size_t jn = tl;
+            memcpy(join, c->tail, tl);
+            size_t more = n < dl - 1 ? n : dl - 1;
+            memcpy(join + jn, data, more);
+            jn += more;
+            void *m = dl <= jn ? memmem(join, jn, L->delim, dl) : NULL;
+            if (m) at = (char *)m - join;
+        }
+        if (at < 0) {
+            void *m = dl <= n ? memmem(data, n, L->delim, dl) : NULL;
+            if (m) at = (int64_t)tl + ((const char *)m - data);
+        }
+        if (at >= 0) {
+            size_t end = (size_t)at + dl; /* in tail+data coordinates */
+            c->got += (int64_t)(end - tl);
+            endpos = end - tl;
+            done = 1;
+        } else {
+            c->got += (int64_t)n;
+            if (c->got > L->max_body) {
+                c->waiting = 0;
+                char reason[MAX_REASON];
+                snprintf(reason, sizeof reason, "no delimiter within %lld bytes", (long long)L->max_body);
+                fail(L, c, TOO_LARGE, reason);
+                conn_close(L, c);
+                return;
+            }
+            /* keep the last dl-1 bytes of tail + data */
+            if (dl > 1) {
+                size_t keepn = dl - 1;
+                char tmp[256];
+                size_t all = tl + n;
+                size_t from = all > keepn ? all - keepn : 0;
+                size_t o = 0;
+                for (size_t p = from; p < all && o < sizeof tmp; p++)
+                    tmp[o++] = p < tl ? c->tail[p] : data[p - tl];
+                memcpy(c->tail, tmp, o);
+                c->tail_len = o;
+            }
+        }
+    }
+    if (!done) return;
+    c->waiting = 0;
+    size_t extra = n - endpos;
+    if (extra) c->reusable = 0;
+    int outcome = OK;
+    char reason[MAX_REASON] = "";
+    if (L->check_seq) {
+        char want[32];
+        int wl = snprintf(want, sizeof want, "%lld:", (long long)c->rid);
+        if (c->first_len < (size_t)wl || memcmp(c->first, want, (size_t)wl)) {
+            char rep[80];
+            repr_bytes(rep, sizeof rep, c->first, c->first_len < 16 ? c->first_len : 16);
+            outcome = PROTOCOL;
+            c->reusable = 0;
+            snprintf(reason, sizeof reason, "response %s not stamped for request %lld", rep,
+                     (long long)c->rid);
+        }
+    }
+    complete(L, c, outcome, 0, reason);
+    if (extra) {
+        stray(L, c, "after the complete response", data + endpos, extra);
+        conn_close(L, c);
+    } else if (usable(c)) ready(L, c, now_rel(L));
+    else conn_close(L, c);
+}
+
+static int tcp_eof(Loop *L, Conn *c, Err *e) {
+    if (!c->waiting) return 0;
+    c->waiting = 0;
+    if (!c->got) return seterr(e, K_CLOSED, "connection closed before any response byte"), 0;
+    if (L->resp_len >= 0)
+        seterr(e, TRUNCATED, "connection closed after %lld of %lld bytes", (long long)c->got,
+               (long long)L->resp_len);
+    else {
+        char rep[80];
+        repr_bytes(rep, sizeof rep, L->delim, L->delim_len);
+        seterr(e, TRUNCATED, "connection closed after %lld bytes without the delimiter %s",
+               (long long)c->got, rep);
+    }
+    return 0;
+}
+
+/* ---- the end of a stream (conn.py Connection._ended) ----------------------------------- */
+
+/* The stream ended (err 0: EOF, else errno) with a request in flight: complete,
+ * truncated, reset or stale. The caller closes the connection. */
+static void conn_ended(Loop *L, Conn *c, int err) {
+    if (c->rid < 0) return;
+    Err e = {0};
+    char reason[MAX_REASON + 80];
+    int kind;
+    if (err == 0) {
+        int completed = L->tcp ? tcp_eof(L, c, &e) : http_eof(L, c, &e);
+        if (completed) return;
+        if (e.kind) {
+            kind = e.kind;
+            snprintf(reason, sizeof reason, "%s", e.reason);
+        } else {
+            kind = TRUNCATED;
+            snprintf(reason, sizeof reason, "connection closed inside the response");
+        }
+    } else {
+        kind = c->nbytes ? RESET : K_CLOSED;
+        snprintf(reason, sizeof reason, "connection reset after %lld response bytes: [Errno %d] %s",
+                 (long long)c->nbytes, err, strerror(err));
+    }
+    int64_t rid = c->rid;
+    c->rid = -1;
+    c->reusable = 0;
+    if (kind == K_CLOSED) {
+        if (c->served) {
+            char r2[MAX_REASON + 80];
+            if (err) snprintf(r2, sizeof r2, "reused connection (after %lld response(s)) closed "
+                              "before any response byte: [Errno %d] %s", (long long)c->served,
+                              err, strerror(err));
+            else snprintf(r2, sizeof r2, "reused connection (after %lld response(s)) closed "
+                          "before any response byte", (long long)c->served);
+            on_stale(L, c, rid, r2);
+            return;
+        }
+        kind = RESET;
+        if (!err) snprintf(reason, sizeof reason, "connection closed before any response byte");
+    }
+    record(L, rid, kind, 0, c->t_send, now_rel(L), c->nbytes, reason);
+}
+
+static void on_readable(Loop *L, Conn *c) {
+    char *buf = L->rbuf;
+    for (;;) {
+        ssize_t r = recv(c->fd, buf, READ_CHUNK, 0);
+        if (r > 0) {
+            if (c->rid < 0) { /* bytes that no request asked for: the connection's error */
+                if (!L->tcp && c->ps != IDLE && c->ps != DEAD) { /* not possible: no request */ }
+                stray(L, c, "with no request in flight", buf, (size_t)r);
+                conn_close(L, c);
+                return;
+            }
+            if (L->tcp) tcp_feed(L, c, buf, (size_t)r);
+            else {
+                c->nbytes += r;
+                http_feed(L, c, buf, (size_t)r);
+            }
+            if (c->state != C_OPEN) return;
+            if (r < READ_CHUNK) return; /* drained (edge cases come back via epoll) */
+            continue;
+        }
+        if (r == 0) {
+            c->eof = 1;
+            conn_ended(L, c, 0);
+            conn_close(L, c);
+            return;
+        }
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+        conn_ended(L, c, errno);
+        conn_close(L, c);
+        return;
+    }
+}
+
+static void on_event(Loop *L, Conn *c, uint32_t events) {
+    if (c->state == C_CONNECTING) {
+        int err = 0;
+        socklen_t el = sizeof err;
+        getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &el);
+        if (err) {
+            char reason[MAX_REASON];
+            snprintf(reason, sizeof reason, "[Errno %d] %s", err, strerror(err));
+            connect_failed(L, c, reason, 0);
+        } else if (events & (EPOLLOUT | EPOLLERR | EPOLLHUP)) {
+            connected(L, c);
+        }
+        return;
+    }
+    if (c->state != C_OPEN) return;
+    if ((events & EPOLLOUT) && c->out_off < c->out_len) {
+        flush_out(L, c);
+        if (c->state != C_OPEN) return;
+        if (c->out_off >= c->out_len) {
+            struct epoll_event ev = {.events = EPOLLIN, .data.u64 = (uint64_t)(c - L->conns)};
+            epoll_ctl(L->ep, EPOLL_CTL_MOD, c->fd, &ev);
+        }
+    }
+    if (events & (EPOLLIN | EPOLLERR | EPOLLHUP)) on_readable(L, c);
+}
+
+/* ---- dispatch and time-outs ------------------------------------------------------------ */
+
+static void dispatch(Loop *L) {
+    if (L->stopping || L->ended) return;
+    int64_t now = now_rel(L);
+    while (L->next_i < L->n && L->times[L->next_i] <= now) {
+        int64_t i = L->next_i++;
+        L->disp[i] = now;
+        Conn *c = NULL;
+        while (L->n_idle) {
+            Conn *x = &L->conns[L->idle[--L->n_idle]];
+            x->idle = 0;
+            if (usable(x)) { c = x; break; }
+        }
+        if (c) send_req(L, c, i, now);
+        else {
+            q_push_back(L, i);
+            if (grow((void **)&L->queued.v, &L->queued.cap, L->queued.n + 1, sizeof(int64_t)) == 0)
+                L->queued.v[L->queued.n++] = i;
+            if (L->q_len > L->n_connecting && !L->stopping) maybe_open(L);
+        }
+        now = now_rel(L); /* each dispatch time is its own */
+    }
+    check_finished(L);
+}
+
+static void sweep(Loop *L) {
+    int64_t now = now_rel(L);
+    int64_t limit = now - L->timeout_ns; /* requests intended before this have timed out */
+    char reason[MAX_REASON];
+    while (L->q_len) {
+        int64_t rid = L->q[L->q_head];
+        if (L->done[rid]) { q_pop_front(L); continue; }
+        if (L->times[rid] > limit) break;
+        q_pop_front(L);
+        snprintf(reason, sizeof reason, "still waiting for a connection after %g s", L->timeout_s);
+        record(L, rid, TIMEOUT, 0, NO_TIME, L->times[rid] + L->timeout_ns, 0, reason);
+    }
+    for (int k = 0; k < L->cap; k++) {
+        Conn *c = &L->conns[k];
+        if (c->state == C_CONNECTING && c->t_conn <= now - L->timeout_ns) {
+            epoll_ctl(L->ep, EPOLL_CTL_DEL, c->fd, NULL);
+            connect_failed(L, c, "TimeoutError", 0);
+            continue;
+        }
+        if (c->state != C_OPEN || c->rid < 0) continue;
+        int64_t rid = c->rid;
+        if (L->times[rid] > limit) continue;
+        snprintf(reason, sizeof reason, "no complete response within %g s (%s response)",
+                 L->timeout_s, c->nbytes ? "partial" : "no");
+        int64_t nb = c->nbytes, ts = c->t_send;
+        c->rid = -1;
+        conn_close(L, c); /* HTTP/1.1 cannot cancel a request: the connection goes */
+        record(L, rid, TIMEOUT, 0, ts, L->times[rid] + L->timeout_ns, nb, reason);
+    }
+    check_finished(L);
+}
+
+/* Wait for events until abs time ``until`` (relative ns), or a wake-up. */
+static int wait_events(Loop *L, struct epoll_event *evs, int max, int64_t until) {
+    int64_t d = until - now_rel(L);
+    if (d < 0) d = 0;
+    struct timespec ts = {.tv_sec = d / 1000000000LL, .tv_nsec = d % 1000000000LL};
+    int r = epoll_pwait2(L->ep, evs, max, &ts, NULL);
+    if (r < 0 && errno == ENOSYS) {
+        L->precise = 0;
+        r = epoll_wait(L->ep, evs, max, (int)((d + 999999) / 1000000));
+    }
+    return r;
+}
+
+static void handle(Loop *L, struct epoll_event *evs, int r) {
+    for (int k = 0; k < r; k++) {
+        if (evs[k].data.u64 == EV_WAKE) {
+            uint64_t v;
+            if (read(L->wake_fd, &v, sizeof v) < 0) { /* nothing to drain */ }
+            continue;
+        }
+        on_event(L, &L->conns[evs[k].data.u64], evs[k].events);
+    }
+}
+
+/* A short scheduler slice for this thread (EEVDF custom slices, Linux 6.12+): a woken
+ * task with a shorter slice preempts the running one (PREEMPT_SHORT), so on a shared
+ * core a due request waits ~100 us for the CPU at most instead of the default slice
+ * (~3 ms). Only this thread, and only its slice: its nice value stays. Older kernels
+ * refuse or ignore it (nothing else changes). */
+struct tg_sched_attr {
+    uint32_t size, sched_policy;
+    uint64_t sched_flags;
+    int32_t sched_nice;
+    uint32_t sched_priority;
+    uint64_t sched_runtime, sched_deadline, sched_period;
+    uint32_t sched_util_min, sched_util_max;
+};
+
+static int short_slice(uint64_t ns) {
+#ifdef SYS_sched_setattr
+    struct tg_sched_attr a;
+    memset(&a, 0, sizeof a);
+    a.size = sizeof a;
+    a.sched_policy = 0; /* SCHED_OTHER */
+    errno = 0;
+    int nice = getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid));
+    if (errno) return -1;
+    a.sched_nice = nice;
+    a.sched_runtime = ns;
+    return (int)syscall(SYS_sched_setattr, 0, &a, 0);
+#else
+    (void)ns;
+    return -1;
+#endif
+}
+
+/* ---- the Python type ------------------------------------------------------------------- */
+
+static void Loop_dealloc(Loop *L) {
+    if (L->conns) {
+        for (int k = 0; k < L->cap; k++) {
+            Conn *c = &L->conns[k];
+            if (c->fd >= 0 && c->state != C_FREE) close(c->fd);
+            free(c->buf);
+            free(c->stamped);
+            free(c->tail);
+        }
+    }
+    if (L->ep >= 0) close(L->ep);
+    if (L->wake_fd >= 0) close(L->wake_fd);
+    free(L->conns); free(L->idle); free(L->free_slots); free(L->times); free(L->done);
+    free(L->retried); free(L->disp); free(L->q); free(L->req); free(L->delim);
+    free(L->recs.v); free(L->queued.v); free(L->rbuf); free(L->scratch);
+    pthread_mutex_destroy(&L->mu);
+    Py_TYPE(L)->tp_free((PyObject *)L);
+}
+
+static int Loop_init(Loop *L, PyObject *args, PyObject *kw) {
+    static char *names[] = {"kind", "family", "address", "port", "request", "times_ns",
+                            "first_measured", "max_connections", "timeout_s", "max_header",
+                            "max_line", "max_body", "delimiter", "response_length",
+                            "retry_stale", "check_seq", NULL};
+    const char *kind, *address;
+    int family, port, cap, retry_stale = 0, check_seq = 0;
+    Py_buffer reqb, times;
+    long long first_measured, max_header, max_line, max_body, resp_len = -1;
+    double timeout_s;
+    PyObject *delim_obj = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sisiy*y*LidLLL|OLpp", names, &kind, &family,
+                                     &address, &port, &reqb, &times, &first_measured, &cap,
+                                     &timeout_s, &max_header, &max_line, &max_body, &delim_obj,
+                                     &resp_len, &retry_stale, &check_seq))
+        return -1;
+    int rc = -1;
+    L->ep = L->wake_fd = -1;
+    pthread_mutex_init(&L->mu, NULL);
+    L->tcp = !strcmp(kind, "tcp");
+    L->family = family;
+    memset(&L->addr, 0, sizeof L->addr);
+    if (family == AF_INET6) {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&L->addr;
+        a->sin6_family = AF_INET6;
+        a->sin6_port = htons((uint16_t)port);
+        if (inet_pton(AF_INET6, address, &a->sin6_addr) != 1) goto bad_addr;
+        L->addrlen = sizeof *a;
+    } else {
+        struct sockaddr_in *a = (struct sockaddr_in *)&L->addr;
+        a->sin_family = AF_INET;
+        a->sin_port = htons((uint16_t)port);
+        if (inet_pton(AF_INET, address, &a->sin_addr) != 1) goto bad_addr;
+        L->addrlen = sizeof *a;
+    }
+    if (cap < 1 || times.len % 8) {
+        PyErr_SetString(PyExc_ValueError, "max_connections >= 1 and int64 times");
+        goto out;
+    }
+    L->req_len = (size_t)reqb.len;
+    L->req = malloc(L->req_len + 1);
+    memcpy(L->req, reqb.buf, L->req_len);
+    L->head_req = L->req_len >= 5 && !memcmp(L->req, "HEAD ", 5);
+    if (!L->tcp) {
+        void *m = memmem(L->req, L->req_len, "\r\n\r\n", 4);
+        if (!m) {
+            PyErr_SetString(PyExc_ValueError, "an HTTP request ends its header block with CRLF CRLF");
+            goto out;
+        }
+        L->req_cut = (size_t)((char *)m - L->req) + 2;
+    }
+    L->resp_len = resp_len;
+    if (delim_obj != Py_None) {
+        char *d;
+        Py_ssize_t dl;
+        if (PyBytes_AsStringAndSize(delim_obj, &d, &dl) < 0) goto out;
+        if (dl < 1 || dl > 255) {
+            PyErr_SetString(PyExc_ValueError, "a delimiter of 1 to 255 bytes");
+            goto out;
+        }
+        L->delim = malloc((size_t)dl);
+        memcpy(L->delim, d, (size_t)dl);
+        L->delim_len = (size_t)dl;
+    }
+    if (L->tcp && (L->delim == NULL) == (resp_len < 0)) {
+        PyErr_SetString(PyExc_ValueError, "exactly one of a delimiter and a response length");
+        goto out;
+    }
+    L->max_header = max_header;
+    L->max_line = max_line;
+    L->max_body = max_body;
+    L->timeout_s = timeout_s;
+    L->timeout_ns = (int64_t)(timeout_s * 1e9);
+    L->first_measured = first_measured;
+    L->retry_stale = retry_stale;
+    L->check_seq = check_seq;
+    L->n = (int64_t)(times.len / 8);
+    size_t nn = (size_t)(L->n ? L->n : 1);
+    L->times = malloc(nn * 8);
+    memcpy(L->times, times.buf, (size_t)times.len);
+    L->done = calloc(nn, 1);
+    L->retried = calloc(nn, 1);
+    L->disp = calloc(nn, 8);
+    L->q_cap = (int64_t)nn + 1;
+    L->q = malloc((size_t)L->q_cap * 8);
+    L->cap = cap;
+    L->conns = calloc((size_t)cap, sizeof(Conn));
+    L->idle = malloc((size_t)cap * sizeof(int));
+    L->free_slots = malloc((size_t)cap * sizeof(int));
+    L->rbuf = malloc(READ_CHUNK);
+    if (!L->times || !L->done || !L->retried || !L->disp || !L->q || !L->conns || !L->idle ||
+        !L->free_slots || !L->rbuf) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    for (int k = 0; k < cap; k++) {
+        L->conns[k].fd = -1;
+        L->conns[k].rid = -1;
+        L->free_slots[k] = cap - 1 - k;
+        if (L->tcp && L->delim_len > 1) L->conns[k].tail = malloc(L->delim_len);
+    }
+    L->n_free = cap;
+    L->ep = epoll_create1(EPOLL_CLOEXEC);
+    L->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (L->ep < 0 || L->wake_fd < 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        goto out;
+    }
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = EV_WAKE};
+    epoll_ctl(L->ep, EPOLL_CTL_ADD, L->wake_fd, &ev);
+    L->precise = 1;
+    rc = 0;
+    goto out;
+bad_addr:
+    PyErr_Format(PyExc_ValueError, "not a numeric address: %s", address);
+out:
+    PyBuffer_Release(&reqb);
+    PyBuffer_Release(&times);
+    return rc;
+}
+
+/* prepare(n, deadline_s): open n connections (failures counted, not fatal) and wait until
+ * each is open or failed, at most timeout. */
+static PyObject *Loop_prepare(Loop *L, PyObject *args) {
+    int want;
+    if (!PyArg_ParseTuple(args, "i", &want)) return NULL;
+    if (want > L->cap) want = L->cap;
+    struct epoll_event evs[64];
+    Py_BEGIN_ALLOW_THREADS
+    L->start_ns = clock_ns();
+    pthread_mutex_lock(&L->mu);
+    for (int k = 0; k < want; k++) {
+        L->n_connecting++;
+        open_conn(L, 1);
+    }
+    int64_t until = L->timeout_ns;
+    while (L->n_connecting > 0) {
+        int64_t now = now_rel(L);
+        if (now >= until) {
+            for (int k = 0; k < L->cap; k++) {
+                Conn *c = &L->conns[k];
+                if (c->state == C_CONNECTING) connect_failed(L, c, "TimeoutError", 1);
+            }
+            break;
+        }
+        pthread_mutex_unlock(&L->mu);
+        int r = wait_events(L, evs, 64, until);
+        pthread_mutex_lock(&L->mu);
+        if (r > 0) {
+            for (int k = 0; k < r; k++) {
+                if (evs[k].data.u64 == EV_WAKE) continue;
+                Conn *c = &L->conns[evs[k].data.u64];
+                if (c->state == C_CONNECTING) {
+                    int err = 0;
+                    socklen_t el = sizeof err;
+                    getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &el);
+                    if (err) {
+                        char reason[MAX_REASON];
+                        snprintf(reason, sizeof reason, "[Errno %d] %s", err, strerror(err));
+                        connect_failed(L, c, reason, 1);
+                    } else connected(L, c);
+                } else on_event(L, c, evs[k].events);
+            }
+        }
+    }
+    pthread_mutex_unlock(&L->mu);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+/* run(start_ns, spin_ns): the whole schedule, without the GIL; returns when every request
+ * ended, or stop() was called. Call it from a thread of its own; take() meanwhile. */
+static PyObject *Loop_run(Loop *L, PyObject *args) {
+    long long start_ns, spin_ns = 0, slice_ns = 0;
+    if (!PyArg_ParseTuple(args, "L|LL", &start_ns, &spin_ns, &slice_ns)) return NULL;
+    L->slice_ns = slice_ns;
+    struct epoll_event evs[256];
+    Py_BEGIN_ALLOW_THREADS
+    /* this thread only: a timer wakes when asked, not up to 50 us later (timer slack) */
+    int old_slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+    prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0);
+    if (L->slice_ns > 0) L->short_slice = short_slice((uint64_t)L->slice_ns) == 0;
+    pthread_mutex_lock(&L->mu);
+    L->start_ns = start_ns;
+    L->running = 1;
+    /* time-out sweep period: engine._sweep's min(10 ms, timeout / 10) */
+    int64_t sweep_every = L->timeout_ns / 10 < 10000000 ? L->timeout_ns / 10 : 10000000;
+    if (sweep_every < 100000) sweep_every = 100000;
+    int64_t next_sweep = 0;
+    check_finished(L);
+    while (!L->finished && !L->stopping) {
+        dispatch(L);
+        int64_t now = now_rel(L);
+        if (now >= next_sweep) {
+            sweep(L);
+            next_sweep = now + sweep_every;
+        }
+        if (L->finished || L->stopping) break;
+        int64_t until = next_sweep;
+        int have_due = !L->ended && L->next_i < L->n;
+        if (have_due && L->times[L->next_i] < until) until = L->times[L->next_i];
+        pthread_mutex_unlock(&L->mu);
+        int r;
+        if (have_due && until - now_rel(L) <= spin_ns) {
+            /* the last microseconds: poll instead of sleeping, never past the due time */
+            do r = epoll_wait(L->ep, evs, 256, 0);
+            while (r == 0 && now_rel(L) < until);
+        } else r = wait_events(L, evs, 256, have_due ? until - spin_ns : until);
+        pthread_mutex_lock(&L->mu);
+        if (r > 0) handle(L, evs, r);
+    }
+    L->running = 0;
+    pthread_mutex_unlock(&L->mu);
+    prctl(PR_SET_TIMERSLACK, old_slack > 0 ? old_slack : 0, 0, 0, 0);
+    Py_END_ALLOW_THREADS
+    return PyBool_FromLong(L->finished);
+}
+
+static void wake(Loop *L) {
+    uint64_t one = 1;
+    if (write(L->wake_fd, &one, sizeof one) < 0) { /* already signalled */ }
+}
+
+/* stop(): dispatch nothing more and end the run now (Ctrl-C); open requests are abandoned. */
+static PyObject *Loop_stop(Loop *L, PyObject *unused) {
+    L->stopping = 1;
+    wake(L);
+    Py_RETURN_NONE;
+}
+
+/* end_schedule(): dispatch nothing more; what was dispatched completes normally. */
+static PyObject *Loop_end_schedule(Loop *L, PyObject *unused) {
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&L->mu);
+    L->ended = 1;
+    check_finished(L);
+    pthread_mutex_unlock(&L->mu);
+    Py_END_ALLOW_THREADS
+    wake(L);
+    Py_RETURN_NONE;
+}
+
+/* take() -> (records bytes, dispatch offsets bytes (ids from the previous take's end),
+ *            queued ids bytes, [(scope, kind, reason, count)], open, queued now) */
+static PyObject *Loop_take(Loop *L, PyObject *unused) {
+    Records recs;
+    I64s queued;
+    Reason reasons[MAX_REASONS];
+    int nr;
+    int64_t d0, d1;
+    int n_open, q_len;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&L->mu);
+    recs = L->recs;
+    memset(&L->recs, 0, sizeof L->recs);
+    queued = L->queued;
+    memset(&L->queued, 0, sizeof L->queued);
+    nr = L->n_reasons;
+    memcpy(reasons, L->reasons, (size_t)nr * sizeof(Reason));
+    L->n_reasons = 0;
+    d0 = L->disp_taken;
+    d1 = L->disp_taken = L->next_i;
+    n_open = L->n_open;
+    q_len = (int)L->q_len;
+    pthread_mutex_unlock(&L->mu);
+    Py_END_ALLOW_THREADS
+    PyObject *rb = PyBytes_FromStringAndSize((const char *)recs.v, (Py_ssize_t)(recs.n * sizeof(Record)));
+    free(recs.v);
+    PyObject *qb = PyBytes_FromStringAndSize((const char *)queued.v, (Py_ssize_t)(queued.n * 8));
+    free(queued.v);
+    PyObject *db = PyBytes_FromStringAndSize((const char *)(L->disp + d0), (Py_ssize_t)((d1 - d0) * 8));
+    PyObject *rl = PyList_New(nr);
+    for (int i = 0; rl && i < nr; i++)
+        PyList_SET_ITEM(rl, i, Py_BuildValue("(iisL)", reasons[i].scope, reasons[i].kind,
+                                             reasons[i].reason, (long long)reasons[i].count));
+    PyObject *res = NULL;
+    if (rb && qb && db && rl)
+        res = Py_BuildValue("(OOOOii)", rb, db, qb, rl, n_open, q_len);
+    Py_XDECREF(rb); Py_XDECREF(qb); Py_XDECREF(db); Py_XDECREF(rl);
+    return res;
+}
+
+/* state() -> dict of counters and the done/retried flags (after run() returned) */
+static PyObject *Loop_state(Loop *L, PyObject *unused) {
+    size_t nn = (size_t)L->n;
+    return Py_BuildValue(
+        "{sLsLsLsLsLsLsLsisisy#sy#sisisisi}", "next_i", (long long)L->next_i, "n_done",
+        (long long)L->n_done, "n_sent", (long long)L->n_sent, "opened", (long long)L->opened,
+        "connect_failures", (long long)L->connect_failures, "max_open", (long long)L->max_open,
+        "disp_taken", (long long)L->disp_taken, "n_open", L->n_open, "queued_now", (int)L->q_len,
+        "done", (const char *)L->done, (Py_ssize_t)nn, "retried", (const char *)L->retried,
+        (Py_ssize_t)nn, "precise", L->precise, "ended", (int)L->ended, "stopping",
+        (int)L->stopping, "short_slice", L->short_slice);
+}
+
+static PyMethodDef Loop_methods[] = {
+    {"prepare", (PyCFunction)Loop_prepare, METH_VARARGS, "open the initial connections"},
+    {"run", (PyCFunction)Loop_run, METH_VARARGS, "run the schedule (releases the GIL)"},
+    {"stop", (PyCFunction)Loop_stop, METH_NOARGS, "end the run now"},
+    {"end_schedule", (PyCFunction)Loop_end_schedule, METH_NOARGS, "dispatch nothing more"},
+    {"take", (PyCFunction)Loop_take, METH_NOARGS, "records completed since the last take"},
+    {"state", (PyCFunction)Loop_state, METH_NOARGS, "counters and flags"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject LoopType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tailgate.bench.fastloop.Loop",
+    .tp_basicsize = sizeof(Loop),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "One open-loop load loop in C (see fastpath.py).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Loop_init,
+    .tp_dealloc = (destructor)Loop_dealloc,
+    .tp_methods = Loop_methods,
+};
+
+static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "fastloop",
+                                    "The compiled hot path of tailgate bench.", -1, NULL};
+
+PyMODINIT_FUNC PyInit_fastloop(void) {
+    if (PyType_Ready(&LoopType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&moddef);
+    if (!m) return NULL;
+    Py_INCREF(&LoopType);
+    if (PyModule_AddObject(m, "Loop", (PyObject *)&LoopType) < 0) {
+        Py_DECREF(&LoopType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    PyModule_AddIntConstant(m, "RECORD_SIZE", (long)sizeof(Record));
+    PyModule_AddIntConstant(m, "MAX_CONNECTING", MAX_CONNECTING);
+    return m;
+}

@@ -1,0 +1,231 @@
+"""The compiled fast engine (bench/fastpath.py + fastloop.c) against real servers: it ends a
+schedule early on request, stops with every open request abandoned (never counted twice),
+measures the same schedule as the Python reference engine within the floor, and without
+the extension the CLI says why (``--engine fast``) or falls back with a note (``auto``).
+
+The fault-server, fault, stall-truth and CLI tests run against both engines too
+(``engine`` parameters in test_bench_fault_server/faults/stall/cli)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from support.fault_server import FaultServer
+from support.nginx import Nginx, available
+from support.require import require
+from tailgate.bench import fastpath
+from tailgate.bench.result import RunInfo, build_result
+from tailgate.bench.target import parse_target
+from tailgate.bench.workers import plan, run_here
+
+pytestmark = pytest.mark.timeout(120)
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _needs_the_extension_and_nginx():
+    # make test builds it (pip install -e .): a missing build is a defect, not a skip
+    require(None if fastpath.UNAVAILABLE is None else fastpath.UNAVAILABLE)
+    require(available())
+
+
+@pytest.fixture(scope="module")
+def nginx():
+    with Nginx(workers=1) as ng:
+        yield ng
+
+
+def engine_for(url: str, rate: float, duration: float, **info_opts):
+    target = parse_target(url)
+    info = RunInfo(target=url, protocol=target.kind, rate=rate, duration_s=duration,
+                   workers=1, connections=2, max_connections=64, timeout_s=1.0,
+                   engine="fast", **info_opts)
+    cfg = plan(info, target)[0]
+    eng = fastpath.FastEngine(cfg)
+    eng.prepare()
+    return info, cfg, eng
+
+
+def test_end_schedule_dispatches_nothing_more_and_abandons_nothing(nginx):
+    info, cfg, eng = engine_for(nginx.url("/"), rate=1000, duration=3.0)
+    start = time.monotonic() + 0.05
+    timer = threading.Timer(0.05 + 0.5, eng.end_schedule)
+    timer.start()
+    part = eng.run(start)
+    timer.join()
+    data = build_result(info, [part]).json
+    req = data["requests"]
+    assert data["accounting"] == {"consistent": True, "problems": []}
+    # Ended about half a second in: what was dispatched is what was scheduled.
+    assert 100 < req["scheduled"] < cfg.times.size
+    assert req["scheduled"] == part.dispatched == req["sent"] == req["ok"]
+    assert req["abandoned"] == 0 and data["interrupted"] is False
+
+
+def test_stop_abandons_what_is_open_and_counts_nothing_twice():
+    with FaultServer("hang", "http") as srv:  # reads requests, never answers
+        info, cfg, eng = engine_for(srv.url, rate=200, duration=2.0)
+        start = time.monotonic() + 0.05
+        timer = threading.Timer(0.05 + 1.5, eng.stop)
+        timer.start()
+        part = eng.run(start)
+        timer.join()
+    data = build_result(info, [part]).json
+    req = data["requests"]
+    assert data["interrupted"] is True
+    assert data["accounting"] == {"consistent": True, "problems": []}
+    assert req["scheduled"] == cfg.times.size == req["sent"] + req["abandoned"]
+    # The first 0.5 s timed out after the 1 s time-out; the rest was open or never due.
+    assert 50 < req["errors"]["timeout"] == req["sent"] < 150
+    assert req["abandoned"] > 200
+    assert srv.received >= req["sent"]
+
+
+def test_same_schedule_same_histogram_as_the_python_engine(nginx):
+    """One constant schedule, both engines, the same nginx: the latency distributions agree
+    within the reference engine's own delay (its lateness) plus scheduling noise."""
+    url = nginx.url("/")
+    target = parse_target(url)
+    figures = {}
+    for engine in ("python", "fast"):
+        info = RunInfo(target=url, protocol="http", rate=2000, duration_s=2.0, workers=1,
+                       connections=4, max_connections=64, timeout_s=2.0, engine=engine)
+        data = build_result(info, [run_here(plan(info, target)[0])]).json
+        assert data["generator"]["engine"] == engine
+        assert data["requests"]["ok"] == data["requests"]["scheduled"] == 4000
+        figures[engine] = data
+    py, fast = figures["python"], figures["fast"]
+    print({k: (py["latency_ms"][k], fast["latency_ms"][k]) for k in ("p50", "p90", "p99")},
+          "lateness p99", py["lateness_ms"]["p99"], fast["lateness_ms"]["p99"])
+    noise = 0.2  # ms: a busy 2-core VM's scheduling, for either engine
+    for k in ("p50", "p90"):
+        # Latency counts from the intended start, so a later generator adds its own delay:
+        # the reference may exceed the fast engine by at most its lateness, never the
+        # other way round.
+        assert fast["latency_ms"][k] <= py["latency_ms"][k] + noise, k
+        assert py["latency_ms"][k] <= fast["latency_ms"][k] + py["lateness_ms"]["p99"] + noise, k
+    # The compiled loop is never the later one by more than noise.
+    assert fast["lateness_ms"]["p50"] <= py["lateness_ms"]["p50"] + 0.05
+
+
+# Responses whose every framing element straddles reads: status line, header block,
+# chunk-size lines, chunk data and its CRLF, trailer, Content-Length body.
+DRIP = {
+    "chunked": (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-A: b\r\n\r\n"
+                b"5;ext=1\r\nhello\r\n1\r\n!\r\n0\r\nX-Trailer: t\r\n\r\n"),
+    "length": b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\nhello world",
+    "interim": (b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\n"
+                b"Content-Length: 3\r\n\r\n"),
+}
+
+
+def drip_server(response: bytes, requests: int) -> tuple[int, threading.Thread, list[int]]:
+    """Answers each request on one connection with ``response``, one byte per write,
+    1 ms apart (separate reads for the client). Returns (port, thread, [responses sent])."""
+    import socket
+
+    ls = socket.create_server(("127.0.0.1", 0))
+    sent = [0]
+
+    def serve() -> None:
+        conn, _ = ls.accept()
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        buf = b""
+        with conn, ls:
+            while sent[0] < requests:
+                while b"\r\n\r\n" not in buf:
+                    more = conn.recv(4096)
+                    if not more:
+                        return
+                    buf += more
+                buf = buf.split(b"\r\n\r\n", 1)[1]
+                for i in range(len(response)):
+                    conn.sendall(response[i:i + 1])
+                    time.sleep(0.001)
+                sent[0] += 1
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    return ls.getsockname()[1], t, sent
+
+
+@pytest.mark.parametrize("engine", ["fast", "python"])
+@pytest.mark.parametrize("kind", sorted(DRIP))
+def test_framing_split_at_every_byte(kind, engine):
+    port, thread, sent = drip_server(DRIP[kind], requests=3)
+    url = f"http://127.0.0.1:{port}/"
+    target = parse_target(url)
+    # 3 requests 0.4 s apart on one connection: each response has ended before the next
+    info = RunInfo(target=url, protocol="http", rate=2.5, duration_s=1.2, workers=1,
+                   connections=1, max_connections=1, timeout_s=1.0, engine=engine)
+    data = build_result(info, [run_here(plan(info, target)[0])]).json
+    thread.join(timeout=5)
+    assert data["generator"]["engine"] == engine
+    req = data["requests"]
+    assert req["ok"] == req["sent"] == sent[0] == 3, (req, data["connections"])
+    assert data["connections"]["opened"] == 1 and data["connections"]["errors"] == {}
+
+
+@pytest.mark.parametrize("engine", ["fast", "python"])
+@pytest.mark.parametrize("framing", ["delimiter", "length"])
+def test_tcp_framing_split_at_every_byte(framing, engine):
+    """A multi-byte delimiter arriving one byte per read (E, N, D... across reads), or a
+    fixed length: each response ends exactly once, at its last byte."""
+    response = b"pong E-N-D almost END\r\n"
+    port, thread, sent = drip_server(response, requests=3)
+    url = f"tcp://127.0.0.1:{port}"
+    opts = ({"delimiter": b"END\r\n"} if framing == "delimiter"
+            else {"response_length": len(response)})
+    target = parse_target(url, payload=b"ping\r\n\r\n", **opts)
+    info = RunInfo(target=url, protocol="tcp", rate=2.5, duration_s=1.2, workers=1,
+                   connections=1, max_connections=1, timeout_s=1.0, engine=engine)
+    data = build_result(info, [run_here(plan(info, target)[0])]).json
+    thread.join(timeout=5)
+    req = data["requests"]
+    assert req["ok"] == req["sent"] == sent[0] == 3, (req, data["connections"])
+    assert data["connections"]["opened"] == 1 and data["connections"]["errors"] == {}
+
+
+BLOCKED = ("import runpy, sys; sys.modules['tailgate.bench.fastloop'] = None; "
+           "sys.argv = ['tailgate'] + sys.argv[1:]; runpy.run_module('tailgate', "
+           "run_name='__main__')")
+
+
+def test_without_the_extension_fast_is_a_usage_error_and_auto_falls_back(nginx):
+    env_cmd = [sys.executable, "-c", BLOCKED, "bench", nginx.url("/"), "--rate", "100",
+               "--duration", "0.3s", "--workers", "1", "--quiet", "--json", "-"]
+    bad = subprocess.run([*env_cmd, "--engine", "fast"], capture_output=True, text=True,
+                         timeout=60, check=False)
+    assert bad.returncode == 2, bad.stderr
+    assert "--engine fast" in bad.stderr and "fastloop" in bad.stderr
+    assert "Traceback" not in bad.stderr
+    ok = subprocess.run(env_cmd, capture_output=True, text=True, timeout=60, check=False)
+    assert ok.returncode == 0, ok.stderr
+    data = json.loads(ok.stdout)
+    assert data["generator"]["engine"] == "python"
+    assert "fastloop" in data["generator"]["engine_note"]
+    assert data["requests"]["ok"] == 30
+
+
+def test_engine_choice_rules():
+    assert fastpath.choose("auto", "http") == "fast"
+    assert fastpath.choose("auto", "tcp") == "fast"
+    assert fastpath.choose("python", "http") == "python"
+    with pytest.raises(fastpath.EngineUnavailable, match="http:// and tcp:// only"):
+        fastpath.choose("fast", "openai")
+    with pytest.raises(fastpath.EngineUnavailable, match="must be one of"):
+        fastpath.choose("turbo", "http")
+
+
+def test_engine_fast_is_refused_for_an_openai_target():
+    r = subprocess.run([sys.executable, "-m", "tailgate", "bench", "openai+http://127.0.0.1:9/v1",
+                        "--engine", "fast", "--rate", "1", "--duration", "1s", "--model", "m"],
+                       capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == 2 and "--engine fast speaks http:// and tcp:// only" in r.stderr
