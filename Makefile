@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 APT_RUN  := ethtool iproute2 bpftrace
 APT_TEST := $(APT_RUN) nginx-light wrk prometheus-node-exporter gcc g++ cmake libc6-dev liburing-dev \
             numactl prometheus chromium openmpi-bin libopenmpi-dev dpdk-dev \
-            musl-tools libjemalloc-dev libgoogle-perftools-dev libmimalloc-dev golang-go
+            musl-tools libjemalloc-dev libgoogle-perftools-dev libmimalloc-dev golang-go python3-dev
 
 .PHONY: run test venv venv-test apt-run apt-test tracefs lint bench clean
 

@@ -43,6 +43,7 @@ TEST_NEEDS = {
     "libgoogle-perftools-dev": "a tcmalloc-linked workload (tests/test_alloc_live.py)",
     "libmimalloc-dev": "a mimalloc-linked workload (tests/test_alloc_live.py)",
     "golang-go": "a Go workload (runtime.mallocgc) for tests/test_alloc_live.py",
+    "python3-dev": "Python.h for the compiled hot path (bench/fastloop.c) with Debian's python3",
 }
 
 
