@@ -130,8 +130,34 @@ def _ctxt() -> int:
     return 0
 
 
+def _engine_url(target: str | None) -> str | None:
+    """An LLM target's Prometheus endpoint: ``/metrics`` at the root of its server."""
+    from urllib.parse import urlsplit
+
+    if not target or not target.startswith("openai+"):
+        return None
+    url = urlsplit(target.split("+", 1)[1])
+    return f"{url.scheme}://{url.netloc}/metrics"
+
+
+def _counter_spec(args, host, pids, cgroups):
+    from ..diagnose.counters import Spec, psi_cgroups, target_cpus
+    from ..model import SourceError
+
+    try:
+        cpus = target_cpus(host, pids)
+    except (SourceError, ValueError):
+        cpus = ()
+    try:
+        psi = psi_cgroups(host, pids)
+    except SourceError:
+        psi = ()
+    return Spec(tuple(pids), cpus, tuple(cgroups), psi, _engine_url(args.target))
+
+
 def _collect(args, host, pids, cgroups, window_s, warmup_s, bin_s, tmp) -> dict[str, Any]:
-    from ..diagnose.evidence import Poller, parse_events
+    from ..diagnose.counters import CounterPoller
+    from ..diagnose.evidence import Poller, parse_events, parse_maps
     from ..probes.driver import Run, attached
     from ..probes.output import parse_output
 
@@ -140,7 +166,12 @@ def _collect(args, host, pids, cgroups, window_s, warmup_s, bin_s, tmp) -> dict[
     bench_doc = None
     bench_out = ""
     log_path = os.path.join(tmp, "requests.log")
+    spec = _counter_spec(args, host, pids, cgroups)
+    # every bin gets a poll when bins are 100 ms or longer; finer bins share the 100 ms polls
+    # less finely (a poll reads about a dozen files: 20 ms is the floor)
+    period_s = max(0.02, min(bin_s, 0.1))
     with Poller(host, cgroups, limit_s=probe_s) as poller, \
+            CounterPoller(host, spec, period_s, limit_s=probe_s) as counters, \
             attached(Run("diagnose", probe_s, 0, pids)) as probe:
         t_attached = time.monotonic_ns()
         ctxt0 = _ctxt()
@@ -154,8 +185,10 @@ def _collect(args, host, pids, cgroups, window_s, warmup_s, bin_s, tmp) -> dict[
     probe.finish()
     output = parse_output("".join(probe.out))
     events = parse_events(output.printf)
+    extra = {"maps": parse_maps(output), "counters": counters.polls, "cpus": spec.cpus,
+             "engine_url": spec.engine_url}
     return _analyse(args, bench_doc, bench_out, log_path, events, poller.polls, t_attached,
-                    t_end, bin_s, pids, cgroups,
+                    t_end, bin_s, pids, cgroups, extra,
                     {"probe_cpu_s": round(probe_cpu, 3), "context_switches": switches,
                      "window_s": round((t_end - t_attached) / 1e9, 3),
                      "startup_s": round((probe.attached_at - probe.spawned), 3)})
@@ -207,12 +240,14 @@ def _requests(bench_doc: dict[str, Any], log_path: str):
 
 
 def _analyse(args, bench_doc, bench_out, log_path, events, polls, t0, t1, bin_s, pids, cgroups,
-             overhead) -> dict[str, Any]:
+             extra, overhead) -> dict[str, Any]:
     import numpy as np
 
     from ..diagnose.attribution import attribute, merge_spans, subtract_spans
     from ..diagnose.causes import CAUSES
     from ..diagnose.timeline import timeline
+
+    maps, cpus = extra["maps"], extra["cpus"]
 
     throttled = polls.throttle_spans()
     port = _port(args.target) if args.target else None
@@ -223,6 +258,7 @@ def _analyse(args, bench_doc, bench_out, log_path, events, polls, t0, t1, bin_s,
         "runq": subtract_spans(events.spans("runq"), throttled),
         "stopped": merge_spans(events.spans("stopped")),
         "futex": merge_spans(events.spans("futex")),
+        "softirq": merge_spans(events.softirq_spans(cpus)),
         # a retransmission is an instant; a request in flight then waited for it
         "retransmit": np.stack([rtx, rtx], axis=1) if len(rtx) else np.zeros((0, 2), np.int64),
     }
@@ -232,7 +268,10 @@ def _analyse(args, bench_doc, bench_out, log_path, events, polls, t0, t1, bin_s,
         "evidence": {k: {"events": int(len(v)), "total_ms": round(
             float((v[:, 1] - v[:, 0]).sum()) / 1e6, 3)} for k, v in spans.items()},
         "malformed_probe_lines": events.malformed, "poll_errors": polls.errors,
+        "cpus": list(cpus),
     }
+    doc["evidence"]["switches"] = {**maps.switch_totals(), "threads": {
+        str(tid): v for tid, v in sorted(maps.switches.items())}}
     doc["evidence"]["retransmit"]["total_ms"] = None
     starts = ends = np.zeros(0, np.int64)
     if bench_doc is not None:
@@ -263,9 +302,34 @@ def _analyse(args, bench_doc, bench_out, log_path, events, polls, t0, t1, bin_s,
                           "unexplained": "passive mode: no requests to attribute; the evidence "
                           "is listed by total time"}
     instants = {"retransmit": rtx}
-    doc["timeline"] = timeline(t0, t1, int(bin_s * 1e9), starts, ends,
-                               {k: v for k, v in spans.items() if k != "retransmit"}, instants)
+    doc["timeline"] = tl = timeline(t0, t1, int(bin_s * 1e9), starts, ends,
+                                    {k: v for k, v in spans.items() if k != "retransmit"},
+                                    instants)
+    tl["series"], tl["unknown"] = _series(maps, extra["counters"], cpus, tl["t0_monotonic_ns"],
+                                          int(bin_s * 1e9), len(tl["t_ms"]))
+    doc["counters"] = extra["counters"].to_json()
     return doc
+
+
+def _series(maps, counters, cpus, t0: int, bin_ns: int, n: int):
+    """The timeline's per-bin series: the probe's context switches and softirq time, and the
+    polled counters; with the sources that could not be read and why."""
+    from ..diagnose.counters import bin_series, series_meta
+    from ..diagnose.evidence import PROBE_BIN_NS
+    from ..diagnose.timeline import rebin
+
+    out: dict[str, dict[str, Any]] = {}
+    for kind in ("voluntary", "involuntary"):
+        out[f"switches.{kind}"] = {"layer": "L2", "unit": "count", "values": rebin(
+            maps.switch_bins.get(kind, {}), PROBE_BIN_NS, t0, bin_ns, n)}
+    for (vec, cpu), bins in sorted(maps.softirq_bins.items()):
+        if cpu in cpus:
+            out[f"softirq_ms.{vec}.cpu{cpu}"] = {"layer": "L2", "unit": "ms", "values": rebin(
+                bins, PROBE_BIN_NS, t0, bin_ns, n, scale=1e6)}
+    for name, values in bin_series(counters.rows, t0, bin_ns, n).items():
+        meta = series_meta(name)
+        out[name] = {"layer": meta.layer, "unit": meta.unit, "values": values}
+    return out, dict(counters.errors)
 
 
 def _port(target: str) -> int | None:
