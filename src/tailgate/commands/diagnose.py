@@ -243,7 +243,7 @@ def _analyse(args, bench_doc, bench_out, log_path, events, polls, t0, t1, bin_s,
              extra, overhead) -> dict[str, Any]:
     import numpy as np
 
-    from ..diagnose.attribution import attribute, merge_spans, subtract_spans
+    from ..diagnose.attribution import attribute, merge_spans, part_share, subtract_spans
     from ..diagnose.causes import CAUSES
     from ..diagnose.timeline import timeline
 
@@ -273,6 +273,10 @@ def _analyse(args, bench_doc, bench_out, log_path, events, polls, t0, t1, bin_s,
     doc["evidence"]["switches"] = {**maps.switch_totals(), "threads": {
         str(tid): v for tid, v in sorted(maps.switches.items())}}
     doc["evidence"]["retransmit"]["total_ms"] = None
+    preempted = subtract_spans(events.spans("runq_preempted"), spans["throttled"])
+    doc["evidence"]["runq_preempted"] = {  # the part of runq that followed a preemption
+        "events": int(len(preempted)),
+        "total_ms": round(float((preempted[:, 1] - preempted[:, 0]).sum()) / 1e6, 3)}
     starts = ends = np.zeros(0, np.int64)
     if bench_doc is not None:
         starts, ends, sends = _requests(bench_doc, log_path)
@@ -285,6 +289,14 @@ def _analyse(args, bench_doc, bench_out, log_path, events, polls, t0, t1, bin_s,
                                        args.min_cover, args.min_lift, args.min_share,
                                        sends=sends, min_ms=args.min_ms)
         doc["tail"] = info
+        for a in attributions:
+            if a.cause.key == "runq":
+                share = part_share(starts, ends, 90 if a.extra["tail"] == "P90" else 99,
+                                   spans["runq"], preempted)
+                a.extra["preempted_share"] = None if share is None else round(share, 4)
+                if share is not None:
+                    a.sentence += (f"; {100 * share:.0f} % of that wait followed a preemption "
+                                   "(an involuntary switch: the thread's slice ran out)")
         doc["causes"] = [a.to_json() for a in attributions]
         claimed = [a for a in attributions if a.claimed]
         doc["verdict"] = {"claimed": [a.cause.key for a in claimed],

@@ -224,3 +224,19 @@ def _generator(starts: np.ndarray, ends: np.ndarray, sends: np.ndarray, tail: np
                   f"generator to send them; its lateness lasted {100 * share:.0f} % of their "
                   "latency")
     return a
+
+
+def part_share(starts: np.ndarray, ends: np.ndarray, q: float, spans: np.ndarray,
+               part: np.ndarray) -> float | None:
+    """Of the time ``spans`` overlapped the requests above the ``q`` percentile, the share
+    that ``part`` (a subset of the spans) covers; None when the spans never met them. Used to
+    say what kind of run-queue wait the tail saw: after a preemption (the service's threads
+    used up their slice: involuntary context switches) or after a wake-up."""
+    lat = ends - starts
+    if not len(lat):
+        return None
+    tail = lat >= np.percentile(lat, q, method="inverted_cdf")
+    whole = overlap_ns(starts[tail], ends[tail], spans).sum()
+    if whole <= 0:
+        return None
+    return float(overlap_ns(starts[tail], ends[tail], part).sum() / whole)

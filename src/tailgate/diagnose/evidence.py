@@ -29,6 +29,7 @@ class Events:
     intervals: dict[str, list[tuple[int, int, int]]] = field(default_factory=dict)  # tid,a,b
     retransmits: list[tuple[int, int, int]] = field(default_factory=list)  # t, sport, dport
     softirqs: list[tuple[int, int, int, int]] = field(default_factory=list)  # vec, cpu, a, b
+    preempted: set[tuple[int, int]] = field(default_factory=set)  # (tid, a) of runq waits
     malformed: int = 0
 
     def softirq_spans(self, cpus: tuple[int, ...], vecs: tuple[int, ...] = NET_SOFTIRQS
@@ -38,9 +39,13 @@ class Events:
                         dtype=np.int64).reshape(-1, 2)
 
     def spans(self, kind: str) -> np.ndarray:
+        """Intervals of ``kind``; ``runq_preempted``: the run-queue waits that followed a
+        preemption (the thread used up its slice while another task wanted its CPU)."""
         rows = self.intervals.get(kind, [])
         if kind == "runq":
             rows = self.runq_not_after_stop()
+        elif kind == "runq_preempted":
+            rows = [r for r in self.runq_not_after_stop() if (r[0], r[1]) in self.preempted]
         return np.array([(a, b) for _, a, b in rows], dtype=np.int64).reshape(-1, 2)
 
     def runq_not_after_stop(self, slack_ns: int = 50_000) -> list[tuple[int, int, int]]:
@@ -60,11 +65,13 @@ def parse_events(chunks: list[str]) -> Events:
         for line in chunk.splitlines():
             parts = line.split()
             try:
-                if parts and parts[0] in KINDS and len(parts) == 4:
-                    tid, a, b = (int(x) for x in parts[1:])
-                    if b < a or a <= 0:
+                if parts and parts[0] in KINDS and len(parts) == 4 + (parts[0] == "R"):
+                    tid, a, b = (int(x) for x in parts[1:4])
+                    if b < a or a <= 0 or (parts[0] == "R" and parts[4] not in ("0", "1")):
                         raise ValueError(line)
                     ev.intervals.setdefault(KINDS[parts[0]], []).append((tid, a, b))
+                    if parts[0] == "R" and parts[4] == "1":
+                        ev.preempted.add((tid, a))
                 elif parts and parts[0] == "Q" and len(parts) == 5:
                     vec, cpu, a, b = (int(x) for x in parts[1:])
                     if b < a or a <= 0 or not 0 <= vec < len(SOFTIRQS):
