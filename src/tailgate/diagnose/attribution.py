@@ -196,8 +196,12 @@ def attribute(starts: np.ndarray, ends: np.ndarray, causes: dict[Cause, np.ndarr
     out.sort(key=lambda a: (not a.claimed, a.extra.get("tail") == "P90",
                             order.get(a.cause.layer, 9), -a.time_share, -a.tail_cover))
     if int(tail.sum()) < MIN_TAIL:
-        info["unexplained"] = (f"only {int(tail.sum())} requests above the P99: too few to "
-                               f"attribute (run longer or faster)")
+        few = (f"only {int(tail.sum())} requests above the P99: too few to attribute (run "
+               "longer or faster)")
+        if any(a.claimed for a in out):  # a cause of the P90 was still named
+            info["note"] = few + "; causes are judged on the requests above the P90"
+        else:
+            info["unexplained"] = few
     elif not any(a.claimed for a in out):
         info["unexplained"] = ("no evidence co-occurs with the tail more than with the rest of "
                                "the requests: the cause is not in what was measured")

@@ -17,6 +17,18 @@ def terminal(doc: dict[str, Any], console) -> None:
         console.print(f"requests: {tail['requests']}, P99 {tail['p99_ms']:.3f} ms "
                       f"({tail['tail_p99']} above), P999 {tail['p999_ms']:.3f} ms "
                       f"({tail['tail_p999']} above)", highlight=False)
+    if tail.get("note"):
+        console.print(tail["note"], highlight=False, markup=False)
+    sw = (doc.get("evidence") or {}).get("switches")
+    if sw:
+        console.print(f"context switches of the service's threads: {sw['voluntary']} voluntary, "
+                      f"{sw['involuntary']} involuntary (preempted)", highlight=False)
+    tl = doc.get("timeline") or {}
+    if tl.get("series") is not None:
+        console.print(f"timeline: {len(tl['t_ms'])} bins of {tl['bin_ms']:g} ms, "
+                      f"{len(tl['series'])} counter series", highlight=False)
+    for source, why in (tl.get("unknown") or {}).items():
+        console.print(f"UNKNOWN {source}: {why}", highlight=False, markup=False)
     for c in doc["causes"]:
         mark = "CAUSE " if c["claimed"] else "      "
         console.print(f"{mark}{c['layer']}  {c['cause']:<10} {c['sentence']}", highlight=False,
