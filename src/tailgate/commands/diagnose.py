@@ -175,6 +175,8 @@ def _collect(args, host, pids, cgroups, window_s, warmup_s, bin_s, tmp) -> dict[
             attached(Run("diagnose", probe_s, 0, pids)) as probe:
         t_attached = time.monotonic_ns()
         ctxt0 = _ctxt()
+        service0 = sum(_cpu_s(p) for p in pids)
+        probe0 = _cpu_s(probe.proc.pid)  # compiling and attaching, before the window
         if load:
             bench_doc, bench_out = _drive(args, tmp, log_path)
         else:
@@ -182,6 +184,7 @@ def _collect(args, host, pids, cgroups, window_s, warmup_s, bin_s, tmp) -> dict[
         t_end = time.monotonic_ns()
         probe_cpu = _cpu_s(probe.proc.pid)
         switches = _ctxt() - ctxt0
+        service_cpu = sum(_cpu_s(p) for p in pids) - service0
     probe.finish()
     output = parse_output("".join(probe.out))
     events = parse_events(output.printf)
@@ -190,6 +193,9 @@ def _collect(args, host, pids, cgroups, window_s, warmup_s, bin_s, tmp) -> dict[
     return _analyse(args, bench_doc, bench_out, log_path, events, poller.polls, t_attached,
                     t_end, bin_s, pids, cgroups, extra,
                     {"probe_cpu_s": round(probe_cpu, 3), "context_switches": switches,
+                     "probe_window_cpu_s": round(probe_cpu - probe0, 3),
+                     "poll_cpu_s": round(counters.cpu_s + poller.cpu_s, 3),
+                     "service_cpu_s": round(service_cpu, 3),
                      "window_s": round((t_end - t_attached) / 1e9, 3),
                      "startup_s": round((probe.attached_at - probe.spawned), 3)})
 

@@ -269,6 +269,7 @@ class CounterPoller:
                  limit_s: float = 3600.0) -> None:
         self.host, self.spec, self.period_s, self.limit_s = host, spec, period_s, limit_s
         self.polls = Polls()
+        self.cpu_s = 0.0
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name="diagnose-counters", daemon=True)
 
@@ -283,6 +284,7 @@ class CounterPoller:
         end = time.monotonic() + self.limit_s
         while not self.stop.is_set() and time.monotonic() < end:
             self.poll()
+            self.cpu_s = time.thread_time()  # this thread's own CPU: part of the overhead
             self.stop.wait(self.period_s)
 
     def __enter__(self) -> CounterPoller:

@@ -144,6 +144,7 @@ class Poller:
         self.host, self.cgroups = host, cgroups
         self.period_s, self.limit_s = period_s, limit_s
         self.polls = CounterPolls()
+        self.cpu_s = 0.0
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name="diagnose-poll", daemon=True)
 
@@ -159,6 +160,7 @@ class Poller:
                         (now, int(st.get("nr_throttled", 0)), int(ns)))
                 except (SourceError, ValueError) as exc:
                     self.polls.errors.setdefault(path, str(exc))
+            self.cpu_s = time.thread_time()  # this thread's own CPU: part of the overhead
             self.stop.wait(self.period_s)
 
     def __enter__(self) -> Poller:
