@@ -4,7 +4,7 @@ diagnose probe and the counter polls), alternated so that a drift of the machine
 
 The server is pinned to CPU 1 and the load (with diagnose's bpftrace, its child) to CPU 0, as
 in the scenario tests. Printed per mode: the median over the runs of the P50, P99 and P999
-latency, and the server's CPU per request (from /proc/PID/stat); then the ratio diagnose/bench.
+latency, and the server's CPU per request (from /proc/PID/schedstat); then the ratio diagnose/bench.
 Also the CPU that bpftrace and the polls used, from diagnose's own report. Root only.
 
     .venv/bin/python benchmarks/bench_diagnose.py [--runs 3] [--rate 1000] [--duration 4s]
@@ -26,8 +26,8 @@ from support.nginx import Nginx  # noqa: E402
 
 
 def cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """The worker's time on a CPU in ns precision (schedstat), not clock ticks."""
+    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
 
 
 def once(mode: str, url: str, pid: int, rate: str, duration: str) -> dict:
