@@ -33,6 +33,7 @@ from ..host import Host
 from ..model import SourceError
 from ..sources import procfs
 from ..sources.cgroup import parse_cpu_stat, parse_mounts, parse_proc_cgroup
+from .evidence import idle_priority
 
 
 @dataclass(frozen=True)
@@ -281,6 +282,7 @@ class CounterPoller:
             self.polls.errors.setdefault(k, v)
 
     def _run(self) -> None:
+        idle_priority()
         end = time.monotonic() + self.limit_s
         while not self.stop.is_set() and time.monotonic() < end:
             self.poll()

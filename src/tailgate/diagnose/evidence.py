@@ -87,6 +87,17 @@ def parse_events(chunks: list[str]) -> Events:
     return ev
 
 
+def idle_priority() -> None:
+    """Put the calling thread (Linux: scheduling is per thread) in SCHED_IDLE: a poll must never
+    make the load generator late on a CPU they share; any runnable task preempts it at once.
+    Each poll is stamped when it reads, so a poll that waited is placed where it read."""
+    import contextlib
+    import os
+
+    with contextlib.suppress(OSError, AttributeError):
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+
+
 @dataclass
 class ProbeMaps:
     """The probe's maps: context switches per target thread and per 20 ms bin, softirq time
@@ -149,6 +160,7 @@ class Poller:
         self.thread = threading.Thread(target=self._run, name="diagnose-poll", daemon=True)
 
     def _run(self) -> None:
+        idle_priority()
         end = time.monotonic() + self.limit_s
         while not self.stop.is_set() and time.monotonic() < end:
             now = time.monotonic_ns()
