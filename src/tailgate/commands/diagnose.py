@@ -141,18 +141,22 @@ def _engine_url(target: str | None) -> str | None:
 
 
 def _counter_spec(args, host, pids, cgroups):
+    """What the counter polls read, and why a part of it could not be found."""
     from ..diagnose.counters import Spec, psi_cgroups, target_cpus
     from ..model import SourceError
 
+    unknown: dict[str, str] = {}
+    cpus: tuple[int, ...] = ()
+    psi: tuple[str, ...] = ()
     try:
         cpus = target_cpus(host, pids)
-    except (SourceError, ValueError):
-        cpus = ()
+    except (SourceError, ValueError) as exc:
+        unknown["the service's CPUs (Cpus_allowed_list)"] = str(exc)
     try:
         psi = psi_cgroups(host, pids)
-    except SourceError:
-        psi = ()
-    return Spec(tuple(pids), cpus, tuple(cgroups), psi, _engine_url(args.target))
+    except SourceError as exc:
+        unknown["the service's cgroup v2 (PSI)"] = str(exc)
+    return Spec(tuple(pids), cpus, tuple(cgroups), psi, _engine_url(args.target)), unknown
 
 
 def _collect(args, host, pids, cgroups, window_s, warmup_s, bin_s, tmp) -> dict[str, Any]:
@@ -166,7 +170,7 @@ def _collect(args, host, pids, cgroups, window_s, warmup_s, bin_s, tmp) -> dict[
     bench_doc = None
     bench_out = ""
     log_path = os.path.join(tmp, "requests.log")
-    spec = _counter_spec(args, host, pids, cgroups)
+    spec, spec_unknown = _counter_spec(args, host, pids, cgroups)
     # every bin gets a poll when bins are 100 ms or longer; finer bins share the 100 ms polls
     # less finely (a poll reads about a dozen files: 20 ms is the floor)
     period_s = max(0.02, min(bin_s, 0.1))
@@ -188,8 +192,8 @@ def _collect(args, host, pids, cgroups, window_s, warmup_s, bin_s, tmp) -> dict[
     probe.finish()
     output = parse_output("".join(probe.out))
     events = parse_events(output.printf)
-    extra = {"maps": parse_maps(output), "counters": counters.polls, "cpus": spec.cpus,
-             "engine_url": spec.engine_url}
+    counters.polls.errors.update(spec_unknown)
+    extra = {"maps": parse_maps(output), "counters": counters.polls, "cpus": spec.cpus}
     return _analyse(args, bench_doc, bench_out, log_path, events, poller.polls, t_attached,
                     t_end, bin_s, pids, cgroups, extra,
                     {"probe_cpu_s": round(probe_cpu, 3), "context_switches": switches,
