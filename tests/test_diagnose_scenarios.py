@@ -44,7 +44,7 @@ from support.cgroups import cpu_cgroup, throttling_load
 from support.netloss import Veth, random_loss
 from support.nginx import Nginx, available, free_port
 from support.require import require
-from support.workloads import finish, start
+from support.workloads import argv_for, finish, start
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -130,16 +130,31 @@ def stopping(pid: int, every_s: float = 0.5, for_s: float = 0.05) -> Iterator[No
 
 
 @contextlib.contextmanager
-def lockserver(hold_us: int, every: int) -> Iterator[tuple[str, int]]:
+def lockserver(hold_us: int, every: int, veth: Veth | None = None
+               ) -> Iterator[tuple[str, int]]:
     port = free_port()
-    proc = start("lockserver", port, 40, hold_us, every)
+    if veth is None:
+        proc = start("lockserver", port, 40, hold_us, every)
+    else:  # inside the test namespace (`ip netns exec` execs it: the pid is the server's)
+        proc = start_in(veth.ns, "lockserver", port, 40, hold_us, every, veth.ns_ip)
     try:
         os.sched_setaffinity(proc.pid, {1})
         for tid in os.listdir(f"/proc/{proc.pid}/task"):
             os.sched_setaffinity(int(tid), {1})
-        yield f"tcp://127.0.0.1:{port}", proc.pid
+        yield f"tcp://{veth.ns_ip if veth else '127.0.0.1'}:{port}", proc.pid
     finally:
         finish(proc)
+
+
+def start_in(ns: str, name: str, *args: object) -> subprocess.Popen:
+    proc = subprocess.Popen(["ip", "netns", "exec", ns, *argv_for(name, *args)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL)
+    line = proc.stdout.readline()
+    if line.strip() != "ready":
+        proc.kill()
+        raise RuntimeError(f"{name} did not start in {ns}: {line!r} {proc.stderr.read()!r}")
+    return proc
 
 
 @contextlib.contextmanager
@@ -256,6 +271,13 @@ def test_stops_and_loss_are_both_named():
             random_loss(v.host, 0.02), stopping(pid, every_s=0.5, for_s=0.05):
         doc = diagnose(ng.url("/"), pid, rate="300")
     assert {"stopped", "retransmit"} <= set(claimed(doc)), explain(doc)
+
+
+def test_futex_and_loss_are_both_named():
+    with Veth() as v, lockserver(hold_us=3000, every=40, veth=v) as (url, pid), \
+            random_loss(v.host, 0.02):
+        doc = diagnose(url, pid, *TCP)
+    assert {"futex", "retransmit"} <= set(claimed(doc)), explain(doc)
 
 
 def test_futex_and_stops_are_both_named():
