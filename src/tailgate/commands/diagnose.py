@@ -34,6 +34,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--cgroup", metavar="PATH", help="the service's cgroup")
     g.add_argument("--bin", default="100ms", metavar="DURATION",
                    help="timeline bin (default 100ms)")
+    g.add_argument("--softirq", action="store_true",
+                   help="also time every softirq per vector and CPU (a second probe on every "
+                   "softirq of every CPU: it can make a loopback load generator late)")
     g.add_argument("--min-cover", type=float, default=0.5, metavar="FRACTION",
                    help="claim a cause only when it covers at least this share of the requests "
                    "above the P99 (default 0.5)")
@@ -174,25 +177,32 @@ def _collect(args, host, pids, cgroups, window_s, warmup_s, bin_s, tmp) -> dict[
     # every bin gets a poll when bins are 100 ms or longer; finer bins share the 100 ms polls
     # less finely (a poll reads about a dozen files: 20 ms is the floor)
     period_s = max(0.02, min(bin_s, 0.1))
-    with Poller(host, cgroups, limit_s=probe_s) as poller, \
-            CounterPoller(host, spec, period_s, limit_s=probe_s) as counters, \
-            attached(Run("diagnose", probe_s, 0, pids)) as probe:
+    with contextlib.ExitStack() as stack:
+        poller = stack.enter_context(Poller(host, cgroups, limit_s=probe_s))
+        counters = stack.enter_context(CounterPoller(host, spec, period_s, limit_s=probe_s))
+        # softirq probes apart and only when asked: attached, they slow a loopback generator
+        sirq = (stack.enter_context(attached(Run("diagnose_softirq", probe_s)))
+                if args.softirq else None)
+        probe = stack.enter_context(attached(Run("diagnose", probe_s, 0, pids)))
         t_attached = time.monotonic_ns()
         ctxt0 = _ctxt()
         service0 = sum(_cpu_s(p) for p in pids)
-        probe0 = _cpu_s(probe.proc.pid)  # compiling and attaching, before the window
+        # compiling and attaching, before the window
+        probe0 = _cpu_s(probe.proc.pid) + (_cpu_s(sirq.proc.pid) if sirq else 0.0)
         if load:
             bench_doc, bench_out = _drive(args, tmp, log_path)
         else:
             time.sleep(window_s)
         t_end = time.monotonic_ns()
-        probe_cpu = _cpu_s(probe.proc.pid)
+        probe_cpu = _cpu_s(probe.proc.pid) + (_cpu_s(sirq.proc.pid) if sirq else 0.0)
         switches = _ctxt() - ctxt0
         service_cpu = sum(_cpu_s(p) for p in pids) - service0
-    probe.finish()
-    output = parse_output("".join(probe.out))
+    text = "".join(probe.out) + ("".join(sirq.out) if sirq else "")
+    output = parse_output(text)
     events = parse_events(output.printf)
     counters.polls.errors.update(spec_unknown)
+    if not args.softirq:
+        counters.polls.errors["softirq time"] = "not probed (diagnose --softirq)"
     extra = {"maps": parse_maps(output), "counters": counters.polls, "cpus": spec.cpus}
     return _analyse(args, bench_doc, bench_out, log_path, events, poller.polls, t_attached,
                     t_end, bin_s, pids, cgroups, extra,
