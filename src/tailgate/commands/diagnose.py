@@ -278,10 +278,11 @@ def _analyse(args, bench_doc, bench_out, log_path, events, polls, t0, t1, bin_s,
         "runq": subtract_spans(events.spans("runq"), throttled),
         "stopped": merge_spans(events.spans("stopped")),
         "futex": merge_spans(events.spans("futex")),
-        "softirq": merge_spans(events.softirq_spans(cpus)),
         # a retransmission is an instant; a request in flight then waited for it
         "retransmit": np.stack([rtx, rtx], axis=1) if len(rtx) else np.zeros((0, 2), np.int64),
     }
+    if args.softirq:  # not probed otherwise: not a cause that "never happened"
+        spans["softirq"] = merge_spans(events.softirq_spans(cpus))
     doc: dict[str, Any] = {
         "tailgate_diagnose": 1, "target": args.target, "pids": list(pids), "cgroups": cgroups,
         "mode": "load" if args.target else "passive", "overhead": overhead,
