@@ -4,6 +4,7 @@ person to look at (build/screenshots/)."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from support.browser import render
 from support.nginx import Nginx, available
 from support.require import require
 from tailgate.baseline import catalog
+from tailgate.diagnose.causes import CAUSES
 
 TAILGATE = [sys.executable, "-m", "tailgate"]
 
@@ -82,13 +84,27 @@ def test_inspect_page(tmp_path):
 
 def test_diagnose_page(tmp_path):
     require(available())
-    page = tmp_path / "diagnose.html"
+    page, doc = tmp_path / "diagnose.html", tmp_path / "diagnose.json"
     with Nginx(workers=1) as ng:
         (pid,) = ng.worker_pids()
         out = tailgate("diagnose", ng.url("/"), "--pid", str(pid), "--rate", "500",
-                       "--duration", "1s", "--workers", "1", "--html", str(page))
+                       "--duration", "1s", "--workers", "1", "--html", str(page),
+                       "--json", str(doc))
     assert out.returncode in (0, 1), out.stderr
-    r = render(page, "diagnose", size="1200,2400")
+    tl = json.loads(doc.read_text())["timeline"]
+    r = render(page, "diagnose", size="1200,4000")
     assert r.console == []
     assert plots(r.dom) == 2  # the timeline and the spectrum
     assert 'id="causes"' in r.dom
+    # every series of the JSON timeline is drawn: request P99 and max, the evidence that
+    # occurred, every counter series; and the spectrum's latency and service
+    drawn = (2 + sum(1 for v in tl["evidence_ms"].values() if any(v))
+             + sum(1 for v in tl["instants"].values() if any(v)) + len(tl["series"]))
+    assert len(tl["series"]) >= 20, sorted(tl["series"])
+    assert traces(r.dom) == drawn + 2
+    # one row per layer that has evidence, under the latency row, titled in the drawing
+    layers = {s["layer"] for s in tl["series"].values()} | {
+        CAUSES[k].layer for k, v in {**tl["evidence_ms"], **tl["instants"]}.items() if any(v)}
+    titles = re.findall(r'class="annotation-text[^"]*"[^>]*data-unformatted="(L\d): ms per bin',
+                        r.dom)
+    assert sorted(titles) == sorted(layers) and "L2" in layers, (titles, layers)

@@ -34,6 +34,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--cgroup", metavar="PATH", help="the service's cgroup")
     g.add_argument("--bin", default="100ms", metavar="DURATION",
                    help="timeline bin (default 100ms)")
+    g.add_argument("--softirq", action="store_true",
+                   help="also time every softirq per vector and CPU (a second probe on every "
+                   "softirq of every CPU: it can make a loopback load generator late)")
     g.add_argument("--min-cover", type=float, default=0.5, metavar="FRACTION",
                    help="claim a cause only when it covers at least this share of the requests "
                    "above the P99 (default 0.5)")
@@ -130,8 +133,38 @@ def _ctxt() -> int:
     return 0
 
 
+def _engine_url(target: str | None) -> str | None:
+    """An LLM target's Prometheus endpoint: ``/metrics`` at the root of its server."""
+    from urllib.parse import urlsplit
+
+    if not target or not target.startswith("openai+"):
+        return None
+    url = urlsplit(target.split("+", 1)[1])
+    return f"{url.scheme}://{url.netloc}/metrics"
+
+
+def _counter_spec(args, host, pids, cgroups):
+    """What the counter polls read, and why a part of it could not be found."""
+    from ..diagnose.counters import Spec, psi_cgroups, target_cpus
+    from ..model import SourceError
+
+    unknown: dict[str, str] = {}
+    cpus: tuple[int, ...] = ()
+    psi: tuple[str, ...] = ()
+    try:
+        cpus = target_cpus(host, pids)
+    except (SourceError, ValueError) as exc:
+        unknown["the service's CPUs (Cpus_allowed_list)"] = str(exc)
+    try:
+        psi = psi_cgroups(host, pids)
+    except SourceError as exc:
+        unknown["the service's cgroup v2 (PSI)"] = str(exc)
+    return Spec(tuple(pids), cpus, tuple(cgroups), psi, _engine_url(args.target)), unknown
+
+
 def _collect(args, host, pids, cgroups, window_s, warmup_s, bin_s, tmp) -> dict[str, Any]:
-    from ..diagnose.evidence import Poller, parse_events
+    from ..diagnose.counters import CounterPoller
+    from ..diagnose.evidence import Poller, parse_events, parse_maps
     from ..probes.driver import Run, attached
     from ..probes.output import parse_output
 
@@ -140,23 +173,43 @@ def _collect(args, host, pids, cgroups, window_s, warmup_s, bin_s, tmp) -> dict[
     bench_doc = None
     bench_out = ""
     log_path = os.path.join(tmp, "requests.log")
-    with Poller(host, cgroups, limit_s=probe_s) as poller, \
-            attached(Run("diagnose", probe_s, 0, pids)) as probe:
+    spec, spec_unknown = _counter_spec(args, host, pids, cgroups)
+    # every bin gets a poll when bins are 100 ms or longer; finer bins share the 100 ms polls
+    # less finely (a poll reads about a dozen files: 20 ms is the floor)
+    period_s = max(0.02, min(bin_s, 0.1))
+    with contextlib.ExitStack() as stack:
+        poller = stack.enter_context(Poller(host, cgroups, limit_s=probe_s))
+        counters = stack.enter_context(CounterPoller(host, spec, period_s, limit_s=probe_s))
+        # softirq probes apart and only when asked: attached, they slow a loopback generator
+        sirq = (stack.enter_context(attached(Run("diagnose_softirq", probe_s)))
+                if args.softirq else None)
+        probe = stack.enter_context(attached(Run("diagnose", probe_s, 0, pids)))
         t_attached = time.monotonic_ns()
         ctxt0 = _ctxt()
+        service0 = sum(_cpu_s(p) for p in pids)
+        # compiling and attaching, before the window
+        probe0 = _cpu_s(probe.proc.pid) + (_cpu_s(sirq.proc.pid) if sirq else 0.0)
         if load:
             bench_doc, bench_out = _drive(args, tmp, log_path)
         else:
             time.sleep(window_s)
         t_end = time.monotonic_ns()
-        probe_cpu = _cpu_s(probe.proc.pid)
+        probe_cpu = _cpu_s(probe.proc.pid) + (_cpu_s(sirq.proc.pid) if sirq else 0.0)
         switches = _ctxt() - ctxt0
-    probe.finish()
-    output = parse_output("".join(probe.out))
+        service_cpu = sum(_cpu_s(p) for p in pids) - service0
+    text = "".join(probe.out) + ("".join(sirq.out) if sirq else "")
+    output = parse_output(text)
     events = parse_events(output.printf)
+    counters.polls.errors.update(spec_unknown)
+    if not args.softirq:
+        counters.polls.errors["softirq time"] = "not probed (diagnose --softirq)"
+    extra = {"maps": parse_maps(output), "counters": counters.polls, "cpus": spec.cpus}
     return _analyse(args, bench_doc, bench_out, log_path, events, poller.polls, t_attached,
-                    t_end, bin_s, pids, cgroups,
+                    t_end, bin_s, pids, cgroups, extra,
                     {"probe_cpu_s": round(probe_cpu, 3), "context_switches": switches,
+                     "probe_window_cpu_s": round(probe_cpu - probe0, 3),
+                     "poll_cpu_s": round(counters.cpu_s + poller.cpu_s, 3),
+                     "service_cpu_s": round(service_cpu, 3),
                      "window_s": round((t_end - t_attached) / 1e9, 3),
                      "startup_s": round((probe.attached_at - probe.spawned), 3)})
 
@@ -207,12 +260,14 @@ def _requests(bench_doc: dict[str, Any], log_path: str):
 
 
 def _analyse(args, bench_doc, bench_out, log_path, events, polls, t0, t1, bin_s, pids, cgroups,
-             overhead) -> dict[str, Any]:
+             extra, overhead) -> dict[str, Any]:
     import numpy as np
 
-    from ..diagnose.attribution import attribute, merge_spans, subtract_spans
+    from ..diagnose.attribution import attribute, merge_spans, part_share, subtract_spans
     from ..diagnose.causes import CAUSES
     from ..diagnose.timeline import timeline
+
+    maps, cpus = extra["maps"], extra["cpus"]
 
     throttled = polls.throttle_spans()
     port = _port(args.target) if args.target else None
@@ -226,14 +281,23 @@ def _analyse(args, bench_doc, bench_out, log_path, events, polls, t0, t1, bin_s,
         # a retransmission is an instant; a request in flight then waited for it
         "retransmit": np.stack([rtx, rtx], axis=1) if len(rtx) else np.zeros((0, 2), np.int64),
     }
+    if args.softirq:  # not probed otherwise: not a cause that "never happened"
+        spans["softirq"] = merge_spans(events.softirq_spans(cpus))
     doc: dict[str, Any] = {
         "tailgate_diagnose": 1, "target": args.target, "pids": list(pids), "cgroups": cgroups,
         "mode": "load" if args.target else "passive", "overhead": overhead,
         "evidence": {k: {"events": int(len(v)), "total_ms": round(
             float((v[:, 1] - v[:, 0]).sum()) / 1e6, 3)} for k, v in spans.items()},
         "malformed_probe_lines": events.malformed, "poll_errors": polls.errors,
+        "cpus": list(cpus),
     }
+    doc["evidence"]["switches"] = {**maps.switch_totals(), "threads": {
+        str(tid): v for tid, v in sorted(maps.switches.items())}}
     doc["evidence"]["retransmit"]["total_ms"] = None
+    preempted = subtract_spans(events.spans("runq_preempted"), spans["throttled"])
+    doc["evidence"]["runq_preempted"] = {  # the part of runq that followed a preemption
+        "events": int(len(preempted)),
+        "total_ms": round(float((preempted[:, 1] - preempted[:, 0]).sum()) / 1e6, 3)}
     starts = ends = np.zeros(0, np.int64)
     if bench_doc is not None:
         starts, ends, sends = _requests(bench_doc, log_path)
@@ -246,6 +310,14 @@ def _analyse(args, bench_doc, bench_out, log_path, events, polls, t0, t1, bin_s,
                                        args.min_cover, args.min_lift, args.min_share,
                                        sends=sends, min_ms=args.min_ms)
         doc["tail"] = info
+        for a in attributions:
+            if a.cause.key == "runq":
+                share = part_share(starts, ends, 90 if a.extra["tail"] == "P90" else 99,
+                                   spans["runq"], preempted)
+                a.extra["preempted_share"] = None if share is None else round(share, 4)
+                if share is not None:
+                    a.sentence += (f"; {100 * share:.0f} % of that wait followed a preemption "
+                                   "(an involuntary switch: the thread's slice ran out)")
         doc["causes"] = [a.to_json() for a in attributions]
         claimed = [a for a in attributions if a.claimed]
         doc["verdict"] = {"claimed": [a.cause.key for a in claimed],
@@ -263,9 +335,34 @@ def _analyse(args, bench_doc, bench_out, log_path, events, polls, t0, t1, bin_s,
                           "unexplained": "passive mode: no requests to attribute; the evidence "
                           "is listed by total time"}
     instants = {"retransmit": rtx}
-    doc["timeline"] = timeline(t0, t1, int(bin_s * 1e9), starts, ends,
-                               {k: v for k, v in spans.items() if k != "retransmit"}, instants)
+    doc["timeline"] = tl = timeline(t0, t1, int(bin_s * 1e9), starts, ends,
+                                    {k: v for k, v in spans.items() if k != "retransmit"},
+                                    instants)
+    tl["series"], tl["unknown"] = _series(maps, extra["counters"], cpus, tl["t0_monotonic_ns"],
+                                          int(bin_s * 1e9), len(tl["t_ms"]))
+    doc["counters"] = extra["counters"].to_json()
     return doc
+
+
+def _series(maps, counters, cpus, t0: int, bin_ns: int, n: int):
+    """The timeline's per-bin series: the probe's context switches and softirq time, and the
+    polled counters; with the sources that could not be read and why."""
+    from ..diagnose.counters import bin_series, series_meta
+    from ..diagnose.evidence import PROBE_BIN_NS
+    from ..diagnose.timeline import rebin
+
+    out: dict[str, dict[str, Any]] = {}
+    for kind in ("voluntary", "involuntary"):
+        out[f"switches.{kind}"] = {"layer": "L2", "unit": "count", "values": rebin(
+            maps.switch_bins.get(kind, {}), PROBE_BIN_NS, t0, bin_ns, n)}
+    for (vec, cpu), bins in sorted(maps.softirq_bins.items()):
+        if cpu in cpus:
+            out[f"softirq_ms.{vec}.cpu{cpu}"] = {"layer": "L2", "unit": "ms", "values": rebin(
+                bins, PROBE_BIN_NS, t0, bin_ns, n, scale=1e6)}
+    for name, values in bin_series(counters.rows, t0, bin_ns, n).items():
+        meta = series_meta(name)
+        out[name] = {"layer": meta.layer, "unit": meta.unit, "values": values}
+    return out, dict(counters.errors)
 
 
 def _port(target: str) -> int | None:

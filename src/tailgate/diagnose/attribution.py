@@ -196,8 +196,12 @@ def attribute(starts: np.ndarray, ends: np.ndarray, causes: dict[Cause, np.ndarr
     out.sort(key=lambda a: (not a.claimed, a.extra.get("tail") == "P90",
                             order.get(a.cause.layer, 9), -a.time_share, -a.tail_cover))
     if int(tail.sum()) < MIN_TAIL:
-        info["unexplained"] = (f"only {int(tail.sum())} requests above the P99: too few to "
-                               f"attribute (run longer or faster)")
+        few = (f"only {int(tail.sum())} requests above the P99: too few to attribute (run "
+               "longer or faster)")
+        if any(a.claimed for a in out):  # a cause of the P90 was still named
+            info["note"] = few + "; causes are judged on the requests above the P90"
+        else:
+            info["unexplained"] = few
     elif not any(a.claimed for a in out):
         info["unexplained"] = ("no evidence co-occurs with the tail more than with the rest of "
                                "the requests: the cause is not in what was measured")
@@ -224,3 +228,19 @@ def _generator(starts: np.ndarray, ends: np.ndarray, sends: np.ndarray, tail: np
                   f"generator to send them; its lateness lasted {100 * share:.0f} % of their "
                   "latency")
     return a
+
+
+def part_share(starts: np.ndarray, ends: np.ndarray, q: float, spans: np.ndarray,
+               part: np.ndarray) -> float | None:
+    """Of the time ``spans`` overlapped the requests above the ``q`` percentile, the share
+    that ``part`` (a subset of the spans) covers; None when the spans never met them. Used to
+    say what kind of run-queue wait the tail saw: after a preemption (the service's threads
+    used up their slice: involuntary context switches) or after a wake-up."""
+    lat = ends - starts
+    if not len(lat):
+        return None
+    tail = lat >= np.percentile(lat, q, method="inverted_cdf")
+    whole = overlap_ns(starts[tail], ends[tail], spans).sum()
+    if whole <= 0:
+        return None
+    return float(overlap_ns(starts[tail], ends[tail], part).sum() / whole)

@@ -25,6 +25,9 @@ CAUSES = {
     "retransmit": Cause("retransmit", "L2", "a TCP segment of the service's port was "
                         "retransmitted (a packet was lost)", _remedy("l2.net.retransmit_rate"),
                         "l2.net.retransmit_rate"),
+    "softirq": Cause("softirq", "L2", "a network softirq (NET_RX/NET_TX) ran >= 0.2 ms on "
+                     "the service's CPU (packet processing preempting it)",
+                     _remedy("l2.irq.isolation"), "l2.irq.isolation"),
     "futex": Cause("futex", "L3", "the service's threads waited >= 0.2 ms on a futex (lock "
                    "contention in user space)", "Shorten or split the contended lock "
                    "(per-core or sharded state, lock-free queues), or move the slow work out "

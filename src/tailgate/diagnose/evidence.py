@@ -11,9 +11,15 @@ import numpy as np
 
 from ..host import Host
 from ..model import SourceError
+from ..probes.output import BpftraceOutput
 from ..sources.cgroup import parse_cpu_stat
 
 KINDS = {"R": "runq", "S": "stopped", "F": "futex"}
+# the kernel's softirq vectors (include/linux/interrupt.h), by number
+SOFTIRQS = ("HI", "TIMER", "NET_TX", "NET_RX", "BLOCK", "IRQ_POLL", "TASKLET", "SCHED",
+            "HRTIMER", "RCU")
+NET_SOFTIRQS = (2, 3)
+PROBE_BIN_NS = 20_000_000  # the probe's @swbin and @sirq bins (diagnose.bt)
 
 
 @dataclass
@@ -22,12 +28,24 @@ class Events:
 
     intervals: dict[str, list[tuple[int, int, int]]] = field(default_factory=dict)  # tid,a,b
     retransmits: list[tuple[int, int, int]] = field(default_factory=list)  # t, sport, dport
+    softirqs: list[tuple[int, int, int, int]] = field(default_factory=list)  # vec, cpu, a, b
+    preempted: set[tuple[int, int]] = field(default_factory=set)  # (tid, a) of runq waits
     malformed: int = 0
 
+    def softirq_spans(self, cpus: tuple[int, ...], vecs: tuple[int, ...] = NET_SOFTIRQS
+                      ) -> np.ndarray:
+        """Long runs of the network softirqs on ``cpus`` (they preempt whatever runs there)."""
+        return np.array([(a, b) for v, c, a, b in self.softirqs if v in vecs and c in cpus],
+                        dtype=np.int64).reshape(-1, 2)
+
     def spans(self, kind: str) -> np.ndarray:
+        """Intervals of ``kind``; ``runq_preempted``: the run-queue waits that followed a
+        preemption (the thread used up its slice while another task wanted its CPU)."""
         rows = self.intervals.get(kind, [])
         if kind == "runq":
             rows = self.runq_not_after_stop()
+        elif kind == "runq_preempted":
+            rows = [r for r in self.runq_not_after_stop() if (r[0], r[1]) in self.preempted]
         return np.array([(a, b) for _, a, b in rows], dtype=np.int64).reshape(-1, 2)
 
     def runq_not_after_stop(self, slack_ns: int = 50_000) -> list[tuple[int, int, int]]:
@@ -47,11 +65,18 @@ def parse_events(chunks: list[str]) -> Events:
         for line in chunk.splitlines():
             parts = line.split()
             try:
-                if parts and parts[0] in KINDS and len(parts) == 4:
-                    tid, a, b = (int(x) for x in parts[1:])
-                    if b < a or a <= 0:
+                if parts and parts[0] in KINDS and len(parts) == 4 + (parts[0] == "R"):
+                    tid, a, b = (int(x) for x in parts[1:4])
+                    if b < a or a <= 0 or (parts[0] == "R" and parts[4] not in ("0", "1")):
                         raise ValueError(line)
                     ev.intervals.setdefault(KINDS[parts[0]], []).append((tid, a, b))
+                    if parts[0] == "R" and parts[4] == "1":
+                        ev.preempted.add((tid, a))
+                elif parts and parts[0] == "Q" and len(parts) == 5:
+                    vec, cpu, a, b = (int(x) for x in parts[1:])
+                    if b < a or a <= 0 or not 0 <= vec < len(SOFTIRQS):
+                        raise ValueError(line)
+                    ev.softirqs.append((vec, cpu, a, b))
                 elif parts and parts[0] == "T" and len(parts) == 4:
                     t, sport, dport = (int(x) for x in parts[1:])
                     ev.retransmits.append((t, sport, dport))
@@ -60,6 +85,48 @@ def parse_events(chunks: list[str]) -> Events:
             except ValueError:
                 ev.malformed += 1
     return ev
+
+
+def idle_priority() -> None:
+    """Put the calling thread (Linux: scheduling is per thread) in SCHED_IDLE: a poll must never
+    make the load generator late on a CPU they share; any runnable task preempts it at once.
+    Each poll is stamped when it reads, so a poll that waited is placed where it read."""
+    import contextlib
+    import os
+
+    with contextlib.suppress(OSError, AttributeError):
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+
+
+@dataclass
+class ProbeMaps:
+    """The probe's maps: context switches per target thread and per 20 ms bin, softirq time
+    per vector, CPU and 20 ms bin."""
+
+    switches: dict[int, dict[str, int]] = field(default_factory=dict)  # tid -> vol/invol
+    switch_bins: dict[str, dict[int, int]] = field(default_factory=dict)  # kind -> bin -> n
+    softirq_bins: dict[tuple[str, int], dict[int, int]] = field(default_factory=dict)  # ns
+
+    def switch_totals(self) -> dict[str, int]:
+        return {k: sum(t.get(k, 0) for t in self.switches.values())
+                for k in ("voluntary", "involuntary")}
+
+
+def parse_maps(output: BpftraceOutput) -> ProbeMaps:
+    """The probe's maps (pure). Keys are integers joined by commas (bpftrace -f json)."""
+    pm = ProbeMaps()
+    kind = {0: "voluntary", 1: "involuntary"}
+    for key, n in output.map("@sw").items():
+        tid, invol = (int(x) for x in key.split(","))
+        pm.switches.setdefault(tid, {"voluntary": 0, "involuntary": 0})[kind[invol]] += int(n)
+    for key, n in output.map("@swbin").items():
+        invol, b = (int(x) for x in key.split(","))
+        pm.switch_bins.setdefault(kind[invol], {})[b] = int(n)
+    for key, ns in output.map("@sirq").items():
+        vec, cpu, b = (int(x) for x in key.split(","))
+        name = SOFTIRQS[vec] if 0 <= vec < len(SOFTIRQS) else f"vec{vec}"
+        pm.softirq_bins.setdefault((name, cpu), {})[b] = int(ns)
+    return pm
 
 
 @dataclass
@@ -88,10 +155,12 @@ class Poller:
         self.host, self.cgroups = host, cgroups
         self.period_s, self.limit_s = period_s, limit_s
         self.polls = CounterPolls()
+        self.cpu_s = 0.0
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name="diagnose-poll", daemon=True)
 
     def _run(self) -> None:
+        idle_priority()
         end = time.monotonic() + self.limit_s
         while not self.stop.is_set() and time.monotonic() < end:
             now = time.monotonic_ns()
@@ -103,6 +172,7 @@ class Poller:
                         (now, int(st.get("nr_throttled", 0)), int(ns)))
                 except (SourceError, ValueError) as exc:
                     self.polls.errors.setdefault(path, str(exc))
+            self.cpu_s = time.thread_time()  # this thread's own CPU: part of the overhead
             self.stop.wait(self.period_s)
 
     def __enter__(self) -> Poller:

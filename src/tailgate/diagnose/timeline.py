@@ -47,3 +47,16 @@ def timeline(t0: int, t1: int, bin_ns: int, starts: np.ndarray, ends: np.ndarray
                                       minlength=n).tolist() if len(v) else [0] * n
                        for k, v in instants.items()}
     return out
+
+
+def rebin(counts: dict[int, float], width_ns: int, t0: int, bin_ns: int, n: int,
+          scale: float = 1.0) -> list[float]:
+    """Counts kept per ``width_ns`` slot of the clock (slot ``k`` is ``[k * width_ns,
+    (k + 1) * width_ns)``) spread evenly onto the timeline's bins, divided by ``scale``."""
+    out = np.zeros(n, dtype=np.float64)
+    edges = t0 + np.arange(n + 1, dtype=np.int64) * bin_ns
+    for k, v in counts.items():
+        a, b = k * width_ns, (k + 1) * width_ns
+        lo, hi = np.clip(edges[:-1], a, b), np.clip(edges[1:], a, b)
+        out += v * (hi - lo) / width_ns
+    return np.round(out / scale, 3).tolist()

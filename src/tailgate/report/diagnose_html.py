@@ -11,28 +11,55 @@ from ..hist import decode
 MAX_POINTS = 20_000  # per trace: the timeline is downsampled, the percentiles never are
 
 
+LAYERS = ("L1", "L2", "L3", "L4")
+
+
+def timeline_rows(tl: dict[str, Any]) -> list[tuple[str, list[tuple[str, str, list]]]]:
+    """One row per layer that has evidence: ``(layer, [(name, unit, values), ...])``. The
+    evidence intervals (ms per bin) that never occurred are left out; every polled or probed
+    series is drawn, a flat line being a fact too."""
+    from ..diagnose.causes import CAUSES
+
+    rows: dict[str, list[tuple[str, str, list]]] = {}
+    for k, v in tl.get("evidence_ms", {}).items():
+        if any(v):
+            rows.setdefault(CAUSES[k].layer if k in CAUSES else "L2", []).append((k, "ms", v))
+    for k, v in tl.get("instants", {}).items():
+        if any(v):
+            rows.setdefault(CAUSES[k].layer if k in CAUSES else "L2", []).append((k, "count", v))
+    for k, s in tl.get("series", {}).items():
+        rows.setdefault(s["layer"], []).append((k, s["unit"], s["values"]))
+    return [(layer, rows[layer]) for layer in LAYERS if layer in rows]
+
+
 def timeline_figure(tl: dict[str, Any]):
+    """Request latency on top, then one zoomable row per layer (time per bin on the left axis,
+    counts and levels on the right), all on the window's shared time axis."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    evidence = {k: v for k, v in tl.get("evidence_ms", {}).items() if any(v)}
-    instants = {k: v for k, v in tl.get("instants", {}).items() if any(v)}
-    rows = 1 + len(evidence) + len(instants)
-    fig = make_subplots(rows=rows, cols=1, shared_xaxes=True, vertical_spacing=0.03,
-                        subplot_titles=["request latency (P99 and max per bin)"]
-                        + [f"{k}: ms per bin" for k in evidence]
-                        + [f"{k}: count per bin" for k in instants])
+    layers = timeline_rows(tl)
+    rows = 1 + len(layers)
+    fig = make_subplots(rows=rows, cols=1, shared_xaxes=True, vertical_spacing=0.04,
+                        specs=[[{"secondary_y": True}]] * rows,
+                        subplot_titles=["request latency (P99 and max per bin, ms)"]
+                        + [f"{layer}: ms per bin (left), counts and levels (right)"
+                           for layer, _ in layers])
     t = tl["t_ms"]
     step = max(1, len(t) // MAX_POINTS)
     if "latency_p99_ms" in tl:
         fig.add_trace(go.Scatter(x=t[::step], y=tl["latency_p99_ms"][::step], name="P99",
-                                   mode="lines"), row=1, col=1)
+                                 mode="lines"), row=1, col=1)
         fig.add_trace(go.Scatter(x=t[::step], y=tl["latency_max_ms"][::step], name="max",
-                                   mode="lines"), row=1, col=1)
-    for i, (k, v) in enumerate({**evidence, **instants}.items(), 2):
-        fig.add_trace(go.Bar(x=t[::step], y=v[::step], name=k), row=i, col=1)
-    fig.update_layout(height=220 * rows, title="timeline (ms from the window's start)",
-                      margin={"l": 60, "r": 20, "t": 60, "b": 40})
+                                 mode="lines"), row=1, col=1)
+    for i, (layer, series) in enumerate(layers, 2):
+        for name, unit, values in series:
+            fig.add_trace(go.Scatter(x=t[::step], y=values[::step], mode="lines",
+                                     name=f"{layer} {name} ({unit})",
+                                     line={"dash": "solid" if unit == "ms" else "dot"}),
+                          row=i, col=1, secondary_y=unit != "ms")
+    fig.update_layout(height=260 * rows, title="timeline (ms from the window's start)",
+                      margin={"l": 60, "r": 60, "t": 60, "b": 40})
     return fig
 
 
@@ -57,6 +84,10 @@ def diagnose_page(doc: dict[str, Any]) -> str:
     series = [(k, decode(t)) for k, t in hists.items() if k != "lateness"]
     if series:
         parts.append(figure_div(spectrum_figure(series, "latency by percentile"), "spectrum"))
+    unknown = (doc.get("timeline") or {}).get("unknown") or {}
+    if unknown:
+        parts.append("<p><b>not measured:</b></p><ul id='unknown'>" + "".join(
+            f"<li>{e(k)}: {e(v)}</li>" for k, v in unknown.items()) + "</ul>")
     o = doc["overhead"]
     parts.append(f"<p class='noise'>probe: attached in {o['startup_s']} s; bpftrace used "
                  f"{o['probe_cpu_s']} s CPU over {o['context_switches']} context switches in "

@@ -11,12 +11,28 @@ def terminal(doc: dict[str, Any], console) -> None:
     o = doc["overhead"]
     console.print(f"diagnose ({doc['mode']}): {o['window_s']:g} s window, pids "
                   f"{', '.join(map(str, doc['pids']))}; probe attached in {o['startup_s']:g} s, "
-                  f"bpftrace used {o['probe_cpu_s']:g} s CPU over {o['context_switches']} "
-                  "context switches", highlight=False)
+                  f"bpftrace used {o['probe_cpu_s']:g} s CPU "
+                  f"({o.get('probe_window_cpu_s', 0):g} s of it in the window) over "
+                  f"{o['context_switches']} "
+                  "context switches; the counter polls used "
+                  f"{o.get('poll_cpu_s', 0):g} s CPU; the service {o.get('service_cpu_s', 0):g} s",
+                  highlight=False)
     if tail.get("requests"):
         console.print(f"requests: {tail['requests']}, P99 {tail['p99_ms']:.3f} ms "
                       f"({tail['tail_p99']} above), P999 {tail['p999_ms']:.3f} ms "
                       f"({tail['tail_p999']} above)", highlight=False)
+    if tail.get("note"):
+        console.print(tail["note"], highlight=False, markup=False)
+    sw = (doc.get("evidence") or {}).get("switches")
+    if sw:
+        console.print(f"context switches of the service's threads: {sw['voluntary']} voluntary, "
+                      f"{sw['involuntary']} involuntary (preempted)", highlight=False)
+    tl = doc.get("timeline") or {}
+    if tl.get("series") is not None:
+        console.print(f"timeline: {len(tl['t_ms'])} bins of {tl['bin_ms']:g} ms, "
+                      f"{len(tl['series'])} counter series", highlight=False)
+    for source, why in (tl.get("unknown") or {}).items():
+        console.print(f"UNKNOWN {source}: {why}", highlight=False, markup=False)
     for c in doc["causes"]:
         mark = "CAUSE " if c["claimed"] else "      "
         console.print(f"{mark}{c['layer']}  {c['cause']:<10} {c['sentence']}", highlight=False,

@@ -26,11 +26,14 @@ _BUILD = (Path(tempfile.gettempdir())
 
 
 def build(name: str) -> Path:
-    """Compile ``NAME.c`` once (again when the source is newer) and return the binary."""
+    """Compile ``NAME.c`` once per version of its source and return the binary."""
     src = HERE / f"{name}.c"
-    out = _BUILD / name
-    if not out.exists() or out.stat().st_mtime < src.stat().st_mtime:
-        _BUILD.mkdir(parents=True, exist_ok=True)
+    # keyed on the source's content: checkouts with different versions of a program (git
+    # worktrees side by side) never run each other's binary; the file keeps the program's name
+    # (its comm, which tests check)
+    out = _BUILD / f"{zlib.crc32(src.read_bytes()):08x}" / name
+    if not out.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_suffix(f".{os.getpid()}.tmp")
         subprocess.run([shutil.which("gcc") or "gcc", *CFLAGS, "-o", str(tmp), str(src)],
                        check=True, capture_output=True, timeout=120)

@@ -1,8 +1,10 @@
-/* lockserver PORT SECONDS HOLD_US EVERY: a TCP server on 127.0.0.1:PORT, one thread per
+/* lockserver PORT SECONDS HOLD_US EVERY [ADDR]: a TCP server on ADDR:PORT (default 127.0.0.1;
+ * another address for a test network namespace), one thread per
  * connection, answering each line with "ok\n". Every request takes one global mutex; every
  * EVERY-th request (0: none) holds it for HOLD_US microseconds (sleeping), so the requests
  * that arrive meanwhile wait in futex(2): lock contention with a known cause. Prints "ready"
  * once listening; ends by itself after SECONDS (at most 60). */
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -40,7 +42,10 @@ static void *timer(void *arg) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 5) { fprintf(stderr, "usage: lockserver PORT SECONDS HOLD_US EVERY\n"); return 2; }
+    if (argc != 5 && argc != 6) {
+        fprintf(stderr, "usage: lockserver PORT SECONDS HOLD_US EVERY [ADDR]\n");
+        return 2;
+    }
     int port = atoi(argv[1]);
     long seconds = atol(argv[2]);
     hold_us = atol(argv[3]);
@@ -50,6 +55,10 @@ int main(int argc, char **argv) {
     setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port),
                             .sin_addr.s_addr = htonl(0x7f000001)};
+    if (argc == 6 && inet_pton(AF_INET, argv[5], &a.sin_addr) != 1) {
+        fprintf(stderr, "bad address %s\n", argv[5]);
+        return 2;
+    }
     if (bind(s, (struct sockaddr *)&a, sizeof a) || listen(s, 1024)) { perror("bind"); return 1; }
     pthread_t t;
     pthread_create(&t, NULL, timer, (void *)seconds);
