@@ -56,7 +56,8 @@ def test_a_cpu_quota_on_the_llm_server_is_named_first(tmp_path):
         pid = listener_pid(int(base.rsplit(":", 1)[1].split("/")[0]))
         for tid in os.listdir(f"/proc/{pid}/task"):
             os.sched_setaffinity(int(tid), {1})
-        bench(base, "--requests", "4", "--concurrency", "1")  # the first requests are slow
+        # the first requests are slow: one at a time (requests beyond one connection queue)
+        bench(base, "--rate", "100", "--requests", "4", "--max-connections", "1", "--workers", "1")
         # 2 ms of CPU every 10 ms: a request (several ms of CPU) spans periods and is
         # throttled in each, while the mean demand (12 requests a second) stays under the cap
         rate, quota_us, period_us = 12, 2000, 10_000

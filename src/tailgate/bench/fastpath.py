@@ -165,7 +165,9 @@ class FastEngine(Engine):
 
     def end_schedule(self) -> None:
         """Dispatch nothing more; requests already dispatched complete normally."""
-        self._ended = True
+        if self._ended or self.stopping:
+            return
+        self._ended = self.schedule_ended = True
         self._c.end_schedule()
 
     def _gauges(self) -> tuple[int, int]:

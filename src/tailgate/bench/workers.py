@@ -146,6 +146,7 @@ def _child(pipe: Pipe, cfg: EngineConfig) -> None:
     if choose(cfg.engine, cfg.target.scheme) == "fast":
         fast = FastEngine(cfg, lambda d: pipe.send(("progress", cfg.worker, d)))
         signal.signal(signal.SIGUSR1, lambda *_: fast.stop())
+        signal.signal(signal.SIGUSR2, lambda *_: fast.end_schedule())
         fast.prepare()
         pipe.send(("ready", cfg.worker, None))
         msg = pipe.recv()
