@@ -343,3 +343,33 @@ def test_a_probe_that_cannot_run_is_a_series_not_a_crash(tmp_path):
     runq = [s.labels["status"] for s in fams["tailgate_finding_status"]
             if s.labels["id"] == "l2.sched.runqlat" and s.value == 1]
     assert runq == ["unknown"]
+
+
+def test_a_rate_finding_exports_the_window_of_the_counter_history():
+    """The counter history's rates: FEC blocks per hour judged over the window since the last
+    stored run (real `ethtool -I --show-fec` capture) export that window beside the rate."""
+    from prometheus_client import CollectorRegistry, generate_latest
+    from test_l1_checks import fec_facts, fixture, judge, snap
+
+    from tailgate.sources.ethtool import parse_fec
+
+    now = parse_fec(fixture("ethtool-I-show-fec.txt", skip=1))
+    then = {**now, "stats": {**now["stats"], "uncorrectable_blocks": {"total": 100, "lanes": {}}}}
+    hourly = judge("l1.fec.uncorrectable", snap(fec_facts(now), before=fec_facts(now), interval=5.0,
+                                                earlier={"ethtool.fec.eth2": then},
+                                                earlier_at=1005.0 - 3600.0))
+    first_run = judge("l1.fec.uncorrectable", snap(fec_facts(now), before=fec_facts(now),
+                                                   interval=5.0))
+    rep = a_report(*hourly, *first_run, finding("l2.sched.runqlat", "pass", 100.0))
+
+    class One:
+        def collect(self):
+            return prom.report_metrics(rep, {})
+
+    reg = CollectorRegistry()
+    reg.register(One())
+    fams = families(generate_latest(reg).decode())
+    windows = sorted((s.labels["source"], s.value) for s in fams["tailgate_finding_rate_window_seconds"])
+    assert windows == [("history", 3600.0), ("interval", 5.0)]
+    rates = [s.value for s in fams["tailgate_finding_observed"] if s.labels["id"] == "l1.fec.uncorrectable"]
+    assert sorted(rates) == [0.0, 45.0]

@@ -37,7 +37,7 @@ def _driver(snap: Snapshot, iface: str) -> str | None:
 
 
 def _window_evidence(g: Growth) -> dict[str, Any]:
-    return {"window_s": round(g.window_s, 3), "window": g.describe()}
+    return {"window_s": round(g.window_s, 3), "window": g.describe(), "window_source": g.source}
 
 
 # -- FEC -----------------------------------------------------------------------------------------

@@ -9,6 +9,10 @@ Pure: a Report in, ``prometheus_client`` metric families out; `tailgate serve` e
 * ``tailgate_finding_observed_<unit>{id,layer,subject}``: the observed value in base units;
   ``tailgate_red_line_<unit>{id,layer}``: the baseline's limit, so rules and dashboards can
   compare the two. Units without a base unit keep the catalog's in a ``unit`` label.
+* ``tailgate_finding_rate_window_seconds{id,layer,subject,source}``: for a finding whose
+  observed value is a rate of counters (FEC blocks per hour, AER errors), the window it was
+  computed over: ``source="history"`` since the last stored run (the counter history), or
+  ``"interval"``, this inspection's own two samples.
 * ``tailgate_verdict{status}``, ``tailgate_layer_failing{layer}``, ``tailgate_report_timestamp_seconds``.
 * ``tailgate_runqueue_latency_seconds``: the resident runqlat histogram (cumulative).
 """
@@ -83,6 +87,16 @@ def report_metrics(report: Report, baseline_limits: Mapping[str, tuple[Any, str]
                                                  ", in the catalog's unit (label unit)."),
                 ["id", "layer", "subject"] + ([] if suffix else ["unit"]))
         fam.add_metric([f.id, f.layer, f.subject] + ([] if suffix else [f.unit]), value * factor)
+    window = GaugeMetricFamily(
+        "tailgate_finding_rate_window_seconds",
+        "Window a rate finding was computed over: since the last stored run (source=history) "
+        "or this inspection's two samples (source=interval).",
+        labels=["id", "layer", "subject", "source"])
+    for f in report.findings:
+        ev = f.evidence if isinstance(f.evidence, Mapping) else {}
+        span = _number(ev.get("window_s"))
+        if span is not None and ev.get("window_source") in ("history", "interval"):
+            window.add_metric([f.id, f.layer, f.subject, ev["window_source"]], span)
     layers = {f.id: f.layer for f in report.findings}
     for cid, (limit, unit) in sorted((baseline_limits or {}).items()):
         value = _number(limit)
@@ -110,7 +124,7 @@ def report_metrics(report: Report, baseline_limits: Mapping[str, tuple[Any, str]
     stamp = GaugeMetricFamily("tailgate_report_timestamp_seconds",
                               "When the report's samples were taken (Unix time).",
                               value=report.taken_at)
-    return [status, *observed.values(), *red.values(), verdict, failing, stamp]
+    return [status, *observed.values(), *red.values(), window, verdict, failing, stamp]
 
 
 def _verdict_states(current: str) -> list[str]:
