@@ -349,9 +349,9 @@ def test_a_rate_finding_exports_the_window_of_the_counter_history():
     """The counter history's rates: FEC blocks per hour judged over the window since the last
     stored run (real `ethtool -I --show-fec` capture) export that window beside the rate."""
     from prometheus_client import CollectorRegistry, generate_latest
-    from test_l1_checks import fec_facts, fixture, judge, snap
 
     from tailgate.sources.ethtool import parse_fec
+    from test_l1_checks import fec_facts, fixture, judge, snap
 
     now = parse_fec(fixture("ethtool-I-show-fec.txt", skip=1))
     then = {**now, "stats": {**now["stats"], "uncorrectable_blocks": {"total": 100, "lanes": {}}}}
