@@ -54,8 +54,6 @@ def bench(base: str, *args: str) -> None:
 def test_a_cpu_quota_on_the_llm_server_is_named_first(tmp_path):
     with llama_server(tmp_path) as base:
         pid = listener_pid(int(base.rsplit(":", 1)[1].split("/")[0]))
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            os.sched_setaffinity(int(tid), {1})
         # the first requests are slow: one at a time (requests beyond one connection queue)
         bench(base, "--rate", "100", "--requests", "4", "--max-connections", "1", "--workers", "1")
         # 2 ms of CPU every 10 ms: a request (several ms of CPU) spans periods and is
