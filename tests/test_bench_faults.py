@@ -10,6 +10,7 @@ import time
 import numpy as np
 import pytest
 
+from support.accounting import accounted
 from support.nginx import Nginx, available, free_port
 from support.require import require
 from tailgate.bench.result import RunInfo, build_result
@@ -47,16 +48,6 @@ def bench(url: str, rate: float, duration: float, engine: str, timeout: float = 
     data = build_result(info, parts).json
     assert data["generator"]["engine"] == engine
     return data
-
-
-def accounted(data: dict) -> dict:
-    req = data["requests"]
-    assert req["sent"] == req["ok"] + sum(req["errors"].values())
-    assert req["sent"] == req["scheduled"]
-    assert data["latency_ms"]["count"] == req["sent"]
-    assert req["abandoned"] == 0
-    assert data["accounting"] == {"consistent": True, "problems": []}
-    return req
 
 
 def test_port_nobody_listens_on_gives_connect_errors(engine):

@@ -10,6 +10,8 @@ import sys
 
 import pytest
 
+from support.accounting import accounted
+from support.accounting import only_error as _only_error
 from support.grpc_servers import SLEEP_S, Counter, H2Misbehaving, grpcio_server
 from support.tls_certs import Pki
 from tailgate.bench.engine import LOG_HEADER
@@ -24,6 +26,10 @@ from tailgate.bench.workers import plan, run_here
 pytestmark = [pytest.mark.timeout(120)]
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def only_error(req: dict) -> tuple[str, str]:
+    return _only_error(req, every_request=True)  # each run here ends every request alike
 
 
 @pytest.fixture(scope="module")
@@ -44,24 +50,6 @@ def bench(url: str, body: bytes = b"hello", rate: float = 100, duration: float =
                    limits=limits or Limits())
     cfgs = plan(info, target, [log] if log else None)
     return build_result(info, [run_here(c) for c in cfgs]).json
-
-
-def accounted(data: dict) -> dict:
-    req = data["requests"]
-    assert req["sent"] == req["scheduled"] == req["ok"] + sum(req["errors"].values())
-    assert data["latency_ms"]["count"] == req["sent"] and req["abandoned"] == 0
-    assert data["accounting"] == {"consistent": True, "problems": []}
-    return req
-
-
-def only_error(req: dict) -> tuple[str, str]:
-    kinds = [k for k, v in req["errors"].items() if v]
-    assert len(kinds) == 1, req
-    kind = kinds[0]
-    assert len(req["error_examples"][kind]) == 1, req
-    (example,) = req["error_examples"][kind]
-    assert example["count"] == req["errors"][kind] == req["sent"]
-    return kind, example["reason"]
 
 
 def test_unary_calls_succeed(server):

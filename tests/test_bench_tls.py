@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from support.accounting import accounted, only_error
 from support.nginx import Nginx, available
 from support.require import require
 from support.tls_certs import Pki
@@ -61,24 +62,6 @@ def bench(url: str, tls: TlsOptions | None, rate: float = 100, duration: float =
     info = RunInfo(target=url, protocol=target.scheme, rate=rate, duration_s=duration,
                    workers=1, connections=connections, max_connections=16, timeout_s=2.0)
     return build_result(info, [run_here(c) for c in plan(info, target)]).json
-
-
-def accounted(data: dict) -> dict:
-    req = data["requests"]
-    assert req["sent"] == req["scheduled"] == req["ok"] + sum(req["errors"].values())
-    assert data["latency_ms"]["count"] == req["sent"] and req["abandoned"] == 0
-    assert data["accounting"] == {"consistent": True, "problems": []}
-    return req
-
-
-def only_error(req: dict) -> tuple[str, str]:
-    kinds = [k for k, v in req["errors"].items() if v]
-    assert len(kinds) == 1, req
-    kind = kinds[0]
-    assert len(req["error_examples"][kind]) == 1, req
-    (example,) = req["error_examples"][kind]
-    assert example["count"] == req["errors"][kind]
-    return kind, example["reason"]
 
 
 def https(ng: Nginx, path: str = "/") -> str:

@@ -149,17 +149,11 @@ def test_inspect_fleet_slow_nodes_are_unknown_not_a_stall(cluster, tmp_path):
 
 
 def test_llm_streams_from_two_nodes(cluster, tmp_path):
-    """openai+ targets run on the bench's one engine (issue 12), so on Ray as any protocol;
-    before it, --ray refuses them with the reason."""
+    """openai+ targets run on the bench's one engine (issue 12), so on Ray as any protocol."""
     from support.llm_server import MODEL_NAME, llama_cpp_available, llama_server
-    from tailgate.commands.bench_fleet import LLM_LATER, one_engine
 
     argv = ["--model", MODEL_NAME, "--rate", "2", "--duration", "3s", "--input-len", "16",
             "--output-len", "8", "--ray", cluster.address]
-    if not one_engine():
-        r = tailgate("bench", f"openai+http://{cluster.veth.host_ip}:9/v1", *argv)
-        assert r.returncode == 2 and LLM_LATER in r.stderr, r.stderr
-        return
     require(llama_cpp_available())
     out = tmp_path / "llm.json"
     with llama_server(tmp_path, host=cluster.veth.host_ip) as url:

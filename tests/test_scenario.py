@@ -169,10 +169,9 @@ def test_an_unreachable_head_fails_fast_with_the_reason():
 
 
 def test_scenario_mixes_http_and_llm_streams(tmp_path):
-    """The mixed peak: HTTP requests and OpenAI streams at once. openai+ targets run on the
-    bench's one engine (issue 12); before it, a scenario refuses them with the reason."""
+    """The mixed peak: HTTP requests and OpenAI streams at once (openai+ targets run on the
+    bench's one engine, issue 12)."""
     from support.llm_server import MODEL_NAME, llama_cpp_available, llama_server
-    from tailgate.commands.bench_fleet import LLM_LATER, one_engine
 
     require(nginx_available())
     f, out = tmp_path / "mixed.yaml", tmp_path / "m.json"
@@ -191,12 +190,6 @@ targets:
     slo: ["ttft_p99<10s"]
 """)
 
-    if not one_engine():
-        write("http://127.0.0.1:9/", "http://127.0.0.1:9/v1")
-        r = tailgate("bench", "--scenario", str(f))
-        assert r.returncode == 2 and LLM_LATER in r.stderr, r.stderr
-        assert f"{f}:5: target 'chat', key url:" in r.stderr
-        return
     require(llama_cpp_available())
     with Nginx() as ng, llama_server(tmp_path) as llm_url:
         write(ng.url("/"), llm_url)

@@ -47,7 +47,7 @@ except ImportError as exc:  # no compiler when it was installed: the Python engi
                    f"reinstall with a C compiler (pip install -e .)")
 
 ENGINES = ("auto", "fast", "python")
-FAST_KINDS = ("http", "tcp")  # the schemes fastloop.c speaks (no TLS)
+FAST_SCHEMES = ("http", "tcp")  # the schemes fastloop.c speaks (no TLS)
 NO_TIME = np.iinfo(np.int64).min  # a record's send time when it never reached the wire
 RECORD = np.dtype([("rid", "<i8"), ("send", "<i8"), ("end", "<i8"), ("bytes", "<i8"),
                    ("status", "<i4"), ("out", "<i4")])
@@ -65,26 +65,26 @@ class EngineUnavailable(ValueError):
     """``--engine fast`` was asked for but cannot run (the message says why)."""
 
 
-def choose(engine: str, kind: str) -> str:
-    """Which engine runs a ``kind`` target: "fast" or "python" (raises EngineUnavailable)."""
+def choose(engine: str, scheme: str) -> str:
+    """Which engine runs a ``scheme`` target: "fast" or "python" (raises EngineUnavailable)."""
     if engine not in ENGINES:
         raise EngineUnavailable(f"--engine must be one of {', '.join(ENGINES)}, not {engine!r}")
     if engine == "python":
         return "python"
     if engine == "fast":
-        if kind not in FAST_KINDS:
-            shown = {"openai": "openai+http"}.get(kind, kind)
+        if scheme not in FAST_SCHEMES:
+            shown = {"openai": "openai+http"}.get(scheme, scheme)
             raise EngineUnavailable(f"--engine fast speaks http:// and tcp:// only, "
                                     f"not {shown}:// targets")
         if UNAVAILABLE is not None:
             raise EngineUnavailable(f"--engine fast: {UNAVAILABLE}")
         return "fast"
-    return "fast" if UNAVAILABLE is None and kind in FAST_KINDS else "python"
+    return "fast" if UNAVAILABLE is None and scheme in FAST_SCHEMES else "python"
 
 
-def fallback_note(engine: str, kind: str) -> str | None:
+def fallback_note(engine: str, scheme: str) -> str | None:
     """Why ``auto`` ran the Python engine for a target the fast one speaks, else None."""
-    if engine == "auto" and kind in FAST_KINDS and UNAVAILABLE is not None:
+    if engine == "auto" and scheme in FAST_SCHEMES and UNAVAILABLE is not None:
         return f"ran the python engine: {UNAVAILABLE}"
     return None
 
@@ -109,8 +109,8 @@ class FastEngine(Engine):
             raise EngineUnavailable(UNAVAILABLE)
         super().__init__(cfg, None, on_progress)  # type: ignore[arg-type]
         t, lim = cfg.target, cfg.limits
-        if t.scheme not in FAST_KINDS:
-            raise EngineUnavailable(f"the fast engine speaks http:// and tcp://, not {t.kind}")
+        if t.scheme not in FAST_SCHEMES:
+            raise EngineUnavailable(f"the fast engine speaks http:// and tcp://, not {t.scheme}://")
         family, address = _address(t.host, t.port)
         times_ns = np.round(self.times * 1e9).astype(np.int64)
         self._c = fastloop.Loop(

@@ -18,19 +18,6 @@ from typing import Any
 from ..errors import UsageError
 from .options import check_writable, write_output
 
-LLM_LATER = ("openai+ targets run on their own engine in this build, not yet on --ray or in "
-             "a scenario (they join the bench's one engine with issue 12)")
-
-
-def one_engine() -> bool:
-    """Whether openai+ targets are a protocol of the bench engine (issue 12's one engine:
-    the schedule is planned by ``workers.plan``), so that --ray and scenarios carry them."""
-    import inspect
-
-    from ..bench.workers import plan
-
-    return "schedule" in inspect.signature(plan).parameters
-
 
 def add_fleet_options(p: argparse.ArgumentParser) -> None:
     # TARGET is not given with --scenario (the file names the targets): optional here, so
@@ -83,8 +70,6 @@ def _check_key(t: Any, path: str) -> None:
                     parse_header(h)
             elif key == "arrival" and val not in ("constant", "poisson"):
                 raise ValueError(f"expected constant or poisson, not {val!r}")
-            elif key == "url" and llm and not one_engine():
-                raise ValueError(LLM_LATER)
         except (ValueError, SloError, TargetError) as exc:
             raise UsageError(f"{t.where(path, key)}: {exc}") from None
 
@@ -94,8 +79,6 @@ def _runs(args: argparse.Namespace) -> tuple[list[tuple[str, argparse.Namespace]
     if not args.scenario:
         if args.target is None:
             raise UsageError("give TARGET or --scenario FILE")
-        if args.target.startswith("openai+") and not one_engine():
-            raise UsageError(LLM_LATER)
         return [(args.target, args)], None
     if args.target is not None:
         raise UsageError("give TARGET or --scenario FILE, not both")
@@ -130,10 +113,9 @@ def run_fleet(args: argparse.Namespace) -> int:
     plans = []  # per target: how workers.plan splits it (the schedule and protocol extras)
     for i, (name, ns) in enumerate(runs):
         try:
-            got = _parse(ns)
-            parsed.append((name, *got[:3]))
-            # issue 12's one engine returns (info, target, slos, schedule, extra)
-            plans.append({"schedule": got[3], **got[4]} if len(got) > 3 else {})
+            info, target, slos, schedule, extra = _parse(ns)
+            parsed.append((name, info, target, slos))
+            plans.append({"schedule": schedule, **extra})
         except UsageError as exc:
             if scenario_targets is None:
                 raise
