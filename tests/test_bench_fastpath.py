@@ -9,6 +9,7 @@ The fault-server, fault, stall-truth and CLI tests run against both engines too
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -67,6 +68,29 @@ def test_end_schedule_dispatches_nothing_more_and_abandons_nothing(nginx):
     assert 100 < req["scheduled"] < cfg.times.size
     assert req["scheduled"] == part.dispatched == req["sent"] == req["ok"]
     assert req["abandoned"] == 0 and data["interrupted"] is False
+
+
+def test_recording_runs_during_the_run_as_an_idle_task(nginx):
+    """In-run recording (histograms, progress) happens in a SCHED_IDLE thread, so it never
+    takes the core from the loop thread; the final records still all arrive."""
+    seen = []
+    url = nginx.url("/")
+    info = RunInfo(target=url, protocol="http", rate=1000, duration_s=1.5, workers=1,
+                   connections=2, max_connections=64, timeout_s=1.0, engine="fast")
+    cfg = plan(info, parse_target(url))[0]
+    eng = fastpath.FastEngine(cfg, lambda d: seen.append(
+        (os.sched_getscheduler(0), threading.current_thread().name, d["dispatched"])))
+    eng.prepare()
+    part = eng.run(time.monotonic() + 0.05)
+    data = build_result(info, [part]).json
+    assert eng.background is True
+    assert len(seen) >= 3, seen  # every 0.25 s while the loop ran
+    assert {s[0] for s in seen} == {os.SCHED_IDLE}
+    assert {s[1] for s in seen} == {"tailgate-recorder-0"}
+    assert sum(s[2] for s in seen) < data["requests"]["scheduled"]  # the rest: at the end
+    assert data["accounting"] == {"consistent": True, "problems": []}
+    assert data["requests"]["ok"] == data["requests"]["scheduled"] == cfg.times.size
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER  # the caller's thread is untouched
 
 
 def test_stop_abandons_what_is_open_and_counts_nothing_twice():
