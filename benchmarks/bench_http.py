@@ -26,8 +26,13 @@ what each tool adds (its own delay plus the loopback stack, the same for every t
 C responder, not nginx: nginx has no constant-delay response without a module, and
 its own service time varies by tens of µs, which would hide the floor being measured.
 
-Run: ``.venv/bin/python benchmarks/bench_http.py`` (``--quick``: 3 s per rate). On a shared
-VM other processes add noise; the load average is printed with the results.
+Every tool runs ``--repeat`` times (default 3) at each rate, the tools interleaved, and
+the table shows the median of each figure with the range of P99 and lateness P99: on a
+shared VM a stall of a few ms now and then (other tenants, kernel threads) decides one
+run's tail, and it should not decide which tool looks better.
+
+Run: ``.venv/bin/python benchmarks/bench_http.py`` (``--quick``: 3 s per rate, one run). On a
+shared VM other processes add noise; the load average is printed with the results.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -257,20 +263,43 @@ def run_wrk(url: str, duration: float, conns: int, cpu: int | None) -> dict:
             "cpu_us": 1e6 * cpu_s / max(int(total.group(1)) if total else 0, 1)}
 
 
+def combine(runs: list[dict]) -> dict:
+    """One row from repeated runs of one tool at one rate: the median of each figure, and
+    the range of P99 and lateness P99 beside it (a shared VM's noise is one run's luck).
+    A failed run is reported as the row when every run failed."""
+    ok = [r for r in runs if "error" not in r]
+    if not ok:
+        return runs[-1]
+    out = dict(ok[0], runs=len(ok), failed=len(runs) - len(ok))
+    for key in ("achieved", "p50", "p99", "p999", "late_p99", "errors", "cpu_us"):
+        vals = [r[key] for r in ok if r[key] is not None and r[key] == r[key]]
+        out[key] = statistics.median(vals) if vals else None
+        if key in ("p99", "late_p99") and len(vals) > 1:
+            out[key + "_range"] = (min(vals), max(vals))
+    return out
+
+
 def fmt(v: float | None, nd: int = 3) -> str:
     return "—" if v is None or v != v else f"{v:.{nd}f}"
+
+
+def spread(r: dict, key: str) -> str:
+    lo_hi = r.get(key + "_range")
+    return f"{fmt(r[key])} ({fmt(lo_hi[0])}–{fmt(lo_hi[1])})" if lo_hi else fmt(r[key])
 
 
 def row(r: dict, rate: float | None) -> str:
     if "error" in r:
         return f"| {rate and f'{rate / 1000:g}k/s' or '—'} | {r['tool']} | failed: {r['error']} |"
-    return (f"| {f'{rate / 1000:g}k/s' if rate else 'closed loop'} | {r['tool']} | "
-            f"{r['achieved']:,.0f}/s | {fmt(r['p50'])} | {fmt(r['p99'])} | {fmt(r['p999'])} | "
-            f"{fmt(r['late_p99'])} | {r['cpu_us']:.1f} | {r['errors']} |")
+    runs = f"{r.get('runs', 1)}" + (f" ({r['failed']} failed)" if r.get("failed") else "")
+    return (f"| {f'{rate / 1000:g}k/s' if rate else 'closed loop'} | {r['tool']} | {runs} | "
+            f"{r['achieved']:,.0f}/s | {fmt(r['p50'])} | {spread(r, 'p99')} | {fmt(r['p999'])} | "
+            f"{spread(r, 'late_p99')} | {r['cpu_us']:.1f} | {r['errors']:.0f} |")
 
 
-HEADER = ("| offered | tool | achieved | P50 ms | P99 ms | P999 ms | own lateness P99 ms | "
-          "CPU µs/req | errors |\n|---|---|---|---|---|---|---|---|---|")
+HEADER = ("| offered | tool | runs | achieved | P50 ms | P99 ms (range) | P999 ms | "
+          "own lateness P99 ms (range) | CPU µs/req | errors |\n"
+          "|---|---|---|---|---|---|---|---|---|---|")
 
 
 def build_responder(tmp: str) -> str:
@@ -282,12 +311,13 @@ def build_responder(tmp: str) -> str:
 
 
 def floor(tools: dict, rate: float, duration: float, delay_us: int, conns: int,
-          srv_cpu: int | None, gen_cpu: int | None) -> list[str]:
-    """Reported minus true latency against the constant-delay responder."""
+          srv_cpu: int | None, gen_cpu: int | None, repeat: int = 1) -> list[str]:
+    """Reported minus true latency against the constant-delay responder (medians of
+    ``repeat`` interleaved runs)."""
     lines = [f"\nFloor: a C responder on cpu {srv_cpu} answers each request exactly "
              f"{delay_us} µs after it arrived; {rate:,.0f}/s, {conns} connections, "
-             f"{duration:g} s. Reported latency minus {delay_us} µs (what the tool and the "
-             f"loopback stack add), µs:\n",
+             f"{duration:g} s, median of {repeat} runs. Reported latency minus {delay_us} µs "
+             f"(what the tool and the loopback stack add), µs:\n",
              "| tool | P50 | P99 | P999 | achieved |", "|---|---|---|---|---|"]
     with tempfile.TemporaryDirectory() as tmp:
         exe = build_responder(tmp)
@@ -296,8 +326,12 @@ def floor(tools: dict, rate: float, duration: float, delay_us: int, conns: int,
         try:
             port = int(srv.stdout.readline())
             url = f"http://127.0.0.1:{port}/"
-            for name, fn in tools.items():
-                r = fn(url, rate, duration, conns, gen_cpu)
+            runs: dict[str, list[dict]] = {name: [] for name in tools}
+            for _ in range(repeat):
+                for name, fn in tools.items():
+                    runs[name].append(fn(url, rate, duration, conns, gen_cpu))
+            for name in tools:
+                r = combine(runs[name])
                 if "error" in r:
                     lines.append(f"| {name} | failed: {r['error']} | | | |")
                     continue
@@ -320,12 +354,15 @@ def main() -> int:
     ap.add_argument("--connections", type=int, default=16)
     ap.add_argument("--floor-rate", type=float, default=10_000)
     ap.add_argument("--floor-delay-us", type=int, default=200)
-    ap.add_argument("--quick", action="store_true", help="3 s per run")
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="runs of each tool at each rate, interleaved; the table shows "
+                         "medians (default 3)")
+    ap.add_argument("--quick", action="store_true", help="3 s per run, one run each")
     ap.add_argument("--tools", default="fast,python,wrk2,autocannon,wrk",
                     help="which generators (comma-separated)")
     args = ap.parse_args()
     if args.quick:
-        args.duration = 3.0
+        args.duration, args.repeat = 3.0, 1
     rates = [float(x) for x in args.rates.split(",")]
     want = set(args.tools.split(","))
     cpus = sorted(os.sched_getaffinity(0))
@@ -348,8 +385,10 @@ def main() -> int:
         tools["wrk2"] = lambda u, r, d, c, p: run_wrk2(wrk2, u, r, d, c, p)
     if ac:
         tools["autocannon"] = lambda u, r, d, c, p: run_autocannon(ac, u, r, d, c, p)
-    lines = [f"{args.duration:g} s measured per run, {args.connections} connections, "
-             f"nginx (1 worker) on cpu {srv_cpu}, each generator on cpu {gen_cpu}\n", HEADER]
+    lines = [f"{args.duration:g} s measured per run, {args.repeat} runs of each tool at each "
+             f"rate (interleaved; medians, with the range of P99 and lateness), "
+             f"{args.connections} connections, nginx (1 worker) on cpu {srv_cpu}, each "
+             f"generator on cpu {gen_cpu}\n", HEADER]
     print("\n".join(lines), flush=True)
     with Nginx(workers=1) as ng:
         if srv_cpu is not None:
@@ -357,14 +396,18 @@ def main() -> int:
                 os.sched_setaffinity(pid, {srv_cpu})
         url = ng.url("/")
         for rate in rates:
-            for fn in tools.values():
-                lines.append(row(fn(url, rate, args.duration, args.connections, gen_cpu), rate))
+            runs: dict[str, list[dict]] = {name: [] for name in tools}
+            for _ in range(args.repeat):  # interleaved: noise lands on every tool alike
+                for name, fn in tools.items():
+                    runs[name].append(fn(url, rate, args.duration, args.connections, gen_cpu))
+            for name in tools:
+                lines.append(row(combine(runs[name]), rate))
                 print(lines[-1], flush=True)
         if "wrk" in want:
             lines.append(row(run_wrk(url, args.duration, args.connections, gen_cpu), None))
             print(lines[-1], flush=True)
     lines += floor(tools, args.floor_rate, args.duration, args.floor_delay_us,
-                   args.connections, srv_cpu, gen_cpu)
+                   args.connections, srv_cpu, gen_cpu, args.repeat)
     print(f"\nload average now {os.getloadavg()[0]:.2f}")
     print("\n".join(lines))
     return 0
