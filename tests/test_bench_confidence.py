@@ -216,6 +216,30 @@ def test_arrival_test_verdicts_on_synthetic_sends():
     assert arrival_test("poisson", 1000, 1, 0.0, [np.array([0.1])])["verdict"] == "unknown"
 
 
+def test_poisson_arrivals_are_judged_over_all_workers_however_the_schedule_was_shared():
+    """Every 2nd request of one Poisson schedule (how --requests, traces and LLM workloads
+    are shared) has Erlang-2 gaps per worker: judged per worker against the exponential at
+    rate/2 it read "deviate" for a generator that kept its schedule exactly."""
+    t = _poisson_sends(200, 60.0, 5) + 20e-6
+    split = [t[k::2] for k in range(2)]
+    one = arrival_test("poisson", 200, 2, 0.0, split)
+    assert one["verdict"] == "match", one
+    assert one["samples"] == t.size
+    # each worker its own Poisson stream at rate/2 (the default schedules): also one process
+    own = [_poisson_sends(100, 60.0, seed) for seed in (6, 7)]
+    assert arrival_test("poisson", 200, 2, 0.0, own)["verdict"] == "match"
+    # the gaps of one worker alone are not exponential at rate/2 (what was judged before)
+    alone = arrival_test("poisson", 100, 1, 0.0, [split[0]])
+    assert alone["gaps"]["pvalue"] < 1e-6, alone
+    # a worker whose kept sends end early (MAX_ARRIVALS): judged where both were kept
+    stalled = [split[0], split[1][split[1] < 30.0]]
+    merged = arrival_test("poisson", 200, 2, 0.0, stalled)
+    assert merged["verdict"] == "match" and merged["samples"] == split[0].size + stalled[1].size
+    # a worker that falls to a quarter of its share halfway through: seen merged
+    half = [split[0], np.concatenate([split[1][split[1] < 30.0], split[1][split[1] >= 30.0][::4]])]
+    assert arrival_test("poisson", 200, 2, 0.0, half)["verdict"] == "deviate"
+
+
 def test_stationarity_test_on_synthetic_intervals():
     rng = np.random.default_rng(10)
 
