@@ -83,7 +83,7 @@ def breakdown() -> dict[str, float]:
     from rich.console import Console
 
     from tailgate.baseline import default_baseline
-    from tailgate.collect import Target, collect, collectors
+    from tailgate.collect import Scope, collect, collectors
     from tailgate.host import Host
     from tailgate.judge import checks, judge
     from tailgate.report.terminal import print_report
@@ -91,7 +91,7 @@ def breakdown() -> dict[str, float]:
 
     collectors(), checks()  # registration happens once per process, counted in imports
     t0 = time.perf_counter()
-    snap = collect(Host("/"), Target(), 0)
+    snap = collect(Host("/"), Scope(), 0)
     t1 = time.perf_counter()
     rep = build_report(snap, judge(snap, default_baseline()))
     t2 = time.perf_counter()

@@ -321,7 +321,7 @@ def test_fuzzed_replies_give_a_sample_or_a_reason_and_checks_never_crash(data):
 def test_xdg_runtime_dir_socket_that_refuses_is_unknown_and_stale_dirs_are_named(tmp_path, monkeypatch):
     import socket
 
-    from tailgate.collect import Target, collectors, run_collector
+    from tailgate.collect import Scope, collectors, run_collector
     from tailgate.host import Host
 
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
@@ -333,10 +333,10 @@ def test_xdg_runtime_dir_socket_that_refuses_is_unknown_and_stale_dirs_are_named
     s.bind(str(live / "dpdk_telemetry.v2"))
     try:
         c = collectors()["dpdk"]
-        auto = run_collector(c, Host("/"), Target())
+        auto = run_collector(c, Host("/"), Scope())
         assert "tg-refusing" in auto["dpdk"].value and "tg-stale" not in auto["dpdk"].value
         assert "refused" in auto["dpdk.tg-refusing"].missing
-        named = run_collector(c, Host("/"), Target(options={"dpdk": ["tg-stale", "tg-none"]}))
+        named = run_collector(c, Host("/"), Scope(options={"dpdk": ["tg-stale", "tg-none"]}))
         assert "no dpdk_telemetry.v2" in named["dpdk.tg-stale"].missing
         assert "no runtime directory" in named["dpdk.tg-none"].missing
         assert sorted(named["dpdk"].value) == ["tg-none", "tg-stale"]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tailgate.baseline import default_baseline
-from tailgate.collect import Target, collectors, run_collector
+from tailgate.collect import Scope, collectors, run_collector
 from tailgate.host import Host
 from tailgate.judge import checks, run_check
 from tailgate.llm import engine_metrics as em
@@ -30,21 +30,21 @@ L4 = ("l4.prefix_cache.hit_rate", "l4.prefix_cache.match_time", "l4.memory.fragm
       "l4.specdec.acceptance", "l4.kv.quantization")
 
 
-def snapshot(target: Target, interval: float = 0.0, between=None) -> Snapshot:
+def snapshot(scope: Scope, interval: float = 0.0, between=None) -> Snapshot:
     """Run the engine collectors as `inspect` does: counters at t0, all at t1."""
     host = Host("/")
     cs = {n: c for n, c in collectors().items() if n.startswith("engine.")}
     before: dict[str, Fact] = {}
     for c in cs.values():
         if c.counter:
-            before.update(run_collector(c, host, target))
+            before.update(run_collector(c, host, scope))
     if between:
         between()
     time.sleep(interval)
     facts: dict[str, Fact] = {}
     for c in cs.values():
-        facts.update(run_collector(c, host, target))
-    return Snapshot(host={}, target=target.to_json(), interval_s=interval, taken_at=0.0,
+        facts.update(run_collector(c, host, scope))
+    return Snapshot(host={}, target=scope.to_json(), interval_s=interval, taken_at=0.0,
                     facts=facts, before=before)
 
 
@@ -121,7 +121,7 @@ def test_sglang_gauges_give_both_figures():
 
 
 def test_vllm_prefix_cache_and_kv_dtype_from_real_scrape():
-    res = judge(snapshot(Target(options={"engine": str(VLLM)})))
+    res = judge(snapshot(Scope(options={"engine": str(VLLM)})))
     hit = res["l4.prefix_cache.hit_rate"][0]
     assert hit.status == "pass" and hit.observed == pytest.approx(100 * 14976 / 16130, abs=1e-3)
     assert "since the engine started" in hit.reason
@@ -136,7 +136,7 @@ def test_vllm_prefix_cache_and_kv_dtype_from_real_scrape():
 
 
 def test_vllm_ngram_specdec_from_real_scrape():
-    res = judge(snapshot(Target(options={"engine": str(VLLM_SPEC)})))
+    res = judge(snapshot(Scope(options={"engine": str(VLLM_SPEC)})))
     f = res["l4.specdec.acceptance"][0]
     assert f.observed == pytest.approx(100 * 1217 / 1449, abs=1e-3)
     assert f.status == "pass"  # 84 % >= 75 %
@@ -151,7 +151,7 @@ def test_vllm_ngram_specdec_from_real_scrape():
 
 
 def test_sglang_hit_rate_gauge_fails_and_says_it_is_a_gauge():
-    res = judge(snapshot(Target(options={"engine": str(SGLANG)})))
+    res = judge(snapshot(Scope(options={"engine": str(SGLANG)})))
     f = res["l4.prefix_cache.hit_rate"][0]
     assert f.status == "fail" and f.observed == pytest.approx(0.751, abs=1e-3)
     assert "gauge" in f.reason
@@ -159,7 +159,7 @@ def test_sglang_hit_rate_gauge_fails_and_says_it_is_a_gauge():
 
 
 def test_without_engine_l4_is_skipped():
-    res = judge(snapshot(Target()))
+    res = judge(snapshot(Scope()))
     for cid in L4:
         assert res[cid][0].status == "skip", cid
 
@@ -205,7 +205,7 @@ def test_window_is_the_difference_of_two_live_scrapes():
             hits.labels("0", "m").inc(950)
             queries.labels("0", "m").inc(1000)
 
-        res = judge(snapshot(Target(options={"engine": url}), interval=0.1, between=traffic))
+        res = judge(snapshot(Scope(options={"engine": url}), interval=0.1, between=traffic))
     finally:
         srv.shutdown()
     f = res["l4.prefix_cache.hit_rate"][0]
@@ -244,7 +244,7 @@ def test_older_vllm_and_sglang_counters_over_a_live_window(hits, queries, kind):
             h.labels("m").inc(300)
             q.labels("m").inc(400)
 
-        res = judge(snapshot(Target(options={"engine": url}), interval=0.05, between=traffic))
+        res = judge(snapshot(Scope(options={"engine": url}), interval=0.05, between=traffic))
     finally:
         srv.shutdown()
     f = res["l4.prefix_cache.hit_rate"][0]
@@ -285,7 +285,7 @@ def test_vllm_v0_specdec_counters_give_the_rate_but_no_alpha():
             drafted.inc(500)
             accepted.inc(300)
 
-        res = judge(snapshot(Target(options={"engine": url}), interval=0.05, between=traffic))
+        res = judge(snapshot(Scope(options={"engine": url}), interval=0.05, between=traffic))
     finally:
         srv.shutdown()
     f = res["l4.specdec.acceptance"][0]
@@ -301,7 +301,7 @@ def test_sglang_specdec_gauges_judged_with_alpha():
     Gauge("sglang:spec_accept_length", "l", registry=reg).set(3.4)  # k = 2.4 / 0.8 = 3
     srv = _live(reg)
     try:
-        res = judge(snapshot(Target(options={
+        res = judge(snapshot(Scope(options={
             "engine": f"http://127.0.0.1:{srv.server_port}/metrics"})))
     finally:
         srv.shutdown()
@@ -327,12 +327,12 @@ def test_unreachable_and_non_prometheus_endpoints_are_unknown():
     srv = _serve(Html)
     port = srv.server_port
     try:
-        html = judge(snapshot(Target(options={"engine": f"http://127.0.0.1:{port}/metrics"})))
-        missing = judge(snapshot(Target(options={"engine": f"http://127.0.0.1:{port}/missing"})))
+        html = judge(snapshot(Scope(options={"engine": f"http://127.0.0.1:{port}/metrics"})))
+        missing = judge(snapshot(Scope(options={"engine": f"http://127.0.0.1:{port}/missing"})))
     finally:
         srv.shutdown()
         srv.server_close()
-    refused = judge(snapshot(Target(options={"engine": f"http://127.0.0.1:{port}/metrics"})))
+    refused = judge(snapshot(Scope(options={"engine": f"http://127.0.0.1:{port}/metrics"})))
     for res, words in ((html, "not Prometheus"), (missing, "HTTP 404"), (refused, "unreachable")):
         for cid in ("l4.prefix_cache.hit_rate", "l4.specdec.acceptance", "l4.kv.quantization"):
             f = res[cid][0]
@@ -356,7 +356,7 @@ def test_fragmentation_formula_and_devices(tmp_path):
             "cuda:1": _stats(40 * gib, 20 * gib, 4 * gib, 20 * gib)}
     path = tmp_path / "mem.json"
     path.write_text(json.dumps(dump))
-    res = judge(snapshot(Target(options={"memory_stats": str(path)})))
+    res = judge(snapshot(Scope(options={"memory_stats": str(path)})))
     by_dev = {f.subject: f for f in res["l4.memory.fragmentation"]}
     assert by_dev["cuda:0"].status == "pass" and by_dev["cuda:0"].observed == pytest.approx(1.25)
     assert by_dev["cuda:1"].status == "fail" and by_dev["cuda:1"].observed == pytest.approx(10.0)
@@ -368,11 +368,11 @@ def test_fragmentation_unknown_for_bad_dumps(tmp_path):
     bad.write_text("OrderedDict([('active.all.allocated', 0)])")
     with pytest.raises(ParseError):
         parse_memory_stats(bad.read_text())
-    res = judge(snapshot(Target(options={"memory_stats": str(bad)})))
+    res = judge(snapshot(Scope(options={"memory_stats": str(bad)})))
     assert res["l4.memory.fragmentation"][0].status == "unknown"
     empty = tmp_path / "empty.json"
     empty.write_text(json.dumps(_stats(0, 0, 0, 0)))
-    f = judge(snapshot(Target(options={"memory_stats": str(empty)})))["l4.memory.fragmentation"][0]
+    f = judge(snapshot(Scope(options={"memory_stats": str(empty)})))["l4.memory.fragmentation"][0]
     assert f.status == "unknown" and "holds no memory" in f.reason
 
 

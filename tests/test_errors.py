@@ -15,7 +15,7 @@ import pytest
 import tailgate.commands.catalog
 from tailgate.baseline import default_baseline
 from tailgate.cli import main
-from tailgate.collect import Collector, Target, run_collector
+from tailgate.collect import Collector, Scope, run_collector
 from tailgate.errors import EXIT_BUG, EXIT_GATE, EXIT_OK, EXIT_USAGE, ParseError, SourceError
 from tailgate.host import Host
 from tailgate.judge import judge, run_check
@@ -73,7 +73,7 @@ def test_a_failing_multi_collector_reports_each_fact_with_the_reason():
     def unreadable(host, target):
         raise SourceError("/proc: permission denied (run as root)")
 
-    facts = run_collector(_collector(unreadable, True, NAMES), Host("/"), Target(pids=(7, 9)))
+    facts = run_collector(_collector(unreadable, True, NAMES), Host("/"), Scope(pids=(7, 9)))
     assert set(facts) == {"proc.pid.status", "proc.7.status", "proc.9.status"}
     assert all(f.missing == "/proc: permission denied (run as root)" and not f.error
                for f in facts.values())
@@ -90,7 +90,7 @@ def test_a_crashing_collector_makes_error_facts_and_error_findings():
     def crashes(host, target):
         return int("not a number")
 
-    facts = run_collector(_collector(crashes, True, NAMES), Host("/"), Target(pids=(7,)))
+    facts = run_collector(_collector(crashes, True, NAMES), Host("/"), Scope(pids=(7,)))
     assert facts["proc.7.status"].error
     assert "collector proc.pid.status raised ValueError" in facts["proc.7.status"].missing
     s = snap({**facts, "nic": Fact(value=[])}, pids=(7,))

@@ -21,7 +21,7 @@ import pytest
 
 from support.hostile import KINDS, build_root, mutate, names_source, regular_files
 from tailgate.baseline import default_baseline
-from tailgate.collect import Target, collect
+from tailgate.collect import Scope, collect
 from tailgate.host import Host
 from tailgate.judge import judge
 from tailgate.model import Snapshot
@@ -97,11 +97,11 @@ def test_counters_going_backwards_are_a_reset_never_a_rate(rel, tmp_path):
     """Two real samples of the same root, the first with the file's counters higher (a
     reset happened in between): every rate that reads them is unknown, saying so."""
     root = build_root(tmp_path / "root")
-    target = Target(pids=(4242,), cgroup="/sys/fs/cgroup/svc")
-    after = collect(Host(root), target, 0)
+    scope = Scope(pids=(4242,), cgroup="/sys/fs/cgroup/svc")
+    after = collect(Host(root), scope, 0)
     steady = _judge(after, after)
     (root / rel).write_text(_raised((root / rel).read_text()))
-    before = collect(Host(root), target, 0)
+    before = collect(Host(root), scope, 0)
     reset = _judge(before, after)
     changed = {cid for cid in reset if reset[cid] != steady[cid]}
     assert changed >= COUNTER_FILES[rel], (changed, {c: reset[c] for c in COUNTER_FILES[rel]})
@@ -116,13 +116,13 @@ def test_negative_retransmits_are_not_a_pass(tmp_path):
     root = build_root(tmp_path / "root")
     snmp = root / "proc/net/snmp"
     text = snmp.read_text()
-    after = collect(Host(root), Target(), 0)
+    after = collect(Host(root), Scope(), 0)
     head, values = [ln for ln in text.splitlines() if ln.startswith("Tcp:")]
     names, nums = head.split()[1:], values.split()[1:]
     nums[names.index("OutSegs")] = str(int(nums[names.index("OutSegs")]) - 1000)
     nums[names.index("RetransSegs")] = str(int(nums[names.index("RetransSegs")]) + 1000)
     snmp.write_text(text.replace(values, "Tcp: " + " ".join(nums)))
-    before = collect(Host(root), Target(), 0)
+    before = collect(Host(root), Scope(), 0)
     (f,) = _judge(before, after)["l2.net.retransmit_rate"]
     assert f[1] == "unknown" and "RetransSegs went backwards" in f[2], f
     assert "/proc/net/snmp" in f[2]
@@ -138,7 +138,7 @@ def test_an_interface_linked_to_the_live_sys_is_refused(tmp_path):
         p.unlink() if p.is_file() or p.is_symlink() else p.rmdir()
     eth2.rmdir()
     os.symlink("/sys/class/net/lo", eth2)
-    snap = collect(Host(root), Target(ifaces=("eth2",)), 0)
+    snap = collect(Host(root), Scope(ifaces=("eth2",)), 0)
     nic = snap.fact("nic.eth2")
     assert not nic.ok and "outside the root" in nic.missing and "eth2" in nic.missing
     xps = snap.fact("xps.eth2")
@@ -158,7 +158,7 @@ def test_outside_link_carries_a_readable_canary(tmp_path):
     mutate(root, "proc/sys/net/ipv4/tcp_congestion_control", "outside-abs", tmp_path / "out")
     link = root / "proc/sys/net/ipv4/tcp_congestion_control"
     assert link.is_symlink() and "987654321" in Path(os.readlink(link)).read_text()
-    snap = collect(Host(root), Target(), 0)
+    snap = collect(Host(root), Scope(), 0)
     fact = snap.fact("sysctl.net.ipv4.tcp_congestion_control")
     assert not fact.ok and "outside the root" in fact.missing
     assert "987654321" not in json.dumps(snap.to_json())

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tailgate.baseline import default_baseline
-from tailgate.collect import Target, collect
+from tailgate.collect import Scope, collect
 from tailgate.host import Host
 from tailgate.judge import checks, run_check
 from tailgate.model import Fact, Snapshot
@@ -324,7 +324,7 @@ def test_fuzzed_root_never_passes(tmp_path_factory):
     def run(garbage):
         for rel, text in zip(GARBLED, garbage, strict=True):
             (root / rel).write_text(text)
-        s = collect(Host(root), Target(), 0)
+        s = collect(Host(root), Scope(), 0)
         s.interval_s = 60.0  # a window exists, so nothing is unknown for want of one
         for cid in L1 + L3:
             for f in judge(cid, s):

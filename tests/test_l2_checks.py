@@ -120,7 +120,7 @@ def test_congestion_control():
 
 
 def test_bbr_version_sources_on_a_host_root(tmp_path):
-    from tailgate.collect import Target
+    from tailgate.collect import Scope
     from tailgate.host import Host
     from tailgate.model import SourceError
     from tailgate.sources.sysctl import tcp_bbr
@@ -130,16 +130,16 @@ def test_bbr_version_sources_on_a_host_root(tmp_path):
     host = Host(tmp_path)
     with pytest.raises(SourceError, match="tcp_bbr version is not readable: "
                        "/sys/module/tcp_bbr/version: absent; .*modules.builtin.modinfo: absent"):
-        tcp_bbr(host, Target())
+        tcp_bbr(host, Scope())
     mods = tmp_path / "lib/modules/6.1.0-18-amd64"
     mods.mkdir(parents=True)
     # built in: the kernel's own modules.builtin.modinfo (NUL-separated module.key=value)
     (mods / "modules.builtin.modinfo").write_text(
         "ext4.license=GPL\0tcp_bbr.description=TCP BBR (Bottleneck Bandwidth and RTT)\0"
         "tcp_bbr.license=Dual BSD/GPL\0tcp_bbr.version=3\0")
-    assert tcp_bbr(host, Target())["version"] == "3"
+    assert tcp_bbr(host, Scope())["version"] == "3"
     (tmp_path / "sys/module/tcp_bbr").mkdir(parents=True)  # loaded module, no version file
-    assert tcp_bbr(host, Target()) == {
+    assert tcp_bbr(host, Scope()) == {
         "version": None, "source": "/sys/module/tcp_bbr (loaded, no version attribute)"}
 
 

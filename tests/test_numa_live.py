@@ -16,7 +16,7 @@ import pytest
 
 from support.require import require
 from tailgate.baseline import default_baseline
-from tailgate.collect import Target
+from tailgate.collect import Scope
 from tailgate.host import Host
 from tailgate.judge import judge
 from tailgate.model import Fact, Snapshot
@@ -50,9 +50,9 @@ def under_numactl():
 
 
 def facts_of(pid: int) -> dict[str, Fact]:
-    host, target = Host("/"), Target(pids=(pid,))
+    host, scope = Host("/"), Scope(pids=(pid,))
     return {k: v if isinstance(v, Fact) else Fact(value=v) for collector in (pid_status, pid_numa_maps)
-            for k, v in collector(host, target).items()}
+            for k, v in collector(host, scope).items()}
 
 
 def judged(pid: int, real: dict[str, Fact], nic_node: int) -> object:
@@ -99,10 +99,10 @@ def test_an_exited_process_is_unknown_with_the_reason(under_numactl):
     real = facts_of(pid)
     os.kill(pid, 9)  # a zombie until the fixture reaps it: it has no mappings left
     deadline = time.monotonic() + 5
-    gone = pid_numa_maps(Host("/"), Target(pids=(pid,)))[f"proc.{pid}.numa_maps"]
+    gone = pid_numa_maps(Host("/"), Scope(pids=(pid,)))[f"proc.{pid}.numa_maps"]
     while not isinstance(gone, Fact) and time.monotonic() < deadline:
         time.sleep(0.01)
-        gone = pid_numa_maps(Host("/"), Target(pids=(pid,)))[f"proc.{pid}.numa_maps"]
+        gone = pid_numa_maps(Host("/"), Scope(pids=(pid,)))[f"proc.{pid}.numa_maps"]
     assert isinstance(gone, Fact) and not gone.ok and f"pid {pid}" in gone.missing, gone
     f = judged(pid, {**real, f"proc.{pid}.numa_maps": gone}, nic_node=0)
     assert f.status == "unknown" and "memory policy is unknown" in f.reason

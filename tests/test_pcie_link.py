@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tailgate.baseline import default_baseline
-from tailgate.collect import Target
+from tailgate.collect import Scope
 from tailgate.host import Host
 from tailgate.judge import judge
 from tailgate.model import Fact, ParseError, Snapshot
@@ -80,9 +80,9 @@ def switch_host(root: Path, *, usp_now=("16", 16), nic_now=("16", 16), gpu_now=(
 
 
 def findings(host: Host) -> dict[str, object]:
-    target = Target()
+    scope = Scope()
     snap = Snapshot(host={}, target={}, interval_s=0.0, taken_at=0.0, facts={
-        "pci.devices": Fact(value=pci_devices(host)), "pci.links": Fact(value=pci_links(host, target))})
+        "pci.devices": Fact(value=pci_devices(host)), "pci.links": Fact(value=pci_links(host, scope))})
     return {f.subject: f for f in judge(snap, default_baseline()) if f.id == "l1.pcie.link_downtrained"}
 
 

@@ -17,7 +17,7 @@ import tailgate.probes.driver  # noqa: F401 - loaded before a child drops root (
 from support import workloads
 from support.workloads import running
 from tailgate.cli import build_parser, main
-from tailgate.collect import Target
+from tailgate.collect import Scope
 from tailgate.host import Host
 from tailgate.judge import checks, run_check
 from tailgate.model import Snapshot
@@ -147,7 +147,7 @@ def test_not_root_probe_exits_2_with_a_clear_message(capsys):
 
 def test_not_root_inspect_reports_unknown_with_the_reason():
     def facts():
-        got = probe_facts(Host("/"), Target(options={"probe_window": 1.0}))
+        got = probe_facts(Host("/"), Scope(options={"probe_window": 1.0}))
         return {k: v.to_json() for k, v in got.items()}
 
     got = _as_nobody(facts)

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tailgate.collect import Target
+from tailgate.collect import Scope
 from tailgate.host import Host
 from tailgate.judge import checks, run_check
 from tailgate.model import Fact, ParseError, Snapshot
@@ -213,12 +213,12 @@ def test_unavailable_reasons(tmp_path):
 
 def test_plan_for_inspect():
     window = {"probe_window": 2.0}
-    p = plan(Target(options=window))
+    p = plan(Scope(options=window))
     assert isinstance(p["malloc"], str) and "--pid" in p["malloc"]
     assert p["runqlat"].pids == () and p["runqlat"].keep is None
-    p = plan(Target(pids=(5, 6), options=window))
+    p = plan(Scope(pids=(5, 6), options=window))
     assert p["malloc"].pids == (5, 6) and p["runqlat"].validate().mode == 1
-    p = plan(Target(cgroup="/x", options=window), cgroup_pids=frozenset(range(100, 120)))
+    p = plan(Scope(cgroup="/x", options=window), cgroup_pids=frozenset(range(100, 120)))
     assert p["runqlat"].keep == frozenset(range(100, 120)) and p["runqlat"].pids == ()
     assert isinstance(p["malloc"], str)
 

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tailgate.baseline import default_baseline
-from tailgate.collect import Target, collect
+from tailgate.collect import Scope, collect
 from tailgate.host import Host
 from tailgate.judge import checks, run_check
 from tailgate.model import Fact, ParseError, Snapshot, SourceError
@@ -409,7 +409,7 @@ def test_pmc_collector_reports_a_refusing_ptp4l(tmp_path):
                                                                        "TIME_STATUS_NP")
     host = fixture_root(tmp_path, {"pmc_-u_-b_0_GET_TIME_STATUS_NP": error})
     with pytest.raises(SourceError, match="MANAGEMENT_ERROR_STATUS"):
-        ptp_pmc(host, Target())
+        ptp_pmc(host, Scope())
 
 
 def test_pmc_offset_judged_beside_an_erroring_clock():
@@ -471,13 +471,13 @@ def test_tc_collector_falls_back_to_text_and_the_check_judges_it(tmp_path):
     (tmp_path / "sys" / "class" / "net" / "eth2" / "device").mkdir(parents=True)
     host = fixture_root(tmp_path, {"tc_qdisc_show_dev_eth2":
                                    version_fixture("tc-qdisc-show-iproute2-4.14-text.txt")})
-    facts = tc_qdisc(host, Target(ifaces=("eth2",)))
+    facts = tc_qdisc(host, Scope(ifaces=("eth2",)))
     assert facts["tc.qdisc.eth2"]["root"] == "mq"
     (f,) = judge("l3.queue.aqm", snap(facts))
     assert f.status == "warn" and "tail-drop FIFO (pfifo_fast)" in f.reason
     # neither form captured: the reason is the -j command's, not the fallback's
     (tmp_path / "commands" / "tc_qdisc_show_dev_eth2").unlink()
-    missing = tc_qdisc(host, Target(ifaces=("eth2",)))["tc.qdisc.eth2"]
+    missing = tc_qdisc(host, Scope(ifaces=("eth2",)))["tc.qdisc.eth2"]
     assert isinstance(missing, Fact) and "tc -j qdisc show dev eth2" in missing.missing
 
 
@@ -496,7 +496,7 @@ def test_fec_collector_asks_without_include_statistics_when_refused(tmp_path):
     (tmp_path / "sys" / "class" / "net" / "eth2" / "device").mkdir(parents=True)
     host = fixture_root(tmp_path, {"ethtool_--show-fec_eth2":
                                    version_fixture("ethtool-show-fec-5.0-ioctl.txt")})
-    fec = ethtool_fec(host, Target(ifaces=("eth2",)))["ethtool.fec.eth2"]
+    fec = ethtool_fec(host, Scope(ifaces=("eth2",)))["ethtool.fec.eth2"]
     assert fec["supported"] and fec["active"] == "RS" and fec["stats"] == {}
 
 
@@ -642,7 +642,7 @@ def test_each_release_through_the_collectors_of_a_host_root(tmp_path, command, n
     shutil.copytree(Path(__file__).parent / "fixtures" / "roots" / "l1l3-clean", root,
                     symlinks=True)
     (root / "commands" / command).write_text(version_fixture(name))
-    s = collect(Host(root), Target(), 0)
+    s = collect(Host(root), Scope(), 0)
     fact = s.fact(FACT_OF[command])
     assert fact.ok, (name, fact.missing)
     if command == "nvidia-smi_-q":

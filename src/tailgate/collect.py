@@ -3,7 +3,7 @@
 A source module registers collectors by fact name::
 
     @collector("net.snmp", counter=True)
-    def net_snmp(host: Host, target: Target) -> dict: ...
+    def net_snmp(host: Host, scope: Scope) -> dict: ...
 
 A collector returns a JSON-able value, or a ``dict[str, Fact]`` when
 ``multi=True`` (one fact per pid or interface, each named by the collector).
@@ -11,7 +11,7 @@ It raises :class:`~tailgate.model.SourceError` when the fact cannot be read;
 that becomes a missing fact with the reason, never a default value. Counter
 collectors run twice, ``interval_s`` apart, so checks can derive rates.
 
-A multi collector names the facts it is to produce with ``names(target)``, so
+A multi collector names the facts it is to produce with ``names(scope)``, so
 that when it fails as a whole each of those facts is missing with the reason (a
 check then says why, not "not collected"); facts named ``<collector>.<key>``
 fall back to the collector's own fact. Any exception other than ``SourceError``
@@ -55,7 +55,7 @@ SOURCE_MODULES = (
 
 
 @dataclass(frozen=True)
-class Target:
+class Scope:
     """What the user asked to inspect, beyond the host itself."""
 
     pids: tuple[int, ...] = ()
@@ -71,18 +71,18 @@ class Target:
 @dataclass(frozen=True)
 class Collector:
     name: str
-    fn: Callable[[Host, Target], Any]
+    fn: Callable[[Host, Scope], Any]
     counter: bool
     multi: bool
-    names: Callable[[Target], list[str]] | None = None
+    names: Callable[[Scope], list[str]] | None = None
 
 
 _COLLECTORS: dict[str, Collector] = {}
 
 
 def collector(name: str, *, counter: bool = False, multi: bool = False,
-              names: Callable[[Target], list[str]] | None = None):
-    def register(fn: Callable[[Host, Target], Any]) -> Callable[[Host, Target], Any]:
+              names: Callable[[Scope], list[str]] | None = None):
+    def register(fn: Callable[[Host, Scope], Any]) -> Callable[[Host, Scope], Any]:
         if name in _COLLECTORS:
             raise RuntimeError(f"collector {name!r} registered twice")
         _COLLECTORS[name] = Collector(name, fn, counter, multi, names)
@@ -97,11 +97,11 @@ def collectors() -> dict[str, Collector]:
     return _COLLECTORS
 
 
-def _failed(c: Collector, target: Target, fact: Fact) -> dict[str, Fact]:
+def _failed(c: Collector, scope: Scope, fact: Fact) -> dict[str, Fact]:
     """Every fact ``c`` was to produce, missing with the same reason."""
     out = {c.name: fact}
     if c.multi and c.names is not None:
-        out.update((n, fact) for n in c.names(target))
+        out.update((n, fact) for n in c.names(scope))
     return out
 
 
@@ -110,26 +110,26 @@ def crash_fact(what: str, exc: BaseException) -> Fact:
     return Fact(missing=f"tailgate bug: {what} raised {type(exc).__name__}: {exc}", error=True)
 
 
-def run_collector(c: Collector, host: Host, target: Target) -> dict[str, Fact]:
+def run_collector(c: Collector, host: Host, scope: Scope) -> dict[str, Fact]:
     host.forget_source()
     try:
-        value = c.fn(host, target)
+        value = c.fn(host, scope)
     except SourceError as exc:
-        return _failed(c, target, Fact(missing=host.blame(exc)))
+        return _failed(c, scope, Fact(missing=host.blame(exc)))
     except Exception as exc:  # noqa: BLE001 - one broken collector must not hide the others
-        return _failed(c, target, crash_fact(f"collector {c.name}", exc))
+        return _failed(c, scope, crash_fact(f"collector {c.name}", exc))
     if not c.multi:
         return {c.name: Fact(value=value)}
     return {k: v if isinstance(v, Fact) else Fact(value=v) for k, v in value.items()}
 
 
-def _sample(host: Host, target: Target, chosen: list[Collector]) -> dict[str, Fact]:
+def _sample(host: Host, scope: Scope, chosen: list[Collector]) -> dict[str, Fact]:
     """Run collectors concurrently: most wait on a file or a command (ethtool, pmc), so a
     sample takes as long as its slowest source rather than the sum of all of them."""
     facts: dict[str, Fact] = {}
     pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="collect")
     try:
-        for part in pool.map(lambda c: run_collector(c, host, target), chosen):
+        for part in pool.map(lambda c: run_collector(c, host, scope), chosen):
             facts.update(part)
     except BaseException:
         # Ctrl-C: kill the commands still running so their threads end now, drop what
@@ -160,21 +160,21 @@ def host_info(host: Host) -> dict[str, Any]:
     }
 
 
-def collect(host: Host, target: Target, interval_s: float) -> Snapshot:
+def collect(host: Host, scope: Scope, interval_s: float) -> Snapshot:
     every = list(collectors().values())
     counters = [c for c in every if c.counter]
     started = time.time()
-    before = _sample(host, target, counters)
+    before = _sample(host, scope, counters)
     t0 = time.monotonic()
     if interval_s > 0:
         time.sleep(interval_s)
     # The window ends when t1 sampling starts: a probe window runs inside that sample, beside
     # the counter reads, and must not stretch the denominator of every rate.
     measured = time.monotonic() - t0
-    facts = _sample(host, target, every)
+    facts = _sample(host, scope, every)
     return Snapshot(
         host=host_info(host),
-        target=target.to_json(),
+        target=scope.to_json(),
         interval_s=round(measured, 6),
         taken_at=started,
         facts=facts,

@@ -26,7 +26,7 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from .baseline import Baseline, catalog
-from .collect import Target, collect
+from .collect import Scope, collect
 from .host import Host
 from .judge import judge
 from .model import Fact, SourceError
@@ -48,9 +48,9 @@ class ProbeState:
 
 
 class Exporter(Collector):
-    def __init__(self, host: Host, target: Target, baseline: Baseline, interval_s: float,
+    def __init__(self, host: Host, scope: Scope, baseline: Baseline, interval_s: float,
                  probes: tuple[str, ...] = (), probe_window_s: float = 30.0) -> None:
-        self.host, self.target, self.baseline = host, target, baseline
+        self.host, self.scope, self.baseline = host, scope, baseline
         self.interval_s, self.probe_window_s = interval_s, probe_window_s
         self.bounds = prom.histogram_bounds_ns()
         self.probes = {name: ProbeState(counts=[0] * (len(self.bounds) + 1)) for name in probes}
@@ -84,7 +84,7 @@ class Exporter(Collector):
     # -- the inspection loop ------------------------------------------------------------------
     def inspect_once(self) -> None:
         started = time.monotonic()
-        snap = collect(self.host, self.target, self.interval_s)
+        snap = collect(self.host, self.scope, self.interval_s)
         with self.lock:
             last = self.probes.get("runqlat").last if "runqlat" in self.probes else None
         if last is not None:

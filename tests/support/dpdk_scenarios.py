@@ -15,7 +15,7 @@ import time
 import uuid
 from collections.abc import Iterator
 
-from tailgate.collect import Target, collectors, run_collector
+from tailgate.collect import Scope, collectors, run_collector
 from tailgate.host import Host
 from tailgate.model import Snapshot
 from tailgate.sources.dpdk import read_process
@@ -111,12 +111,12 @@ def sample_pair(prefix: str, interval_s: float) -> Snapshot:
     """tailgate's two samples of one DPDK process, ``interval_s`` apart (the dpdk collector
     alone, as collect() runs it)."""
     c = collectors()["dpdk"]
-    host, target = Host("/"), Target(options={"dpdk": [prefix]})
-    before = run_collector(c, host, target)
+    host, scope = Host("/"), Scope(options={"dpdk": [prefix]})
+    before = run_collector(c, host, scope)
     t0 = time.monotonic()
     time.sleep(interval_s)
-    facts = run_collector(c, host, target)
-    return Snapshot(host={"hostname": "test"}, target=target.to_json(),
+    facts = run_collector(c, host, scope)
+    return Snapshot(host={"hostname": "test"}, target=scope.to_json(),
                     interval_s=time.monotonic() - t0, taken_at=time.time(), facts=facts,
                     before=before)
 

@@ -172,7 +172,7 @@ def pipeline(root: Path):
     from rich.console import Console
 
     from tailgate.baseline import default_baseline
-    from tailgate.collect import Target, collect
+    from tailgate.collect import Scope, collect
     from tailgate.host import Host
     from tailgate.judge import judge
     from tailgate.report.html import render_html
@@ -182,8 +182,8 @@ def pipeline(root: Path):
     from tailgate.report.terminal import print_report
     from tailgate.verdict import build_report
 
-    target = Target(pids=(PID,), cgroup="/sys/fs/cgroup/svc")
-    snap = collect(Host(root, timeout_s=2.0), target, 0)
+    scope = Scope(pids=(PID,), cgroup="/sys/fs/cgroup/svc")
+    snap = collect(Host(root, timeout_s=2.0), scope, 0)
     report = build_report(snap, judge(snap, default_baseline()))
     buf = io.StringIO()
     print_report(report, Console(file=buf, width=100, force_terminal=False, highlight=False))

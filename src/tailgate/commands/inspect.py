@@ -68,8 +68,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _target(args: argparse.Namespace, host):
-    from ..collect import Target
+def _scope(args: argparse.Namespace, host):
+    from ..collect import Scope
     from ..host import valid_iface
 
     try:
@@ -97,7 +97,7 @@ def _target(args: argparse.Namespace, host):
         if not 0 < window <= 3600:
             raise UsageError("--probe-window must be between 0 and 3600 seconds")
         options["probe_window"] = window
-    return Target(pids=pids, cgroup=cgroup, ifaces=ifaces, options=options)
+    return Scope(pids=pids, cgroup=cgroup, ifaces=ifaces, options=options)
 
 
 def snapshot_for(args: argparse.Namespace):
@@ -117,7 +117,7 @@ def snapshot_for(args: argparse.Namespace):
     if not os.path.isdir(args.root):
         raise UsageError(f"--root {args.root}: not a directory")
     host = Host(args.root)
-    snap = collect(host, _target(args, host), args.interval)
+    snap = collect(host, _scope(args, host), args.interval)
     if not args.no_history:
         from ..history import HistoryError, attach_history
 

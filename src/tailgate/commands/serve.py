@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     from ..baseline import BaselineError, default_baseline, load_baseline
     from ..exporter import RESIDENT_PROBES, Exporter, write_textfile
     from ..host import Host
-    from .inspect import _target
+    from .inspect import _scope
 
     probes = tuple(p for p in (x.strip() for x in args.probe.split(",")) if p)
     for p in probes:
@@ -87,8 +87,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from exc
     host = Host("/")
     # The resident probes stand in for inspect's probe window: the collection itself runs none.
-    target = _target(argparse.Namespace(**{**vars(args), "probe_window": None}), host)
-    exporter = Exporter(host, target, baseline, args.interval, probes, args.probe_window)
+    scope = _scope(argparse.Namespace(**{**vars(args), "probe_window": None}), host)
+    exporter = Exporter(host, scope, baseline, args.interval, probes, args.probe_window)
     registry = CollectorRegistry()
     registry.register(exporter)
 

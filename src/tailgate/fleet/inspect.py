@@ -24,11 +24,11 @@ from .cluster import Node, pinned
 def collect_here(interval_s: float, options: dict[str, Any], history: bool,
                  state: str | None) -> dict[str, Any]:
     """Runs on a node: this host's snapshot document (what --save writes)."""
-    from ..collect import Target, collect
+    from ..collect import Scope, collect
     from ..host import Host
 
     host = Host("/")
-    snap = collect(host, Target(options=dict(options)), interval_s)
+    snap = collect(host, Scope(options=dict(options)), interval_s)
     if history:
         from ..history import attach_history
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import posixpath
 import re
 
-from ..collect import Target, collector
+from ..collect import Scope, collector
 from ..host import Host
 from ..model import Fact, ParseError, SourceError
 
@@ -166,21 +166,21 @@ def read_cpu_bandwidth(host: Host, path: str) -> dict[str, object]:
     return info
 
 
-def target_cgroups(host: Host | None, target: Target) -> dict[str, str]:
+def target_cgroups(host: Host | None, scope: Scope) -> dict[str, str]:
     """Fact name -> cgroup path for --cgroup and every --pid."""
     out = {}
-    if target.cgroup:
-        out["cgroup.target"] = target.cgroup
-    for pid in target.pids:
+    if scope.cgroup:
+        out["cgroup.target"] = scope.cgroup
+    for pid in scope.pids:
         out[f"cgroup.pid.{pid}"] = f"pid:{pid}"
     return out
 
 
 @collector("cgroup.cpu", counter=True, multi=True,
            names=lambda t: list(target_cgroups(None, t)))
-def cgroup_cpu(host: Host, target: Target) -> dict[str, object]:
+def cgroup_cpu(host: Host, scope: Scope) -> dict[str, object]:
     out: dict[str, object] = {}
-    for name, spec in target_cgroups(host, target).items():
+    for name, spec in target_cgroups(host, scope).items():
         try:
             path = cgroup_of_pid(host, int(spec[4:])) if spec.startswith("pid:") else spec
             out[name] = read_cpu_bandwidth(host, path)

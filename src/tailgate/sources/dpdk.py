@@ -39,7 +39,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..collect import Target, collector
+from ..collect import Scope, collector
 from ..host import Host
 from ..model import Fact, ParseError, SourceError
 
@@ -512,9 +512,9 @@ def discover(host: Host, prefixes: tuple[str, ...] = ()) -> dict[str, str | None
 
 @collector("dpdk", counter=True, multi=True,
            names=lambda t: ["dpdk", *(f"dpdk.{p}" for p in t.options.get("dpdk") or ())])
-def dpdk(host: Host, target: Target) -> dict[str, Fact]:
+def dpdk(host: Host, scope: Scope) -> dict[str, Fact]:
     """``dpdk``: the file prefixes seen; ``dpdk.<prefix>``: one process's sample."""
-    prefixes = tuple(target.options.get("dpdk") or ())
+    prefixes = tuple(scope.options.get("dpdk") or ())
     found = discover(host, prefixes)
     facts: dict[str, Fact] = {}
     for prefix in prefixes:

@@ -20,7 +20,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from ..collect import Target, collector
+from ..collect import Scope, collector
 from ..host import Host, read_regular
 from ..model import ParseError, SourceError
 
@@ -88,8 +88,8 @@ def fetch(url: str, timeout_s: float) -> str:
 
 
 @collector("engine.metrics", counter=True)
-def engine_metrics(host: Host, target: Target) -> dict[str, Any]:
-    url = target.options.get("engine")
+def engine_metrics(host: Host, scope: Scope) -> dict[str, Any]:
+    url = scope.options.get("engine")
     if not url:
         raise SourceError("no inference engine given (--engine URL)")
     samples = parse_exposition(fetch(str(url), host.timeout_s))
@@ -137,8 +137,8 @@ def parse_memory_stats(text: str) -> dict[str, dict[str, float]]:
 
 
 @collector("engine.memory_stats")
-def engine_memory_stats(host: Host, target: Target) -> dict[str, dict[str, float]]:
-    path = target.options.get("memory_stats")
+def engine_memory_stats(host: Host, scope: Scope) -> dict[str, dict[str, float]]:
+    path = scope.options.get("memory_stats")
     if not path:
         raise SourceError("no allocator statistics given (--memory-stats FILE with "
                           "torch.cuda.memory_stats() as JSON)")

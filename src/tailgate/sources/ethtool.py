@@ -26,7 +26,7 @@ import math
 import re
 from typing import Any
 
-from ..collect import Target, collector, crash_fact
+from ..collect import Scope, collector, crash_fact
 from ..host import Host
 from ..model import Fact, ParseError, SourceError
 
@@ -48,10 +48,10 @@ _PHY_COUNTER_RE = re.compile(
 )
 
 
-def interfaces(host: Host, target: Target) -> list[str]:
+def interfaces(host: Host, scope: Scope) -> list[str]:
     """--iface, else every interface backed by a device (not lo, bridges, veths, ifb)."""
-    if target.ifaces:
-        return list(target.ifaces)
+    if scope.ifaces:
+        return list(scope.ifaces)
     return [n for n in host.listdir("/sys/class/net") if host.exists(f"/sys/class/net/{n}/device")]
 
 
@@ -486,9 +486,9 @@ def parse_rss(text: str) -> dict[str, Any]:
 # ---------------------------------------------------------------- collectors
 
 
-def per_iface(prefix: str, host: Host, target: Target, fn) -> dict[str, object]:
+def per_iface(prefix: str, host: Host, scope: Scope, fn) -> dict[str, object]:
     try:
-        names = interfaces(host, target)
+        names = interfaces(host, scope)
     except SourceError as exc:
         return {prefix: Fact(missing=str(exc))}
     out: dict[str, object] = {prefix: names}
@@ -513,8 +513,8 @@ def _run_or_unsupported(host: Host, argv: list[str]) -> str:
 
 
 @collector("ethtool.info", multi=True)
-def ethtool_info(host: Host, target: Target) -> dict[str, object]:
-    return per_iface("ethtool.info", host, target,
+def ethtool_info(host: Host, scope: Scope) -> dict[str, object]:
+    return per_iface("ethtool.info", host, scope,
                       lambda i: parse_driver_info(host.run(["ethtool", "-i", i])))
 
 
@@ -531,35 +531,35 @@ def _show_fec(host: Host, iface: str) -> str:
 
 
 @collector("ethtool.fec", counter=True, multi=True)
-def ethtool_fec(host: Host, target: Target) -> dict[str, object]:
-    return per_iface("ethtool.fec", host, target, lambda i: parse_fec(_show_fec(host, i)))
+def ethtool_fec(host: Host, scope: Scope) -> dict[str, object]:
+    return per_iface("ethtool.fec", host, scope, lambda i: parse_fec(_show_fec(host, i)))
 
 
 @collector("ethtool.phy", counter=True, multi=True)
-def ethtool_phy(host: Host, target: Target) -> dict[str, object]:
-    return per_iface("ethtool.phy", host, target,
+def ethtool_phy(host: Host, scope: Scope) -> dict[str, object]:
+    return per_iface("ethtool.phy", host, scope,
                       lambda i: phy_counters(parse_stats(host.run(["ethtool", "-S", i]))))
 
 
 @collector("ethtool.module", multi=True)
-def ethtool_module(host: Host, target: Target) -> dict[str, object]:
-    return per_iface("ethtool.module", host, target,
+def ethtool_module(host: Host, scope: Scope) -> dict[str, object]:
+    return per_iface("ethtool.module", host, scope,
                       lambda i: parse_module(_run_or_unsupported(host, ["ethtool", "-m", i])))
 
 
 @collector("ethtool.rss", multi=True)
-def ethtool_rss(host: Host, target: Target) -> dict[str, object]:
-    return per_iface("ethtool.rss", host, target,
+def ethtool_rss(host: Host, scope: Scope) -> dict[str, object]:
+    return per_iface("ethtool.rss", host, scope,
                       lambda i: parse_rss(host.run(["ethtool", "-x", i])))
 
 
 @collector("ethtool.rings", multi=True)
-def ethtool_rings(host: Host, target: Target) -> dict[str, object]:
-    return per_iface("ethtool.rings", host, target,
+def ethtool_rings(host: Host, scope: Scope) -> dict[str, object]:
+    return per_iface("ethtool.rings", host, scope,
                       lambda i: parse_rings(host.run(["ethtool", "-g", i])))
 
 
 @collector("ethtool.ts", multi=True)
-def ethtool_ts(host: Host, target: Target) -> dict[str, object]:
-    return per_iface("ethtool.ts", host, target,
+def ethtool_ts(host: Host, scope: Scope) -> dict[str, object]:
+    return per_iface("ethtool.ts", host, scope,
                       lambda i: parse_timestamping(host.run(["ethtool", "-T", i])))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import posixpath
 
-from ..collect import Target, collector
+from ..collect import Scope, collector
 from ..host import Host
 from ..model import Fact, SourceError
 from .process import parse_cpulist
@@ -29,10 +29,10 @@ def _is_pci_addr(name: str) -> bool:
     return len(name) == _PCI_ADDR_LEN and name[4] == ":" and name[7] == ":" and name[10] == "."
 
 
-def interfaces(host: Host, target: Target) -> list[str]:
+def interfaces(host: Host, scope: Scope) -> list[str]:
     """--iface, else every interface backed by a device (not lo, bridges, veths)."""
-    if target.ifaces:
-        return list(target.ifaces)
+    if scope.ifaces:
+        return list(scope.ifaces)
     return [n for n in host.listdir("/sys/class/net") if host.exists(f"/sys/class/net/{n}/device")]
 
 
@@ -99,9 +99,9 @@ def nic_info(host: Host, iface: str, interrupts: dict | None) -> dict[str, objec
 
 
 @collector("nic", multi=True)
-def nics(host: Host, target: Target) -> dict[str, object]:
+def nics(host: Host, scope: Scope) -> dict[str, object]:
     try:
-        names = interfaces(host, target)
+        names = interfaces(host, scope)
     except SourceError as exc:
         return {"nic": Fact(missing=str(exc))}
     error = None
@@ -147,7 +147,7 @@ def rps_map(host: Host, iface: str) -> dict[str, object]:
 
 
 @collector("rps", multi=True)
-def rps(host: Host, target: Target) -> dict[str, object]:
+def rps(host: Host, scope: Scope) -> dict[str, object]:
     from .ethtool import per_iface
 
-    return per_iface("rps", host, target, lambda i: rps_map(host, i))
+    return per_iface("rps", host, scope, lambda i: rps_map(host, i))

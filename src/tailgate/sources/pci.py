@@ -23,7 +23,7 @@ import posixpath
 import re
 from typing import Any
 
-from ..collect import Target, collector
+from ..collect import Scope, collector
 from ..host import Host
 from ..model import ParseError, SourceError
 from .process import parse_cpulist
@@ -185,12 +185,12 @@ def pci_devices(host: Host) -> dict[str, dict[str, Any]]:
 
 
 @collector("pci.devices")
-def pci_devices_fact(host: Host, target: Target) -> dict[str, dict[str, Any]]:
+def pci_devices_fact(host: Host, scope: Scope) -> dict[str, dict[str, Any]]:
     return pci_devices(host)
 
 
 @collector("pci.aer", counter=True)
-def pci_aer(host: Host, target: Target) -> dict[str, Any]:
+def pci_aer(host: Host, scope: Scope) -> dict[str, Any]:
     """``{"counters": {bdf: {name: n}}, "errors": {bdf: reason}}`` for devices with AER."""
     counters: dict[str, dict[str, int]] = {}
     errors: dict[str, str] = {}
@@ -230,7 +230,7 @@ def _nvml_replays(bdfs: list[str]) -> dict[str, dict[str, int]]:
 
 
 @collector("pci.replay", counter=True)
-def pci_replay(host: Host, target: Target) -> dict[str, Any]:
+def pci_replay(host: Host, scope: Scope) -> dict[str, Any]:
     """Vendor replay counters: ``{"counters": {bdf: {...}}, "sources": {bdf: what},
     "errors": {bdf or tool: reason}}``."""
     devices = pci_devices(host)
@@ -328,7 +328,7 @@ def read_link(host: Host, bdf: str) -> dict[str, Any] | None:
 
 
 @collector("pci.links")
-def pci_links(host: Host, target: Target) -> dict[str, Any]:
+def pci_links(host: Host, scope: Scope) -> dict[str, Any]:
     """Per judged device (NIC, GPU, accelerator): its chain of ports from the root port down,
     and the link attributes of every device in it. ``{"chains": {bdf: [bdf, ...]}, "links":
     {bdf: {...} | None}, "errors": {bdf: reason}}``."""

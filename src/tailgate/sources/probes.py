@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..collect import Target, collector
+from ..collect import Scope, collector
 from ..host import Host
 from ..model import Fact, SourceError
 from .cgroup import cgroup_members
@@ -20,12 +20,12 @@ from .cgroup import cgroup_members
 FACTS = ("runqlat", "sockopt", "mmsg", "malloc", "softirq")
 
 
-def plan(target: Target, cgroup_pids: frozenset[int] | None = None) -> dict[str, Any]:
+def plan(scope: Scope, cgroup_pids: frozenset[int] | None = None) -> dict[str, Any]:
     """Which request (or the reason there is none) per probe: pure, for tests."""
     from ..probes import MAX_PIDS, Request
 
-    window = float(target.options["probe_window"])
-    pids = tuple(target.pids)
+    window = float(scope.options["probe_window"])
+    pids = tuple(scope.pids)
     keep: frozenset[int] | None = None
     if not pids and cgroup_pids is not None:
         if len(cgroup_pids) <= MAX_PIDS:
@@ -49,8 +49,8 @@ def plan(target: Target, cgroup_pids: frozenset[int] | None = None) -> dict[str,
 
 
 @collector("probe", multi=True, names=lambda t: [f"probe.{n}" for n in FACTS])
-def probe_facts(host: Host, target: Target) -> dict[str, Fact]:
-    window = target.options.get("probe_window")
+def probe_facts(host: Host, scope: Scope) -> dict[str, Fact]:
+    window = scope.options.get("probe_window")
     names = [f"probe.{n}" for n in FACTS]
     if not window:
         return {n: Fact(missing="no probe window: run inspect --probe-window SECONDS "
@@ -61,12 +61,12 @@ def probe_facts(host: Host, target: Target) -> dict[str, Fact]:
     if reason:
         return {n: Fact(missing=reason) for n in names}
     cgroup_pids = None
-    if target.cgroup and not target.pids:
+    if scope.cgroup and not scope.pids:
         try:
-            cgroup_pids = cgroup_members(host, target.cgroup)
+            cgroup_pids = cgroup_members(host, scope.cgroup)
         except SourceError as exc:
-            return {n: Fact(missing=f"cgroup {target.cgroup}: {exc}") for n in names}
-    todo = plan(target, cgroup_pids)
+            return {n: Fact(missing=f"cgroup {scope.cgroup}: {exc}") for n in names}
+    todo = plan(scope, cgroup_pids)
     requests = {k: v for k, v in todo.items() if not isinstance(v, str)}
     try:  # Ctrl-C (Host.cancel) stops the probes now, not at the end of the window
         results = measure_many(list(requests.values()), cancelled=lambda: host.cancelled)

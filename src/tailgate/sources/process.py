@@ -6,7 +6,7 @@ from __future__ import annotations
 import posixpath
 import re
 
-from ..collect import Target, collector
+from ..collect import Scope, collector
 from ..host import Host
 from ..model import Fact, ParseError, SourceError
 
@@ -136,9 +136,9 @@ def read_status(host: Host, pid: int) -> dict[str, str]:
 
 @collector("proc.pid.status", multi=True,
            names=lambda t: [f"proc.{pid}.status" for pid in t.pids])
-def pid_status(host: Host, target: Target) -> dict[str, object]:
+def pid_status(host: Host, scope: Scope) -> dict[str, object]:
     out: dict[str, object] = {}
-    for pid in target.pids:
+    for pid in scope.pids:
         name = f"proc.{pid}.status"
         try:
             st = read_status(host, pid)
@@ -155,9 +155,9 @@ def pid_status(host: Host, target: Target) -> dict[str, object]:
 
 @collector("proc.pid.schedstat", counter=True, multi=True,
            names=lambda t: [f"proc.{pid}.schedstat" for pid in t.pids])
-def pid_schedstat(host: Host, target: Target) -> dict[str, object]:
+def pid_schedstat(host: Host, scope: Scope) -> dict[str, object]:
     out: dict[str, object] = {}
-    for pid in target.pids:
+    for pid in scope.pids:
         try:
             out[f"proc.{pid}.schedstat"] = parse_schedstat(host.read(f"/proc/{pid}/schedstat"))
         except SourceError as exc:
@@ -167,10 +167,10 @@ def pid_schedstat(host: Host, target: Target) -> dict[str, object]:
 
 @collector("proc.pid.io_uring", multi=True,
            names=lambda t: [f"proc.{pid}.io_uring" for pid in t.pids])
-def pid_io_uring(host: Host, target: Target) -> dict[str, object]:
+def pid_io_uring(host: Host, scope: Scope) -> dict[str, object]:
     """Every io_uring fd of the process, found by its ``anon_inode:[io_uring]`` link."""
     out: dict[str, object] = {}
-    for pid in target.pids:
+    for pid in scope.pids:
         name = f"proc.{pid}.io_uring"
         try:
             read_status(host, pid)
@@ -234,9 +234,9 @@ def parse_numa_maps(text: str) -> dict[str, object]:
 
 @collector("proc.pid.numa_maps", multi=True,
            names=lambda t: [f"proc.{pid}.numa_maps" for pid in t.pids])
-def pid_numa_maps(host: Host, target: Target) -> dict[str, object]:
+def pid_numa_maps(host: Host, scope: Scope) -> dict[str, object]:
     out: dict[str, object] = {}
-    for pid in target.pids:
+    for pid in scope.pids:
         name = f"proc.{pid}.numa_maps"
         try:
             out[name] = parse_numa_maps(host.read(f"/proc/{pid}/numa_maps"))
@@ -292,9 +292,9 @@ def gpus_held(host: Host, pid: int) -> dict[str, object]:
 
 
 @collector("proc.pid.gpus", multi=True, names=lambda t: [f"proc.{pid}.gpus" for pid in t.pids])
-def pid_gpus(host: Host, target: Target) -> dict[str, object]:
+def pid_gpus(host: Host, scope: Scope) -> dict[str, object]:
     out: dict[str, object] = {}
-    for pid in target.pids:
+    for pid in scope.pids:
         try:
             read_status(host, pid)
             out[f"proc.{pid}.gpus"] = gpus_held(host, pid)

@@ -10,7 +10,7 @@ import math
 import re
 from collections.abc import Callable
 
-from ..collect import Target, collector
+from ..collect import Scope, collector
 from ..host import Host
 from ..model import ParseError
 
@@ -204,7 +204,7 @@ def parse_softirqs(text: str) -> dict[str, list[int]]:
 
 
 def _file_collector(name: str, path: str, parse: Callable[[str], object], counter: bool) -> None:
-    def read(host: Host, target: Target) -> object:
+    def read(host: Host, scope: Scope) -> object:
         return parse(host.read(path))
 
     read.__doc__ = f"{path}, parsed by {parse.__name__}"
@@ -226,7 +226,7 @@ for _name, _path, _parse, _counter in (
 
 @collector("pressure", multi=True,
            names=lambda t: [f"pressure.{res}" for res in ("cpu", "io", "memory")])
-def pressure(host: Host, target: Target) -> dict:
+def pressure(host: Host, scope: Scope) -> dict:
     """PSI per resource; absent without CONFIG_PSI (or psi=0 on the kernel command line)."""
     from ..model import Fact, SourceError
 

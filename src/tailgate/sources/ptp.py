@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..collect import Target, collector
+from ..collect import Scope, collector
 from ..host import Host, Refused, TooLarge
 from ..model import ParseError, SourceError
 
@@ -188,7 +188,7 @@ def parse_chrony_tracking(text: str) -> dict[str, Any]:
 
 
 @collector("ptp.pmc")
-def ptp_pmc(host: Host, target: Target) -> dict[str, Any]:
+def ptp_pmc(host: Host, scope: Scope) -> dict[str, Any]:
     responses = parse_pmc(host.run(["pmc", "-u", "-b", "0", "GET TIME_STATUS_NP"]))
     status = time_status(responses)
     if not status and any(r.get("error") for r in responses):
@@ -208,7 +208,7 @@ def ptp_pmc(host: Host, target: Target) -> dict[str, Any]:
 
 
 @collector("ptp.log")
-def ptp_log(host: Host, target: Target) -> dict[str, Any]:
+def ptp_log(host: Host, scope: Scope) -> dict[str, Any]:
     """The last five minutes of ptp4l/phc2sys journal lines (older lines say nothing
     about the clock now)."""
     try:
@@ -223,5 +223,5 @@ def ptp_log(host: Host, target: Target) -> dict[str, Any]:
 
 
 @collector("chrony.tracking")
-def chrony_tracking(host: Host, target: Target) -> dict[str, Any]:
+def chrony_tracking(host: Host, scope: Scope) -> dict[str, Any]:
     return parse_chrony_tracking(host.run(["chronyc", "tracking"]))

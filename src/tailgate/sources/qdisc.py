@@ -17,7 +17,7 @@ import json
 import re
 from typing import Any
 
-from ..collect import Target, collector
+from ..collect import Scope, collector
 from ..host import Host
 from ..model import ParseError, SourceError
 from .ethtool import per_iface
@@ -167,10 +167,10 @@ def qdiscs(host: Host, iface: str) -> list[dict[str, Any]]:
 
 
 @collector("tc.qdisc", multi=True)
-def tc_qdisc(host: Host, target: Target) -> dict[str, object]:
-    return per_iface("tc.qdisc", host, target, lambda i: classify(qdiscs(host, i)))
+def tc_qdisc(host: Host, scope: Scope) -> dict[str, object]:
+    return per_iface("tc.qdisc", host, scope, lambda i: classify(qdiscs(host, i)))
 
 
 @collector("xps", multi=True)
-def xps(host: Host, target: Target) -> dict[str, object]:
-    return per_iface("xps", host, target, lambda i: xps_map(host, i))
+def xps(host: Host, scope: Scope) -> dict[str, object]:
+    return per_iface("xps", host, scope, lambda i: xps_map(host, i))

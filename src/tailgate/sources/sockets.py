@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from ..collect import Target, collector
+from ..collect import Scope, collector
 from ..host import Host
 from ..model import Fact, ParseError, SourceError
 
@@ -72,15 +72,15 @@ def parse_slabinfo(text: str) -> dict[str, int]:
 
 
 @collector("sockets.pid", multi=True, names=lambda t: [f"sockets.{pid}" for pid in t.pids])
-def pid_sockets(host: Host, target: Target) -> dict[str, object]:
-    if not target.pids:
+def pid_sockets(host: Host, scope: Scope) -> dict[str, object]:
+    if not scope.pids:
         return {}
     try:
         sockets = parse_ss(host.run(["ss", "-tmpin", "state", "established"]))
     except SourceError as exc:
-        return {f"sockets.{pid}": Fact(missing=host.blame(exc)) for pid in target.pids}
+        return {f"sockets.{pid}": Fact(missing=host.blame(exc)) for pid in scope.pids}
     out: dict[str, object] = {}
-    for pid in target.pids:
+    for pid in scope.pids:
         mine = [s for s in sockets if pid in s["pids"]]
         out[f"sockets.{pid}"] = {"connections": len(mine),
                                  "skmem": [s.get("skmem", {}) for s in mine]}
@@ -88,6 +88,6 @@ def pid_sockets(host: Host, target: Target) -> dict[str, object]:
 
 
 @collector("kernel.slabinfo")
-def slabinfo(host: Host, target: Target) -> dict[str, int]:
+def slabinfo(host: Host, scope: Scope) -> dict[str, int]:
     sizes = parse_slabinfo(host.read("/proc/slabinfo"))
     return {k: v for k, v in sizes.items() if k in SLABS}

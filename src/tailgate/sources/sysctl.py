@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 
-from ..collect import Target, collector
+from ..collect import Scope, collector
 from ..host import Host
 from ..model import Fact, ParseError, SourceError
 
@@ -62,7 +62,7 @@ def read_knob(host: Host, path: str) -> str:
 
 
 @collector("sysctl", multi=True, names=lambda t: [knob_name(path) for path in NET_KNOBS])
-def sysctls(host: Host, target: Target) -> dict[str, object]:
+def sysctls(host: Host, scope: Scope) -> dict[str, object]:
     out: dict[str, object] = {}
     for path in NET_KNOBS:
         try:
@@ -76,7 +76,7 @@ _VERSION_RE = re.compile(r"^\s*version:\s*(\S+)", re.MULTILINE)
 
 
 @collector("kernel.tcp_bbr")
-def tcp_bbr(host: Host, target: Target) -> dict:
+def tcp_bbr(host: Host, scope: Scope) -> dict:
     """Which BBR the kernel has. Mainline BBR (v1) declares no MODULE_VERSION; the
     BBRv3 tree declares version 3. Read, in order: /sys/module/tcp_bbr/version (a loaded
     module; a loaded module without it declares no version), the built-in modules'
@@ -117,7 +117,7 @@ def tcp_bbr(host: Host, target: Target) -> dict:
 
 
 @collector("hw.page_size")
-def page_size(host: Host, target: Target) -> int:
+def page_size(host: Host, scope: Scope) -> int:
     if host.live:
         return os.sysconf("SC_PAGE_SIZE")
     size = parse_ints(host.run(["getconf", "PAGESIZE"]), 1)[0]
@@ -127,7 +127,7 @@ def page_size(host: Host, target: Target) -> int:
 
 
 @collector("numa.nodes")
-def numa_nodes(host: Host, target: Target) -> list[int]:
+def numa_nodes(host: Host, scope: Scope) -> list[int]:
     from .process import parse_cpulist
 
     return parse_cpulist(host.read("/sys/devices/system/node/online"), empty_ok=False)

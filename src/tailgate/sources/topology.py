@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from ..collect import Target, collector
+from ..collect import Scope, collector
 from ..host import Host
 from ..model import SourceError
 from .process import parse_cpulist
@@ -39,5 +39,5 @@ def cpu_siblings(host: Host) -> dict[str, list[int]]:
 
 
 @collector("cpu.siblings")
-def siblings_fact(host: Host, target: Target) -> dict[str, list[int]]:
+def siblings_fact(host: Host, scope: Scope) -> dict[str, list[int]]:
     return cpu_siblings(host)
