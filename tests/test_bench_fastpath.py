@@ -43,25 +43,31 @@ def nginx():
         yield ng
 
 
-def engine_for(url: str, rate: float, duration: float, **info_opts):
+def engine_for(url: str, rate: float, duration: float, on_progress=None, **info_opts):
     target = parse_target(url)
     info = RunInfo(target=url, protocol=target.kind, rate=rate, duration_s=duration,
                    workers=1, connections=2, max_connections=64, timeout_s=1.0,
                    engine="fast", **info_opts)
     cfg = plan(info, target)[0]
-    eng = fastpath.FastEngine(cfg)
+    eng = fastpath.FastEngine(cfg, on_progress)
     eng.prepare()
     return info, cfg, eng
 
 
-def test_end_schedule_dispatches_nothing_more_and_abandons_nothing(nginx):
-    info, cfg, eng = engine_for(nginx.url("/"), rate=1000, duration=3.0)
+def run_then(info, eng, after_s: float, action):
+    """Run ``eng`` from 50 ms from now, calling ``action`` ``after_s`` into the run;
+    (its part, the result JSON)."""
     start = time.monotonic() + 0.05
-    timer = threading.Timer(0.05 + 0.5, eng.end_schedule)
+    timer = threading.Timer(0.05 + after_s, action)
     timer.start()
     part = eng.run(start)
     timer.join()
-    data = build_result(info, [part]).json
+    return part, build_result(info, [part]).json
+
+
+def test_end_schedule_dispatches_nothing_more_and_abandons_nothing(nginx):
+    info, cfg, eng = engine_for(nginx.url("/"), rate=1000, duration=3.0)
+    part, data = run_then(info, eng, 0.5, eng.end_schedule)
     req = data["requests"]
     assert data["accounting"] == {"consistent": True, "problems": []}
     # Ended about half a second in: what was dispatched is what was scheduled.
@@ -74,13 +80,9 @@ def test_recording_runs_during_the_run_as_an_idle_task(nginx):
     """In-run recording (histograms, progress) happens in a SCHED_IDLE thread, so it never
     takes the core from the loop thread; the final records still all arrive."""
     seen = []
-    url = nginx.url("/")
-    info = RunInfo(target=url, protocol="http", rate=1000, duration_s=1.5, workers=1,
-                   connections=2, max_connections=64, timeout_s=1.0, engine="fast")
-    cfg = plan(info, parse_target(url))[0]
-    eng = fastpath.FastEngine(cfg, lambda d: seen.append(
-        (os.sched_getscheduler(0), threading.current_thread().name, d["dispatched"])))
-    eng.prepare()
+    info, cfg, eng = engine_for(nginx.url("/"), rate=1000, duration=1.5, on_progress=lambda d:
+                                seen.append((os.sched_getscheduler(0),
+                                             threading.current_thread().name, d["dispatched"])))
     part = eng.run(time.monotonic() + 0.05)
     data = build_result(info, [part]).json
     assert eng.background is True
@@ -96,12 +98,7 @@ def test_recording_runs_during_the_run_as_an_idle_task(nginx):
 def test_stop_abandons_what_is_open_and_counts_nothing_twice():
     with FaultServer("hang", "http") as srv:  # reads requests, never answers
         info, cfg, eng = engine_for(srv.url, rate=200, duration=2.0)
-        start = time.monotonic() + 0.05
-        timer = threading.Timer(0.05 + 1.5, eng.stop)
-        timer.start()
-        part = eng.run(start)
-        timer.join()
-    data = build_result(info, [part]).json
+        _, data = run_then(info, eng, 1.5, eng.stop)
     req = data["requests"]
     assert data["interrupted"] is True
     assert data["accounting"] == {"consistent": True, "problems": []}

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -168,17 +169,28 @@ def test_llm_streams_from_two_nodes(cluster, tmp_path):
     assert np.array_equal(total.counts, parts[0].counts + parts[1].counts)
 
 
+def start_ray_bench(cluster, out: Path, duration: str) -> subprocess.Popen:
+    """A 200/s bench over the cluster, started; returns once the namespace node's load
+    worker has run its share for 3 s."""
+    p = subprocess.Popen([*TAILGATE, "bench", cluster.nginx.url("/"), "--rate", "200",
+                          "--duration", duration, "--connections", "2", "--ray",
+                          cluster.address, "--json", str(out)], env=env(),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not cluster.ns_pids("ray::LoadWorker") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if not cluster.ns_pids("ray::LoadWorker"):
+        p.kill()
+        p.wait()
+        raise AssertionError("no load worker appeared on the node")
+    time.sleep(3.0)
+    return p
+
+
 def test_ctrl_c_stops_every_node_and_keeps_what_they_measured(cluster, tmp_path):
     out = tmp_path / "r.json"
-    p = subprocess.Popen([*TAILGATE, "bench", cluster.nginx.url("/"), "--rate", "200",
-                          "--duration", "30s", "--connections", "2", "--ray", cluster.address,
-                          "--json", str(out)], env=env(), stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+    p = start_ray_bench(cluster, out, "30s")
     try:
-        deadline = time.monotonic() + 60
-        while not cluster.ns_pids("ray::LoadWorker") and time.monotonic() < deadline:
-            time.sleep(0.2)
-        time.sleep(3.0)
         p.send_signal(signal.SIGINT)
         stdout, stderr = p.communicate(timeout=60)
     finally:
@@ -198,17 +210,9 @@ def test_ctrl_c_stops_every_node_and_keeps_what_they_measured(cluster, tmp_path)
 
 def test_lost_node_mid_run_is_counted_as_lost(cluster, tmp_path):
     out = tmp_path / "r.json"
-    p = subprocess.Popen([*TAILGATE, "bench", cluster.nginx.url("/"), "--rate", "200",
-                          "--duration", "6s", "--connections", "2", "--ray", cluster.address,
-                          "--json", str(out)], env=env(), stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+    p = start_ray_bench(cluster, out, "6s")
     try:
-        # the namespace node's load worker has started its share: then its raylet dies
-        deadline = time.monotonic() + 60
-        while not cluster.ns_pids("ray::LoadWorker") and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert cluster.ns_pids("ray::LoadWorker"), "no load worker appeared on the node"
-        time.sleep(3.0)
+        # the namespace node's load worker has run its share for 3 s: then its raylet dies
         assert cluster.kill_node_raylet(), "no raylet in the namespace"
         stdout, stderr = p.communicate(timeout=90)
     finally:

@@ -27,6 +27,8 @@ import h2.events
 import h2.exceptions
 from hyperframe.frame import GoAwayFrame
 
+from .threaded_server import ThreadedServer
+
 SLEEP_S = 0.1
 
 
@@ -100,30 +102,11 @@ BAD = {
 }
 
 
-class H2Misbehaving:
+class H2Misbehaving(ThreadedServer):
     """Threaded loopback HTTP/2 (h2c prior knowledge) server; see the module docstring."""
-
-    def __init__(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.connections = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._accept, daemon=True)
 
     def url(self, method: str) -> str:
         return f"grpc://127.0.0.1:{self.port}/bad.Svc/{method}"
-
-    def _accept(self) -> None:
-        self.sock.settimeout(0.1)
-        while not self._stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            self.connections += 1
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, sock: socket.socket) -> None:
         sock.settimeout(10.0)
@@ -192,12 +175,3 @@ class H2Misbehaving:
         h2c.send_headers(sid, OK_HEADERS)
         h2c.send_data(sid, _msg(b"ok"))
         h2c.send_headers(sid, [("grpc-status", "0")], end_stream=True)
-
-    def __enter__(self) -> H2Misbehaving:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self.sock.close()
-        self._thread.join(timeout=5)

@@ -13,11 +13,12 @@ from __future__ import annotations
 import contextlib
 import socket
 import ssl
-import threading
 import time
 
+from .threaded_server import ThreadedServer
 
-class TlsServer:
+
+class TlsServer(ThreadedServer):
     def __init__(self, cert: str, key: str, handshake_delay_s: float = 0.0,
                  client_ca: str | None = None) -> None:
         self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -26,26 +27,12 @@ class TlsServer:
             self.ctx.load_verify_locations(client_ca)
             self.ctx.verify_mode = ssl.CERT_REQUIRED
         self.delay = handshake_delay_s
-        self.sock = socket.create_server(("127.0.0.1", 0), backlog=128)
-        self.port = self.sock.getsockname()[1]
         self.handshakes = 0  # completed
         self.failed: list[str] = []  # handshake errors seen by the server
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._accept, daemon=True)
+        super().__init__()
 
     def url(self, path: str = "/") -> str:
         return f"https://127.0.0.1:{self.port}{path}"
-
-    def _accept(self) -> None:
-        self.sock.settimeout(0.1)
-        while not self._stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
         conn.settimeout(10.0)
@@ -68,12 +55,3 @@ class TlsServer:
                 while b"\r\n\r\n" in buf:
                     _, buf = buf.split(b"\r\n\r\n", 1)
                     tls.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-
-    def __enter__(self) -> TlsServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self.sock.close()
-        self._thread.join(timeout=5)

@@ -526,18 +526,25 @@ static void strip(const char **s, size_t *n) {
     while (*n && ((*s)[*n - 1] == ' ' || (*s)[*n - 1] == '\t')) (*n)--;
 }
 
+/* The next item of a comma-separated field value, stripped (empty items included):
+ * 1 with (*t, *tl) set and *at moved past it, 0 when the list is done. Start with *at 0. */
+static int next_item(const char *v, size_t n, size_t *at, const char **t, size_t *tl) {
+    if (*at > n) return 0;
+    size_t j = *at;
+    while (j < n && v[j] != ',') j++;
+    *t = v + *at;
+    *tl = j - *at;
+    strip(t, tl);
+    *at = j + 1;
+    return 1;
+}
+
 /* Does the comma-separated list (lower-cased) hold token ``tok``? */
 static int has_token(const char *v, size_t n, const char *tok) {
-    size_t i = 0;
-    while (i <= n) {
-        size_t j = i;
-        while (j < n && v[j] != ',') j++;
-        const char *t = v + i;
-        size_t tl = j - i;
-        strip(&t, &tl);
+    size_t at = 0, tl;
+    const char *t;
+    while (next_item(v, n, &at, &t, &tl))
         if (ieq(t, tl, tok)) return 1;
-        i = j + 1;
-    }
     return 0;
 }
 
@@ -685,18 +692,12 @@ static int on_head(Loop *L, Conn *c, const char *blk, size_t n, Err *e, int *kee
         int chunked_before = 0;
         for (int i = 0; i < nf; i++) {
             if (f[i].which != F_TE) continue;
-            const char *v = S + f[i].off;
-            size_t vn = f[i].len, a = 0;
-            while (a <= vn) {
-                size_t b = a;
-                while (b < vn && v[b] != ',') b++;
-                const char *t = v + a;
-                size_t tl = b - a;
-                strip(&t, &tl);
+            size_t at = 0, tl;
+            const char *t;
+            while (next_item(S + f[i].off, f[i].len, &at, &t, &tl)) {
                 if (lastc && ieq(lastc, lastl, "chunked")) chunked_before = 1;
                 lastc = t;
                 lastl = tl;
-                a = b + 1;
             }
         }
         if (chunked_before) return seterr(e, PROTOCOL, "chunked is not the final transfer coding");
@@ -716,14 +717,9 @@ static int on_head(Loop *L, Conn *c, const char *blk, size_t n, Err *e, int *kee
         int nv = 0;
         for (int i = 0; i < nf; i++) {
             if (f[i].which != F_CL) continue;
-            const char *v = S + f[i].off;
-            size_t vn = f[i].len, a = 0;
-            while (a <= vn) {
-                size_t b = a;
-                while (b < vn && v[b] != ',') b++;
-                const char *t = v + a;
-                size_t tl = b - a;
-                strip(&t, &tl);
+            const char *v = S + f[i].off, *t;
+            size_t vn = f[i].len, at = 0, tl;
+            while (next_item(v, vn, &at, &t, &tl)) {
                 int good = tl >= 1 && tl <= 18;
                 int64_t x = 0;
                 for (size_t k = 0; good && k < tl; k++) {
@@ -738,7 +734,6 @@ static int on_head(Loop *L, Conn *c, const char *blk, size_t n, Err *e, int *kee
                 int seen = 0;
                 for (int k = 0; k < nv; k++) seen |= vals[k] == x;
                 if (!seen && nv < 16) vals[nv++] = x;
-                a = b + 1;
             }
         }
         if (nv != 1) {
@@ -1238,16 +1233,22 @@ static void on_readable(Loop *L, Conn *c) {
     }
 }
 
+/* A connecting socket reported an event: 1 when its connect failed (counted and
+ * closed), 0 when it has not. */
+static int connect_error(Loop *L, Conn *c, int initial) {
+    int err = 0;
+    socklen_t el = sizeof err;
+    getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &el);
+    if (!err) return 0;
+    char reason[MAX_REASON];
+    snprintf(reason, sizeof reason, "[Errno %d] %s", err, strerror(err));
+    connect_failed(L, c, reason, initial);
+    return 1;
+}
+
 static void on_event(Loop *L, Conn *c, uint32_t events) {
     if (c->state == C_CONNECTING) {
-        int err = 0;
-        socklen_t el = sizeof err;
-        getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &el);
-        if (err) {
-            char reason[MAX_REASON];
-            snprintf(reason, sizeof reason, "[Errno %d] %s", err, strerror(err));
-            connect_failed(L, c, reason, 0);
-        } else if (events & (EPOLLOUT | EPOLLERR | EPOLLHUP)) {
+        if (!connect_error(L, c, 0) && (events & (EPOLLOUT | EPOLLERR | EPOLLHUP))) {
             connected(L, c);
         }
         return;
@@ -1552,14 +1553,7 @@ static PyObject *Loop_prepare(Loop *L, PyObject *args) {
                 if (evs[k].data.u64 == EV_WAKE) continue;
                 Conn *c = &L->conns[evs[k].data.u64];
                 if (c->state == C_CONNECTING) {
-                    int err = 0;
-                    socklen_t el = sizeof err;
-                    getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &el);
-                    if (err) {
-                        char reason[MAX_REASON];
-                        snprintf(reason, sizeof reason, "[Errno %d] %s", err, strerror(err));
-                        connect_failed(L, c, reason, 1);
-                    } else connected(L, c);
+                    if (!connect_error(L, c, 1)) connected(L, c);
                 } else on_event(L, c, evs[k].events);
             }
         }
