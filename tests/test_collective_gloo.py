@@ -1,7 +1,9 @@
 """``torchrun --nproc-per-node 2 -m tailgate bench allreduce --backend gloo``: real
 torch.distributed ranks on CPU, the same checks as with MPI.
 
-Needs torch (``tailgate[torch]``, the CPU build is enough); without it these tests fail
+Needs torch (``tailgate[torch]``, the CPU build is enough), so these run on request
+(``pytest -m optin``): PyPI's x86_64 torch is the CUDA build, about 2.9 GB, which the
+default suite must not download onto a machine without a GPU. Without torch they fail
 saying so.
 """
 
@@ -18,12 +20,14 @@ import pytest
 from support import collective as co
 from tailgate.bench.collective.spec import algbw_gbps
 
+pytestmark = pytest.mark.optin
+
 CORRUPT = str(Path(__file__).parent / "support" / "allreduce_corrupt.py")
 
 
 @pytest.fixture(autouse=True)
 def _launchers():
-    why = co.missing()
+    why = co.missing("gloo")
     if why:
         pytest.fail(why)
 

@@ -21,7 +21,7 @@ CORRUPT = str(Path(__file__).parent / "support" / "allreduce_corrupt.py")
 
 @pytest.fixture(autouse=True)
 def _launchers():
-    why = co.missing()
+    why = co.missing("mpi")
     if why:
         pytest.fail(why)
 

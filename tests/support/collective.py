@@ -30,15 +30,15 @@ GAP_SLEEP = "230 0x1 0x1 "
 _RANK_VARS = {"mpi": "OMPI_COMM_WORLD_RANK", "gloo": "RANK", "nccl": "RANK"}
 
 
-def missing() -> str | None:
-    """Why the launchers cannot run here (None: they can). Tests fail with it, never skip."""
-    if shutil.which("mpirun") is None:
+def missing(backend: str) -> str | None:
+    """Why `backend`'s launcher cannot run here (None: it can). Tests fail with it, never skip."""
+    if backend == "mpi" and shutil.which("mpirun") is None:
         return "mpirun not found: apt-get install openmpi-bin libopenmpi-dev"
-    for mod, extra in (("mpi4py", "mpi"), ("torch", "torch")):
-        try:
-            __import__(mod)
-        except ImportError:
-            return f"{mod} not importable: pip install 'tailgate[{extra}]'"
+    mod, extra = ("mpi4py", "mpi") if backend == "mpi" else ("torch", "torch")
+    try:
+        __import__(mod)
+    except ImportError:
+        return f"{mod} not importable: pip install 'tailgate[{extra}]'"
     return None
 
 
@@ -46,6 +46,9 @@ def env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = SRC + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.setdefault("OMP_NUM_THREADS", "1")  # torchrun would print a warning to set it
+    # gloo finds its address from the host name, which need not resolve (a fresh root has no
+    # /etc/hosts entry for it: "gai error: -2"); the ranks all run here, on loopback.
+    env.setdefault("GLOO_SOCKET_IFNAME", "lo")
     return env
 
 
