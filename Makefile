@@ -1,27 +1,45 @@
-# The README's two promises: `make run` and `make test`, on a fresh Debian 12 as root.
+# The README's two promises: `make run` and `make test`, on a fresh Debian 12 as root
+# (one that has only git and make: the first step installs Python itself).
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
-# Debian packages: the tools tailgate reads from and the real servers/peers the tests use.
+# Debian packages. APT_BOOT: Python with venv's pip bootstrap (Debian splits it into
+# python3-venv) and what builds the compiled load engine (bench/fastloop.c).
+# APT_RUN: the tools tailgate reads from. APT_TEST: the real servers/peers the tests use.
+APT_BOOT := python3 python3-venv python3-dev gcc libc6-dev
 APT_RUN  := ethtool iproute2 bpftrace
-APT_TEST := $(APT_RUN) nginx-light wrk prometheus-node-exporter gcc g++ cmake libc6-dev liburing-dev \
-            numactl prometheus chromium openmpi-bin libopenmpi-dev dpdk-dev \
-            musl-tools libjemalloc-dev libgoogle-perftools-dev libmimalloc-dev golang-go python3-dev
+APT_TEST := $(APT_RUN) nginx-light wrk prometheus-node-exporter g++ cmake liburing-dev \
+            numactl prometheus chromium openmpi-bin libopenmpi-dev dpdk-dev debootstrap \
+            musl-tools libjemalloc-dev libgoogle-perftools-dev libmimalloc-dev golang-go
 
-.PHONY: run test venv venv-test apt-run apt-test tracefs lint bench clean
+.PHONY: run test check venv venv-test apt-boot apt-run apt-test tracefs lint bench clean \
+        fresh-root-run fresh-root-test
 
-$(PY):
-	$(PYTHON) -m venv $(VENV)
+# A venv counts only once pip works in it: a set-up that failed half way (no python3-venv,
+# no space) is removed and made again by the next `make`, never left to break it.
+$(VENV)/.venv-ok: | apt-boot
+	@if [ -e $(VENV) ] && ! $(PY) -m pip --version >/dev/null 2>&1; then \
+	  echo "removing $(VENV): an earlier set-up left it without pip"; rm -rf $(VENV); fi
+	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: apt-get install python3"; exit 1; }
+	@[ -e $(PY) ] || $(PYTHON) -m venv $(VENV) || { rm -rf $(VENV); \
+	  echo "$(PYTHON) -m venv failed: on Debian, apt-get install python3-venv"; exit 1; }
+	@$(PY) -m pip --version >/dev/null 2>&1 || { rm -rf $(VENV); \
+	  echo "$(VENV) has no pip: on Debian, apt-get install python3-venv"; exit 1; }
 	$(PY) -m pip install -q --upgrade pip
+	@touch $@
 
 # tailgate and its runtime dependencies (what `make run` needs)
-$(VENV)/.installed-run: pyproject.toml | $(PY) apt-run
+# The compiled engine is optional for pip users without a compiler, never for `make run`,
+# which installs one: a build that failed must not leave --engine auto on the slow engine.
+$(VENV)/.installed-run: pyproject.toml | $(VENV)/.venv-ok apt-run
 	$(PY) -m pip install -q -e .
+	@$(PY) -c "import tailgate.bench.fastloop" || { \
+	  echo "the compiled load engine (bench/fastloop.c) did not build: gcc and python3-dev"; exit 1; }
 	touch $@
 
 # plus what the tests need (pytest, hypothesis, ruff, the LLM test server, ...)
 # (after apt-test: mpi4py builds against Open MPI, llama-cpp-python with cmake and g++)
-$(VENV)/.installed-test: pyproject.toml | $(PY) apt-test
+$(VENV)/.installed-test: pyproject.toml | $(VENV)/.venv-ok apt-test
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@ $(VENV)/.installed-run
 
@@ -38,10 +56,13 @@ APT_INSTALL = missing=""; for p in $(1); do \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
-apt-run:
+apt-boot:
+	@$(call APT_INSTALL,$(APT_BOOT))
+
+apt-run: apt-boot
 	@$(call APT_INSTALL,$(APT_RUN))
 
-apt-test:
+apt-test: apt-boot
 	@$(call APT_INSTALL,$(APT_TEST))
 
 # bpftrace needs tracefs; a freshly booted VM has it unmounted. Mounting it changes no
@@ -66,6 +87,19 @@ lint: venv-test
 
 test: apt-test venv-test tracefs lint
 	$(PY) -m pytest
+
+# The fast loop: lint plus the tests that need no root, server or network (under two minutes).
+check: venv-test
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(PY) -m pytest -q -m unit
+
+# The two promises proven on a brand-new Debian 12 root (debootstrap, chroot): `make run`
+# runs in the suite (tests/test_fresh_root.py); `make test` there takes about half an hour,
+# so it is run by hand before a release and when the Makefile or dependencies change.
+fresh-root-run:
+	tests/support/fresh_root.sh run
+fresh-root-test:
+	tests/support/fresh_root.sh test
 
 bench: venv-test apt-test
 	$(PY) benchmarks/run_all.py

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# The README's two commands on a brand-new Debian 12 root: debootstrap (minbase) plus only
+# git and make, entered with chroot, a fresh clone of this checkout's HEAD inside.
+#
+#   tests/support/fresh_root.sh run|test [CHECKOUT]
+#
+# run:  `make run` inside; then checks report.json and the compiled engine (tests/test_fresh_root.py)
+# test: `make test` inside (about half an hour: by hand, before a release or a Makefile change)
+#
+# Set up as a machine would be, where a chroot differs from one:
+#  * its own mount namespace (unshare): every mount below vanishes with it, none can leak,
+#    and nothing of the host is changed; /proc, /sys (with tracefs and cgroups) and /dev are
+#    the host's, bound in, as on the machine itself
+#  * /run is a tmpfs (ip netns keeps its namespaces there)
+#  * /etc/hosts names this host (debootstrap writes none; gloo and MPI resolve the host name)
+# What is cached between runs (TAILGATE_FRESH_CACHE, default /var/cache/tailgate-fresh-root):
+# the pristine root, never written after it is made (each run writes to an overlay on top),
+# and the downloaded .deb and wheel files: the downloads, not the install steps.
+set -euo pipefail
+
+mode=${1:?usage: fresh_root.sh run|test [CHECKOUT]}
+src=${2:-$(git -C "$(dirname "$0")" rev-parse --show-toplevel)}
+cache=${TAILGATE_FRESH_CACHE:-/var/cache/tailgate-fresh-root}
+mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+base=$cache/bookworm-minbase-git-make
+case $mode in run|test) ;; *) echo "fresh_root.sh: mode is run or test, not '$mode'" >&2; exit 2;; esac
+[ "$(id -u)" = 0 ] || { echo "fresh_root.sh: needs root (debootstrap, chroot, mounts)" >&2; exit 2; }
+command -v debootstrap >/dev/null || { echo "fresh_root.sh: apt-get install debootstrap" >&2; exit 2; }
+
+mkdir -p "$cache/apt-archives/partial" "$cache/pip"
+exec 9>"$cache/lock"
+flock 9  # one run at a time: they share the caches
+if [ ! -e "$base/.complete" ]; then
+  echo "fresh_root: debootstrap --variant=minbase --include=git,make bookworm (once, cached)"
+  rm -rf "$base.tmp"
+  debootstrap --variant=minbase --include=git,make --cache-dir="$cache/apt-archives" \
+    bookworm "$base.tmp" "$mirror" >"$cache/debootstrap.log" 2>&1 \
+    || { tail -20 "$cache/debootstrap.log" >&2; exit 1; }
+  touch "$base.tmp/.complete"
+  mv "$base.tmp" "$base"
+fi
+
+work=$(mktemp -d "${TMPDIR:-/var/tmp}/tailgate-fresh.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$work/upper" "$work/overlay-work" "$work/root" "$work/scratch"
+export base work src mode cache
+
+# Everything from here runs in a private mount namespace.
+unshare --mount --propagation private -- bash -euo pipefail -c '
+  root=$work/root
+  mount -t overlay overlay -o "lowerdir=$base,upperdir=$work/upper,workdir=$work/overlay-work" "$root"
+  mount --rbind /proc "$root/proc"
+  mount --rbind /sys "$root/sys"
+  mount --rbind /dev "$root/dev"
+  mount -t tmpfs -o mode=755 tmpfs "$root/run"
+  mkdir -p "$root/var/cache/apt/archives" "$root/root/.cache/pip" "$root/var/tmp"
+  mount --bind "$cache/apt-archives" "$root/var/cache/apt/archives"
+  mount --bind "$cache/pip" "$root/root/.cache/pip"
+  # a fresh root of its own for the suite inside (tests/test_fresh_root.py runs there too):
+  # the same caches, and scratch space that is not on the overlay
+  mkdir -p "$root$cache" && mount --bind "$cache" "$root$cache"
+  mount --bind "$work/scratch" "$root/var/tmp"
+  printf "127.0.0.1\tlocalhost\n127.0.1.1\t%s\n::1\tlocalhost ip6-localhost\n" "$(hostname)" \
+    > "$root/etc/hosts"
+  cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
+  git clone --quiet "$src" "$root/root/tailgate"
+  echo "fresh_root: make $mode in a fresh Debian 12 root (chroot $root)"
+  start=$(date +%s)
+  rc=0
+  chroot "$root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb \
+    PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    bash -c "cd /root/tailgate && make $mode" || rc=$?
+  echo "fresh_root: make $mode exited $rc after $(( $(date +%s) - start )) s"
+  if [ "$mode" = run ]; then
+    [ -s "$root/root/tailgate/report.json" ] || { echo "fresh_root: no report.json"; [ "$rc" = 0 ] && rc=1; }
+    chroot "$root" /root/tailgate/.venv/bin/python -c "import tailgate.bench.fastloop" \
+      && echo "fresh_root: compiled engine present" \
+      || { echo "fresh_root: the compiled engine is missing"; [ "$rc" = 0 ] && rc=1; }
+    mkdir -p "${FRESH_ROOT_OUT:-$work/out}"
+    cp "$root/root/tailgate/report.json" "${FRESH_ROOT_OUT:-$work/out}/" 2>/dev/null || true
+  fi
+  exit $rc
+'
