@@ -13,6 +13,10 @@
 #    the host's, bound in, as on the machine itself
 #  * /run is a tmpfs (ip netns keeps its namespaces there)
 #  * /etc/hosts names this host (debootstrap writes none; gloo and MPI resolve the host name)
+#  * the network's TLS trust: where this host's pip is given a CA bundle (PIP_CERT, as on a
+#    network whose proxy re-signs TLS), the root gets the same bundle for pip and git, as a
+#    machine on that network would have it in its trust store; nothing else of the host's
+#    pip or apt configuration goes in
 # What is cached between runs (TAILGATE_FRESH_CACHE, default /var/cache/tailgate-fresh-root):
 # the pristine root, never written after it is made (each run writes to an overlay on top),
 # and the downloaded .deb and wheel files: the downloads, not the install steps.
@@ -43,7 +47,7 @@ fi
 work=$(mktemp -d "${TMPDIR:-/var/tmp}/tailgate-fresh.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/upper" "$work/overlay-work" "$work/root" "$work/scratch"
-export base work src mode cache
+export base work src mode cache PIP_CERT
 
 # Everything from here runs in a private mount namespace.
 unshare --mount --propagation private -- bash -euo pipefail -c '
@@ -63,12 +67,17 @@ unshare --mount --propagation private -- bash -euo pipefail -c '
   printf "127.0.0.1\tlocalhost\n127.0.1.1\t%s\n::1\tlocalhost ip6-localhost\n" "$(hostname)" \
     > "$root/etc/hosts"
   cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
+  tls=()
+  if [ -n "${PIP_CERT:-}" ] && [ -r "$PIP_CERT" ]; then
+    mkdir -p "$root/etc/fresh-root" && cp "$PIP_CERT" "$root/etc/fresh-root/ca.crt"
+    tls=(PIP_CERT=/etc/fresh-root/ca.crt SSL_CERT_FILE=/etc/fresh-root/ca.crt)
+  fi
   git clone --quiet "$src" "$root/root/tailgate"
   echo "fresh_root: make $mode in a fresh Debian 12 root (chroot $root)"
   start=$(date +%s)
   rc=0
   chroot "$root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb \
-    PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "${tls[@]}" \
     bash -c "cd /root/tailgate && make $mode" || rc=$?
   echo "fresh_root: make $mode exited $rc after $(( $(date +%s) - start )) s"
   if [ "$mode" = run ]; then
