@@ -53,6 +53,26 @@ tailgate.judge.run_check = _watched_run_check
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "expect_error_findings: this test makes error findings on purpose")
+    config.addinivalue_line(
+        "markers", "unit: needs no root, server, network, bpftrace or compiler (make check)")
+
+
+# The modules of `make check`: parsers, checks, codecs and pure computation, fed fixtures and
+# captured formats. Everything else needs root, a real server, bpftrace or a namespace.
+UNIT_MODULES = frozenset("""
+    test_alloc_units test_bench_confidence test_bench_units test_collective_units
+    test_compare test_diagnose_units test_dpdk_parsers test_errors test_fleet_view test_hist
+    test_http1_codec test_l1_checks test_l1_parsers test_l2_checks test_l2_parsers
+    test_l3_checks test_l3_parsers test_llm_units test_pcie_link test_plan_fanout
+    test_plan_kv test_plan_readme test_plan_specdec test_probe_units test_readme
+    test_verdict
+""".split())
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.module is not None and item.module.__name__.rpartition(".")[2] in UNIT_MODULES:
+            item.add_marker(pytest.mark.unit)
 
 
 def _new_lines() -> list[str]:

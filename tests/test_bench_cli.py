@@ -16,6 +16,7 @@ from hdrh.log import HistogramLogReader
 
 from support.nginx import Nginx, available
 from support.require import require
+from support.signals import sigint_default
 from tailgate.bench.result import read_log
 from tailgate.hist import DEFAULT_SPEC, Histogram
 
@@ -156,7 +157,8 @@ def test_ctrl_c_writes_partial_results_marked_interrupted(nginx, tmp_path, engin
     p = subprocess.Popen([*TAILGATE, nginx.url("/"), "--engine", engine,
                           "--rate", "300", "--duration", "60s",
                           "--workers", "2", "--json", str(out), "--quiet"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=sigint_default)
     time.sleep(2.5)
     p.send_signal(signal.SIGINT)
     stdout, stderr = p.communicate(timeout=30)  # a hang guard, not a speed assertion

@@ -24,6 +24,7 @@ from support.nginx import available as nginx_available
 from support.raycluster import RayCluster, env
 from support.raycluster import available as ray_available
 from support.require import require
+from support.signals import sigint_default
 from tailgate.hist import decode
 
 TAILGATE = [sys.executable, "-m", "tailgate"]
@@ -175,7 +176,8 @@ def start_ray_bench(cluster, out: Path, duration: str) -> subprocess.Popen:
     p = subprocess.Popen([*TAILGATE, "bench", cluster.nginx.url("/"), "--rate", "200",
                           "--duration", duration, "--connections", "2", "--ray",
                           cluster.address, "--json", str(out)], env=env(),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=sigint_default)
     deadline = time.monotonic() + 60
     while not cluster.ns_pids("ray::LoadWorker") and time.monotonic() < deadline:
         time.sleep(0.2)

@@ -21,6 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from support.signals import sigint_default
 from tailgate.cli import main
 from tailgate.host import Host, Refused, TooLarge, valid_iface, valid_pid
 from tailgate.model import ParseError, SourceError
@@ -143,7 +144,8 @@ def test_ctrl_c_ends_the_run_cleanly_and_writes_nothing(tmp_path):
     out, saved = tmp_path / "r.json", tmp_path / "s.json"
     proc = subprocess.Popen([sys.executable, "-m", "tailgate", "inspect", "--interval", "30",
                              "--no-history", "--json", str(out), "--save", str(saved)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=sigint_default)
     time.sleep(3)  # past start-up: inside the first sample or the interval
     proc.send_signal(signal.SIGINT)
     try:
@@ -467,7 +469,8 @@ def test_ctrl_c_during_a_probe_window_stops_the_probes_now(tmp_path):
     out = tmp_path / "r.json"
     proc = subprocess.Popen([sys.executable, "-m", "tailgate", "inspect", "--interval", "0",
                              "--no-history", "--probe-window", "120", "--json", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=sigint_default)
     time.sleep(5)  # inside the window (or still attaching)
     proc.send_signal(signal.SIGINT)
     try:

@@ -18,6 +18,11 @@ REPO = Path(__file__).resolve().parents[1]
 
 # What each README command needs from Debian, and who needs it.
 RUN_NEEDS = {
+    "python3": "a minimal Debian has no Python (tests/test_fresh_root.py)",
+    "python3-venv": "venv's pip bootstrap, which Debian splits out of python3",
+    "python3-dev": "Python.h for the compiled hot path (bench/fastloop.c) with Debian's python3",
+    "gcc": "builds the compiled hot path, which make run requires",
+    "libc6-dev": "the C library's headers for that build",
     "ethtool": "NIC statistics, FEC, module EEPROM, RSS (sources/ethtool.py)",
     "iproute2": "ss, tc (sources/sockets.py, sources/qdisc.py)",
     "bpftrace": "the probes and inspect --probe-window (probes/driver.py)",
@@ -27,10 +32,9 @@ TEST_NEEDS = {
     "nginx-light": "the real HTTP server of the bench tests (tests/support/nginx.py)",
     "wrk": "the closed-loop peer in benchmarks/bench_http.py",
     "prometheus-node-exporter": "the peer in benchmarks/bench_inspect.py",
-    "gcc": "C workloads the tests compile (tests/support/workloads)",
+    "debootstrap": "the fresh Debian 12 root of tests/test_fresh_root.py",
     "g++": "the llama-cpp-python source build",
     "cmake": "the llama-cpp-python source build",
-    "libc6-dev": "C workloads",
     "liburing-dev": "tests/support/uring_ring.c (liburing.h)",
     "numactl": "the live l2.numa.affinity tests (tests/test_numa_live.py)",
     "prometheus": "promtool and the real Prometheus of tests/test_fleet_prometheus.py",
@@ -43,7 +47,6 @@ TEST_NEEDS = {
     "libgoogle-perftools-dev": "a tcmalloc-linked workload (tests/test_alloc_live.py)",
     "libmimalloc-dev": "a mimalloc-linked workload (tests/test_alloc_live.py)",
     "golang-go": "a Go workload (runtime.mallocgc) for tests/test_alloc_live.py",
-    "python3-dev": "Python.h for the compiled hot path (bench/fastloop.c) with Debian's python3",
 }
 
 

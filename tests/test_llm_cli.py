@@ -19,6 +19,7 @@ from support.llm_server import (
     llama_server,
 )
 from support.require import require
+from support.signals import sigint_default
 from tailgate.bench.result import read_log
 
 FIX = Path(__file__).parent / "fixtures" / "llm"
@@ -119,7 +120,8 @@ def test_bench_cli_ctrl_c_writes_what_it_has(tmp_path):
         p = subprocess.Popen(
             [sys.executable, "-m", "tailgate", "bench", f"openai+{srv.base}", "--model", "m",
              "--rate", "20", "--duration", "30s", "--timeout", "60s", "--output-len", "3",
-             "--json", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             "--json", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            preexec_fn=sigint_default)
         deadline = time.monotonic() + 30
         while len(srv.bodies) < 6 and time.monotonic() < deadline:
             time.sleep(0.05)
