@@ -33,7 +33,7 @@ command -v debootstrap >/dev/null || { echo "fresh_root.sh: apt-get install debo
 
 mkdir -p "$cache/apt-archives/partial" "$cache/pip"
 exec 9>"$cache/lock"
-flock 9  # one run at a time: they share the caches
+flock 9  # one run makes the pristine root; the suite inside a root runs this script again
 if [ ! -e "$base/.complete" ]; then
   echo "fresh_root: debootstrap --variant=minbase --include=git,make bookworm (once, cached)"
   rm -rf "$base.tmp"
@@ -43,6 +43,7 @@ if [ ! -e "$base/.complete" ]; then
   touch "$base.tmp/.complete"
   mv "$base.tmp" "$base"
 fi
+exec 9>&-
 
 work=$(mktemp -d "${TMPDIR:-/var/tmp}/tailgate-fresh.XXXXXX")
 trap 'rm -rf "$work"' EXIT
