@@ -18,6 +18,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -1363,6 +1364,8 @@ struct tg_sched_attr {
 
 static int short_slice(uint64_t ns) {
 #ifdef SYS_sched_setattr
+    /* a slice is a CFS setting: setting it would demote a real-time loop to SCHED_OTHER */
+    if (sched_getscheduler(0) != SCHED_OTHER) return -1;
     struct tg_sched_attr a;
     memset(&a, 0, sizeof a);
     a.size = sizeof a;
@@ -1418,7 +1421,13 @@ static int Loop_init(Loop *L, PyObject *args, PyObject *kw) {
         return -1;
     int rc = -1;
     L->ep = L->wake_fd = -1;
-    pthread_mutex_init(&L->mu, NULL);
+    /* priority inheritance: the recorder thread that takes() runs below the loop thread, and
+     * a real-time loop (chrt) must not wait behind it while it is preempted holding mu */
+    pthread_mutexattr_t ma;
+    pthread_mutexattr_init(&ma);
+    pthread_mutexattr_setprotocol(&ma, PTHREAD_PRIO_INHERIT);
+    pthread_mutex_init(&L->mu, &ma);
+    pthread_mutexattr_destroy(&ma);
     L->tcp = !strcmp(kind, "tcp");
     L->family = family;
     memset(&L->addr, 0, sizeof L->addr);
