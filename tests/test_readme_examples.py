@@ -1,7 +1,7 @@
-"""Every command the README shows (a `$ ` line in one of its code blocks) runs here exactly as
-written, from a directory holding the repository's `examples/`, and exits as the README says;
-where its output is deterministic, the lines shown are what it prints. The few that cannot
-run here are listed with the reason. The README's table of red lines is the catalog's."""
+"""Every command the README and the docs/ pages show (a `$ ` line in a code block) runs here
+exactly as written, from a directory holding the repository's `examples/`, and exits as the
+page says; where its output is deterministic, the lines shown are what it prints. The few that
+cannot run here are listed with the reason. The README's table of red lines is the catalog's."""
 
 from __future__ import annotations
 
@@ -26,17 +26,45 @@ README = (ROOT / "README.md").read_text()
 STATUS = re.compile(r"^  (PASS|WARN|FAIL|SKIP|UNKNOWN|ERROR)\s+(\S+)", re.M)
 
 
-def shown() -> dict[str, list[str]]:
-    """Each `$ ` command of the README's fenced code blocks, with the output lines shown under it."""
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def page_commands(text: str) -> dict[str, list[str]]:
+    """Each `$ ` command of a page's code blocks (fenced, or indented by four spaces), its
+    continuation lines (`\\`) joined, with the output lines shown under it."""
     commands: dict[str, list[str]] = {}
-    for block in re.findall(r"^```[^\n]*\n(.*?)^```", README, re.M | re.S):
-        current = None
-        for line in block.splitlines():
-            if line.startswith("$ "):
-                current = line[2:]
-                commands[current] = []
-            elif current is not None:
-                commands[current].append(line)
+    fenced, current, pending = False, None, ""
+    for raw in text.splitlines():
+        if raw.startswith("```"):
+            fenced, current = not fenced, None
+            continue
+        line = raw if fenced else raw[4:] if raw.startswith("    ") else None
+        if line is None:
+            current = None
+            continue
+        if pending:
+            pending += " " + line.strip()
+        elif line.startswith("$ "):
+            pending = line[2:]
+        elif current is not None:
+            commands[current].append(line)
+            continue
+        else:
+            continue
+        if pending.endswith("\\"):
+            pending = pending[:-1].rstrip()
+            continue
+        current, pending = pending, ""
+        commands[current] = []
+    return commands
+
+
+def shown() -> dict[str, list[str]]:
+    """Every page's commands; one shown on two pages must print the same on both."""
+    commands: dict[str, list[str]] = {}
+    for page in PAGES:
+        for command, output in page_commands(page.read_text()).items():
+            commands[command] = commands.get(command) or output
     return commands
 
 
@@ -151,6 +179,17 @@ RUNS = {
     "tailgate rules --out tailgate-rules.yml": rules_file,
     "tailgate plan kv examples/deepseek-v3/config.json": exits(0),
     "tailgate plan specdec --metrics examples/vllm-specdec-ngram.prom --cost 0.02": exits(0),
+    # docs/plan.md
+    "tailgate plan kv examples/deepseek-v3/config.json --dtype fp8 --scale-block 64 --hbm 141GB --tp 8 "
+    "--seq-len 32768": exits(0),
+    "tailgate plan specdec --concurrency 128 --bound memory --domain general "
+    "--candidate eagle3:eagle:0.7:0.04 --candidate qwen-0.5b:draft:0.85:0.12": exits(0),
+    "tailgate plan fanout --from examples/leaf.hlog --fanout 100 --monte-carlo 100000": exits(0),
+    "tailgate plan fanout --from examples/leaf.hlog --fanout 100 --hops 3 --hedge-after p95 "
+    "--monte-carlo 100000": exits(0),
+    "tailgate plan prefix-cache tests/fixtures/llm/mooncake_conversation_trace.jsonl.gz "
+    "--kv-config examples/deepseek-v3/config.json --hbm 1TB --dram 4TB --prefetch-bandwidth 50GB "
+    "--curve 6 --html curve.html": exits(0),
 }
 # Commands the README shows that cannot run here as written, and why.
 CANNOT = {
@@ -162,16 +201,23 @@ CANNOT = {
     "--workers 1":
         "PORT and WORKER stand for a live nginx and its stopped worker (tests/test_diagnose_scenarios.py "
         "runs that scenario)",
+    # docs/plan.md
+    "tailgate bench http://127.0.0.1:PORT/ --sweep 25..400 --sweep-steps 5 --duration 2s --workers 1 "
+    "--connections 4 --slo 'p99<100ms'":
+        "PORT stands for the serial test server of tests/test_plan_sweep.py, which runs this sweep",
+    # docs/inspect.md
+    "tailgate inspect --dpdk tg-724f1b06 --interval 1":
+        "names a live testpmd's file prefix (tests/test_dpdk_live.py starts one and inspects it)",
 }
 
 
 def test_every_shown_command_is_run_or_says_why_not():
     cmds = set(shown())
-    assert cmds, "no `$ ` command found in the README"
+    assert set(page_commands(README)) >= {"tailgate checks                # the table of red lines below"}
     unlisted = cmds - set(RUNS) - set(CANNOT)
-    assert not unlisted, f"README commands neither run nor excused here: {sorted(unlisted)}"
+    assert not unlisted, f"shown in README.md or docs/, neither run nor excused: {sorted(unlisted)}"
     stale = (set(RUNS) | set(CANNOT)) - cmds
-    assert not stale, f"listed here but no longer in the README: {sorted(stale)}"
+    assert not stale, f"listed here but no longer shown in README.md or docs/: {sorted(stale)}"
 
 
 @pytest.mark.parametrize("command", sorted(RUNS))
@@ -180,15 +226,16 @@ def test_readme_command_runs_as_written(command, tmp_path):
         require(None if os.geteuid() == 0 else "the probe window needs root")
         require(None if shutil.which("bpftrace") else "bpftrace is not installed")
     (tmp_path / "examples").symlink_to(ROOT / "examples")
+    (tmp_path / "tests").symlink_to(ROOT / "tests")
     expected = shown().get(command)
-    assert expected is not None, f"not in the README: {command}"
+    assert expected is not None, f"not shown in README.md or docs/: {command}"
     RUNS[command](run(command, tmp_path), tmp_path, expected)
 
 
 def test_every_named_example_file_ships():
     for command in shown():
         for word in shlex.split(command, comments=True):
-            if word.startswith("examples/"):
+            if word.startswith(("examples/", "tests/")):
                 assert (ROOT / word).is_file(), f"{command}: {word} is not in the repository"
 
 
