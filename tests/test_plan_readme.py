@@ -1,4 +1,5 @@
-"""The README's command reference lists every option of every `tailgate plan` subcommand."""
+"""The plan page's options reference (docs/plan.md) lists every option of every
+`tailgate plan` subcommand."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 
 from tailgate.cli import build_parser
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+PLAN = (Path(__file__).resolve().parents[1] / "docs" / "plan.md").read_text()
 
 
 def plan_subcommands() -> dict[str, argparse.ArgumentParser]:
@@ -21,8 +22,9 @@ def plan_subcommands() -> dict[str, argparse.ArgumentParser]:
 
 
 def reference(name: str) -> str:
-    ref = README.split("## Command reference", 1)[1].split("\n## ", 1)[0]
+    ref = PLAN.split("\n## Options\n", 1)[1].split("\n## ", 1)[0]
     part = ref.split("### `tailgate plan SUB`", 1)[1].split("\n### ", 1)[0]
+    assert f"`tailgate plan {name}`" in part, f"docs/plan.md: no options table for `tailgate plan {name}`"
     return part.split(f"`tailgate plan {name}`", 1)[1].split("\n`tailgate plan ", 1)[0]
 
 
@@ -33,4 +35,4 @@ def test_every_plan_option_is_documented(name):
                if not isinstance(action, argparse._HelpAction)
                for opt in action.option_strings
                if not re.search(rf"`{re.escape(opt)}[ `]", text)]
-    assert not missing, f"tailgate plan {name}: undocumented in the README: {missing}"
+    assert not missing, f"tailgate plan {name}: undocumented in docs/plan.md: {missing}"
