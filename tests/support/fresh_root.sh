@@ -6,6 +6,8 @@
 #
 # run:  `make run` inside; then checks report.json and the compiled engine (tests/test_fresh_root.py)
 # test: `make test` inside (about half an hour: by hand, before a release or a Makefile change)
+# venv-test: only the test set-up inside (fills the download and wheel caches, e.g. the
+#            llama-cpp-python build, so that a later `test` spends its time on the suite)
 #
 # Set up as a machine would be, where a chroot differs from one:
 #  * its own mount namespace (unshare): every mount below vanishes with it, none can leak,
@@ -22,12 +24,12 @@
 # and the downloaded .deb and wheel files: the downloads, not the install steps.
 set -euo pipefail
 
-mode=${1:?usage: fresh_root.sh run|test [CHECKOUT]}
+mode=${1:?usage: fresh_root.sh run|test|venv-test [CHECKOUT]}
 src=${2:-$(git -C "$(dirname "$0")" rev-parse --show-toplevel)}
 cache=${TAILGATE_FRESH_CACHE:-/var/cache/tailgate-fresh-root}
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 base=$cache/bookworm-minbase-git-make
-case $mode in run|test) ;; *) echo "fresh_root.sh: mode is run or test, not '$mode'" >&2; exit 2;; esac
+case $mode in run|test|venv-test) ;; *) echo "fresh_root.sh: mode is run, test or venv-test, not '$mode'" >&2; exit 2;; esac
 [ "$(id -u)" = 0 ] || { echo "fresh_root.sh: needs root (debootstrap, chroot, mounts)" >&2; exit 2; }
 command -v debootstrap >/dev/null || { echo "fresh_root.sh: apt-get install debootstrap" >&2; exit 2; }
 
