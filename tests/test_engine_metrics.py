@@ -19,7 +19,7 @@ from tailgate.host import Host
 from tailgate.judge import checks, run_check
 from tailgate.llm import engine_metrics as em
 from tailgate.llm import specdec
-from tailgate.model import Fact, ParseError, Snapshot
+from tailgate.model import Fact, ParseError, Snapshot, SourceError
 from tailgate.sources.engine import parse_exposition, parse_memory_stats
 
 FIX = Path(__file__).parent / "fixtures" / "llm"
@@ -391,3 +391,156 @@ def test_inspect_cli_judges_a_saved_scrape(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "tailgate", "inspect", "--engine", "ftp://x"],
                          check=False, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--engine" in bad.stderr
+
+
+# -- hostile endpoints: oversized, slow, impossible --------------------------------------------
+
+class _Trickle(threading.Thread):
+    """A real server that answers one byte every ``gap`` seconds (the headers too, with
+    ``headers=True``) until the client goes; it counts what it sent."""
+
+    def __init__(self, body: bytes, gap: float, headers: bool):
+        super().__init__(daemon=True)
+        import socket
+
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.body, self.gap, self.headers, self.sent = body, gap, headers, 0
+        self.stop = threading.Event()
+
+    def run(self):
+        conn, _ = self.sock.accept()
+        with conn:
+            conn.recv(65536)
+            head = (b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\nContent-Length: "
+                    + str(len(self.body)).encode() + b"\r\n\r\n")
+            if not self.headers:
+                conn.sendall(head)
+            for i in range(len(head) + len(self.body) if self.headers else len(self.body)):
+                if self.stop.wait(self.gap):
+                    return
+                data = (head + self.body) if self.headers else self.body
+                try:
+                    conn.sendall(data[i:i + 1])
+                except OSError:  # the client gave up: what we want
+                    return
+                self.sent += 1
+
+    def close(self):
+        self.stop.set()
+        self.join(10)
+        self.sock.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("headers", [False, True], ids=["slow-body", "slow-headers"])
+def test_a_server_sending_one_byte_at_a_time_meets_one_deadline(headers):
+    from tailgate.sources.engine import fetch
+
+    body = VLLM.read_bytes()
+    srv = _Trickle(body, gap=0.05, headers=headers)
+    srv.start()
+    try:
+        with pytest.raises(SourceError, match="no complete answer within 1 s"):
+            fetch(f"http://127.0.0.1:{srv.port}/metrics", timeout_s=1.0)
+    finally:
+        srv.close()
+    # A per-read time-out of 1 s would have waited for all of it: the deadline cut it short.
+    assert 0 < srv.sent < len(body)
+
+
+@pytest.mark.parametrize("declared", [True, False], ids=["content-length", "chunked"])
+def test_a_body_over_the_cap_is_refused_not_cut(declared):
+    from tailgate.sources import engine
+
+    # The real scrape, then padding comments past the cap: cut at 16 MiB it would still parse.
+    real = VLLM.read_bytes()
+    pad = b"# " + b"x" * 1022 + b"\n"
+    body = real + pad * ((engine.MAX_BODY - len(real)) // len(pad) + 2)
+    assert len(body) > engine.MAX_BODY
+
+    class Big(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            if declared:
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            else:
+                self.send_header("Transfer-Encoding", "chunked")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                for i in range(0, len(body), 1 << 20):
+                    part = body[i:i + (1 << 20)]
+                    try:
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+                    except OSError:
+                        return
+                self.wfile.write(b"0\r\n\r\n")
+
+        def log_message(self, *a):
+            pass
+
+    srv = _serve(Big)
+    try:
+        res = judge(snapshot(Scope(options={"engine": f"http://127.0.0.1:{srv.server_port}/m"})))
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    for cid in ("l4.prefix_cache.hit_rate", "l4.kv.quantization"):
+        f = res[cid][0]
+        assert f.status == "unknown" and "16 MiB cap" in f.reason, f.reason
+
+
+@pytest.mark.parametrize("extra,words", [
+    (b"vllm:prefix_cache_hits_total{engine=\"9\",model_name=\"m\"} 1e9\n",
+     "vllm:prefix_cache_hits_total"),
+    (b"vllm:spec_decode_num_accepted_tokens_total{engine=\"9\",model_name=\"m\"} 1e9\n",
+     "vllm:spec_decode_num_accepted_tokens_total"),
+    (b"vllm:kv_cache_usage_perc{engine=\"9\",model_name=\"m\"} 1.5\n", "outside [0, 1]"),
+    (b"vllm:prefix_cache_queries_total{engine=\"9\",model_name=\"m\"} -5\n", "negative"),
+])
+def test_impossible_counter_relations_are_unknown_with_the_reason(extra, words):
+    body = VLLM_SPEC.read_bytes().replace(b"# EOF\n", b"") + extra
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    srv = _serve(H)
+    try:
+        res = judge(snapshot(Scope(options={"engine": f"http://127.0.0.1:{srv.server_port}/m"})))
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    for cid in ("l4.prefix_cache.hit_rate", "l4.specdec.acceptance"):
+        f = res[cid][0]
+        assert f.status == "unknown", (cid, f.status, f.reason)
+        assert "impossible" in f.reason and words in f.reason, f.reason
+
+
+def test_the_real_scrapes_hold_nothing_impossible():
+    for path in (VLLM, VLLM_SPEC, SGLANG):
+        assert em.impossible(parse_exposition(path.read_text())) is None, path
+
+
+def test_hits_growing_faster_than_queries_between_two_scrapes_is_unknown():
+    s0 = [["vllm:prefix_cache_hits_total", {}, 10.0], ["vllm:prefix_cache_queries_total", {}, 100.0]]
+    s1 = [["vllm:prefix_cache_hits_total", {}, 90.0], ["vllm:prefix_cache_queries_total", {}, 120.0]]
+    assert em.impossible(s0) is None and em.impossible(s1) is None
+    assert "grew by 80 but vllm:prefix_cache_queries_total by only 20" in em.impossible_window(s0, s1)
+    snap = Snapshot(host={}, target={"engine": "http://e/metrics"}, interval_s=1.0, taken_at=0.0,
+                    facts={"engine.metrics": Fact(value={"url": "http://e/metrics", "samples": s1})},
+                    before={"engine.metrics": Fact(value={"url": "http://e/metrics", "samples": s0})})
+    f = judge(snap)["l4.prefix_cache.hit_rate"][0]
+    assert f.status == "unknown" and "impossible counters" in f.reason

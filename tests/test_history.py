@@ -233,3 +233,185 @@ def test_cli_default_state_dir_is_xdg(tmp_path):
     proc = tailgate("inspect", "--root", str(ROOT), "--interval", "0", "--quiet", "--no-history",
                     env=env)
     assert len(HistoryStore(tmp_path / "xdg" / "tailgate" / "history.sqlite").runs(key)) == 1
+
+
+# -- hostile state: what the database holds, and links --------------------------------------------
+
+def tree(root: Path, skip: Path | None = None) -> dict[str, tuple]:
+    """Everything under ``root`` (but ``skip``): type, size, mtime and content, to show that
+    nothing outside the state directory changed."""
+    out: dict[str, tuple] = {}
+    for dirpath, dirs, files in os.walk(root, followlinks=False):
+        if skip is not None and Path(dirpath) == skip:
+            dirs[:] = []
+            continue
+        for name in dirs + files:
+            p = Path(dirpath) / name
+            if skip is not None and p == skip:
+                continue
+            st = os.lstat(p)
+            if os.path.islink(p):
+                out[str(p)] = ("link", os.readlink(p))
+            elif p.is_file():
+                out[str(p)] = ("file", st.st_size, st.st_mtime_ns, st.st_mode, digest(p))
+            else:
+                out[str(p)] = ("dir", st.st_mode)
+    return out
+
+
+def inspect_json(state: Path, root: Path = ROOT) -> tuple[subprocess.CompletedProcess, dict]:
+    proc = tailgate("inspect", "--root", str(root), "--state", str(state), "--interval", "0",
+                    "--json", "-", "--quiet")
+    report = json.loads(proc.stdout) if proc.stdout.strip() else {}
+    return proc, report
+
+
+def findings(report: dict, cid: str) -> list[dict]:
+    return [f for f in report["findings"] if f["id"] == cid]
+
+
+def tamper(state: Path, sql: str, *args) -> None:
+    db = sqlite3.connect(state / "history.sqlite")
+    db.execute(sql, args)
+    db.commit()
+    db.close()
+
+
+def test_stored_nan_counter_is_unknown_never_grew_by_nan(tmp_path):
+    proc, _ = inspect_json(tmp_path)
+    assert proc.returncode in (0, 1), proc.stderr
+    proc, _ = inspect_json(tmp_path)
+    row = sqlite3.connect(tmp_path / "history.sqlite").execute(
+        "SELECT id, counters FROM runs ORDER BY id DESC LIMIT 1").fetchone()
+    counters = json.loads(row[1])
+    assert "ethtool.fec.eth2" in counters
+    counters["ethtool.fec.eth2"]["stats"]["uncorrectable_blocks"]["total"] = float("nan")
+    text = json.dumps(counters)  # json writes NaN as the bare word NaN, as an editor could
+    assert '"total": NaN' in text
+    tamper(tmp_path, "UPDATE runs SET counters = ? WHERE id = ?", text, row[0])
+    proc, report = inspect_json(tmp_path)
+    assert proc.returncode in (0, 1), proc.stderr
+    fec = [f for f in findings(report, "l1.fec.uncorrectable") if f.get("subject") == "eth2"]
+    assert len(fec) == 1 and fec[0]["status"] == "unknown", fec
+    assert "last stored run" in fec[0]["reason"] and "nan" in fec[0]["reason"]
+    # The broken row is judged once: this run stored a good one after it (made an hour old).
+    tamper(tmp_path, "UPDATE runs SET taken_at = taken_at - 3600")
+    proc, report = inspect_json(tmp_path)
+    fec = [f for f in findings(report, "l1.fec.uncorrectable") if f.get("subject") == "eth2"]
+    assert fec[0]["status"] == "pass" and "since the last stored run" in json.dumps(fec[0])
+
+
+def test_a_nan_window_never_passes():
+    s = snap({"x": 3}, {"x": 1}, earlier={"x": float("nan")}, earlier_at=0.0)
+    with pytest.raises(NoWindow, match="not a finite number"):
+        growth(s, "c")
+    with pytest.raises(NoWindow, match="not a finite number"):
+        growth(snap({"x": float("inf")}, {"x": 1.0}), "c")
+
+
+@pytest.mark.parametrize("stamp", ["yesterday", b"\x00\x01", None, 1e300])
+def test_a_stored_time_stamp_that_is_not_a_number_is_unknown_not_a_traceback(tmp_path, stamp):
+    inspect_json(tmp_path)
+    inspect_json(tmp_path)
+    if stamp is None:  # NOT NULL: an editor would have to rebuild the table; take the text 'NULL'
+        stamp = "NULL"
+    tamper(tmp_path, "UPDATE runs SET taken_at = ? WHERE id = (SELECT max(id) FROM runs)", stamp)
+    proc, report = inspect_json(tmp_path)
+    assert proc.returncode in (0, 1), proc.stderr  # committed, then judged: no exit 3
+    fec = [f for f in findings(report, "l1.fec.uncorrectable") if f.get("subject") == "eth2"]
+    assert fec[0]["status"] == "unknown", fec
+    assert "time stamp" in fec[0]["reason"] and "cannot be used" in fec[0]["reason"]
+    assert not [f for f in report["findings"] if f["status"] == "error"]
+    tamper(tmp_path, f"UPDATE runs SET taken_at = taken_at - 3600 WHERE {history._SANE_TIME}")
+    proc, report = inspect_json(tmp_path)  # the next run has a good row before it
+    fec = [f for f in findings(report, "l1.fec.uncorrectable") if f.get("subject") == "eth2"]
+    assert fec[0]["status"] == "pass", fec
+
+
+def test_stored_run_validation_names_what_is_wrong():
+    assert history._stored_run("x", "{}").bad.startswith("its time stamp is not a number")
+    assert history._stored_run(float("inf"), "{}").bad == "its time stamp is inf"
+    assert history._stored_run(1.0, "[1]").bad == "its counters are not a JSON object"
+    assert "not valid JSON" in history._stored_run(1.0, "{").bad
+    run = history._stored_run(1.0, '{"a": {"x": [1, -2]}, "b": {"y": Infinity}, "c": 3}')
+    assert run.bad == "" and run.bad_facts == {"a": "a/x/1 is not a counter (-2)",
+                                               "b": "b/y is inf"}
+    assert history._stored_run(1.0, f'{{"a": {2**70}}}').bad_facts["a"].startswith("a is not")
+
+
+def outside_and_state(tmp_path: Path) -> tuple[Path, Path]:
+    outside, state = tmp_path / "outside", tmp_path / "state"
+    outside.mkdir()
+    state.mkdir(mode=0o700)
+    (outside / "keep.txt").write_text("precious\n")
+    return outside, state
+
+
+@pytest.mark.parametrize("target", ["dangling", "empty", "sqlite"])
+def test_a_linked_history_file_is_refused_and_its_target_untouched(tmp_path, target):
+    outside, state = outside_and_state(tmp_path)
+    dest = outside / "history.sqlite"
+    if target == "empty":
+        dest.write_bytes(b"")
+    elif target == "sqlite":  # even a real history of ours elsewhere is not written through a link
+        HistoryStore(dest).record("h", 1.0, {})
+    (state / "history.sqlite").symlink_to(dest)
+    before = tree(tmp_path)
+    proc = tailgate("inspect", "--root", str(ROOT), "--state", str(state), "--interval", "0",
+                    "--quiet")
+    assert proc.returncode == 2, proc.stderr
+    assert "symbolic link" in proc.stderr and "history.sqlite" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert tree(tmp_path) == before  # not the target, not the state directory either
+
+
+def test_a_linked_sqlite_side_file_is_refused(tmp_path):
+    outside, state = outside_and_state(tmp_path)
+    HistoryStore(state / "history.sqlite").record("h", 1.0, {})
+    (state / "history.sqlite-journal").symlink_to(outside / "journal")
+    before = tree(tmp_path)
+    with pytest.raises(HistoryError, match="side file"):
+        HistoryStore(state / "history.sqlite").record("h", 2.0, {})
+    assert tree(tmp_path) == before
+
+
+def test_a_hard_link_to_a_file_elsewhere_is_refused(tmp_path):
+    outside, state = outside_and_state(tmp_path)
+    HistoryStore(outside / "h.sqlite").record("h", 1.0, {})
+    os.link(outside / "h.sqlite", state / "history.sqlite")
+    before = tree(tmp_path)
+    with pytest.raises(HistoryError, match="hard links"):
+        HistoryStore(state / "history.sqlite").record("h", 2.0, {})
+    assert tree(tmp_path) == before
+
+
+def test_a_state_directory_that_is_a_link_or_world_writable_is_refused(tmp_path):
+    outside, state = outside_and_state(tmp_path)
+    linked = tmp_path / "linked"
+    linked.symlink_to(outside, target_is_directory=True)
+    before = tree(tmp_path)
+    with pytest.raises(HistoryError, match="is a symbolic link"):
+        HistoryStore(linked / "history.sqlite").record("h", 1.0, {})
+    os.chmod(state, 0o777)
+    before = tree(tmp_path)
+    with pytest.raises(HistoryError, match="world-writable"):
+        HistoryStore(state / "history.sqlite").record("h", 1.0, {})
+    assert tree(tmp_path) == before
+    os.chmod(state, 0o700)
+    os.chown(state, 12345, -1)
+    with pytest.raises(HistoryError, match="owned by uid 12345"):
+        HistoryStore(state / "history.sqlite").record("h", 1.0, {})
+    assert not (state / "history.sqlite").exists()
+
+
+def test_a_fifo_in_place_of_the_history_is_refused_without_blocking(tmp_path):
+    os.mkfifo(tmp_path / "history.sqlite")
+    with pytest.raises(HistoryError, match="not a regular file"):
+        HistoryStore(tmp_path / "history.sqlite").record("h", 1.0, {})
+
+
+def test_a_new_history_is_created_private_in_a_new_private_directory(tmp_path):
+    state = tmp_path / "new" / "state"
+    HistoryStore(state / "history.sqlite").record("h", 1.0, {})
+    assert os.stat(state).st_mode & 0o777 == 0o700
+    assert os.stat(state / "history.sqlite").st_mode & 0o777 == 0o600

@@ -19,7 +19,7 @@ import importlib
 import sys
 import traceback
 
-from . import __version__
+from . import __version__, ending
 from .errors import EXIT_BUG, EXIT_INTERRUPTED, TailgateError
 
 COMMAND_MODULES = (
@@ -74,8 +74,12 @@ def main(argv: list[str] | None = None) -> int:
         args.command, args.func = "bench allreduce", collective_run
     else:
         args = build_parser().parse_args(argv)
+    ending.install()
     try:
         return int(args.func(args) or 0)
+    except ending.Terminated as exc:  # SIGTERM, SIGHUP: every child was killed in the handler
+        print(f"tailgate: ended by {exc}", file=sys.stderr)
+        return exc.exit_status
     except TailgateError as exc:
         print(f"tailgate {args.command}: error: {one_line(str(exc))}", file=sys.stderr)
         return exc.exit_status
@@ -90,3 +94,5 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tailgate {args.command}: internal error (a bug in tailgate: please report it "
               "with the traceback above)", file=sys.stderr)
         return EXIT_BUG
+    finally:
+        ending.kill_all()  # nothing this run started outlives it (Ctrl-C, an error, a bug)

@@ -41,6 +41,7 @@ import threading
 import time
 from pathlib import Path
 
+from . import ending
 from .model import ParseError, SourceError
 
 DEFAULT_TIMEOUT_S = 5.0
@@ -313,9 +314,11 @@ class Host:
         try:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, start_new_session=True,
-                                    env={**os.environ, "LC_ALL": "C"})
+                                    env={**os.environ, "LC_ALL": "C"},
+                                    preexec_fn=ending.die_with_parent_fn())
         except OSError as exc:
             raise SourceError(_reason(exc, f"`{shown}`")) from exc
+        ending.track(proc.pid)
         with self._lock:
             self._procs.add(proc)
         out, err = bytearray(), bytearray()
@@ -354,6 +357,7 @@ class Host:
             proc.stderr.close()
             with self._lock:
                 self._procs.discard(proc)
+            ending.untrack(proc.pid)
         return code, bytes(out), bytes(err)
 
     @staticmethod

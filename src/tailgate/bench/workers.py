@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import ending
 from .engine import Engine, EngineConfig, WorkerResult
 from .fastpath import FastEngine, choose
 from .result import RunInfo
@@ -197,6 +198,7 @@ def run_workers(cfgs: list[EngineConfig],
         p = ctx.Process(target=_child, args=(child, cfg), daemon=True,
                         name=f"tailgate-bench-{cfg.worker}")
         p.start()
+        ending.track(p.pid, group=False)  # SIGTERM to tailgate ends the workers too
         child.close()
         pipes[cfg.worker], procs[cfg.worker] = parent, p
     results: dict[int, WorkerResult] = {}
@@ -268,5 +270,6 @@ def run_workers(cfgs: list[EngineConfig],
             if p.is_alive():
                 p.kill()
                 p.join(timeout=2.0)
+            ending.untrack(p.pid)
             pipes[k].close()
     return [results[k] for k in sorted(results)], interrupted, sorted(missing)

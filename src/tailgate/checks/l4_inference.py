@@ -32,6 +32,10 @@ def _engine(snap: Snapshot) -> tuple[str, Samples | None, Samples] | Result:
     after = fact.value
     before_fact = snap.before_fact("engine.metrics")
     before = before_fact.value["samples"] if before_fact.ok else None
+    why = em.impossible(after["samples"]) or (em.impossible(before) if before else None) \
+        or em.impossible_window(before, after["samples"])
+    if why:  # checked here too: a saved snapshot (--from) did not pass the collector
+        return _unknown(f"{after['url']}: {why}")
     return after["url"], before, after["samples"]
 
 

@@ -78,6 +78,52 @@ def ratio_over_window(before: Samples | None, after: Samples, num: str, den: str
     return n1, d1, False, f"{why}: totals since the engine started"
 
 
+# A part never exceeds its whole: (part, whole) counter pairs of one engine.
+PARTS = (
+    ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"),
+    ("vllm:gpu_prefix_cache_hits_total", "vllm:gpu_prefix_cache_queries_total"),
+    ("sglang:cached_tokens_total", "sglang:prompt_tokens_total"),
+    ("vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_draft_tokens_total"),
+    ("vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tokens_total"),
+)
+# Gauges that are fractions.
+RATIOS = ("vllm:gpu_prefix_cache_hit_rate", "sglang:cache_hit_rate", "sglang:spec_accept_rate",
+          "vllm:gpu_cache_usage_perc", "vllm:kv_cache_usage_perc")
+
+
+def impossible(samples: Samples) -> str | None:
+    """Why one scrape cannot be a real engine's (a part above its whole, a negative counter,
+    a ratio outside [0, 1]); None when nothing is impossible. Such a body is broken, and a
+    rate read from it (a hit rate of 10,000 %) would judge a number no engine produced."""
+    for s in samples:
+        if s[0].endswith("_total") and s[2] < 0:
+            return f"impossible counter: {s[0]} is negative ({s[2]:g})"
+    for name in RATIOS:
+        for s in samples:
+            if s[0] == name and not 0.0 <= s[2] <= 1.0:
+                return f"impossible ratio: {name} is {s[2]:g}, outside [0, 1]"
+    for part, whole in PARTS:
+        p, w = total(samples, part), total(samples, whole)
+        if p is not None and w is not None and p > w:
+            return f"impossible counters: {part} ({p:g}) > {whole} ({w:g})"
+    return None
+
+
+def impossible_window(before: Samples | None, after: Samples) -> str | None:
+    """As :func:`impossible`, for the growth between two scrapes (each may be possible alone)."""
+    if before is None:
+        return None
+    for part, whole in PARTS:
+        p0, p1 = total(before, part), total(after, part)
+        w0, w1 = total(before, whole), total(after, whole)
+        if p0 is None or p1 is None or w0 is None or w1 is None or p1 < p0 or w1 < w0:
+            continue  # absent, or a reset (the checks judge a reset as one)
+        if p1 - p0 > w1 - w0:
+            return (f"impossible counters: {part} grew by {p1 - p0:g} but {whole} by only "
+                    f"{w1 - w0:g} between the two scrapes")
+    return None
+
+
 def histogram(samples: Samples, name: str) -> list[tuple[float, float]]:
     """Cumulative buckets ``[(le, count), ...]`` of ``name`` summed over label sets, sorted."""
     by_le: dict[float, float] = {}

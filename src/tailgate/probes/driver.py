@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from .. import ending
 from ..host import Host, valid_pid
 from ..model import SourceError
 from .output import BpftraceOutput, parse_output
@@ -134,9 +135,11 @@ class _Proc:
         try:
             self.proc = subprocess.Popen(
                 argv or run.argv(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+                stderr=subprocess.PIPE, text=True, env=env, start_new_session=True,
+                preexec_fn=ending.die_with_parent_fn())
         except OSError as exc:
             raise SourceError(f"cannot start bpftrace: {exc.strerror or exc}") from exc
+        ending.track(self.proc.pid)
         self.threads = [threading.Thread(target=self._read, args=(self.proc.stdout, self.out),
                                          daemon=True),
                         threading.Thread(target=self._read, args=(self.proc.stderr, self.err),
@@ -220,6 +223,8 @@ def run_probes(runs: Sequence[Run], on_progress: Progress | None = None,
         for p in procs:
             if isinstance(p, _Proc) and p.proc.poll() is None:
                 p.stop()
+            if isinstance(p, _Proc):
+                ending.untrack(p.proc.pid)
     if on_progress is not None:
         on_progress("done", 0.0)
     return [p if isinstance(p, SourceError) else _result(p, stopped.get(id(p))) for p in procs]
@@ -268,4 +273,5 @@ def attached(run: Run, argv: list[str] | None = None) -> Iterator[_Proc]:
         yield p
     finally:
         p.stop()
+        ending.untrack(p.proc.pid)
         p.finish()

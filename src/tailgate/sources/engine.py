@@ -13,9 +13,13 @@ not the Prometheus text exposition format (an HTML error page, JSON, ...).
 
 from __future__ import annotations
 
+import http.client
 import json
 import math
 import os
+import socket
+import ssl
+import time
 import urllib.error
 import urllib.request
 from typing import Any
@@ -64,8 +68,70 @@ def engine_samples(samples: list[list[Any]]) -> list[list[Any]]:
     return [s for s in samples if s[0].startswith(ENGINE_PREFIXES)]
 
 
+class _DeadlineSocket(socket.socket):
+    """A socket whose every receive waits only until one deadline for the whole exchange: a
+    plain time-out restarts with each byte, so a server sending one byte a second never ends."""
+
+    deadline = 0.0
+
+    def _arm(self) -> None:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("deadline passed")
+        self.settimeout(left)
+
+    def recv_into(self, buffer, nbytes=0, flags=0):  # type: ignore[override]
+        self._arm()
+        return super().recv_into(buffer, nbytes, flags)
+
+    def recv(self, bufsize, flags=0):  # type: ignore[override]
+        self._arm()
+        return super().recv(bufsize, flags)
+
+
+class _DeadlineSSLSocket(ssl.SSLSocket):
+    deadline = 0.0
+    _arm = _DeadlineSocket._arm
+
+    def recv_into(self, buffer, nbytes=0, flags=0):  # type: ignore[override]
+        self._arm()
+        return super().recv_into(buffer, nbytes, flags)
+
+    def recv(self, buflen=1024, flags=0):  # type: ignore[override]
+        self._arm()
+        return super().recv(buflen, flags)
+
+
+def _opener(deadline: float) -> urllib.request.OpenerDirector:
+    """A urllib opener (redirects, proxies and HTTP errors as usual) whose connections read
+    under ``deadline`` (time.monotonic())."""
+
+    def bounded(sock: socket.socket) -> socket.socket:
+        out = _DeadlineSocket(sock.family, sock.type, sock.proto, fileno=sock.detach())
+        out.deadline = deadline
+        out._arm()
+        return out
+
+    class Plain(http.client.HTTPConnection):
+        def connect(self) -> None:
+            super().connect()
+            self.sock = bounded(self.sock)
+
+    class PlainHandler(urllib.request.HTTPHandler):
+        def http_open(self, req):  # type: ignore[override]
+            return self.do_open(Plain, req)
+
+    context = ssl.create_default_context()
+    context.sslsocket_class = type("Bounded", (_DeadlineSSLSocket,), {"deadline": deadline})
+    return urllib.request.build_opener(PlainHandler, urllib.request.HTTPSHandler(context=context))
+
+
 def fetch(url: str, timeout_s: float) -> str:
-    """GET ``url`` (http/https) or read a saved scrape; every failure is a SourceError."""
+    """GET ``url`` (http/https) or read a saved scrape; every failure is a SourceError.
+
+    The whole exchange (connect, headers, body) has one deadline, ``timeout_s`` from now;
+    a body over :data:`MAX_BODY` is refused, never cut (a cut counter reads as another number).
+    """
     if not url.startswith(("http://", "https://")):
         path = url.removeprefix("file://")
         try:  # a regular file under the cap: a FIFO or /dev/zero would never end
@@ -74,17 +140,32 @@ def fetch(url: str, timeout_s: float) -> str:
         except SourceError as exc:
             raise SourceError(f"saved scrape {exc}") from exc
     req = urllib.request.Request(url, headers={"Accept": "text/plain;version=0.0.4"})
+    late = f"{url}: no complete answer within {timeout_s:g} s"
     try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-            return resp.read(MAX_BODY).decode("utf-8", errors="replace")
+        with _opener(time.monotonic() + timeout_s).open(req, timeout=timeout_s) as resp:
+            length = resp.headers.get("Content-Length")
+            if length is not None and length.strip().isascii() and length.strip().isdigit() \
+                    and int(length) > MAX_BODY:
+                raise SourceError(f"{url}: a body of {int(length)} bytes, over the "
+                                  f"{MAX_BODY // 2**20} MiB cap (not an engine's /metrics)")
+            body = resp.read(MAX_BODY + 1)
     except urllib.error.HTTPError as exc:
         raise SourceError(f"{url}: HTTP {exc.code} {exc.reason}") from exc
     except urllib.error.URLError as exc:
+        if isinstance(exc.reason, TimeoutError):
+            raise SourceError(late) from exc
         raise SourceError(f"{url}: unreachable ({exc.reason})") from exc
     except TimeoutError as exc:
-        raise SourceError(f"{url}: no answer within {timeout_s:g} s") from exc
+        raise SourceError(late) from exc
+    except http.client.HTTPException as exc:
+        raise SourceError(f"{url}: not a valid HTTP answer ({type(exc).__name__}: "
+                          f"{str(exc)[:80]})") from exc
     except OSError as exc:
         raise SourceError(f"{url}: {exc.strerror or exc}") from exc
+    if len(body) > MAX_BODY:
+        raise SourceError(f"{url}: the body is over the {MAX_BODY // 2**20} MiB cap (refused "
+                          "rather than cut: a cut counter reads as another number)")
+    return body.decode("utf-8", errors="replace")
 
 
 @collector("engine.metrics", counter=True)
@@ -97,6 +178,11 @@ def engine_metrics(host: Host, scope: Scope) -> dict[str, Any]:
     if not kept:
         raise ParseError(f"{url}: Prometheus metrics, but none from vLLM or SGLang "
                          f"({len(samples)} other samples)")
+    from ..llm.engine_metrics import impossible
+
+    why = impossible(kept)
+    if why:
+        raise ParseError(f"{url}: {why}")
     return {"url": str(url), "samples": kept}
 
 
