@@ -36,6 +36,7 @@ CHECK_MODULES = (
     "tailgate.checks.probed",
     "tailgate.checks.l3_connections",
     "tailgate.checks.l3_dpdk",
+    "tailgate.checks.l1_gpu",
 )
 
 CheckFn = Callable[[Snapshot, dict[str, Any]], "Result | list[Result]"]
