@@ -51,6 +51,7 @@ SOURCE_MODULES = (
     "tailgate.sources.dpdk",
     "tailgate.sources.topology",
     "tailgate.sources.gpu",
+    "tailgate.sources.pfc",
     # helpers add their source modules here (one line each)
 )
 

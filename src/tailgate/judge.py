@@ -37,6 +37,7 @@ CHECK_MODULES = (
     "tailgate.checks.l3_connections",
     "tailgate.checks.l3_dpdk",
     "tailgate.checks.l1_gpu",
+    "tailgate.checks.l1_pfc",
 )
 
 CheckFn = Callable[[Snapshot, dict[str, Any]], "Result | list[Result]"]
