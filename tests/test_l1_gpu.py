@@ -379,3 +379,29 @@ def test_collect_without_a_source_is_unknown_with_every_reason(tmp_path):
     assert not f.ok and "nvidia-smi" in f.missing
     r = judge("l1.gpu.ecc", s)[0]
     assert r.status == "unknown"
+
+
+def test_serve_exports_the_new_findings():
+    from prometheus_client.exposition import generate_latest
+    from prometheus_client.registry import CollectorRegistry
+
+    from tailgate.judge import judge as judge_all
+    from tailgate.report.prometheus import report_metrics
+    from tailgate.verdict import build_report
+
+    log = text("dmesg-xid-79.txt")
+    s = snap({"gpu.xid": xid_fact(log, 24310.0), "gpu.health": Fact(missing="no source")},
+             {"gpu.xid": xid_fact("", 24300.0)})
+    report = build_report(s, judge_all(s, default_baseline()), frozenset())
+
+    class One:
+        def collect(self):
+            return report_metrics(report)
+
+    reg = CollectorRegistry()
+    reg.register(One())
+    body = generate_latest(reg).decode()
+    assert 'id="l1.gpu.xid"' in body and 'subject="0000:01:00.0 gpu"' in body
+    line = next(x for x in body.splitlines() if x.startswith("tailgate_finding_status{")
+                and 'id="l1.gpu.xid"' in x and 'status="fail"' in x)
+    assert line.endswith(" 1.0")
