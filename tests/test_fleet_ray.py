@@ -129,6 +129,21 @@ def test_inspect_fleet_collects_every_node(cluster, tmp_path):
         assert sorted(row["failing"]) == failing and row["failing_hosts"] == len(failing)
     firsts = [h["first_failing_layer"] for h in view["hosts"] if h["first_failing_layer"]]
     assert view["first_failing_layer"] == (min(firsts) if firsts else None)
+    # cross-node clock skew: every node's PTP offset (none here: no ptp4l on the VM, so
+    # unknown with each node's reason) and the driver's round-trip reading of each node's
+    # clock. Both nodes share this machine's CLOCK_REALTIME, so each reading lies within
+    # half its round trip.
+    skew = view["clock_skew"]
+    assert sorted(r["address"] for r in skew["hosts"]) == sorted(
+        [cluster.veth.host_ip, cluster.veth.ns_ip])
+    assert skew["round_trip"]["nodes"] == 2
+    for row in skew["hosts"]:
+        rt = row["round_trip"]
+        assert rt["rtt_ns"] > 0 and abs(rt["offset_ns"]) <= rt["rtt_ns"] // 2 + 1
+    assert skew["round_trip"]["status"] == "pass"
+    if skew["ptp"]["nodes_with_offset"] < 2:
+        assert skew["ptp"]["status"] == "unknown" and "2 are needed" in skew["ptp"]["reason"]
+    assert "cross-node clock skew (red line +-5 ns)" in r.stdout
     assert (r.returncode == 1) == any(h["status"] == "fail" for h in view["hosts"])
     assert "lowest failing layer of the fleet" in r.stdout
     assert f"tailgate.{cluster.veth.ns_ip}.L2" in junit.read_text()

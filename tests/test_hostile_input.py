@@ -126,7 +126,7 @@ def test_a_root_never_runs_a_command(tmp_path):
     bin_dir, marker = tmp_path / "bin", tmp_path / "ran"
     bin_dir.mkdir()
     for tool in ("ethtool", "pmc", "chronyc", "tc", "ss", "getconf", "nvidia-smi", "modinfo",
-                 "journalctl"):
+                 "journalctl", "dmesg", "dcb"):
         script = bin_dir / tool
         script.write_text(f"#!/bin/sh\necho {tool} >> {marker}\n")
         script.chmod(0o755)

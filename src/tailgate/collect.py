@@ -50,6 +50,8 @@ SOURCE_MODULES = (
     "tailgate.sources.probes",
     "tailgate.sources.dpdk",
     "tailgate.sources.topology",
+    "tailgate.sources.gpu",
+    "tailgate.sources.pfc",
     # helpers add their source modules here (one line each)
 )
 

@@ -301,7 +301,7 @@ def sampled_at(snap: Snapshot) -> float:
 # Counter facts judged over long windows (by prefix). Others (net.snmp, interrupts, ...)
 # are judged over the run's own interval and are not stored: the database stays small
 # (a few kB per run) however many CPUs or sockets the host has.
-STORED = ("ethtool.fec.", "ethtool.phy.", "pci.aer", "pci.replay")
+STORED = ("ethtool.fec.", "ethtool.phy.", "pci.aer", "pci.replay", "gpu.", "net.pfc.")
 
 
 def counters_of(snap: Snapshot) -> dict[str, Any]:

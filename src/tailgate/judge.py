@@ -36,6 +36,8 @@ CHECK_MODULES = (
     "tailgate.checks.probed",
     "tailgate.checks.l3_connections",
     "tailgate.checks.l3_dpdk",
+    "tailgate.checks.l1_gpu",
+    "tailgate.checks.l1_pfc",
 )
 
 CheckFn = Callable[[Snapshot, dict[str, Any]], "Result | list[Result]"]

@@ -339,6 +339,68 @@ def pcie_bad_tlp(snap: Snapshot, p: dict) -> list[Result]:
     return results
 
 
+_AER_TOTALS = {"fatal": "TOTAL_ERR_FATAL", "nonfatal": "TOTAL_ERR_NONFATAL"}
+
+
+def _uncorrectable_named(counts: dict[str, dict[str, int]]) -> dict[str, int]:
+    """``fatal/CmpltTO``-style names of the non-zero per-error counters (totals left out)."""
+    return {f"{kind}/{name}": n for kind, c in counts.items() for name, n in c.items()
+            if n and not name.startswith("TOTAL_")}
+
+
+@check("l1.pcie.aer_uncorrectable")
+def pcie_aer_uncorrectable(snap: Snapshot, p: dict) -> list[Result]:
+    devices = _devices(snap)
+    if not devices:
+        return [Result("skip", reason="no PCI NIC, GPU or accelerator on this host")]
+    aer = need(snap, "pci.aer_uncorrectable")
+    counters, errors = aer.get("counters", {}), aer.get("errors", {})
+    limit = float(p.get("limit", 0))
+    results = [Result("unknown", subject=_subject(b, devices.get(b, {})), reason=r)
+               for b, r in sorted(errors.items())]
+    for bdf in sorted(counters):
+        subject = _subject(bdf, devices.get(bdf, {}))
+        counts = counters[bdf]
+        since_boot = {kind: counts[kind].get(_AER_TOTALS[kind],
+                                             sum(n for k, n in counts[kind].items()))
+                      for kind in counts}
+        evidence: dict[str, Any] = {"since_boot": since_boot,
+                                    "named_since_boot": _uncorrectable_named(counts)}
+        try:
+            g = growth(snap, "pci.aer_uncorrectable",
+                       lambda v, b=bdf: {f"{k}/{n}": c for k, d in v["counters"][b].items()
+                                         for n, c in d.items()})
+        except NoWindow as exc:
+            status = "warn" if any(since_boot.values()) else "unknown"
+            results.append(Result(status, subject=subject, evidence=evidence,
+                                  reason=f"{exc}" + (f"; since boot: {since_boot}"
+                                                     if any(since_boot.values()) else "")
+                                  + _role(devices.get(bdf, {}))))
+            continue
+        grown = {k: n for k, n in g.deltas.items() if n}
+        totals = {k: n for k, n in grown.items() if "/TOTAL_" in k}
+        named = {k: n for k, n in grown.items() if "/TOTAL_" not in k}
+        total = sum(totals.values()) if totals else sum(named.values())
+        evidence.update(_window_evidence(g), grown=grown)
+        if total > limit:
+            which = ", ".join(f"{k} +{n:g}" for k, n in named.items()) or \
+                ", ".join(f"{k} +{n:g}" for k, n in totals.items())
+            fatal = any(k.startswith("fatal/") for k in grown)
+            results.append(Result("fail", subject=subject, observed=total, evidence=evidence,
+                                  reason=f"{total:g} uncorrectable "
+                                  f"{'(fatal) ' if fatal else ''}AER error(s) in "
+                                  f"{g.window_s:.1f} s: {which}" + _role(devices.get(bdf, {}))))
+        else:
+            results.append(Result("pass", subject=subject, observed=total, evidence=evidence,
+                                  reason=f"no fatal or non-fatal AER error in {g.window_s:.1f} s"
+                                  + _role(devices.get(bdf, {}))))
+    if not results:
+        return [Result("unknown", evidence={"devices": sorted(devices)},
+                       reason=f"no AER counters for {', '.join(sorted(devices))} (AER not "
+                       "supported here, as in VMs, or disabled by firmware or pci=noaer)")]
+    return results
+
+
 def _mlx5_ifaces(snap: Snapshot) -> tuple[dict[str, str], dict[str, str]]:
     """PCI address -> interface, for NICs whose ethtool -S has PCIe signal-integrity
     counters; and PCI address -> reason, for NICs whose ethtool output could not be read

@@ -60,6 +60,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="an inference engine's Prometheus endpoint (vLLM, SGLang), e.g. "
                    "http://127.0.0.1:8000/metrics, scraped at both ends of the interval; "
                    "or a saved scrape file")
+    p.add_argument("--dcgm", metavar="URL",
+                   help="a DCGM exporter's /metrics (e.g. http://127.0.0.1:9400/metrics) or a "
+                   "saved scrape: GPU health when neither NVML nor nvidia-smi answers")
     p.add_argument("--memory-stats", metavar="FILE",
                    help="torch.cuda.memory_stats() dumped as JSON, for GPU memory fragmentation")
     from .inspect_fleet import add_fleet_options
@@ -83,6 +86,10 @@ def _scope(args: argparse.Namespace, host):
         if not args.engine.startswith(("http://", "https://")) and not os.path.isfile(args.engine):
             raise UsageError(f"--engine {args.engine}: not an http(s):// URL nor a file")
         options["engine"] = args.engine
+    if getattr(args, "dcgm", None):
+        if not args.dcgm.startswith(("http://", "https://")) and not os.path.isfile(args.dcgm):
+            raise UsageError(f"--dcgm {args.dcgm}: not an http(s):// URL nor a file")
+        options["dcgm"] = args.dcgm
     if getattr(args, "memory_stats", None):
         options["memory_stats"] = os.path.abspath(args.memory_stats)
     if getattr(args, "dpdk", None):

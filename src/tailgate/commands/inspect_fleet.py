@@ -12,7 +12,7 @@ import argparse
 from ..errors import EXIT_BUG, EXIT_GATE, EXIT_OK, UsageError
 from .options import check_writable, write_output
 
-HOST_ONLY = ("pid", "cgroup", "dpdk", "engine", "memory_stats", "from_file", "save")
+HOST_ONLY = ("pid", "cgroup", "dpdk", "engine", "dcgm", "memory_stats", "from_file", "save")
 # why --save is one host's: it writes one snapshot; the fleet's snapshots are in --json
 
 
@@ -72,6 +72,9 @@ def run_fleet(args: argparse.Namespace) -> int:
             raise UsageError(f"--ray {args.ray}: no live node")
         got = collect_fleet(ray, nodes, args.interval, {} if not window else
                             {"probe_window": window}, not args.no_history, args.state, timeout)
+        from ..fleet.clock import probe_clocks
+
+        probes = probe_clocks(ray, [ns.node for ns in got if ns.snapshot is not None])
     finally:
         disconnect(ray)
 
@@ -84,7 +87,7 @@ def run_fleet(args: argparse.Namespace) -> int:
         report = build_report(snap, judge(snap, baseline), required)
         log_errors(report)
         hosts.append(HostReport(ns.node, report))
-    view = fleet_view(hosts)
+    view = fleet_view(hosts, probes)
     if args.json:
         from ..report.safe import strict_json
 

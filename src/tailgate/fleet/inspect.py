@@ -86,9 +86,13 @@ class HostReport:
         return f"{self.node.address}" + (f" ({host})" if host else "")
 
 
-def fleet_view(hosts: Sequence[HostReport]) -> dict[str, Any]:
+def fleet_view(hosts: Sequence[HostReport],
+               probes: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """The fleet document (pure): per layer the failing hosts, the fleet's lowest failing
-    layer, one row per host, and each host's report."""
+    layer, one row per host, the cross-node clock skew (``probes``: the round-trip clock
+    readings of :func:`~tailgate.fleet.clock.probe_clocks`), and each host's report."""
+    from .clock import clock_skew
+
     layers = {}
     for layer in LAYERS:
         by = {s: [h.node.address for h in hosts if h.report is not None and any(
@@ -121,7 +125,7 @@ def fleet_view(hosts: Sequence[HostReport]) -> dict[str, Any]:
     return {"tailgate_fleet": 1, "status": status, "first_failing_layer": first,
             "hosts_total": len(hosts),
             "hosts_unreachable": sum(1 for h in hosts if h.report is None),
-            "layers": layers, "hosts": rows,
+            "layers": layers, "hosts": rows, "clock_skew": clock_skew(hosts, probes),
             "reports": [{"address": h.node.address, "node_id": h.node.id,
                          "report": h.report.to_json()} for h in hosts if h.report is not None]}
 
@@ -153,6 +157,10 @@ def fleet_text(view: dict[str, Any]) -> str:
                          f"{r['first_failing_layer'] or '-'}; fail {c.get('fail', 0)}, warn "
                          f"{c.get('warn', 0)}, unknown {c.get('unknown', 0)}, pass "
                          f"{c.get('pass', 0)}")
+    if view.get("clock_skew"):
+        from .clock import skew_text
+
+        lines += ["", *skew_text(view["clock_skew"])]
     return "\n".join(lines)
 
 

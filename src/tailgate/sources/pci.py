@@ -76,6 +76,45 @@ def parse_aer(text: str) -> dict[str, int]:
     return out
 
 
+# aer_dev_fatal / aer_dev_nonfatal (Linux >= 4.19): one ``name count`` line per uncorrectable
+# error, then TOTAL_ERR_FATAL or TOTAL_ERR_NONFATAL. Current kernels print short names
+# (aer_uncorrectable_error_string, drivers/pci/pcie/aer.c); 4.19 printed long ones.
+_AER_UNCOR_LONG = {  # the kernel's long strings (include/ras/ras_event.h aer_uncorrectable_errors)
+    "Data Link Protocol Error": "DLP", "Surprise Down Error": "SDES", "Poisoned TLP": "TLP",
+    "Flow Control Protocol Error": "FCP", "Completion Timeout": "CmpltTO",
+    "Completer Abort": "CmpltAbrt", "Unexpected Completion": "UnxCmplt",
+    "Receiver Overflow": "RxOF", "Malformed TLP": "MalfTLP", "ECRC Error": "ECRC",
+    "Unsupported Request Error": "UnsupReq", "ACS Violation": "ACSViol",
+    "Uncorrectable Internal Error": "UncorrIntErr", "MC Blocked TLP": "BlockedTLP",
+    "AtomicOp Egress Blocked": "AtomicOpBlocked", "TLP Prefix Blocked Error": "TLPBlockedErr",
+}
+AER_UNCORRECTABLE = ("Undefined", "DLP", "SDES", "TLP", "FCP", "CmpltTO", "CmpltAbrt",
+                     "UnxCmplt", "RxOF", "MalfTLP", "ECRC", "UnsupReq", "ACSViol",
+                     "UncorrIntErr", "BlockedTLP", "AtomicOpBlocked", "TLPBlockedErr",
+                     "PoisonTLPBlocked", "TOTAL_ERR_FATAL", "TOTAL_ERR_NONFATAL")
+
+
+def parse_aer_uncorrectable(text: str, what: str) -> dict[str, int]:
+    """``aer_dev_fatal`` or ``aer_dev_nonfatal`` (either format) -> ``{short name: count}``;
+    repeated names (``Undefined`` for the reserved bits) are summed, unnamed bits are
+    ``bitN``."""
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        m = _AER_LINE_RE.match(line.strip())
+        if not m:
+            continue
+        bit = _AER_BIT_RE.match(m.group(1))
+        name = f"bit{bit.group(1)}" if bit else _AER_UNCOR_LONG.get(m.group(1), m.group(1))
+        if name not in AER_UNCORRECTABLE and not bit:
+            continue
+        if not _count(m.group(2)):
+            raise ParseError(f"{what}: {name}: not a count: {m.group(2)!r}")
+        out[name] = out.get(name, 0) + int(m.group(2))
+    if not any(k in out for k in AER_UNCORRECTABLE):
+        raise ParseError(f"{what}: no known counter")
+    return out
+
+
 def _count(text: str) -> bool:
     """ASCII digits of a u64 (str.isdigit() also takes '²' and other scripts' digits)."""
     return re.fullmatch(r"[0-9]{1,20}", text) is not None
@@ -199,6 +238,24 @@ def pci_aer(host: Host, scope: Scope) -> dict[str, Any]:
             continue
         try:
             counters[bdf] = parse_aer(host.read(f"/sys/bus/pci/devices/{bdf}/aer_dev_correctable"))
+        except SourceError as exc:
+            errors[bdf] = host.blame(exc)
+    return {"counters": counters, "errors": errors}
+
+
+@collector("pci.aer_uncorrectable", counter=True)
+def pci_aer_uncorrectable(host: Host, scope: Scope) -> dict[str, Any]:
+    """``{"counters": {bdf: {"fatal": {...}, "nonfatal": {...}}}, "errors": {bdf: reason}}``
+    for the judged devices and upstream ports that have AER."""
+    counters: dict[str, dict[str, dict[str, int]]] = {}
+    errors: dict[str, str] = {}
+    for bdf, entry in pci_devices(host).items():
+        if not entry["aer"]:
+            continue
+        try:
+            counters[bdf] = {kind: parse_aer_uncorrectable(
+                host.read(f"/sys/bus/pci/devices/{bdf}/aer_dev_{kind}"), f"aer_dev_{kind}")
+                for kind in ("fatal", "nonfatal")}
         except SourceError as exc:
             errors[bdf] = host.blame(exc)
     return {"counters": counters, "errors": errors}

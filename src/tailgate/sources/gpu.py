@@ -1,0 +1,556 @@
+"""GPU health: Xid events, ECC errors, retired pages and remapped rows, NVLink errors and
+clock event reasons, per NVIDIA GPU (keyed by PCI address, ``0000:3b:00.0``).
+
+Sources, in order (the first that answers is used, and named in the fact):
+
+* NVML through the optional ``nvidia-ml-py`` extra (``pynvml``): the API
+  ``nvidia-smi`` itself is built on. Its absence is a reason, never a crash.
+* ``nvidia-smi -q`` text (every layout from driver 418 to 580: ``Single Bit`` /
+  ``Double Bit`` ECC tables before Ampere, ``SRAM``/``DRAM`` counts after, the
+  ``SRAM Uncorrectable Parity`` / ``SEC-DED`` split from 535.2xx, ``Clocks Throttle
+  Reasons`` renamed ``Clocks Event Reasons`` in 535 and the cumulative ``Clocks Event
+  Reasons Counters`` from 550), plus ``nvidia-smi nvlink -e`` (per-link Replay /
+  Recovery / CRC error counters) and ``nvidia-smi nvlink -s`` (link state).
+* DCGM exporter metrics (``--dcgm URL``): ``DCGM_FI_DEV_ECC_*``,
+  ``DCGM_FI_DEV_*_REMAPPED_ROWS``, ``DCGM_FI_DEV_ROW_REMAP_*``,
+  ``DCGM_FI_DEV_NVLINK_*_ERROR_COUNT_TOTAL``, ``DCGM_FI_DEV_*_VIOLATION`` (us) and
+  ``DCGM_FI_DEV_CLOCK_THROTTLE_REASONS`` / ``CLOCKS_EVENT_REASONS`` (bit mask).
+
+Xid events come from the kernel log (``dmesg``: ``[ 3947.590120] NVRM: Xid
+(PCI:0000:61:00): 119, pid=..., ...``), with the boot's uptime read beside them so
+the checks can keep the events of their window. The parsers are pure: text in, values
+out; an absent or ``N/A`` value stays absent, never zero.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ..collect import Scope, collector
+from ..host import Host
+from ..model import ParseError, SourceError
+from .pci import NVIDIA, _bdf, pci_devices
+
+# -- Xid: the kernel log ---------------------------------------------------------------------
+
+# (meaning, class). Classes: "hardware" (the GPU, its memory or its links failed: a tail
+# cause and a drain), "memory" (an ECC event the GPU handled, a reset is due), "application"
+# (the program faulted: its job dies or hangs, the GPU is fine), "driver" (firmware or
+# driver: GSP timeouts stall every client), "info". From NVIDIA's Xid catalog
+# (docs.nvidia.com/deploy/xid-errors).
+XID: dict[int, tuple[str, str]] = {
+    8: ("GPU stopped processing (timeout)", "driver"),
+    13: ("Graphics engine exception (an illegal instruction or address in a kernel)",
+         "application"),
+    31: ("GPU memory page fault (the application touched an unmapped address)", "application"),
+    32: ("Invalid or corrupted push buffer stream (PCIe or system memory corruption)",
+         "hardware"),
+    38: ("Driver firmware error", "driver"),
+    43: ("GPU stopped processing (a channel was reset: the application was killed or hung)",
+         "application"),
+    45: ("Preemptive cleanup after an earlier error", "info"),
+    48: ("Double-bit ECC error (an uncorrectable memory error)", "hardware"),
+    61: ("Internal micro-controller breakpoint/warning", "driver"),
+    62: ("Internal micro-controller halt", "hardware"),
+    63: ("ECC page retirement or row remapping recorded (a reset applies it)", "memory"),
+    64: ("ECC page retirement or row remapping failed", "hardware"),
+    68: ("Video decoder (NVDEC) exception", "application"),
+    69: ("Graphics engine class error", "application"),
+    74: ("NVLink error (a link failed or retrained)", "hardware"),
+    79: ("GPU has fallen off the bus (not reachable over PCIe)", "hardware"),
+    92: ("High single-bit ECC error rate", "hardware"),
+    94: ("Contained ECC error (an uncorrectable error, the affected application killed)",
+         "hardware"),
+    95: ("Uncontained ECC error (an uncorrectable error, every application on the GPU "
+         "killed)", "hardware"),
+    109: ("Context switch timeout", "driver"),
+    119: ("GSP RPC timeout (the GPU's system processor did not answer the driver)", "driver"),
+    120: ("GSP error", "driver"),
+    154: ("GPU recovery action changed (a reset or a reboot is required)", "hardware"),
+}
+TAIL_CLASSES = ("hardware", "driver", "memory")
+
+# ``[ 3947.590120] NVRM: Xid (PCI:0000:61:00): 119, pid=123417, name=..., text`` (dmesg);
+# journalctl -k prefixes ``kernel:``. PCI is domain:bus:device (older) or with .function.
+_XID_RE = re.compile(
+    r"(?:\[\s*(?P<t>\d+\.\d+)\]\s*)?NVRM: Xid \(PCI:(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:"
+    r"[0-9A-Fa-f]{2}(?:\.[0-7])?)\): (?P<code>\d+), ?(?P<text>.*)$")
+MAX_EVENTS = 1000  # a GPU in a fault loop prints an Xid per second: the newest are kept
+
+
+def xid_bdf(pci: str) -> str:
+    """``0000:61:00`` (the kernel log's domain:bus:device) -> ``0000:61:00.0``."""
+    dom, bus, rest = pci.lower().split(":", 2)
+    dev = rest if "." in rest else f"{rest}.0"
+    return f"{dom[-4:]}:{bus}:{dev}"
+
+
+def parse_xid(text: str) -> list[dict[str, Any]]:
+    """Xid lines of a kernel log (``dmesg``, ``journalctl -k``) -> events, oldest first:
+    ``{"t_s": seconds since boot | None, "bdf", "code", "text"}``. Other lines are ignored;
+    a line naming an Xid that does not parse is a :class:`ParseError`."""
+    events: list[dict[str, Any]] = []
+    for line in text.splitlines():
+        if "NVRM: Xid" not in line:
+            continue
+        m = _XID_RE.search(line)
+        if not m:
+            raise ParseError(f"kernel log: an Xid line that does not parse: {line.strip()[:80]!r}")
+        events.append({"t_s": float(m.group("t")) if m.group("t") else None,
+                       "bdf": xid_bdf(m.group("pci")), "code": int(m.group("code")),
+                       "text": m.group("text").strip()[:200]})
+    return events[-MAX_EVENTS:]
+
+
+def parse_uptime(text: str) -> float:
+    """``/proc/uptime``: ``12345.67 54321.00`` -> 12345.67."""
+    first = text.split()[0] if text.split() else ""
+    if not re.fullmatch(r"\d+(?:\.\d+)?", first):
+        raise ParseError(f"/proc/uptime: not an uptime: {text.strip()[:40]!r}")
+    return float(first)
+
+
+def nvidia_gpus(host: Host) -> list[str]:
+    return sorted(b for b, e in pci_devices(host).items()
+                  if e.get("vendor") == NVIDIA and e.get("kind") == "gpu")
+
+
+@collector("gpu.xid", counter=True)
+def gpu_xid(host: Host, scope: Scope) -> dict[str, Any]:
+    """``{"uptime_s", "boot_id", "events": [...], "gpus": [bdf, ...]}``: the kernel log's Xid
+    events and the moment (seconds since boot) the log was read."""
+    gpus = nvidia_gpus(host)
+    if not gpus:
+        return {"gpus": [], "events": [], "uptime_s": None, "boot_id": None}
+    uptime = parse_uptime(host.read("/proc/uptime"))
+    try:
+        boot_id = host.read("/proc/sys/kernel/random/boot_id").strip()
+    except SourceError:
+        boot_id = None
+    events = parse_xid(host.run(["dmesg"], timeout_s=10))
+    return {"gpus": gpus, "events": events, "uptime_s": uptime, "boot_id": boot_id}
+
+
+# -- nvidia-smi -q ----------------------------------------------------------------------------
+
+_NA = ("N/A", "[N/A]", "Unknown Error", "[Not Supported]", "Not Supported", "[Unknown Error]")
+# Old (<= 470) ECC tables name the memory; Device Memory is DRAM, the rest on-chip SRAM.
+_OLD_SRAM = ("Register File", "L1 Cache", "L2 Cache", "Texture Memory", "Texture Shared", "CBU",
+             "SRAM")
+# Clocks Event Reasons (535+) / Clocks Throttle Reasons (older) -> one name each.
+_REASONS = {"idle": "idle", "applications clocks setting": "applications_clocks",
+            "sw power cap": "sw_power_cap", "hw slowdown": "hw_slowdown",
+            "hw thermal slowdown": "hw_thermal", "hw power brake slowdown": "hw_power_brake",
+            "sync boost": "sync_boost", "sw thermal slowdown": "sw_thermal",
+            "display clock setting": "display_clock"}
+# Clocks Event Reasons Counters (550+, microseconds since the driver loaded).
+_COUNTERS = {"sw power capping": "sw_power_cap", "sync boost": "sync_boost",
+             "sw thermal slowdown": "sw_thermal", "hw thermal slowdown": "hw_thermal",
+             "hw power braking": "hw_power_brake"}
+
+
+def _count(value: str, where: str) -> int | None:
+    v = value.strip().replace(",", "")
+    if v in _NA or v == "":
+        return None
+    if not re.fullmatch(r"[0-9]{1,20}", v):
+        raise ParseError(f"nvidia-smi -q: {where}: not a count: {value.strip()[:40]!r}")
+    return int(v)
+
+
+def _yes_no(value: str, where: str) -> bool | None:
+    v = value.strip()
+    if v in _NA:
+        return None
+    if v not in ("Yes", "No"):
+        raise ParseError(f"nvidia-smi -q: {where}: not Yes/No: {v[:40]!r}")
+    return v == "Yes"
+
+
+def _add(d: dict[str, int], key: str, n: int | None) -> None:
+    if n is not None:
+        d[key] = d.get(key, 0) + n
+
+
+def parse_smi_health(text: str) -> dict[str, dict[str, Any]]:
+    """``nvidia-smi -q`` -> per GPU (PCI address): ``ecc_mode``, ``ecc`` (``volatile`` and
+    ``aggregate``: ``sram_correctable``, ``sram_uncorrectable``, ``dram_correctable``,
+    ``dram_uncorrectable``, each only where printed as a number), ``retired_pages``,
+    ``remapped_rows``, ``clock_events`` (active reasons) and ``clock_event_us`` (counters).
+    """
+    out: dict[str, dict[str, Any]] = {}
+    gpu: dict[str, Any] | None = None
+    path: list[tuple[int, str]] = []  # (indent, section) of the open sections
+    for raw in text.splitlines():
+        m = re.match(r"^GPU ([0-9A-Fa-f]+:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*$", raw)
+        if m:
+            gpu = out.setdefault(_bdf(m.group(1)), {"ecc": {}, "clock_events": {}})
+            path = []
+            continue
+        if gpu is None or not raw.strip():
+            continue
+        indent = len(raw) - len(raw.lstrip(" "))
+        key, sep, value = raw.strip().partition(":")
+        key = key.strip()
+        while path and path[-1][0] >= indent:
+            path.pop()
+        if not sep or (not value.strip() and key):
+            path.append((indent, key))
+            continue
+        names = [p[1] for p in path]
+        where = "/".join([*names, key])
+        top = names[0] if names else key
+        if top in ("Ecc Mode", "ECC Mode") and key == "Current":
+            gpu["ecc_mode"] = None if value.strip() in _NA else value.strip()
+        elif top == "ECC Errors" and len(names) >= 2 and names[1] in ("Volatile", "Aggregate"):
+            scope = gpu["ecc"].setdefault(names[1].lower(), {})
+            if len(names) == 3:  # old layout: Single Bit / Double Bit tables
+                kind = {"Single Bit": "correctable", "Double Bit": "uncorrectable"}.get(names[2])
+                if kind and key != "Total":
+                    mem = "dram" if key == "Device Memory" else "sram"
+                    if key == "Device Memory" or key in _OLD_SRAM:
+                        _add(scope, f"{mem}_{kind}", _count(value, where))
+            elif key.startswith(("SRAM ", "DRAM ")) and "Threshold" not in key:
+                mem, kind = key[:4].lower(), key[5:].split()[0].lower()
+                if kind in ("correctable", "uncorrectable"):
+                    _add(scope, f"{mem}_{kind}", _count(value, where))
+        elif top == "Retired Pages":
+            rp = gpu.setdefault("retired_pages", {})
+            if key in ("Single Bit ECC", "Double Bit ECC"):
+                n = _count(value, where)
+                if n is not None:
+                    rp["single_bit" if key.startswith("Single") else "double_bit"] = n
+            elif key in ("Pending", "Pending Page Blacklist"):
+                b = _yes_no(value, where)
+                if b is not None:
+                    rp["pending"] = b
+            if not rp:
+                gpu.pop("retired_pages")
+        elif top == "Remapped Rows" and names:
+            rr = gpu.setdefault("remapped_rows", {})
+            if key in ("Correctable Error", "Uncorrectable Error"):
+                n = _count(value, where)
+                if n is not None:
+                    rr["correctable" if key.startswith("Corr") else "uncorrectable"] = n
+            elif key in ("Pending", "Remapping Failure Occurred"):
+                b = _yes_no(value, where)
+                if b is not None:
+                    rr["pending" if key == "Pending" else "failure"] = b
+        elif top in ("Clocks Event Reasons", "Clocks Throttle Reasons") and names:
+            name = _REASONS.get(key.lower())
+            v = value.strip()
+            if name and v in ("Active", "Not Active"):
+                gpu["clock_events"][name] = v == "Active"
+            elif name and v not in _NA:
+                raise ParseError(f"nvidia-smi -q: {where}: not Active/Not Active: {v[:40]!r}")
+        elif top == "Clocks Event Reasons Counters" and names:
+            name = _COUNTERS.get(key.lower())
+            v = value.strip().removesuffix("us").removesuffix("µs").strip()
+            if name:
+                n = _count(v, where)
+                if n is not None:
+                    gpu.setdefault("clock_event_us", {})[name] = n
+    if not out:
+        raise ParseError("nvidia-smi -q: no 'GPU <bus id>' section")
+    for g in out.values():
+        g["ecc"] = {k: v for k, v in g["ecc"].items() if v}
+    return out
+
+
+# -- nvidia-smi nvlink -e / -s ------------------------------------------------------------------
+
+_NVL_GPU_RE = re.compile(r"^GPU (\d+): (.*?) \(UUID: (GPU-[0-9a-fA-F-]+)\)\s*$")
+_NVL_ERR_RE = re.compile(r"^\s*Link (\d+): ([A-Za-z0-9 ]+?) Errors: (\S+)\s*$")
+_NVL_STATE_RE = re.compile(r"^\s*Link (\d+): (.+?)\s*$")
+_NVL_NAMES = {"Replay": "replay", "Recovery": "recovery", "CRC": "crc", "CRC Flit": "crc_flit",
+              "CRC Data": "crc_data", "ECC Data": "ecc_data"}
+
+
+def parse_nvlink_errors(text: str) -> dict[str, dict[str, Any]]:
+    """``nvidia-smi nvlink -e`` -> ``{gpu index: {"uuid", "links": {link: {counter: n}}}}``.
+    Counter names: replay, recovery, crc (and crc_flit/crc_data/ecc_data where printed)."""
+    out: dict[str, dict[str, Any]] = {}
+    cur: dict[str, Any] | None = None
+    for line in text.splitlines():
+        m = _NVL_GPU_RE.match(line)
+        if m:
+            cur = out.setdefault(m.group(1), {"uuid": m.group(3), "name": m.group(2), "links": {}})
+            continue
+        e = _NVL_ERR_RE.match(line)
+        if e and cur is not None:
+            name = _NVL_NAMES.get(e.group(2).strip())
+            if name is None:
+                continue
+            n = _count(e.group(3), f"nvlink -e link {e.group(1)} {e.group(2)}")
+            if n is not None:
+                cur["links"].setdefault(e.group(1), {})[name] = n
+    if not out:
+        raise ParseError("nvidia-smi nvlink -e: no 'GPU N: ... (UUID: ...)' line")
+    return out
+
+
+def parse_nvlink_status(text: str) -> dict[str, dict[str, str]]:
+    """``nvidia-smi nvlink -s`` -> ``{gpu index: {link: "active" | "inactive"}}`` (``Link 0:
+    26.562 GB/s`` is active, ``Link 0: <inactive>`` is not)."""
+    out: dict[str, dict[str, str]] = {}
+    cur: dict[str, str] | None = None
+    for line in text.splitlines():
+        m = _NVL_GPU_RE.match(line)
+        if m:
+            cur = out.setdefault(m.group(1), {})
+            continue
+        s = _NVL_STATE_RE.match(line)
+        if s and cur is not None:
+            v = s.group(2)
+            if "inactive" in v.lower():
+                cur[s.group(1)] = "inactive"
+            elif re.match(r"^\d+(?:\.\d+)? [GM]B/s$", v):
+                cur[s.group(1)] = "active"
+    if not out:
+        raise ParseError("nvidia-smi nvlink -s: no 'GPU N: ... (UUID: ...)' line")
+    return out
+
+
+def smi_index_to_bdf(text: str) -> dict[str, str]:
+    """GPU index -> PCI address from ``nvidia-smi -q`` order (nvidia-smi numbers GPUs in
+    PCI order, the order of its ``GPU <bus id>`` sections)."""
+    bdfs = [_bdf(m.group(1)) for m in re.finditer(
+        r"^GPU ([0-9A-Fa-f]+:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*$", text, re.M)]
+    return {str(i): b for i, b in enumerate(bdfs)}
+
+
+# -- DCGM exporter --------------------------------------------------------------------------
+
+# DCGM field -> (section, key).
+DCGM_FIELDS = {
+    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": ("ecc.volatile", "correctable"),
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": ("ecc.volatile", "uncorrectable"),
+    "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL": ("ecc.aggregate", "correctable"),
+    "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL": ("ecc.aggregate", "uncorrectable"),
+    "DCGM_FI_DEV_RETIRED_SBE": ("retired_pages", "single_bit"),
+    "DCGM_FI_DEV_RETIRED_DBE": ("retired_pages", "double_bit"),
+    "DCGM_FI_DEV_RETIRED_PENDING": ("retired_pages", "pending"),
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": ("remapped_rows", "correctable"),
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": ("remapped_rows", "uncorrectable"),
+    "DCGM_FI_DEV_ROW_REMAP_PENDING": ("remapped_rows", "pending"),
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE": ("remapped_rows", "failure"),
+    "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": ("nvlink_total", "crc_flit"),
+    "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL": ("nvlink_total", "crc_data"),
+    "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL": ("nvlink_total", "replay"),
+    "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL": ("nvlink_total", "recovery"),
+    "DCGM_FI_DEV_POWER_VIOLATION": ("violation_us", "power"),
+    "DCGM_FI_DEV_THERMAL_VIOLATION": ("violation_us", "thermal"),
+    "DCGM_FI_DEV_SYNC_BOOST_VIOLATION": ("violation_us", "sync_boost"),
+    "DCGM_FI_DEV_BOARD_LIMIT_VIOLATION": ("violation_us", "board_limit"),
+    "DCGM_FI_DEV_RELIABILITY_VIOLATION": ("violation_us", "reliability"),
+    "DCGM_FI_DEV_XID_ERRORS": ("xid", "last"),
+}
+_MASK_FIELDS = ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS")
+# nvmlClocksEventReason* bits (nvml.h; pynvml's nvmlClocksEventReason... constants).
+REASON_BITS = {0x1: "idle", 0x2: "applications_clocks", 0x4: "sw_power_cap",
+               0x8: "hw_slowdown", 0x10: "sync_boost", 0x20: "sw_thermal", 0x40: "hw_thermal",
+               0x80: "hw_power_brake", 0x100: "display_clock"}
+
+
+def reasons_from_mask(mask: int) -> dict[str, bool]:
+    return {name: bool(mask & bit) for bit, name in REASON_BITS.items()}
+
+
+def parse_dcgm(samples: list[list[Any]]) -> dict[str, dict[str, Any]]:
+    """DCGM exporter samples (``[[name, labels, value], ...]``, engine.parse_exposition) ->
+    per GPU (``pci_bus_id`` label, else ``gpu`` index as ``gpu<N>``) the health sections."""
+    out: dict[str, dict[str, Any]] = {}
+    for raw_name, labels, value in samples:
+        # prometheus_client names a counter's samples NAME_total; DCGM's fields have no suffix
+        name = raw_name.removesuffix("_total")
+        if name not in DCGM_FIELDS and name not in _MASK_FIELDS:
+            continue
+        if labels.get("GPU_I_ID"):  # a MIG instance repeats its parent GPU's device fields
+            continue
+        key = _bdf(labels["pci_bus_id"]) if labels.get("pci_bus_id") else f"gpu{labels.get('gpu', '?')}"
+        gpu = out.setdefault(key, {"ecc": {}, "clock_events": {}, "uuid": labels.get("UUID")})
+        if name in _MASK_FIELDS:
+            gpu["clock_events"] = reasons_from_mask(int(value))
+            continue
+        section, field = DCGM_FIELDS[name]
+        if section == "xid":
+            gpu["xid_last"] = int(value)
+            continue
+        target = gpu["ecc"].setdefault(section.split(".")[1], {}) if section.startswith("ecc.") \
+            else gpu.setdefault(section, {})
+        target[field] = bool(value) if field in ("pending", "failure") else int(value)
+    if not out:
+        raise ParseError("DCGM exporter metrics: no DCGM_FI_DEV_* health field")
+    return out
+
+
+# -- NVML (nvidia-ml-py) ----------------------------------------------------------------------
+
+def nvml_health(pynvml: Any) -> dict[str, dict[str, Any]]:
+    """Every GPU's health through NVML. ``pynvml`` is the module (``import pynvml`` from
+    nvidia-ml-py); calls a GPU does not support (``NVMLError_NotSupported``) leave that
+    section absent. NVML must be initialised by the caller."""
+    nvml = pynvml
+    not_supported = (nvml.NVMLError_NotSupported,)
+
+    def opt(fn: Any, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except not_supported:
+            return None
+
+    out: dict[str, dict[str, Any]] = {}
+    for i in range(nvml.nvmlDeviceGetCount()):
+        h = nvml.nvmlDeviceGetHandleByIndex(i)
+        bus = nvml.nvmlDeviceGetPciInfo(h).busId
+        bdf = _bdf(bus.decode() if isinstance(bus, bytes) else bus)
+        gpu: dict[str, Any] = {"ecc": {}, "clock_events": {}}
+        mode = opt(nvml.nvmlDeviceGetEccMode, h)
+        if mode is not None:
+            gpu["ecc_mode"] = "Enabled" if mode[0] == nvml.NVML_FEATURE_ENABLED else "Disabled"
+        if gpu.get("ecc_mode") == "Enabled":
+            for counter, scope in ((nvml.NVML_VOLATILE_ECC, "volatile"),
+                                   (nvml.NVML_AGGREGATE_ECC, "aggregate")):
+                section: dict[str, int] = {}
+                for err, kind in ((nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, "correctable"),
+                                  (nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, "uncorrectable")):
+                    for loc, mem in ((nvml.NVML_MEMORY_LOCATION_DRAM, "dram"),
+                                     (nvml.NVML_MEMORY_LOCATION_SRAM, "sram")):
+                        n = opt(nvml.nvmlDeviceGetMemoryErrorCounter, h, err, counter, loc)
+                        if n is not None:
+                            section[f"{mem}_{kind}"] = int(n)
+                    if not any(k.endswith(kind) for k in section):
+                        total = opt(nvml.nvmlDeviceGetTotalEccErrors, h, err, counter)
+                        if total is not None:
+                            section[kind] = int(total)
+                if section:
+                    gpu["ecc"][scope] = section
+        rows = opt(nvml.nvmlDeviceGetRemappedRows, h)
+        if rows is not None:
+            corr, unc, pending, failure = rows
+            gpu["remapped_rows"] = {"correctable": int(corr), "uncorrectable": int(unc),
+                                    "pending": bool(pending), "failure": bool(failure)}
+        else:  # pre-Ampere: dynamic page retirement
+            rp: dict[str, Any] = {}
+            for cause, key in (
+                    (nvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS, "single_bit"),
+                    (nvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR, "double_bit")):
+                pages = opt(nvml.nvmlDeviceGetRetiredPages, h, cause)
+                if pages is not None:
+                    rp[key] = len(pages)
+            pend = opt(nvml.nvmlDeviceGetRetiredPagesPendingStatus, h)
+            if pend is not None:
+                rp["pending"] = pend == nvml.NVML_FEATURE_ENABLED
+            if rp:
+                gpu["retired_pages"] = rp
+        get_reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) \
+            or nvml.nvmlDeviceGetCurrentClocksThrottleReasons
+        mask = opt(get_reasons, h)
+        if mask is not None:
+            gpu["clock_events"] = reasons_from_mask(int(mask))
+        violations: dict[str, int] = {}
+        for policy, key in ((nvml.NVML_PERF_POLICY_POWER, "power"),
+                            (nvml.NVML_PERF_POLICY_THERMAL, "thermal"),
+                            (nvml.NVML_PERF_POLICY_SYNC_BOOST, "sync_boost"),
+                            (nvml.NVML_PERF_POLICY_BOARD_LIMIT, "board_limit"),
+                            (nvml.NVML_PERF_POLICY_RELIABILITY, "reliability")):
+            v = opt(nvml.nvmlDeviceGetViolationStatus, h, policy)
+            if v is not None:
+                violations[key] = int(v.violationTime) // 1000  # ns -> us
+        if violations:
+            gpu["violation_us"] = violations
+        links: dict[str, dict[str, int]] = {}
+        states: dict[str, str] = {}
+        for link in range(nvml.NVML_NVLINK_MAX_LINKS):
+            try:
+                state = nvml.nvmlDeviceGetNvLinkState(h, link)
+            except nvml.NVMLError:
+                continue  # NotSupported or InvalidArgument: no such link on this GPU
+            states[str(link)] = "active" if state == nvml.NVML_FEATURE_ENABLED else "inactive"
+            counters: dict[str, int] = {}
+            for c, key in ((nvml.NVML_NVLINK_ERROR_DL_REPLAY, "replay"),
+                           (nvml.NVML_NVLINK_ERROR_DL_RECOVERY, "recovery"),
+                           (nvml.NVML_NVLINK_ERROR_DL_CRC_FLIT, "crc_flit"),
+                           (nvml.NVML_NVLINK_ERROR_DL_CRC_DATA, "crc_data")):
+                n = opt(nvml.nvmlDeviceGetNvLinkErrorCounter, h, link, c)
+                if n is not None:
+                    counters[key] = int(n)
+            if counters:
+                links[str(link)] = counters
+        if states:
+            gpu["nvlink_state"] = states
+        if links:
+            gpu["nvlink"] = links
+        gpu["ecc"] = {k: v for k, v in gpu["ecc"].items() if v}
+        out[bdf] = gpu
+    return out
+
+
+def _nvml(bdfs: list[str]) -> dict[str, dict[str, Any]]:
+    try:
+        import pynvml  # type: ignore[import-not-found]
+    except ImportError as exc:
+        raise SourceError("nvidia-ml-py is not installed (pip install 'tailgate[nvidia]')") from exc
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        raise SourceError(f"NVML: {exc}") from exc
+    try:
+        got = nvml_health(pynvml)
+    except pynvml.NVMLError as exc:
+        raise SourceError(f"NVML: {exc}") from exc
+    finally:
+        pynvml.nvmlShutdown()
+    return {b: g for b, g in got.items() if b in bdfs}
+
+
+def _smi(host: Host) -> dict[str, dict[str, Any]]:
+    text = host.run(["nvidia-smi", "-q"], timeout_s=20)
+    gpus = parse_smi_health(text)
+    index = smi_index_to_bdf(text)
+    for argv, parse, field in ((["nvidia-smi", "nvlink", "-e"], parse_nvlink_errors, "nvlink"),
+                               (["nvidia-smi", "nvlink", "-s"], parse_nvlink_status,
+                                "nvlink_state")):
+        try:
+            parsed = parse(host.run(argv, timeout_s=20))
+        except SourceError as exc:
+            for g in gpus.values():
+                g.setdefault("unreadable", {})[field] = host.blame(exc)
+            continue
+        for idx, v in parsed.items():
+            bdf = index.get(idx)
+            if bdf in gpus:
+                gpus[bdf][field] = v["links"] if field == "nvlink" else v
+    return gpus
+
+
+@collector("gpu.health", counter=True)
+def gpu_health(host: Host, scope: Scope) -> dict[str, Any]:
+    """``{"source": what answered, "gpus": {bdf | gpuN: {...}}, "tried": {source: reason}}``;
+    no NVIDIA GPU and no --dcgm: ``{"gpus": {}}`` (the checks skip)."""
+    from .engine import fetch, parse_exposition
+
+    bdfs = nvidia_gpus(host)
+    tried: dict[str, str] = {}
+    if bdfs:
+        if host.live:
+            try:
+                return {"source": "NVML (nvidia-ml-py)", "gpus": _nvml(bdfs), "tried": tried}
+            except SourceError as exc:
+                tried["nvml"] = str(exc)
+        try:
+            return {"source": "nvidia-smi -q", "gpus": _smi(host), "tried": tried}
+        except SourceError as exc:
+            tried["nvidia-smi"] = host.blame(exc)
+    url = scope.options.get("dcgm")
+    if url:
+        try:
+            gpus = parse_dcgm(parse_exposition(fetch(str(url), host.timeout_s)))
+            return {"source": f"DCGM exporter {url}", "gpus": gpus, "tried": tried}
+        except SourceError as exc:
+            tried["dcgm"] = str(exc)
+    if not bdfs and not url:
+        return {"source": None, "gpus": {}, "tried": tried}
+    raise SourceError("no GPU health source answered: "
+                      + "; ".join(f"{k}: {v}" for k, v in tried.items()))
