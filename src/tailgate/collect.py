@@ -50,6 +50,7 @@ SOURCE_MODULES = (
     "tailgate.sources.probes",
     "tailgate.sources.dpdk",
     "tailgate.sources.topology",
+    "tailgate.sources.platform",
     # helpers add their source modules here (one line each)
 )
 
