@@ -50,6 +50,11 @@ class HistoryError(ConfigError):
     """The history database cannot be used; the message says why and what to do."""
 
 
+class HistoryUnavailable(HistoryError):
+    """The state directory or database cannot be written (a read-only $HOME, another user's
+    directory): inspect runs without the history and says so, rather than refusing."""
+
+
 def default_dir() -> Path:
     import platformdirs
 
@@ -103,12 +108,16 @@ class HistoryStore:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         except OSError as exc:
-            raise HistoryError(f"{self.path.parent}: cannot create: {exc.strerror or exc}") from exc
+            raise HistoryUnavailable(f"{self.path.parent}: cannot create: "
+                                     f"{exc.strerror or exc}") from exc
         self._check_header()
+        for path in (self.path.parent, self.path):
+            if os.path.exists(path) and not os.access(path, os.W_OK):
+                raise HistoryUnavailable(f"{path}: not writable")
         try:
             return sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
         except sqlite3.Error as exc:
-            raise HistoryError(f"{self.path}: cannot open: {exc}") from exc
+            raise HistoryUnavailable(f"{self.path}: cannot open: {exc}") from exc
 
     def _ensure_schema(self, db: sqlite3.Connection) -> None:
         app_id = db.execute("PRAGMA application_id").fetchone()[0]
@@ -147,6 +156,8 @@ class HistoryStore:
             db.execute("COMMIT")
         except sqlite3.DatabaseError as exc:
             _rollback(db)
+            if "readonly" in str(exc) or "read-only" in str(exc):  # a read-only file system
+                raise HistoryUnavailable(f"{self.path}: not writable ({exc})") from exc
             raise _refuse(self.path, f"corrupt or unreadable ({exc})") from exc
         except BaseException:
             _rollback(db)

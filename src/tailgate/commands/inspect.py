@@ -123,10 +123,16 @@ def snapshot_for(args: argparse.Namespace):
     host = Host(args.root)
     snap = collect(host, _scope(args, host), args.interval)
     if not args.no_history:
-        from ..history import HistoryError, attach_history
+        from ..history import HistoryError, HistoryUnavailable, attach_history
 
         try:
             attach_history(snap, args.state)
+        except HistoryUnavailable as exc:  # a read-only $HOME must not stop an inspection
+            import sys
+
+            print(f"tailgate inspect: counter history unavailable: {exc}; running without it "
+                  "(rates over --interval only; --state DIR to keep one, --no-history to "
+                  "silence this)", file=sys.stderr)
         except HistoryError as exc:
             raise UsageError(f"counter history: {exc} (--no-history skips it)") from exc
     return snap
