@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -175,3 +178,14 @@ def test_batched_dispatch_at_high_rate_never_sends_early(nginx, tmp_path, arriva
     assert np.all(cols["dispatch_s"] >= cols["intended_s"] - 1e-9)  # 9-decimal log
     wire = ~np.isnan(cols["send_s"])  # a request that timed out queued was never sent
     assert np.all(cols["send_s"][wire] >= cols["dispatch_s"][wire])
+
+
+def test_a_run_in_which_nothing_succeeded_exits_1_without_an_slo_and_says_why():
+    url = f"http://127.0.0.1:{free_port()}/"
+    r = subprocess.run([sys.executable, "-m", "tailgate", "bench", url, "--rate", "50",
+                        "--duration", "0.5s", "--workers", "1", "--quiet", "--json", "-"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1, r.stderr
+    sent = json.loads(r.stdout)["requests"]["sent"]
+    assert f"tailgate bench: no request succeeded ({sent:,} sent: {sent:,} connect; e.g. " \
+           in r.stderr and "refused" in r.stderr.lower()

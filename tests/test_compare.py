@@ -155,3 +155,46 @@ def test_inspect_reports_list_status_changes_first(tmp_path):
     rows = {r["name"]: r for r in doc["rows"]}
     assert rows["l1.clock.ptp [host]"]["before"] == rows["l1.clock.ptp [host]"]["after"] == 3
     assert rows["l1.optics.rx_power [eth2]"]["significant"] == "n/a"  # no noise model
+
+
+def test_not_measurable_exactly_where_bench_says_so(tmp_path):
+    """P99.99 of 5,000 samples has no interval in bench (result.intervals); compare must call it
+    n/m, not a significant change, even when the after side is three times slower."""
+    from tailgate.bench.result import PERCENTILES, intervals
+
+    rng = np.random.default_rng(3)
+    a = rng.lognormal(0, 0.5, 5_000)
+    (_, ma), (_, mb) = (side([write(tmp_path, f"{n}.json", bench_doc(x))])
+                        for n, x in (("a", a), ("b", a * 3)))
+    rows = {r.name: r for r in compare(ma, mb)}
+    h = Histogram()
+    h.record(a * 1e6)
+    said = intervals(h)
+    assert not said["p9999"]["measurable"] and said["p99"]["measurable"]
+    for name in PERCENTILES:
+        if f"latency.{name}" not in rows:
+            continue
+        row = rows[f"latency.{name}"]
+        if said[name]["measurable"]:
+            assert row.significant == "yes" and row.before_ci == pytest.approx(
+                (said[name]["lo"], said[name]["hi"]), rel=1e-3), name
+        else:
+            assert row.significant == "n/m" and said[name]["reason"] in row.not_measurable
+    assert rows["latency.p9999"].significant == "n/m"
+    # a document without histograms: what bench wrote in its "ci" decides
+    doc = bench_doc(a)
+    del doc["histograms"]
+    doc["latency_ms"]["ci"] = said
+    (_, mc), (_, md) = (side([write(tmp_path, f"nh{n}.json", doc)]) for n in "cd")
+    assert {r.name: r for r in compare(mc, md)}["latency.p9999"].significant == "n/m"
+
+
+def test_quiet_regression_says_why_on_stderr(tmp_path):
+    rng = np.random.default_rng(5)
+    a = rng.lognormal(0, 0.5, 20_000)
+    before, after = (write(tmp_path, f"{n}.json", bench_doc(x)) for n, x in (("a", a), ("b", a * 2)))
+    out = tailgate("compare", before, after, "--quiet", "--max-regression", "p99=10%")
+    assert out.returncode == 1 and out.stdout == ""
+    assert "regression: latency.p99 +" in out.stderr and "gate p99=10%" in out.stderr
+    ok = tailgate("compare", before, before, "--quiet", "--max-regression", "p99=10%")
+    assert ok.returncode == 0 and ok.stderr == ""

@@ -128,7 +128,12 @@ def test_vllm_prefix_cache_and_kv_dtype_from_real_scrape():
     lat = hit.evidence["engine_latency"]
     assert lat["ttft"]["count"] == 60 and lat["itl"]["metric"] == "vllm:inter_token_latency_seconds"
     kv = res["l4.kv.quantization"][0]
-    assert kv.status == "fail" and kv.observed == "auto"
+    # vLLM's default KV dtype is a sound default: skipped, failed only when the baseline asks
+    assert kv.status == "skip" and kv.observed == "auto" and "require_quantized" in kv.reason
+    snap = snapshot(Scope(options={"engine": str(VLLM)}))
+    (asked,) = run_check("l4.kv.quantization", checks()["l4.kv.quantization"], snap,
+                         {**default_baseline().get("l4.kv.quantization"), "require_quantized": True})
+    assert asked.status == "fail" and asked.observed == "auto" and "not quantised" in asked.reason
     assert res["l4.specdec.acceptance"][0].status == "skip"
     assert res["l4.prefix_cache.match_time"][0].status == "unknown"
     frag = res["l4.memory.fragmentation"][0]

@@ -415,3 +415,41 @@ def test_a_new_history_is_created_private_in_a_new_private_directory(tmp_path):
     HistoryStore(state / "history.sqlite").record("h", 1.0, {})
     assert os.stat(state).st_mode & 0o777 == 0o700
     assert os.stat(state / "history.sqlite").st_mode & 0o777 == 0o600
+
+
+def _in_readonly_mount(path: Path, argv: list[str], bind: bool) -> subprocess.CompletedProcess:
+    """Run argv with ``path`` read-only in a mount namespace of its own (the host is untouched):
+    a fresh read-only tmpfs, or ``path`` itself bound read-only (its files kept)."""
+    mount = ('mount --bind "$1" "$1" && mount -o remount,bind,ro "$1"' if bind
+             else 'mount -t tmpfs -o ro tmpfs "$1"')
+    env = {k: v for k, v in os.environ.items() if k != "XDG_STATE_HOME"}
+    env["HOME"] = str(path)
+    return subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                           f'{mount} && shift && exec "$@"', "sh", str(path), *argv],
+                          capture_output=True, text=True, timeout=120, env=env)
+
+
+INSPECT_VM = [sys.executable, "-m", "tailgate", "inspect", "--interval", "0", "--root",
+              str(Path(__file__).parent / "fixtures" / "roots" / "vm-kvm"), "--json", "-"]
+
+
+def test_a_read_only_home_runs_without_history_and_says_so(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    proc = _in_readonly_mount(home, INSPECT_VM, bind=False)
+    assert proc.returncode in (0, 1), proc.stderr
+    assert json.loads(proc.stdout)["findings"]
+    assert "counter history unavailable" in proc.stderr and "Read-only file system" in proc.stderr
+    assert "running without it" in proc.stderr
+
+
+def test_a_read_only_state_dir_with_a_history_runs_without_it(tmp_path):
+    state = tmp_path / "state"
+    first = subprocess.run([*INSPECT_VM, "--state", str(state)], capture_output=True, text=True,
+                           timeout=120)
+    assert first.returncode in (0, 1) and first.stderr == "", first.stderr
+    before = (state / "history.sqlite").read_bytes()
+    proc = _in_readonly_mount(state, [*INSPECT_VM, "--state", str(state)], bind=True)
+    assert proc.returncode in (0, 1), proc.stderr
+    assert "counter history unavailable" in proc.stderr and "not writable" in proc.stderr
+    assert (state / "history.sqlite").read_bytes() == before

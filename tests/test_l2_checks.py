@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tailgate.baseline import default_baseline
+from tailgate.baseline import Baseline, default_baseline
 from tailgate.judge import judge
 from tailgate.model import Fact, Snapshot
 from tailgate.sources.procfs import parse_snmp, parse_softnet
@@ -353,7 +353,13 @@ def test_io_uring_judgment():
     nosq = one(snap({"proc.7.io_uring": [{**ring, "sqpoll": False}]}, pids=[7]), "l2.io.io_uring")
     assert nosq.status == "warn" and "SQPOLL" in nosq.reason
     none = one(snap({"proc.7.io_uring": []}, pids=[7]), "l2.io.io_uring")
-    assert none.status == "warn"
+    # epoll (nginx's default) is not a fault: skipped unless the baseline asks for rings
+    assert none.status == "skip" and "epoll" in none.reason
+    base = default_baseline()
+    asked = Baseline({**base.params, "l2.io.io_uring": {"require_ring": True}})
+    (gated,) = [f for f in judge(snap({"proc.7.io_uring": []}, pids=[7]), asked)
+                if f.id == "l2.io.io_uring"]
+    assert gated.status == "warn" and "every I/O is a syscall" in gated.reason
     assert one(snap({}), "l2.io.io_uring").status == "skip"
 
 

@@ -168,3 +168,25 @@ def test_fanout_from_a_real_bench_run_against_nginx(tmp_path):
     assert r.returncode == 0, r.stderr
     coarse = json.loads(r.stdout)["percentiles"]["p50"]["end_to_end_ms"]
     assert coarse >= fanout.fan_out(leaf, 100).quantile(0.5) / 1e6 * 0.99
+
+
+def test_hedge_after_a_percentile_the_table_lacks_is_refused_not_read_as_p99(tmp_path):
+    bench = tmp_path / "bench.json"
+    table = {"p50": 1.0, "p90": 2.0, "p99": 5.0, "p999": 9.0, "p9999": 20.0, "max": 25.0}
+    bench.write_text(json.dumps({"tailgate_bench": 1, "latency_ms": table}))
+    r = cli("--from", str(bench), "--fanout", "10", "--hedge-after", "p95")
+    assert r.returncode == 2 and "has no p95 (it would read as the next row up)" in r.stderr
+    assert "p50, p90, p99, p99.9, p99.99, max" in r.stderr
+    # a row it has works, and hedges at that row's value
+    r = cli("--from", str(bench), "--fanout", "10", "--hedge-after", "p99", "--json", "-")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["hedge"]["after_ms"] == pytest.approx(5.0)
+    # a bench that wrote its P95 (issue 25) hedges at P95 itself
+    bench.write_text(json.dumps({"tailgate_bench": 1, "latency_ms": {**table, "p95": 3.0}}))
+    r = cli("--from", str(bench), "--fanout", "10", "--hedge-after", "p95", "--json", "-")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["hedge"]["after_ms"] == pytest.approx(3.0)
+    r = cli("--from", str(bench), "--fanout", "10", "--hedge-after", "p99.9", "--json", "-")
+    assert r.returncode == 0 and json.loads(r.stdout)["hedge"]["after_ms"] == pytest.approx(9.0)
+    r = cli("--from", str(bench), "--fanout", "10", "--hedge-after", "pxx")
+    assert r.returncode == 2 and "a percentile (p95, p99, p99.9) or a time" in r.stderr

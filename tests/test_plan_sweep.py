@@ -162,3 +162,24 @@ def test_sweep_of_an_llm_target_reports_decode_throughput_at_the_slo(tmp_path):
     assert top["rate"] == pytest.approx(8)
     # 12 requests of 8 tokens each, sent at 8/s: output tokens/s near 8 * 8
     assert 20 < top["output_tokens_per_s"] < 200 and top["goodput_rps"] > 0
+
+
+def test_a_knee_is_reported_only_where_the_curve_saturated():
+    # flat and sustained to the top: Kneedle's candidate is noise (here the last point)
+    flat = [P(r, r, p) for r, p in ((100, 1.00), (200, 1.05), (400, 0.98), (800, 1.02),
+                                     (1600, 1.01))]
+    assert sweep.knee(flat) is not None
+    k, why = sweep.knee_of(flat)
+    assert k is None and why.startswith("no knee: nothing saturated up to 1,600.0/s")
+    text = sweep.summary(flat, None, k, False, why)
+    assert "\nknee:" not in text and text.endswith(why)
+    # the bend with a rate beyond it that was not sustained: a knee, with its evidence
+    bend = [P(r, a, p) for r, a, p in ((100, 100, 1.0), (200, 200, 1.1), (400, 400, 1.3),
+                                       (800, 790, 2.0), (1600, 900, 80.0))]
+    k, why = sweep.knee_of(bend)
+    assert k.rate == 800 and why == "1,600.0/s offered was not sustained (900.0/s achieved)"
+    # sustained, but the P99 beyond it more than doubled: saturation too
+    rising = [P(r, r, p) for r, p in ((100, 1.0), (200, 1.1), (400, 1.3), (800, 2.0),
+                                      (1600, 9.0))]
+    k, why = sweep.knee_of(rising)
+    assert k.rate == 800 and why.startswith("p99 9.000 ms at 1,600.0/s, 4.5x")

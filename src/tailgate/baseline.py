@@ -9,6 +9,11 @@ user's baseline file overrides parameters per id::
     l1.cable.copper_in_rack: {in_rack: [eth2, eth3]}
     l1.clock.ptp: {enabled: false}  # any id: reported as skip, "disabled by the baseline"
     l2.sched.runqlat: {required: true}  # any id: the gate fails unless it is measured
+    platform: baremetal             # judge the hardware checks even where a VM is detected
+
+``platform`` (auto, baremetal, vm, container; default auto) says what the host is for the
+checks marked ``physical`` in the catalog: on a virtual machine they are skipped, their
+hardware belongs to the hypervisor (see :mod:`tailgate.judge`).
 
 Anything wrong in that file (malformed YAML, an unknown id or parameter, a
 value of the wrong type) raises :class:`BaselineError` naming file, line and key.
@@ -33,6 +38,9 @@ class BaselineError(ConfigError):
     pass
 
 
+PLATFORMS = ("auto", "baremetal", "vm", "container")  # the baseline's `platform` and --platform
+
+
 @dataclass(frozen=True)
 class Entry:
     id: str
@@ -44,6 +52,7 @@ class Entry:
     measure: str
     remedy: str
     needs: str = ""  # what it takes to measure it: named in the verdict when it is unknown
+    physical: bool = False  # hardware a virtual machine's guest cannot have (skipped there)
 
 
 @dataclass(frozen=True)
@@ -52,6 +61,7 @@ class Baseline:
     source: str = "default"
     disabled: frozenset[str] = frozenset()  # ids switched off with `enabled: false`
     required: frozenset[str] = frozenset()  # ids with `required: true`: unknown or skip fails
+    platform: str = "auto"  # what the host is: auto (detected), baremetal, vm or container
 
     def get(self, check_id: str) -> dict[str, Any]:
         return self.params[check_id]
@@ -72,6 +82,7 @@ def catalog() -> dict[str, Entry]:
             measure=e.get("measure", ""),
             remedy=e.get("remedy", ""),
             needs=e.get("needs", ""),
+            physical=e.get("physical") is True,
         )
         for cid, e in raw.items()
     }
@@ -179,12 +190,20 @@ def load_baseline(path: str) -> Baseline:
     known = catalog()
     disabled: set[str] = set()
     required: set[str] = set()
+    platform = "auto"
     for key_node, value_node in root.value:
         line = key_node.start_mark.line + 1
         if not isinstance(key_node, yaml.ScalarNode):
             raise BaselineError(f"{path}:{line}: a check id must be a plain key, not a "
                                 f"{'list' if isinstance(key_node, yaml.SequenceNode) else 'mapping'}")
         cid = key_node.value
+        if cid == "platform":
+            if not isinstance(value_node, yaml.ScalarNode) or value_node.value not in PLATFORMS:
+                got = value_node.value if isinstance(value_node, yaml.ScalarNode) else "a collection"
+                raise BaselineError(f"{path}:{line}: key platform: expected one of "
+                                    f"{', '.join(PLATFORMS)}, got {shorten(repr(got))}")
+            platform = value_node.value
+            continue
         if cid not in known:
             raise BaselineError(f"{path}:{line}: key {shorten(repr(cid))}: unknown check id "
                                 "(see `tailgate checks`)")
@@ -234,4 +253,4 @@ def load_baseline(path: str) -> Baseline:
         raise BaselineError(f"{path}: {', '.join(both)}: both required and disabled "
                             "(enabled: false): a required id must be measured")
     return Baseline(params, source=path, disabled=frozenset(disabled),
-                    required=frozenset(required))
+                    required=frozenset(required), platform=platform)

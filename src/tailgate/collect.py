@@ -52,6 +52,7 @@ SOURCE_MODULES = (
     "tailgate.sources.topology",
     "tailgate.sources.gpu",
     "tailgate.sources.pfc",
+    "tailgate.sources.platform",
     # helpers add their source modules here (one line each)
 )
 

@@ -6,10 +6,11 @@ before and after, the change (x and %), whether the change is beyond the noise, 
 samples behind it.
 
 Significance of a percentile is decided by order statistics, with no assumption about the
-distribution: for the q-quantile of n samples, the ranks ``n*q -/+ z*sqrt(n*q*(1-q))`` bracket
-the true quantile with ~95 % confidence (binomial count of samples below it); the value at
-those ranks in the recorded histogram is the interval. Two intervals that do not overlap
-make the change significant. A figure without a histogram (a maximum, a rate from one run, an
+distribution: the 95 % interval of each side is the one bench prints
+(:func:`tailgate.bench.confidence.quantile_ci`, exact binomial ranks over the recorded
+histogram), so a percentile bench calls not measurable (P99.99 of 5,000 samples) is ``n/m``
+here too, never a significant change. Two intervals that do not overlap make the change
+significant. A figure without a histogram (a maximum, a rate from one run, an
 inspect value) has no noise model: its significance is ``n/a``, never ``yes``.
 """
 
@@ -47,6 +48,7 @@ class Metric:
     count: int | None = None  # samples behind a percentile
     ci: tuple[float, float] | None = None
     runs: list[float] = field(default_factory=list)
+    unmeasurable: str | None = None  # why its interval cannot be formed (bench's n/m)
 
 
 @dataclass(frozen=True)
@@ -58,12 +60,13 @@ class Row:
     after: float | None
     ratio: float | None
     change_pct: float | None
-    significant: str  # "yes" | "no" | "n/a"
+    significant: str  # "yes" | "no" | "n/a" | "n/m" (a side not measurable, as bench says)
     worse: bool
     before_n: int | None = None
     after_n: int | None = None
     before_ci: tuple[float, float] | None = None
     after_ci: tuple[float, float] | None = None
+    not_measurable: str | None = None  # which side, and why
 
     def to_json(self) -> dict[str, Any]:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
@@ -80,11 +83,25 @@ def rank_interval(n: int, q: float, z: float = Z95) -> tuple[int, int]:
 
 
 def hist_interval(h: Histogram, pct: float) -> tuple[float, float] | None:
-    if h.total < 2:
-        return None
-    lo, hi = rank_interval(h.total, pct / 100.0)
-    vals = h.values_at_percentiles([100.0 * (lo - 0.5) / h.total, 100.0 * (hi - 0.5) / h.total])
-    return float(min(vals[0], h.max)), float(min(vals[1], h.max))
+    """The percentile's interval over a recorded histogram, by the very function bench uses
+    (:func:`tailgate.bench.confidence.quantile_ci`); None where bench says not measurable."""
+    ci = _quantile_ci(h, pct)
+    return (float(ci.lo), float(ci.hi)) if ci.measurable else None  # type: ignore[arg-type]
+
+
+def _quantile_ci(h: Histogram, pct: float):
+    from .bench.confidence import quantile_ci
+
+    return quantile_ci(h, pct)
+
+
+def _set_ci(m: Metric, h: Histogram, pct: float, ns_per_unit: float) -> None:
+    ci = _quantile_ci(h, pct)
+    m.count = h.total
+    if ci.measurable:
+        m.ci = (ci.lo / ns_per_unit, ci.hi / ns_per_unit)  # type: ignore[operator]
+    else:
+        m.ci, m.unmeasurable = None, ci.reason
 
 
 # -- reading documents -----------------------------------------------------------------------
@@ -135,9 +152,12 @@ def _latency_rows(prefix: str, layer: str, summary: dict[str, Any], hist: Histog
         m = Metric(f"{prefix}.{name}", layer, unit, _num(summary.get(name)),
                    count=summary.get("count"))
         if hist is not None:
-            ci = hist_interval(hist, pct)
-            m.ci = (ci[0] / ns_per_unit, ci[1] / ns_per_unit) if ci else None
-            m.count = hist.total
+            _set_ci(m, hist, pct, ns_per_unit)
+        else:  # no histogram: what the document itself said (bench writes its intervals)
+            said = (summary.get("ci") or {}).get(name) if isinstance(summary.get("ci"), dict) \
+                else None
+            if isinstance(said, dict) and said.get("measurable") is False:
+                m.unmeasurable = str(said.get("reason") or "not measurable")
         rows.append((m, hist))
     if summary.get("max") is not None:
         rows.append((Metric(f"{prefix}.max", layer, unit, _num(summary["max"])), None))
@@ -252,9 +272,7 @@ def _merge(docs: list[dict[str, Any]], extracted: list[Extracted]) -> list[Metri
                 total.add(h)
             scale = 1e6  # bench and LLM histograms record ns; their tables are in ms
             m.value = min(total.value_at_percentile(pct), total.max) / scale
-            ci = hist_interval(total, pct)
-            m.ci = (ci[0] / scale, ci[1] / scale) if ci else None
-            m.count = total.total
+            _set_ci(m, total, pct, scale)
         elif m.runs:
             m.value = (max(m.runs) if m.name.endswith(".max") else sum(m.runs) / len(m.runs))
     return list(out.values())
@@ -283,7 +301,11 @@ def _row(b: Metric, a: Metric) -> Row:
         elif a.value == 0:
             ratio, pct = 1.0, 0.0
     significant = "n/a"
-    if b.ci and a.ci:
+    unmeasured = "; ".join(f"{which}: {m.unmeasurable}" for which, m in (("before", b), ("after", a))
+                           if m.unmeasurable) or None
+    if unmeasured:
+        significant = "n/m"
+    elif b.ci and a.ci:
         significant = "yes" if (a.ci[0] > b.ci[1] or a.ci[1] < b.ci[0]) else "no"
     elif len(b.runs) > 1 and len(a.runs) > 1:
         significant = "yes" if (min(a.runs) > max(b.runs) or max(a.runs) < min(b.runs)) else "no"
@@ -291,7 +313,7 @@ def _row(b: Metric, a: Metric) -> Row:
     if b.value is not None and a.value is not None:
         worse = a.value > b.value if b.better == "lower" else a.value < b.value
     return Row(b.name, b.layer, b.unit, b.value, a.value, ratio, pct, significant, worse,
-               b.count, a.count, b.ci, a.ci)
+               b.count, a.count, b.ci, a.ci, unmeasured)
 
 
 def status_changes(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, str]]:

@@ -28,10 +28,9 @@ from prometheus_client.registry import Collector
 from .baseline import Baseline, catalog
 from .collect import Scope, collect
 from .host import Host
-from .judge import judge
 from .model import Fact, SourceError
 from .report import prometheus as prom
-from .verdict import build_report
+from .verdict import judged_report
 
 RESIDENT_PROBES = ("runqlat",)
 
@@ -89,7 +88,7 @@ class Exporter(Collector):
             last = self.probes.get("runqlat").last if "runqlat" in self.probes else None
         if last is not None:
             snap.facts["probe.runqlat"] = Fact(value=last)
-        report = build_report(snap, judge(snap, self.baseline))
+        report = judged_report(snap, self.baseline)
         families = prom.report_metrics(report, self.limits)
         with self.lock:
             self.families = families

@@ -63,6 +63,11 @@ class HistoryError(ConfigError):
     """The history database cannot be used; the message says why and what to do."""
 
 
+class HistoryUnavailable(HistoryError):
+    """The state directory or database cannot be written (a read-only $HOME, another user's
+    directory): inspect runs without the history and says so, rather than refusing."""
+
+
 def default_dir() -> Path:
     import platformdirs
 
@@ -100,8 +105,8 @@ class HistoryStore:
         parent = self.path.parent
         try:
             parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        except OSError as exc:
-            raise HistoryError(f"{parent}: cannot create: {exc.strerror or exc}") from exc
+        except OSError as exc:  # a read-only $HOME: inspect runs without the history
+            raise HistoryUnavailable(f"{parent}: cannot create: {exc.strerror or exc}") from exc
         try:
             st = os.lstat(parent)
         except OSError as exc:
@@ -117,6 +122,8 @@ class HistoryStore:
         if st.st_mode & stat.S_IWOTH:
             raise HistoryError(f"{parent}: the state directory is world-writable "
                                f"(mode {stat.S_IMODE(st.st_mode):o}); use --state DIR")
+        if not os.access(parent, os.W_OK):
+            raise HistoryUnavailable(f"{parent}: not writable")
 
     def _open_file(self) -> None:
         """Open (or create, ``O_EXCL``) the database without following a link and check it is
@@ -136,6 +143,8 @@ class HistoryStore:
                               "through a link)") from exc
             if exc.errno in (errno.ENXIO, errno.EISDIR):
                 raise _refuse(self.path, "not a regular file") from exc
+            if exc.errno in (errno.EACCES, errno.EROFS, errno.EPERM):
+                raise HistoryUnavailable(f"{self.path}: not writable: {exc.strerror}") from exc
             raise HistoryError(f"{self.path}: cannot open: {exc.strerror or exc}") from exc
         try:
             st = os.fstat(fd)
@@ -167,7 +176,7 @@ class HistoryStore:
         try:
             return sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
         except sqlite3.Error as exc:
-            raise HistoryError(f"{self.path}: cannot open: {exc}") from exc
+            raise HistoryUnavailable(f"{self.path}: cannot open: {exc}") from exc
 
     def _ensure_schema(self, db: sqlite3.Connection) -> None:
         app_id = db.execute("PRAGMA application_id").fetchone()[0]
@@ -212,6 +221,8 @@ class HistoryStore:
             db.execute("COMMIT")
         except sqlite3.DatabaseError as exc:
             _rollback(db)
+            if "readonly" in str(exc) or "read-only" in str(exc):  # a read-only file system
+                raise HistoryUnavailable(f"{self.path}: not writable ({exc})") from exc
             raise _refuse(self.path, f"corrupt or unreadable ({exc})") from exc
         except BaseException:
             _rollback(db)

@@ -14,6 +14,12 @@ Any other exception raised by a check is a defect of tailgate: the finding's sta
 is ``error``, with the exception in its reason and evidence. So is a check that read
 a fact whose collector raised (``Fact.error``): what it said about that fact is not
 a judgment of the host.
+
+The platform rule: a check marked ``physical`` in the catalog (hardware a guest cannot
+have: its NIC's PHY and optics, FEC, PCIe links, a hardware PTP clock) is ``skip`` on a
+virtual machine, with :data:`VM_SKIP` as its reason and what it would have said on bare
+metal in its evidence. The platform is the ``host.platform`` fact (``auto``), or what the
+baseline's ``platform`` key or ``--platform`` says. An error stays an error.
 """
 
 from __future__ import annotations
@@ -134,14 +140,60 @@ def run_check(check_id: str, fn: CheckFn | None, snap: Snapshot, params: dict[st
     return [finding(check_id, r, params) for r in results]
 
 
-def judge(snap: Snapshot, baseline: Baseline) -> list[Finding]:
+VM_SKIP = "virtual machine: its physical layer belongs to the host; inspect the host"
+KINDS = ("baremetal", "vm", "container")
+
+
+def resolve_platform(snap: Snapshot, setting: str = "auto") -> dict[str, Any]:
+    """What the host is for the platform rule: ``{"kind", "setting", "detected"}`` (and
+    ``"missing"``, the reason, when the platform could not be detected). ``kind`` is None
+    when ``setting`` is auto and nothing told: every check then runs."""
+    fact = snap.fact("host.platform")
+    detected = fact.value if fact.ok and isinstance(fact.value, dict) else None
+    out: dict[str, Any] = {"setting": setting, "detected": detected}
+    if detected is not None and detected.get("kind") not in KINDS:
+        out["missing"] = f"host.platform: unknown kind {str(detected.get('kind'))[:40]!r}"
+        detected = out["detected"] = None
+    elif not fact.ok:
+        out["missing"] = fact.missing
+    out["kind"] = setting if setting in KINDS else detected["kind"] if detected else None
+    return out
+
+
+def _describe(platform: dict[str, Any]) -> str:
+    from .sources.platform import describe
+
+    if platform["setting"] != "auto":
+        return "set by --platform or the baseline's platform"
+    return f"detected {describe(platform['detected'])}; --platform baremetal judges it"
+
+
+def _on_vm(check_id: str, found: list[Finding], params: dict[str, Any],
+           platform: dict[str, Any]) -> list[Finding]:
+    """One skip for a physical check on a VM, keeping what it found (and any error)."""
+    errors = [f for f in found if f.status == "error"]
+    would = [{"status": f.status, "subject": f.subject, "observed": f.observed,
+              "reason": f.reason} for f in found if f.status != "error"]
+    skip = Result("skip", reason=f"{VM_SKIP} ({_describe(platform)})",
+                  evidence={"platform": platform["kind"], "on_bare_metal_this_check_says": would})
+    return [finding(check_id, skip, params), *errors]
+
+
+def judge(snap: Snapshot, baseline: Baseline,
+          platform: dict[str, Any] | None = None) -> list[Finding]:
+    """Findings of every catalog id; ``platform`` is :func:`resolve_platform`'s answer
+    (resolved from the baseline's ``platform`` when not given)."""
     registered = checks()
+    platform = platform or resolve_platform(snap, baseline.platform)
     findings: list[Finding] = []
-    for check_id in catalog():
+    for check_id, entry in catalog().items():
         params = baseline.get(check_id)
         if check_id in baseline.disabled:
             off = Result("skip", reason=f"disabled by the baseline ({baseline.source})")
             findings.append(finding(check_id, off, params))
             continue
-        findings += run_check(check_id, registered.get(check_id), snap, params)
+        found = run_check(check_id, registered.get(check_id), snap, params)
+        if entry.physical and platform["kind"] == "vm":
+            found = _on_vm(check_id, found, params, platform)
+        findings += found
     return findings

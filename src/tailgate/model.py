@@ -240,11 +240,14 @@ class Report:
     taken_at: float
     verdict: Verdict
     findings: tuple[Finding, ...]
+    # What the host is for the platform rule (judge.resolve_platform): kind, setting, detected.
+    platform: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "tailgate": self.version,
             "host": self.host,
+            "platform": self.platform,
             "target": self.target,
             "interval_s": self.interval_s,
             "taken_at": self.taken_at,

@@ -53,7 +53,14 @@ def verdict(findings: list[Finding], required: Iterable[str] = ()) -> Verdict:
                    unmeasured=unmeasured, required=required, unmet_required=unmet, errors=errors)
 
 
-def build_report(snap: Snapshot, findings: list[Finding], required: Iterable[str] = ()) -> Report:
+def build_report(snap: Snapshot, findings: list[Finding], required: Iterable[str] = (),
+                 platform: dict | None = None) -> Report:
+    """The report; ``platform`` is what :func:`tailgate.judge.resolve_platform` decided
+    (the detected platform, auto, when not given)."""
+    if platform is None:
+        from .judge import resolve_platform
+
+        platform = resolve_platform(snap)
     order = {layer: i for i, layer in enumerate(LAYERS)}
     ordered = sorted(findings, key=lambda f: order.get(f.layer, 99))  # stable: catalog order inside a layer
     return Report(
@@ -64,7 +71,18 @@ def build_report(snap: Snapshot, findings: list[Finding], required: Iterable[str
         taken_at=snap.taken_at,
         verdict=verdict(ordered, required),
         findings=tuple(ordered),
+        platform=platform,
     )
+
+
+def judged_report(snap: Snapshot, baseline, required: Iterable[str] = (),
+                  platform: str | None = None) -> Report:
+    """judge -> verdict in one step, the platform resolved once for both: ``platform``
+    (--platform) when given, else the baseline's ``platform`` key (auto by default)."""
+    from .judge import judge, resolve_platform
+
+    resolved = resolve_platform(snap, platform or baseline.platform)
+    return build_report(snap, judge(snap, baseline, resolved), required, resolved)
 
 
 def exit_status(report: Report, fail_on: str = "fail") -> int:

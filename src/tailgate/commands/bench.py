@@ -490,9 +490,25 @@ def run(args: argparse.Namespace) -> int:
         # like an SLO nobody could measure: the figures are not as precise as asked
         print("confidence not reached: " + ", ".join(
             t["expr"] for t in conf["targets"] if not t["reached"]), file=stream)
+    nothing = no_success(result.json)
+    if nothing:
+        print(f"tailgate bench: {nothing}", file=sys.stderr)
     if result.json["interrupted"] and interrupted:
         return 130
-    return 0 if result.exit_ok else 1
+    return 0 if result.exit_ok and not nothing else 1
+
+
+def no_success(data: dict[str, Any]) -> str | None:
+    """Why a run in which no request succeeded fails, SLO or not; None when one did."""
+    req = data.get("requests") or {}
+    if req.get("ok"):
+        return None
+    errors = {k: v for k, v in (req.get("errors") or {}).items() if v}
+    examples = req.get("error_examples") or {}
+    first = next((ex[0].get("reason") for k in errors for ex in [examples.get(k) or []] if ex), None)
+    detail = ", ".join(f"{n:,} {k}" for k, n in sorted(errors.items(), key=lambda kv: -kv[1]))
+    return (f"no request succeeded ({req.get('sent', 0):,} sent"
+            + (f": {detail}" if detail else "") + (f"; e.g. {first}" if first else "") + ")")
 
 
 def _dumps(data: dict[str, Any]) -> str:

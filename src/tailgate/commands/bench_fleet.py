@@ -225,6 +225,11 @@ def _report(args: argparse.Namespace, sections: list, scenario: bool) -> int:
               file=stream)
     elif failed:
         print("SLO failed: " + ", ".join(f["expr"] for f in failed), file=stream)
+    from .bench import no_success
+
+    nothing = [(name, why) for name, r in sections if (why := no_success(r.json))]
+    for name, why in nothing:
+        print(f"tailgate bench: {name + ': ' if scenario else ''}{why}", file=sys.stderr)
     if any(r.json["interrupted"] for _, r in sections):
         return 130
-    return 1 if failed or lost else 0
+    return 1 if failed or lost or nothing else 0

@@ -72,6 +72,13 @@ def run(args: argparse.Namespace) -> int:
         from rich.console import Console
 
         compare_render.terminal(doc, rows, Console())
+    elif failed:  # no table shows it: the exit status alone would not say why
+        import sys
+
+        for g, r in failed:
+            change = "n/a" if r.change_pct is None else f"{r.change_pct:+.1f} %"
+            print(f"tailgate compare: regression: {r.name} {change} (gate {g.metric}="
+                  f"{g.max_pct:g}%, significant: {r.significant})", file=sys.stderr)
     return 1 if failed else 0
 
 

@@ -33,6 +33,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="also run the eBPF probes (runqlat, sockopt, mmsg, malloc for --pid, "
                    "softirq) for this many seconds and judge from them (root, bpftrace)")
     p.add_argument("--baseline", metavar="FILE", help="YAML file overriding red lines per id")
+    p.add_argument("--platform", choices=("auto", "baremetal", "vm", "container"),
+                   help="what the host is (default: the baseline's `platform`, else auto: "
+                   "detected): on a vm the hardware checks of L1 are skipped, their hardware "
+                   "belongs to the hypervisor; baremetal judges them anyway")
     p.add_argument("--root", metavar="DIR", default="/",
                    help="read a host root mounted here instead of / (captured command "
                    "outputs under DIR/commands/)")
@@ -126,10 +130,16 @@ def snapshot_for(args: argparse.Namespace):
     host = Host(args.root)
     snap = collect(host, _scope(args, host), args.interval)
     if not args.no_history:
-        from ..history import HistoryError, attach_history
+        from ..history import HistoryError, HistoryUnavailable, attach_history
 
         try:
             attach_history(snap, args.state)
+        except HistoryUnavailable as exc:  # a read-only $HOME must not stop an inspection
+            import sys
+
+            print(f"tailgate inspect: counter history unavailable: {exc}; running without it "
+                  "(rates over --interval only; --state DIR to keep one, --no-history to "
+                  "silence this)", file=sys.stderr)
         except HistoryError as exc:
             raise UsageError(f"counter history: {exc} (--no-history skips it)") from exc
     return snap
@@ -168,8 +178,7 @@ def run(args: argparse.Namespace) -> int:
 
         return run_fleet(args)
     from ..baseline import default_baseline, load_baseline
-    from ..judge import judge
-    from ..verdict import build_report, exit_status
+    from ..verdict import exit_status, judged_report
 
     baseline = load_baseline(args.baseline) if args.baseline else default_baseline()
     required = _required(args.require, baseline)
@@ -181,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
 
         write_output(args.save, strict_json(snap.to_json(), indent=1, sort_keys=True) + "\n")
 
-    report = build_report(snap, judge(snap, baseline), required)
+    report = judged_report(snap, baseline, required, args.platform)
     log_errors(report)
 
     if args.json:

@@ -38,9 +38,8 @@ def run_fleet(args: argparse.Namespace) -> int:
         fleet_text,
         fleet_view,
     )
-    from ..judge import judge
     from ..model import Snapshot
-    from ..verdict import build_report, exit_status
+    from ..verdict import exit_status, judged_report
     from .inspect import _required, log_errors
 
     for name in HOST_ONLY:
@@ -84,7 +83,7 @@ def run_fleet(args: argparse.Namespace) -> int:
             hosts.append(HostReport(ns.node, None, ns.reason))
             continue
         snap = Snapshot.from_json(ns.snapshot)
-        report = build_report(snap, judge(snap, baseline), required)
+        report = judged_report(snap, baseline, required, getattr(args, "platform", None))
         log_errors(report)
         hosts.append(HostReport(ns.node, report))
     view = fleet_view(hosts, probes)

@@ -440,6 +440,20 @@ def _leaf_dist(path: str):
         raise UsageError(f"{path}: {exc}") from None
 
 
+def _table_has(leaf, q: float, asked: str) -> None:
+    """A leaf read from a percentile table knows only its rows: any other percentile would
+    silently read as the next row up (p95 as p99). Refused, naming what would work."""
+    import numpy as np
+
+    rows = np.cumsum(leaf.probs)
+    if not np.any(np.isclose(rows, q, rtol=0, atol=1e-9)):
+        have = ", ".join(f"p{100 * c:g}" for c in rows if c < 1.0)
+        raise UsageError(f"--hedge-after {asked}: the leaf is a bench JSON's percentile table "
+                         f"({have}, max), which has no {asked} (it would read as the next row "
+                         "up); name one of those, a time (5ms), or give a histogram (bench "
+                         "--hdr FILE)")
+
+
 def run_fanout(args: argparse.Namespace) -> int:
     import numpy as np
 
@@ -456,13 +470,21 @@ def run_fanout(args: argparse.Namespace) -> int:
         try:
             if h.startswith("p"):
                 digits = h[1:]
-                q = float("0." + digits) if not digits.startswith("100") else 1.0
+                if not digits or not digits.replace(".", "", 1).isdigit():
+                    raise ValueError(h)
+                # p95 = 0.95, p999 = 0.999; p99.9 = 99.9 %
+                q = (float(digits) / 100 if "." in digits
+                     else float("0." + digits) if not digits.startswith("100") else 1.0)
+                if not 0 < q <= 1:
+                    raise ValueError(h)
+                if what == "bench JSON percentiles":
+                    _table_has(leaf, q, args.hedge_after)
                 delay = leaf.quantile(q)
             else:
                 delay = parse_duration(h) * 1e9
         except ValueError:
-            raise UsageError(f"--hedge-after {args.hedge_after}: a percentile (p95, p99) or "
-                             "a time (5ms)") from None
+            raise UsageError(f"--hedge-after {args.hedge_after}: a percentile (p95, p99, "
+                             "p99.9) or a time (5ms)") from None
     try:
         res = fanout.plan(leaf, args.fanout, args.hops, delay)
     except ValueError as exc:

@@ -170,13 +170,14 @@ def monte_carlo(leaf: Dist, fanout: int, hops: int, hedge_delay: float | None, r
 
 
 def from_percentiles(table: dict[str, float]) -> Dist:
-    """A step distribution from a bench JSON's percentile table (p50 ... p9999, max).
+    """A step distribution from a bench JSON's percentile table (p50, p90, p95 when the
+    bench wrote it, p99 ... p9999, max).
 
     Each probability mass sits at the upper end of its interval (p50 holds the
     lowest half, and so on), so every quantile is an upper bound: coarse, used
     only when no histogram was saved (`tailgate bench --hdr FILE` keeps one).
     """
-    points = [("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("p999", 0.999), ("p9999", 0.9999),
+    points = [("p50", 0.5), ("p90", 0.9), ("p95", 0.95), ("p99", 0.99), ("p999", 0.999), ("p9999", 0.9999),
               ("max", 1.0)]
     vals, cum = [], []
     for key, q in points:

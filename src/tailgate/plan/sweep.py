@@ -17,7 +17,9 @@ sweep only draws the curve.
 The **knee** of the latency-throughput curve is found with Kneedle (Satopää et
 al., ICDCS workshops 2011): normalise achieved rate and P99 to [0, 1] and take
 the point farthest above the diagonal, i.e. where latency starts rising faster
-than throughput.
+than throughput. It is reported only where the curve saturated beyond it (a higher rate
+not sustained, or its P99 at least twice the knee's): a flat curve has no knee, however
+Kneedle reads its noise.
 """
 
 from __future__ import annotations
@@ -140,8 +142,40 @@ def best(points: Sequence[Point]) -> Point | None:
     return max(ok, key=lambda p: p.rate) if ok else None
 
 
+SATURATED_P99 = 2.0  # a P99 this many times the knee's, at a higher rate, is saturation
+
+
+def saturation(points: Sequence[Point], k: Point) -> str | None:
+    """What above the knee shows the server saturated: a rate not sustained, or a P99 at
+    least SATURATED_P99 times the knee's; None when nothing above it did."""
+    for p in sorted(points, key=lambda q: q.rate):
+        if p.rate <= k.rate:
+            continue
+        if not p.sustained:
+            return f"{p.rate:,.1f}/s offered was not sustained ({p.achieved:,.1f}/s achieved)"
+        if p.p99_ms is not None and k.p99_ms and p.p99_ms >= SATURATED_P99 * k.p99_ms:
+            return (f"p99 {p.p99_ms:.3f} ms at {p.rate:,.1f}/s, {p.p99_ms / k.p99_ms:.1f}x "
+                    "the knee's")
+    return None
+
+
+def knee_of(points: Sequence[Point]) -> tuple[Point | None, str]:
+    """The knee, only where the curve saturated beyond it, with the evidence; else None
+    and why (Kneedle finds a "knee" in the noise of a flat curve, often its last point)."""
+    k = knee(points)
+    if k is None:
+        return None, "no knee: the curve has no bend (fewer than 3 points, or flat)"
+    why = saturation(points, k)
+    if why is None:
+        top = max(points, key=lambda q: q.rate)
+        return None, (f"no knee: nothing saturated up to {top.rate:,.1f}/s (every rate "
+                      f"sustained, p99 within {SATURATED_P99:g}x): raise the sweep's HI")
+    return k, why
+
+
 def knee(points: Sequence[Point]) -> Point | None:
-    """Kneedle on (achieved rate, P99): the point farthest above the normalised diagonal."""
+    """Kneedle on (achieved rate, P99): the point farthest above the normalised diagonal
+    (a candidate: :func:`knee_of` keeps it only where the curve saturated beyond it)."""
     pts = [p for p in points if p.p99_ms is not None]
     if len(pts) < 3:
         return None
@@ -187,12 +221,12 @@ def run_sweep(args: Any, run_once: Callable[[Any], int], parse_rate: Callable[[s
             points = [p for p in (measure(r) for r in steps(lo, hi, args.sweep_steps))
                       if p is not None]
     top = best(points) if has_slo else None
-    k = knee(points)
+    k, knee_why = knee_of(points)
     data = {"tailgate_sweep": 1, "target": args.target, "slo": list(args.slo),
             "points": [p.to_json() for p in points],
             "max_rate_meeting_slo": top.to_json() if top else None,
-            "knee": k.to_json() if k else None}
-    text = summary(points, top, k, has_slo)
+            "knee": k.to_json() if k else None, "knee_reason": knee_why}
+    text = summary(points, top, k, has_slo, knee_why)
     if args.json:
         write_output(args.json, json.dumps(data, indent=2) + "\n")
     if args.sweep_html:
@@ -206,7 +240,8 @@ def _ms(v: float | None) -> str:
     return f"{v:>10.3f}" if v is not None else f"{'-':>10}"
 
 
-def summary(points: Sequence[Point], top: Point | None, k: Point | None, has_slo: bool) -> str:
+def summary(points: Sequence[Point], top: Point | None, k: Point | None, has_slo: bool,
+            knee_why: str = "") -> str:
     llm = any(p.output_tokens_per_s is not None for p in points)
     head = (f"{'offered/s':>12}{'achieved/s':>12}{'p50 ms':>10}{'p99 ms':>10}{'p999 ms':>10}"
             + (f"{'out tok/s':>11}{'goodput/s':>11}" if llm else "") + "  result")
@@ -227,7 +262,10 @@ def summary(points: Sequence[Point], top: Point | None, k: Point | None, has_slo
                          f"tokens/s, goodput {top.goodput_rps:,.2f} requests/s")
     if k:
         lines.append(f"knee: {k.achieved:,.1f}/s achieved (p99 {_ms(k.p99_ms).strip()} ms): "
-                     "beyond it latency rises faster than throughput")
+                     "beyond it latency rises faster than throughput"
+                     + (f" ({knee_why})" if knee_why else ""))
+    elif knee_why:
+        lines.append(knee_why)
     return "\n".join(lines)
 
 

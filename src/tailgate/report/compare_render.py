@@ -22,7 +22,8 @@ def _n(r: Row) -> str:
 
 
 def _sig(r: Row) -> str:
-    return {"yes": "yes", "no": "no (noise)", "n/a": "n/a"}[r.significant]
+    return {"yes": "yes", "no": "no (noise)", "n/a": "n/a",
+            "n/m": "n/m (not measurable)"}[r.significant]
 
 
 def markdown(doc: dict[str, Any], rows: list[Row]) -> str:

@@ -26,6 +26,10 @@ def render_html(report: Report) -> str:
             + (f" &mdash; fix {v.first_failing_layer} first" if v.first_failing_layer else "")
             + f"</p><p>{_cell(json.dumps(v.counts))} &middot; tailgate {_cell(report.version)}"
             f" &middot; interval {report.interval_s:.2f} s</p>")
+    if report.platform:
+        from .terminal import platform_line
+
+        head += f"<p class='platform'>platform: {_cell(platform_line(report.platform))}</p>"
     missing = [*(f"{u['id']} (required): {u['reason']}" for u in v.unmet_required),
                *(f"{u['id']} [{u['subject']}]: {u['reason']}"
                  + (f" -- needs {u['needs']}" if u["needs"] else "") for u in v.unmeasured)]

@@ -82,4 +82,4 @@ def clean_report(report: Report, keep_newlines: bool = True) -> Report:
     return replace(report, version=clean(str(report.version), keep_newlines),
                    host=clean_tree(report.host, keep_newlines),
                    target=clean_tree(report.target, keep_newlines), findings=findings,
-                   verdict=verdict)
+                   verdict=verdict, platform=clean_tree(report.platform, keep_newlines))

@@ -67,6 +67,8 @@ def print_report(report: Report, console: Console | None = None, verbose: bool =
     host = report.host
     console.print(Text.assemble(("tailgate inspect ", "bold"), str(host.get("hostname")),
                                 f"  kernel {host.get('kernel')}  interval {report.interval_s:.2f} s"))
+    if report.platform:
+        console.print(Text(f"platform: {platform_line(report.platform)}", style="dim"))
     by_layer = {layer: [f for f in report.findings if f.layer == layer] for layer in LAYERS}
     for layer in LAYERS:
         findings = by_layer[layer]
@@ -80,6 +82,24 @@ def print_report(report: Report, console: Console | None = None, verbose: bool =
                 console.print(_wrapped("remedy: " + f.remedy, console.width), style="italic")
     console.print()
     _pyramid(report, by_layer, console)
+
+
+def platform_line(platform: dict) -> str:
+    """``virtual machine (kvm), in a container (docker) (detected): L1's hardware checks
+    are skipped``: what the host is and what that does to the checks."""
+    from ..sources.platform import describe
+
+    kind = platform.get("kind")
+    if kind is None:
+        return f"unknown ({platform.get('missing') or 'not detected'}): every check runs"
+    detected = platform.get("detected")
+    if platform.get("setting") == "auto" and isinstance(detected, dict):
+        text = f"{describe(detected)} (detected)"
+    else:
+        text = f"{describe({'kind': kind})} (set by --platform or the baseline)"
+    if kind == "vm":
+        text += ": L1's hardware checks are skipped, inspect the hypervisor's host for them"
+    return text
 
 
 def _pyramid(report: Report, by_layer: dict[str, list[Finding]], console: Console) -> None:
