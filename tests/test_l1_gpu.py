@@ -405,3 +405,28 @@ def test_serve_exports_the_new_findings():
     line = next(x for x in body.splitlines() if x.startswith("tailgate_finding_status{")
                 and 'id="l1.gpu.xid"' in x and 'status="fail"' in x)
     assert line.endswith(" 1.0")
+
+
+def test_inspect_dcgm_option_end_to_end(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    (tmp_path / "proc/sys/kernel").mkdir(parents=True)
+    (tmp_path / "proc/sys/kernel/hostname").write_text("dcgm-node\n")
+    (tmp_path / "sys/bus/pci/devices").mkdir(parents=True)
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "tailgate", "inspect", "--root",
+                               str(tmp_path), "--interval", "0", "--no-history", *args],
+                              capture_output=True, text=True, timeout=120)
+
+    proc = run("--dcgm", str(FIX / "dcgm-exporter-580.105.08-l4.prom"), "--json", "-")
+    assert proc.returncode in (0, 1), proc.stderr
+    got = {f["id"]: f for f in json.loads(proc.stdout)["findings"] if f["id"] in GPU_IDS}
+    rep = got["l1.gpu.memory_repair"]
+    assert rep["subject"] == "0000:31:00.0 gpu" and rep["status"] == "pass"
+    assert rep["evidence"]["source"].startswith("DCGM exporter")
+    assert got["l1.gpu.nvlink"]["status"] == "skip"  # the default counters carry no NVLink
+    bad = run("--dcgm", str(tmp_path / "nope.prom"))
+    assert bad.returncode == 2 and "--dcgm" in bad.stderr
