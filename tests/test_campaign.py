@@ -51,6 +51,10 @@ BAD = [  # (text, line, words the one-line error holds)
     ("collective: --backend nope\n", 1, "key collective: argument --backend"),
     ("collective: --iters 10 --json x.json\n", 1, "--json: the campaign writes"),
     ("timeout: 1 minute\n", 1, "key timeout"),
+    ("inspect: {during: web}\n", 1, "key inspect.during: no load named 'web'"),
+    ("inspect: {interval: 5, during: a}\nloads: [{name: a, url: 'http://a/', duration: 6s}]\n",
+     1, "lasts 6 s, less than"),
+    ("collective: nolauncher -np 2 tailgate bench allreduce\n", 1, "launcher 'nolauncher'"),
     ("loads:\n  - url: http://a/\n   duration: 1s\n", 3, "malformed YAML"),
 ]
 
@@ -93,13 +97,23 @@ def test_a_good_file_parses_to_its_values(tmp_path):
     text = ("name: web\nservice: {pids: [1], iface: lo}\ninspect: {interval: 2s, "
             "probe_window: 3}\nloads:\n  - {name: a, url: 'openai+http://127.0.0.1:1/v1', "
             "requests: 4, model: m}\n  - {url: 'http://127.0.0.1:1/', rate: 5, duration: 1s, "
-            "slo: p99<5ms}\ncollective: [--backend, mpi, --ranks, 2]\ntimeout: 2m\n")
+            "slo: p99<5ms}\ncollective: mpirun -np 2 tailgate bench allreduce --iters 5\n"
+            "timeout: 2m\n")
     c = parse_campaign(text, str(tmp_path / "c.yaml"))
     assert (c.name, c.pids, c.ifaces, c.interval_s, c.probe_window_s) == ("web", (1,), ("lo",),
                                                                           2.0, 3.0)
     assert [x.name for x in c.loads] == ["a", "http://127.0.0.1:1/"]
     assert c.loads[1].options["slo"] == ["p99<5ms"]
-    assert c.collective == ("--backend", "mpi", "--ranks", "2") and c.timeout_s == 120.0
+    assert c.collective == ("--iters", "5") and c.timeout_s == 120.0
+    assert (c.launcher, c.launcher_runs_module) == (("mpirun", "-np", "2"), False)
+    c = parse_campaign("collective: python3 -m torch.distributed.run --nproc-per-node 2 -m "
+                       "tailgate bench allreduce --backend gloo\n", "c.yaml")
+    launcher = ("python3", "-m", "torch.distributed.run", "--nproc-per-node", "2")
+    assert (c.launcher, c.launcher_runs_module) == (launcher, True)
+    from tailgate.campaign.run import plan
+
+    (step,) = [s for s in plan(c) if s.kind == "collective"]
+    assert step.command()[:9] == [*launcher, "-m", "tailgate", "bench", "allreduce"]
 
 
 # -- campaign run, end to end ------------------------------------------------------------------
@@ -115,8 +129,9 @@ def test_two_step_campaign_end_to_end(tmp_path):
     require(available())
     with Nginx(workers=1) as ng:
         c = tmp_path / "c.yaml"
-        c.write_text(f"name: smoke\ninspect: {{interval: 1, probe_window: 1}}\nloads:\n"
-                     f"  - name: web\n    url: {ng.url('/')}\n    rate: 500\n    duration: 2s\n"
+        c.write_text(f"name: smoke\ninspect: {{interval: 1, probe_window: 1, during: web}}\n"
+                     f"loads:\n  - name: web\n    url: {ng.url('/')}\n    rate: 250\n"
+                     "    duration: 4s\n"
                      "    workers: 1\n    slo: ['p99<1s']\n")
         out = tmp_path / "run"
         res = tailgate("campaign", "run", str(c), "--out", str(out))
@@ -128,6 +143,10 @@ def test_two_step_campaign_end_to_end(tmp_path):
     assert steps["inspect"]["status"] in ("ok", "gate") and steps["inspect"]["exit_status"] in (0, 1)
     assert res.returncode == (0 if steps["inspect"]["status"] == "ok" else 1), res.stderr
     assert "[1/2] inspect" in res.stderr and "[2/2] load web: ok" in res.stderr
+    # inspect ran while the load ran (`during: web`): started after it; how long it went on
+    # after the load had ended is recorded (its start-up on a busy VM takes seconds)
+    assert steps["inspect"]["started"] > steps["load web"]["started"]
+    assert steps["inspect"]["during"] == "web" and steps["inspect"]["outlasted_load_s"] >= 0
     assert index["tailgate_campaign"] == 1 and index["name"] == "smoke"
     assert index["hosts"] == [os.uname().nodename] and index["finished"] >= index["started"]
     assert index["campaign_file"]["sha256"] == hashlib.sha256(c.read_bytes()).hexdigest()

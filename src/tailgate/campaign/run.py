@@ -49,6 +49,13 @@ class Step:
     argv: tuple[str, ...]  # after `python -m tailgate`
     files: tuple[str, ...]  # the documents it writes, relative to the campaign directory
     load: Load | None = None
+    launcher: tuple[str, ...] = ()  # what runs `python -m tailgate ...` (mpirun -np 4)
+    launcher_runs_module: bool = False  # the launcher takes `-m tailgate` itself (torchrun)
+
+    def command(self) -> list[str]:
+        if self.launcher_runs_module:
+            return [*self.launcher, "-m", "tailgate", *self.argv]
+        return [*self.launcher, sys.executable, "-m", "tailgate", *self.argv]
 
 
 @dataclass
@@ -60,9 +67,10 @@ class Outcome:
     status: str
     reason: str = ""
     members: list[dict[str, Any]] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)  # e.g. inspect's overlap with a load
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.step.name, "kind": self.step.kind, "argv": list(self.step.argv),
+        return {**self.extra, "name": self.step.name, "kind": self.step.kind, "argv": list(self.step.argv),
                 "started": self.started, "duration_s": round(self.duration_s, 3),
                 "exit_status": self.exit_status, "status": self.status, "reason": self.reason,
                 "members": self.members}
@@ -130,7 +138,8 @@ def plan(c: Campaign) -> list[Step]:
     if c.collective is not None:
         steps.append(Step("collective", "collective",
                           ("bench", "allreduce", *c.collective, "--quiet", "--json",
-                           "collective.json"), ("collective.json",)))
+                           "collective.json"), ("collective.json",),
+                          launcher=c.launcher, launcher_runs_module=c.launcher_runs_module))
     return steps
 
 
@@ -183,7 +192,7 @@ def run_step(step: Step, out_dir: str, timeout_s: float) -> Outcome:
             pass
     stderr_path = os.path.join(out_dir, f"{step.files[0].rsplit('.', 1)[0]}.stderr")
     with open(stderr_path, "w+", encoding="utf-8", errors="replace") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "tailgate", *step.argv], cwd=out_dir,
+        proc = subprocess.Popen(step.command(), cwd=out_dir,
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                 stderr=err, start_new_session=True)
         try:
@@ -282,21 +291,54 @@ def run_campaign(c: Campaign, out_dir: str, diagnose: bool, progress: TextIO) ->
         cmd = " ".join(step.argv[:2] if step.kind == "collective" else step.argv[:1])
         print(f"campaign {c.name}: [{i + 1}/{len(steps)}] {step.name}: tailgate {cmd} ...",
               file=progress, flush=True)
-        o = run_step(step, out_dir, c.timeout_s)
-        outcomes.append(o)
-        print(f"campaign {c.name}: [{i + 1}/{len(steps)}] {step.name}: {o.status} "
-              f"({o.duration_s:.1f} s){': ' + o.reason if o.reason else ''}",
-              file=progress, flush=True)
-        if (diagnose and step.kind == "bench" and o.status == "gate" and step.load is not None
-                and "SLO missed" in o.reason):
-            steps.insert(i + 1, diagnose_step(c, step.load))
-        i += 1
+        if step.kind == "inspect" and c.inspect_during:  # inspect while that load runs
+            j = next(k for k, s in enumerate(steps) if s.load and s.load.name == c.inspect_during)
+            load_step = steps.pop(j)
+            print(f"campaign {c.name}: [{i + 1}/{len(steps) + 1}] {load_step.name}: tailgate "
+                  "bench ... (inspect runs meanwhile)", file=progress, flush=True)
+            done = _side_by_side(step, load_step, out_dir, c.timeout_s)
+            steps.insert(i + 1, load_step)
+        else:
+            done = [run_step(step, out_dir, c.timeout_s)]
+        for o in done:
+            outcomes.append(o)
+            k = steps.index(o.step)
+            print(f"campaign {c.name}: [{k + 1}/{len(steps)}] {o.step.name}: {o.status} "
+                  f"({o.duration_s:.1f} s){': ' + o.reason if o.reason else ''}",
+                  file=progress, flush=True)
+            if (diagnose and o.step.kind == "bench" and o.status == "gate"
+                    and o.step.load is not None and "SLO missed" in o.reason):
+                steps.insert(k + 1, diagnose_step(c, o.step.load))
+        i += len(done)
         index["steps"] = [x.to_json() for x in outcomes]
         _write_index(out_dir, index)  # after every step: an interrupted campaign keeps its part
     index["finished"] = _now()
     index["hosts"] = _hosts(out_dir, outcomes)
     _write_index(out_dir, index)
     return index
+
+
+def _side_by_side(inspect: Step, load: Step, out_dir: str, timeout_s: float) -> list[Outcome]:
+    """The load, and inspect started once the load is under way (its warm-up, or 1 s), so
+    the counters and probes see the service loaded."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ..bench.units import parse_duration
+
+    lead = 1.0
+    if load.load is not None and load.load.options.get("warmup"):
+        lead += parse_duration(str(load.load.options["warmup"]))
+    with ThreadPoolExecutor(2) as pool:
+        bench = pool.submit(run_step, load, out_dir, timeout_s)
+        time.sleep(lead)
+        t_insp = time.monotonic()
+        insp = pool.submit(run_step, inspect, out_dir, timeout_s)
+        i, b = insp.result(), bench.result()
+    # how long inspect went on after the load had ended (its counters saw no load then)
+    after = (t_insp + i.duration_s) - (t_insp - lead + b.duration_s)
+    i.extra = {"during": load.load.name if load.load else load.name,
+               "outlasted_load_s": round(max(0.0, after), 3)}
+    return [i, b]
 
 
 def _write_index(out_dir: str, index: dict[str, Any]) -> None:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,7 +49,7 @@ DEFAULT_TIMEOUT_S = 900.0
 
 TOP = ("name", "service", "inspect", "loads", "collective", "diagnose", "ray", "timeout")
 SERVICE = ("pids", "cgroup", "iface")
-INSPECT = ("interval", "probe_window", "baseline", "dpdk", "memory_stats", "engine")
+INSPECT = ("interval", "probe_window", "baseline", "dpdk", "memory_stats", "engine", "during")
 
 
 class CampaignError(ConfigError):
@@ -80,6 +81,9 @@ class Campaign:
     engine: str | None = None
     loads: tuple[Load, ...] = ()
     collective: tuple[str, ...] | None = None  # `tailgate bench allreduce` arguments
+    launcher: tuple[str, ...] = ()  # e.g. mpirun -np 4 (`tailgate` then runs as python -m)
+    launcher_runs_module: bool = False  # torchrun ... -m tailgate: the launcher names it
+    inspect_during: str | None = None  # a load's name: inspect runs while that load runs
     diagnose: bool = False
     ray: str | None = None
     timeout_s: float = DEFAULT_TIMEOUT_S
@@ -206,6 +210,11 @@ def _inspect(node: yaml.Node, path: str, out: dict[str, Any]) -> None:
                 out["dpdk"] = tuple(valid_prefix(p) for p in _str_list(v, path, full))
             except ValueError as exc:
                 raise _err(path, v, full, str(exc)) from None
+        elif key == "during":
+            val = _value(v, path, full)
+            if not isinstance(val, str) or not val:
+                raise _err(path, v, full, "expected the name of a load")
+            out["inspect_during"] = val
         elif key == "engine":
             val = _value(v, path, full)
             if not isinstance(val, str) or not val.startswith(("http://", "https://")):
@@ -255,7 +264,8 @@ def _loads(node: yaml.Node, path: str) -> tuple[Load, ...]:
     return tuple(out)
 
 
-def _collective(node: yaml.Node, path: str) -> tuple[str, ...]:
+def _collective(node: yaml.Node, path: str, out: dict[str, Any]) -> None:
+    """`[LAUNCHER ...] tailgate bench allreduce ARGS`, or ARGS alone (one process)."""
     val = _value(node, path, "collective")
     if isinstance(val, str):
         try:
@@ -267,8 +277,16 @@ def _collective(node: yaml.Node, path: str) -> tuple[str, ...]:
         argv = [str(x) for x in val]
     else:
         raise _err(path, node, "collective", "expected the `tailgate bench allreduce` "
-                   "arguments, as one line or a list")
-    if argv[:2] == ["bench", "allreduce"]:
+                   "command line (with its launcher), as one line or a list")
+    at = next((i for i in range(len(argv)) if argv[i:i + 3] == ["tailgate", "bench",
+                                                               "allreduce"]), None)
+    if at is not None:
+        launcher, argv = argv[:at], argv[at + 3:]
+        out["launcher_runs_module"] = bool(launcher) and launcher[-1] == "-m"
+        out["launcher"] = tuple(launcher[:-1] if out["launcher_runs_module"] else launcher)
+        if out["launcher"] and shutil.which(out["launcher"][0]) is None:
+            raise _err(path, node, "collective", f"launcher {out['launcher'][0]!r} not found")
+    elif argv[:2] == ["bench", "allreduce"]:
         argv = argv[2:]
     elif argv[:1] == ["allreduce"]:
         argv = argv[1:]
@@ -285,7 +303,7 @@ def _collective(node: yaml.Node, path: str) -> tuple[str, ...]:
         raise _err(path, node, "collective", f"{exc or 'bad arguments'}") from None
     if unknown:
         raise _err(path, node, "collective", f"unknown arguments: {' '.join(unknown)}")
-    return tuple(argv)
+    out["collective"] = tuple(argv)
 
 
 def parse_campaign(text: str, path: str) -> Campaign:
@@ -314,7 +332,20 @@ def parse_campaign(text: str, path: str) -> Campaign:
     if "loads" in m:
         out["loads"] = _loads(m["loads"][1], path)
     if "collective" in m:
-        out["collective"] = _collective(m["collective"][1], path)
+        _collective(m["collective"][1], path, out)
+    during = out.get("inspect_during")
+    if during is not None:
+        load = next((x for x in out.get("loads", ()) if x.name == during), None)
+        where = f"{path}:{out['lines']['during']}: key inspect.during"
+        if load is None:
+            raise CampaignError(f"{where}: no load named {during!r}")
+        from ..bench.units import parse_duration
+
+        need = out.get("interval_s", 5.0) + (out.get("probe_window_s") or 0) + 2
+        have = parse_duration(str(load.options.get("duration", "0")))
+        if have < need:
+            raise CampaignError(f"{where}: load {during!r} lasts {have:g} s, less than the "
+                                f"inspection's interval and probe window + 2 s ({need:g} s)")
     if "diagnose" in m:
         val = _value(m["diagnose"][1], path, "diagnose")
         if not isinstance(val, bool):
