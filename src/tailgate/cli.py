@@ -30,6 +30,7 @@ COMMAND_MODULES = (
     "tailgate.commands.serve",
     "tailgate.commands.rules",
     "tailgate.commands.compare",
+    "tailgate.commands.campaign",
     "tailgate.commands.diagnose",
     "tailgate.commands.plan",
 )

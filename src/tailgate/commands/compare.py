@@ -30,6 +30,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..campaign.table import is_campaign_dir
+
+    if is_campaign_dir(args.before) or is_campaign_dir(args.after):  # two `campaign run` dirs
+        if not (is_campaign_dir(args.before) and is_campaign_dir(args.after)):
+            raise UsageError("compare a campaign directory with another campaign directory")
+        from .campaign import compare_campaigns
+
+        return compare_campaigns(args)
     from ..compare import (
         CompareError,
         compare,
