@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from typing import Any
 
 from .host import TooLarge, read_regular, shorten
@@ -58,10 +59,16 @@ def depth(value: Any, limit: int) -> int:
 
 
 def load_json(path: str, limit: int = MAX_SNAPSHOT_BYTES, max_depth: int = MAX_DEPTH) -> Any:
+    from .model import ParseError
+    from .sources.records import unique_pairs
+
     text = read_user_text(path, limit)
     try:
-        data = json.loads(text, parse_constant=_no_constant)
-    except UserFileError as exc:
+        # A key twice in one object: which value is meant cannot be told (JSON's own rule,
+        # the last one wins, would pick one silently).
+        data = json.loads(text, parse_constant=_no_constant,
+                          object_pairs_hook=unique_pairs("JSON object key"))
+    except (UserFileError, ParseError) as exc:
         raise UserFileError(f"{path}: {exc}") from exc
     except json.JSONDecodeError as exc:
         raise UserFileError(f"{path}:{exc.lineno}: not JSON: {exc.msg}") from exc
@@ -82,14 +89,62 @@ def finite(value: Any, what: str) -> float:
     return float(value)
 
 
+_VERSION_RE = re.compile(r"([0-9]{1,6})\.([0-9]{1,6})\.([0-9]{1,6})([.+-][0-9A-Za-z.+-]{0,64})?",
+                         re.ASCII)
+
+
+def _version(text: str) -> tuple[int, int, int] | None:
+    m = _VERSION_RE.fullmatch(text)
+    return (int(m.group(1)), int(m.group(2)), int(m.group(3))) if m else None
+
+
+def check_version(written_by: str, what: str) -> None:
+    """A document written by a newer tailgate (or by nothing that names a version this one
+    can read) may shape its facts otherwise: refused, never read as "no such fact"."""
+    from . import __version__
+
+    if written_by == "":
+        return  # written before snapshots named their version: every fact is still checked
+    theirs, ours = _version(written_by), _version(__version__)
+    if theirs is None:
+        raise UserFileError(f"{what}: written by tailgate {shorten(repr(written_by), 40)}, "
+                            "not a version this tailgate knows: refused")
+    if ours is not None and theirs > ours:
+        raise UserFileError(f"{what}: written by tailgate {written_by}, newer than this one "
+                            f"({__version__}): its facts may be shaped otherwise: refused "
+                            "(judge it with that release or newer)")
+
+
+def validated(snap, path: str):
+    """``snap`` with every fact that does not match its schema (tailgate.schema) replaced by
+    a missing fact naming the file and why: the checks that read it say ``unknown``."""
+    from .model import Fact
+    from .schema import refusal
+
+    for part in ("facts", "before", "earlier"):
+        table = getattr(snap, part)
+        for name, fact in list(table.items()):
+            if not fact.ok:
+                continue
+            why = refusal(name, fact.value)
+            if why is not None:
+                where = "" if part == "facts" else f" ({part})"
+                table[name] = Fact(missing=f"{path}{where}: {shorten(why, 300)}: refused")
+    return snap
+
+
 def load_snapshot(path: str):
-    """A saved snapshot (``--save``), checked for shape before anything judges it."""
+    """A saved snapshot (``--save``), checked for shape before anything judges it: the
+    document as a whole (exit 2), then each fact against its schema (refused facts are
+    missing, their findings ``unknown``)."""
     from .model import Snapshot
 
     data = load_json(path)
     try:
-        return Snapshot.from_json(data)
+        snap = Snapshot.from_json(data)
     except UserFileError as exc:
         raise UserFileError(f"{path}: {exc}") from exc
     except (ValueError, TypeError, AttributeError, KeyError) as exc:
         raise UserFileError(f"{path}: {shorten(str(exc), 200)}") from exc
+    check_version(snap.version, path)
+    return validated(snap, path)

@@ -93,7 +93,9 @@ def pcie_link_downtrained(snap: Snapshot, p: dict) -> list[Result]:
                                              links.get(upper), low)
             results.append(Result(status, subject=subject, evidence=ev, reason=reason + on,
                                   observed=_fmt(low["current_gts"], low["current_width"])))
-        if len(chains[bdf]) == 1 and links.get(bdf) is not None:
+        if len(chains[bdf]) == 1 and bdf in errors:  # its own files could not be read
+            results.append(Result("unknown", subject=f"{bdf} {kind}", reason=errors[bdf]))
+        elif len(chains[bdf]) == 1 and links.get(bdf) is not None:
             results.append(Result("unknown", subject=f"{bdf} {kind}",
                                   reason="no port above it in sysfs to pair its link with"))
     if not results:

@@ -305,8 +305,11 @@ def irq_isolation(snap: Snapshot, p: dict) -> list[Result]:
             net_rx = None
     for nic in nics:
         if not nic["irqs"]:
+            # An unreadable /proc/interrupts is said as such: its IRQs may be there.
+            why = nic.get("interrupts_error")
             results.append(Result("unknown", subject=nic["iface"],
-                                  reason="no IRQs found for this interface"))
+                                  reason=f"{why}: the IRQs of this interface cannot be found"
+                                  if why else "no IRQs found for this interface"))
             continue
         unreadable = [i for i, cpus in nic["irq_affinity"].items() if cpus is None]
         irq_cpus = sorted({c for cpus in nic["irq_affinity"].values() if cpus for c in cpus})

@@ -16,12 +16,12 @@ from ..judge import Unknown, check, need
 from ..model import Result, Snapshot
 from ..sources.dpdk import parse_eal_lcores, testpmd_forwarding_cores
 
-_QUEUE = re.compile(r"^(rx|tx)_q(\d+)_packets$")
+_QUEUE = re.compile(r"^(rx|tx)_q([0-9]+)_packets$")
 # Virtual devices whose driver never sets imissed (DPDK 22.11 and 24.11 source): their 0 is
 # not a measurement. A PCI port's name is its address, so NIC drivers are not told apart here.
-NO_IMISSED = re.compile(r"^net_(tap|null|ring|af_packet|memif|vhost|virtio_user)\d*$")
+NO_IMISSED = re.compile(r"^net_(tap|null|ring|af_packet|memif|vhost|virtio_user)[0-9]*$")
 # Per-queue drop counters some drivers add to xstats (names differ by driver).
-_QUEUE_DROP = re.compile(r"^rx_q(\d+)_.*(miss|drop|no_?buf|out_of_buffer|discard)", re.I)
+_QUEUE_DROP = re.compile(r"^rx_q([0-9]+)_.*(miss|drop|no_?buf|out_of_buffer|discard)", re.I)
 
 
 @dataclass(frozen=True)

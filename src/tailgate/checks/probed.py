@@ -56,11 +56,20 @@ def sched_context(snap: Snapshot) -> dict[str, Any]:
         if not (now.ok and then.ok):
             ctx[f"pid {pid}"] = now.missing or then.missing
             continue
+        t0, t1 = then.value.get("start_ticks"), now.value.get("start_ticks")
+        if t0 is not None and t1 is not None and t0 != t1:
+            ctx[f"pid {pid}"] = (f"pid {pid} is another process at the end of the interval "
+                                 f"(start time {t0} -> {t1} ticks in /proc/{pid}/stat: the "
+                                 "PID was reused): no delta between two processes")
+            continue
         try:
             wait = now.value["wait_ns"] - then.value["wait_ns"]
             slices = now.value["timeslices"] - then.value["timeslices"]
         except (KeyError, TypeError):
             ctx[f"pid {pid}"] = "malformed schedstat"
+            continue
+        if wait < 0 or slices < 0:
+            ctx[f"pid {pid}"] = f"/proc/{pid}/schedstat went backwards during the interval"
             continue
         row: dict[str, Any] = {"wait_ms": round(wait / 1e6, 3), "timeslices": slices}
         if slices > 0:

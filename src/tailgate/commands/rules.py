@@ -8,7 +8,7 @@ import re
 from ..errors import UsageError
 from .options import check_writable, write_output
 
-DURATION = re.compile(r"^(\d+(ms|s|m|h|d|w|y))+$")
+DURATION = re.compile(r"^([0-9]+(ms|s|m|h|d|w|y))+$")
 
 
 def register(sub: argparse._SubParsersAction) -> None:

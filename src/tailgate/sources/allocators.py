@@ -128,7 +128,7 @@ class Region:
 
 
 _MAPS_RE = re.compile(r"([0-9a-f]+)-([0-9a-f]+) ([-rwxps]{4}) ([0-9a-f]+) [0-9a-f]+:[0-9a-f]+ "
-                      r"(\d+)(?: +(.*))?")
+                      r"([0-9]+)(?: +(.*))?")
 
 
 def parse_maps(text: str) -> list[Region]:

@@ -15,6 +15,7 @@ import re
 from ..collect import Scope, collector
 from ..host import Host
 from ..model import Fact, ParseError, SourceError
+from .records import is_uint, put
 
 
 def parse_cpu_stat(text: str) -> dict[str, int]:
@@ -27,7 +28,7 @@ def parse_cpu_stat(text: str) -> dict[str, int]:
             continue  # not a "key value" line (a captured prompt, a future format)
         if not re.fullmatch(r"[0-9]{1,20}", parts[1]):  # counters: never negative
             raise ParseError(f"cpu.stat {parts[0][:40]}: not a counter: {parts[1][:40]!r}")
-        out[parts[0]] = int(parts[1])
+        put(out, parts[0], int(parts[1]), "cpu.stat")
     if "usage_usec" not in out and "nr_periods" not in out:
         raise ParseError("cpu.stat has neither usage_usec nor nr_periods")
     return out
@@ -69,7 +70,7 @@ def parse_proc_cgroup(text: str) -> dict[str, str]:
         if len(parts) != 3:
             continue
         for ctrl in parts[1].split(",") if parts[1] else [""]:
-            out[ctrl] = parts[2]
+            put(out, ctrl, parts[2], "cgroup controller")
     if not out:  # every process is in some cgroup: nothing here is a broken source
         raise ParseError("no 'hierarchy:controllers:path' line")
     return out
@@ -122,7 +123,10 @@ def resolve_cgroup(host: Host, spec: str) -> str | None:
 def cgroup_members(host: Host, path: str) -> frozenset[int]:
     """The processes of a cgroup (its cgroup.procs)."""
     text = host.read(posixpath.join(path, "cgroup.procs"))
-    return frozenset(int(line) for line in text.split() if line.strip().isdigit())
+    bad = next((t for t in text.split() if not (is_uint(t) and len(t) <= 7)), None)
+    if bad is not None:  # the kernel writes one PID per line, in ASCII digits
+        raise ParseError(f"{path}/cgroup.procs: not a PID: {bad[:20]!r}")
+    return frozenset(int(t) for t in text.split())
 
 
 def cgroup_of_pid(host: Host, pid: int) -> str:

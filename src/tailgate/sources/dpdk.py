@@ -31,7 +31,6 @@ the reason, never as zero. The client (``Telemetry``) alone touches the socket; 
 from __future__ import annotations
 
 import errno
-import json
 import os
 import re
 import socket
@@ -42,13 +41,14 @@ from typing import Any
 from ..collect import Scope, collector
 from ..host import Host
 from ..model import Fact, ParseError, SourceError
+from .records import loads_unique
 
 SOCKET_NAME = "dpdk_telemetry.v2"
 RUN_DIRS = ("/var/run/dpdk", "/run/dpdk")
 DEFAULT_TIMEOUT_S = 1.0
 MAX_REPLY = 1 << 20  # the server caps a reply at max_output_len (16 KiB up to 24.11)
 _PREFIX_RE = re.compile(r"^[A-Za-z0-9_.+-]{1,64}$")
-_QUEUE_XSTAT = re.compile(r"^(rx|tx)_q(\d+)_(packets|bytes)$")
+_QUEUE_XSTAT = re.compile(r"^(rx|tx)_q([0-9]+)_(packets|bytes)$")
 
 
 def valid_prefix(prefix: str) -> str:
@@ -92,7 +92,9 @@ class Telemetry:
             raise SourceError(f"{self.path}: the process closed the socket during {what} "
                               "(it exited, or its telemetry client limit is reached)")
         try:
-            return json.loads(data)
+            return loads_unique(data, "a JSON object's key")
+        except ParseError as exc:
+            raise ParseError(f"{self.path}: reply to {what}: {exc}") from exc
         except ValueError as exc:
             raise ParseError(f"{self.path}: reply to {what} is not JSON: {data[:80]!r}") from exc
 

@@ -29,6 +29,8 @@ from typing import Any
 from ..collect import Scope, collector, crash_fact
 from ..host import Host
 from ..model import Fact, ParseError, SourceError
+from .netdev import interfaces
+from .records import is_uint, put
 
 UNSUPPORTED = "Operation not supported"
 
@@ -44,15 +46,8 @@ DRIVER_FEC = {
 # Counters kept from `ethtool -S` (the rest is not ours to store): FEC and lane
 # errors, and mlx5's PCIe signal-integrity counters (PCIe PHY errors seen by the NIC).
 _PHY_COUNTER_RE = re.compile(
-    r"fec|symbol_err|corrected_bits|err_lane_\d+|pci_signal_integrity|outbound_pci_stalled"
+    r"fec|symbol_err|corrected_bits|err_lane_[0-9]+|pci_signal_integrity|outbound_pci_stalled"
 )
-
-
-def interfaces(host: Host, scope: Scope) -> list[str]:
-    """--iface, else every interface backed by a device (not lo, bridges, veths, ifb)."""
-    if scope.ifaces:
-        return list(scope.ifaces)
-    return [n for n in host.listdir("/sys/class/net") if host.exists(f"/sys/class/net/{n}/device")]
 
 
 def _unsupported(text: str) -> bool:
@@ -68,13 +63,13 @@ def parse_driver_info(text: str) -> dict[str, str]:
     for line in text.splitlines():
         key, sep, value = line.partition(":")
         if sep and key.strip() and " " not in key.strip():
-            out[key.strip()] = value.strip()
+            put(out, key.strip(), value.strip(), "ethtool -i")
     if "driver" not in out:
         raise ParseError("ethtool -i: no 'driver:' line")
     return out
 
 
-_STAT_RE = re.compile(r"^\s*([^:\s][^:]*):\s*(-?[0-9]+)\s*$")
+_STAT_RE = re.compile(r"^\s*([^:\s][^:]*):\s*(-?[0-9]+)\s*$", re.ASCII)
 
 
 def parse_stats(text: str) -> dict[str, int]:
@@ -87,7 +82,7 @@ def parse_stats(text: str) -> dict[str, int]:
             continue
         m = _STAT_RE.match(line)
         if m:
-            out[m.group(1).strip()] = int(m.group(2))
+            put(out, m.group(1).strip(), int(m.group(2)), "ethtool -S")
         elif header and re.match(r"^\s+[^:\s][^:]*:\s*\S+\s*$", line):
             # every ethtool -S value is an integer: anything else is not a statistic
             raise ParseError(f"ethtool -S: not a counter: {line.strip()[:60]!r}")
@@ -109,8 +104,8 @@ _FEC_CONFIG = ("Configured FEC encodings", "Supported/Configured FEC encodings")
 # 6.19 prints a lane-less total without its newline, so several can share one line.
 _FEC_ITEM_RE = re.compile(r"(\w+):\s*(\S+?)(?:\s*\[\s*per_lane:([^\]]*)\])?(?=\s|$)")
 # 5.13 .. 6.15: per-lane values on their own ``    Lane N: count`` lines.
-_FEC_LANE_RE = re.compile(r"^\s+Lane (\d+):\s+(\S+)\s*$")
-_FEC_HIST_RE = re.compile(r"^fec_symbols_err_(\d+)(?:_to_(\d+))?$")
+_FEC_LANE_RE = re.compile(r"^\s+Lane ([0-9]+):\s+(\S+)\s*$")
+_FEC_HIST_RE = re.compile(r"^fec_symbols_err_([0-9]+)(?:_to_([0-9]+))?$")
 
 
 def _fec_count(name: str, text: str) -> int:
@@ -129,14 +124,20 @@ def _fec_stat_line(line: str, out: dict[str, Any]) -> str | None:
         if m.group(3) is not None:
             values = [v.strip() for v in m.group(3).split(",")]
             lanes = {str(i): _fec_count(f"{name} lane {i}", v) for i, v in enumerate(values)}
+        where = "ethtool --show-fec"
         hist = _FEC_HIST_RE.match(name)
         if hist:
             lo = int(hist.group(1))
             hi = int(hist.group(2)) if hist.group(2) else lo
-            out["histogram"].append({"symbol_errors": [lo, hi], "total": total, "lanes": lanes})
+            entry = {"symbol_errors": [lo, hi], "total": total, "lanes": lanes}
+            if any(h["symbol_errors"] == [lo, hi] and h != entry for h in out["histogram"]):
+                raise ParseError(f"{where}: {name} appears twice with different values: "
+                                 "a broken source")
+            if entry not in out["histogram"]:
+                out["histogram"].append(entry)
             last = None
         else:
-            out["stats"][name] = {"total": total, "lanes": lanes}
+            put(out["stats"], name, {"total": total, "lanes": lanes}, where)
             last = name
     if not found:
         raise ParseError(f"ethtool --show-fec: unreadable statistics line: {line.strip()!r}")
@@ -178,8 +179,9 @@ def parse_fec(text: str) -> dict[str, Any]:
             if lane:
                 if current is None:
                     raise ParseError(f"ethtool --show-fec: lane line before a statistic: {line!r}")
-                out["stats"][current]["lanes"][lane.group(1)] = _fec_count(
-                    f"{current} lane {lane.group(1)}", lane.group(2))
+                put(out["stats"][current]["lanes"], lane.group(1), _fec_count(
+                    f"{current} lane {lane.group(1)}", lane.group(2)),
+                    f"ethtool --show-fec: {current} lane")
             else:
                 current = _fec_stat_line(line, out)
     return out
@@ -188,7 +190,7 @@ def parse_fec(text: str) -> dict[str, Any]:
 _FIELD_RE = re.compile(r"^\s*([A-Za-z][^:]*?)\s*:\s?(.*)$")
 _RX_POWER_RE = re.compile(
     r"^(Rcvr signal avg optical power|Receiver signal average optical power|"
-    r"Receiver signal OMA|Rcvr signal OMA)\s*(?:\((?:Channel|Chan) (\d+)\))?$"
+    r"Receiver signal OMA|Rcvr signal OMA)\s*(?:\((?:Channel|Chan) ([0-9]+)\))?$"
 )
 _RX_POWER_NAME_RE = re.compile(r"^(Rcvr signal|Receiver signal)")
 _POWER_VALUE_RE = re.compile(r"^([0-9.]+)\s*mW\s*/\s*(-inf|[-+]?[0-9.]+)\s*dBm")
@@ -283,15 +285,20 @@ def parse_module(text: str) -> dict[str, Any]:
         reading = _rx_power(name, value)
         threshold = _RX_THRESHOLD_RE.match(name)
         if reading is not None:
-            rx.append(reading)
+            if any((r["kind"], r["lane"]) == (reading["kind"], reading["lane"])
+                   and r != reading for r in rx):
+                raise ParseError(f"ethtool -m: {name} (lane {reading['lane']}) appears twice "
+                                 "with different values: a broken source")
+            if reading not in rx:
+                rx.append(reading)
         elif name in LANE_FLAGS:
-            flags[LANE_FLAGS[name]] = _lane_flags(name, value)
+            put(flags, LANE_FLAGS[name], _lane_flags(name, value), "ethtool -m")
         elif threshold:
             v = _POWER_VALUE_RE.match(value)
             if not v:
                 raise ParseError(f"ethtool -m: {name}: not a power reading: {value!r}")
-            rx_thresholds[f"{threshold.group(2)}_{threshold.group(1)}"] = (
-                None if v.group(2) == "-inf" else float(v.group(2)))
+            put(rx_thresholds, f"{threshold.group(2)}_{threshold.group(1)}",
+                None if v.group(2) == "-inf" else float(v.group(2)), "ethtool -m")
         else:
             fields.setdefault(name, []).append(value)
     if "Identifier" not in fields:
@@ -364,9 +371,9 @@ def parse_rings(text: str) -> dict[str, dict[str, int | None]]:
         if m and section:
             value = m.group(2)
             if value == "n/a":
-                out.setdefault(section, {})[m.group(1)] = None
+                put(out.setdefault(section, {}), m.group(1), None, f"ethtool -g {section}")
             elif re.fullmatch(r"[0-9]{1,10}", value):
-                out.setdefault(section, {})[m.group(1)] = int(value)
+                put(out.setdefault(section, {}), m.group(1), int(value), f"ethtool -g {section}")
             else:
                 raise ParseError(f"ethtool -g: {m.group(1)}: not a size: {value!r}")
     if "current" not in out:
@@ -405,7 +412,7 @@ def parse_timestamping(text: str) -> dict[str, Any]:
         elif key in ("PTP Hardware Clock", "Hardware timestamp provider index"):
             phc_seen = True
             v = value.strip()
-            if v.lstrip("-").isdigit() and int(v) >= 0:
+            if is_uint(v) and len(v) <= 10:
                 phc = int(v)
             elif v not in ("none", "-1"):
                 raise ParseError(f"ethtool -T: {key}: {v!r}")
@@ -425,9 +432,9 @@ def parse_timestamping(text: str) -> dict[str, Any]:
             "hardware": hardware}
 
 
-_RSS_HEADER_RE = re.compile(r"with (\d+) RX ring\(s\)")
+_RSS_HEADER_RE = re.compile(r"with ([0-9]+) RX ring\(s\)")
 _KEY_RE = re.compile(r"^\s*([0-9a-fA-F]{2}(?::[0-9a-fA-F]{2})+)\s*$")
-_TABLE_RE = re.compile(r"^\s*\d+:\s+((?:\d+\s*)+)$")
+_TABLE_RE = re.compile(r"^\s*[0-9]+:\s+((?:[0-9]+\s*)+)$")
 _ONOFF_RE = re.compile(r"^\s*([\w-]+):\s*(on|off)\s*$")
 # ethtool >= 6.14 names bits its string set does not know instead of dropping them.
 _RSS_UNKNOWN_RE = re.compile(
@@ -473,10 +480,10 @@ def parse_rss(text: str) -> dict[str, Any]:
             o = _ONOFF_RE.match(line)
             u = _RSS_UNKNOWN_RE.match(line)
             if o:
-                (functions if section == "functions" else transforms)[o.group(1)] = (
-                    o.group(2) == "on")
+                put(functions if section == "functions" else transforms, o.group(1),
+                    o.group(2) == "on", f"ethtool -x {section}")
             elif u:
-                unknown[section] = int(u.group(1), 16)
+                put(unknown, section, int(u.group(1), 16), "ethtool -x unknown bits")
     if rings is None:
         raise ParseError("ethtool -x: no 'RX flow hash indirection table ... RX ring(s)' header")
     return {"rings": rings, "table": table, "key": key, "functions": functions,

@@ -27,6 +27,7 @@ from ..collect import Scope, collector
 from ..host import Host
 from ..model import ParseError, SourceError
 from .process import parse_cpulist
+from .records import put
 
 _BDF_RE = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
 KINDS = {"02": "nic", "03": "gpu", "12": "accelerator"}
@@ -49,7 +50,7 @@ AER_CORRECTABLE = ("RxErr", "BadTLP", "BadDLLP", "Rollover", "Timeout", "NonFata
 _AER_LINE_RE = re.compile(r"^(\S.*?)\s+(\S+)$")
 # A set status bit the kernel has no name for is printed as ``<stats array>_bit[N] count``
 # (aer_stats_dev_attr, Linux 4.19+; only when non-zero), e.g. ``dev_cor_errs_bit[11] 1``.
-_AER_BIT_RE = re.compile(r"^dev_(?:cor|fatal|nonfatal)_errs_bit\[(\d+)\]$")
+_AER_BIT_RE = re.compile(r"^dev_(?:cor|fatal|nonfatal)_errs_bit\[([0-9]+)\]$")
 
 
 def parse_aer(text: str) -> dict[str, int]:
@@ -62,7 +63,8 @@ def parse_aer(text: str) -> dict[str, int]:
             continue
         bit = _AER_BIT_RE.match(m.group(1))
         if bit:
-            out[f"bit{bit.group(1)}"] = parse_int_file(m.group(2), m.group(1))
+            put(out, f"bit{bit.group(1)}", parse_int_file(m.group(2), m.group(1)),
+                "aer_dev_correctable")
             continue
         name = _AER_LONG.get(m.group(1), m.group(1))
         if not _count(m.group(2)):
@@ -70,7 +72,7 @@ def parse_aer(text: str) -> dict[str, int]:
                 raise ParseError(f"aer_dev_correctable: {name}: not a count: {m.group(2)!r}")
             continue
         if name in AER_CORRECTABLE or re.fullmatch(r"[A-Za-z_]+", name):
-            out[name] = int(m.group(2))
+            put(out, name, int(m.group(2)), "aer_dev_correctable")
     if not any(k in out for k in AER_CORRECTABLE):
         raise ParseError("aer_dev_correctable: no known counter")
     return out
@@ -142,6 +144,8 @@ def parse_nvidia_smi(text: str) -> dict[str, dict[str, int]]:
         m = re.match(r"^GPU ([0-9A-Fa-f]+:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*$", line)
         if m:
             gpu = _bdf(m.group(1))
+            if gpu in out:
+                raise ParseError(f"nvidia-smi -q: GPU {gpu} appears twice: a broken source")
             out[gpu] = {}
             continue
         key, sep, value = line.partition(":")
@@ -152,7 +156,7 @@ def parse_nvidia_smi(text: str) -> dict[str, dict[str, int]]:
                 "replay number rollovers": "replay_rollovers"}.get(k)
         if name:
             if _count(v):
-                out[gpu][name] = int(v)
+                put(out[gpu], name, int(v), f"nvidia-smi -q GPU {gpu}")
             elif v not in ("N/A", "[N/A]", "Unknown Error", "[Not Supported]"):
                 raise ParseError(f"nvidia-smi -q: {key.strip()}: not a count: {v!r}")
     if not out:
@@ -185,41 +189,63 @@ def device_path(host: Host, bdf: str) -> list[str]:
     return parts if parts and parts[-1] == bdf else [bdf]
 
 
+def _present(host: Host, path: str) -> bool:
+    """Whether ``path`` exists; one that cannot be told (a link out of the root) counts as
+    present, so that reading it says why."""
+    try:
+        return host.exists(path)
+    except SourceError:
+        return True
+
+
+UNREADABLE = "unreadable"
+
+
 def pci_devices(host: Host) -> dict[str, dict[str, Any]]:
-    """The judged devices (NICs, GPUs, accelerators) and their upstream ports."""
+    """The judged devices (NICs, GPUs, accelerators) and their upstream ports.
+
+    A device whose class or vendor cannot be read might be the NIC or GPU to judge, so it
+    is never "not one of ours": it is kept as ``{"kind": "unreadable", "error": reason}``,
+    and only its own findings are unknown (the other devices are judged)."""
     out: dict[str, dict[str, Any]] = {}
     for bdf in host.listdir("/sys/bus/pci/devices"):
-        # Strict: a device whose class cannot be read might be the NIC or GPU to judge,
-        # so an unreadable or malformed class is an error, never "not one of ours".
-        cls = _hex_file(host, f"/sys/bus/pci/devices/{bdf}/class", 6)
-        kind = KINDS.get(cls[2:4].lower())
-        if kind is None:
+        try:
+            cls = _hex_file(host, f"/sys/bus/pci/devices/{bdf}/class", 6)
+            kind = KINDS.get(cls[2:4].lower())
+            if kind is None:
+                continue
+            vendor = _hex_file(host, f"/sys/bus/pci/devices/{bdf}/vendor", 4)
+        except SourceError as exc:
+            out[bdf] = {"kind": UNREADABLE, "upstream": [], "driver": None, "aer": False,
+                        "amdgpu_replay": False, "error": host.blame(exc)}
             continue
         chain = device_path(host, bdf)
         out.setdefault(bdf, {}).update({
-            "kind": kind, "class": cls,
-            "vendor": _hex_file(host, f"/sys/bus/pci/devices/{bdf}/vendor", 4),
-            "upstream": chain[:-1],
+            "kind": kind, "class": cls, "vendor": vendor, "upstream": chain[:-1],
         })
         for up in chain[:-1]:
             entry = out.setdefault(up, {"kind": "upstream", "upstream": []})
             entry.setdefault("serves", []).append(bdf)
     for bdf, entry in out.items():
+        if entry["kind"] == UNREADABLE:
+            continue
         base = f"/sys/bus/pci/devices/{bdf}"
         try:
             entry["driver"] = posixpath.basename(host.readlink(f"{base}/driver"))
         except SourceError:
             entry["driver"] = None
-        entry["aer"] = host.exists(f"{base}/aer_dev_correctable")
+        entry["aer"] = _present(host, f"{base}/aer_dev_correctable")
         if entry["kind"] != "upstream":  # for GPU locality (l2.numa.affinity)
             node = _read(host, f"{base}/numa_node")
-            entry["numa_node"] = int(node) if node and node.lstrip("-").isdigit() else None
+            # "-1": no NUMA locality; anything but ASCII digits is no node either
+            ok = node is not None and (node == "-1" or (_count(node) and len(node) <= 5))
+            entry["numa_node"] = int(node) if ok else None
             cpus = _read(host, f"{base}/local_cpulist")
             try:
                 entry["local_cpus"] = parse_cpulist(cpus) if cpus is not None else None
             except ParseError:
                 entry["local_cpus"] = None
-        entry["amdgpu_replay"] = host.exists(f"{base}/pcie_replay_count")
+        entry["amdgpu_replay"] = _present(host, f"{base}/pcie_replay_count")
     return out
 
 
@@ -234,6 +260,9 @@ def pci_aer(host: Host, scope: Scope) -> dict[str, Any]:
     counters: dict[str, dict[str, int]] = {}
     errors: dict[str, str] = {}
     for bdf, entry in pci_devices(host).items():
+        if entry["kind"] == UNREADABLE:
+            errors[bdf] = entry["error"]
+            continue
         if not entry["aer"]:
             continue
         try:
@@ -295,7 +324,9 @@ def pci_replay(host: Host, scope: Scope) -> dict[str, Any]:
     sources: dict[str, str] = {}
     errors: dict[str, str] = {}
     for bdf, entry in devices.items():
-        if entry["amdgpu_replay"]:
+        if entry["kind"] == UNREADABLE:
+            errors[bdf] = entry["error"]
+        elif entry["amdgpu_replay"]:
             try:
                 n = parse_int_file(host.read(f"/sys/bus/pci/devices/{bdf}/pcie_replay_count"),
                                    "pcie_replay_count")
@@ -332,7 +363,7 @@ def pci_replay(host: Host, scope: Scope) -> dict[str, Any]:
 # before that as "8 GT/s" / "5 GT/s" / "2.5 GT/s"; a link without a negotiated speed (down,
 # or in a low-power state) prints "Unknown" (older: "Unknown speed"). Widths are "%u": 0 when
 # the link is down. The files exist only for PCIe devices (conventional PCI has no link).
-_SPEED_RE = re.compile(r"^(\d+(?:\.\d+)?) GT/s(?: PCIe)?$")
+_SPEED_RE = re.compile(r"^([0-9]+(?:\.[0-9]+)?) GT/s(?: PCIe)?$")
 LINK_FILES = ("current_link_speed", "current_link_width", "max_link_speed", "max_link_width")
 
 
@@ -396,6 +427,9 @@ def pci_links(host: Host, scope: Scope) -> dict[str, Any]:
         if entry["kind"] == "upstream":
             continue
         chains[bdf] = [*entry["upstream"], bdf]
+        if entry["kind"] == UNREADABLE:
+            errors[bdf] = entry["error"]
+            continue
         for dev in chains[bdf]:
             if dev in links or dev in errors:
                 continue

@@ -9,6 +9,7 @@ import re
 from ..collect import Scope, collector
 from ..host import Host
 from ..model import Fact, ParseError, SourceError
+from .records import is_uint, put
 
 MAX_CPUS = 8192  # the kernel's largest NR_CPUS (and far above MAX_NUMNODES)
 _CPU_RANGE_RE = re.compile(r"([0-9]{1,5})(?:-([0-9]{1,5}))?")
@@ -57,7 +58,7 @@ def parse_status(text: str) -> dict[str, str]:
     for line in text.splitlines():
         key, sep, value = line.partition(":")
         if sep:
-            out[key.strip()] = value.strip()
+            put(out, key.strip(), value.strip(), "status")
     if "Cpus_allowed_list" not in out:
         raise ParseError("no Cpus_allowed_list in status")
     return out
@@ -73,6 +74,20 @@ def parse_schedstat(text: str) -> dict[str, int]:
         raise ParseError(f"not counters: {lines[0][:60]!r}")
     run, wait, slices = (int(p) for p in parts)
     return {"run_ns": run, "wait_ns": wait, "timeslices": slices}
+
+
+def parse_stat_start(text: str) -> int:
+    """/proc/PID/stat: the process's start time (field 22, clock ticks after boot), which
+    tells a process from a later one given the same PID. The command name (field 2) may hold
+    spaces and parentheses, so the fields are counted after its last ``)``."""
+    _, sep, rest = text.rpartition(")")
+    fields = rest.split()
+    if not sep or len(fields) < 20:
+        raise ParseError(f"stat: {len(fields)} fields after the command name, expected >= 20")
+    start = fields[19]
+    if not (is_uint(start) and len(start) <= 20):
+        raise ParseError(f"stat: starttime not a count: {start[:40]!r}")
+    return int(start)
 
 
 def parse_io_uring_fdinfo(text: str) -> dict[str, object]:
@@ -94,7 +109,7 @@ def parse_io_uring_fdinfo(text: str) -> dict[str, object]:
             continue
         key, _, value = line.partition(":")
         current = key.strip()
-        fields[current] = value.strip()
+        put(fields, current, value.strip(), "io_uring fdinfo")
     if "SqMask" not in fields and "SqThread" not in fields:
         raise ParseError("not an io_uring fdinfo (no SqMask/SqThread)")
 
@@ -123,7 +138,15 @@ def _kib(value: str | None) -> int | None:
     if not value:
         return None
     number = value.split()[0]
-    return int(number) * 1024 if number.isdigit() else None
+    if not (is_uint(number) and len(number) <= 20):
+        raise ParseError(f"status: not a size in kB: {value[:40]!r}")
+    return int(number) * 1024
+
+
+def _count(text: str, what: str) -> int:
+    if not (is_uint(text) and len(text) <= 20):
+        raise ParseError(f"status: {what}: not a count: {text[:40]!r}")
+    return int(text)
 
 
 def read_status(host: Host, pid: int) -> dict[str, str]:
@@ -145,7 +168,7 @@ def pid_status(host: Host, scope: Scope) -> dict[str, object]:
             out[name] = {"name": st.get("Name"),
                          "cpus_allowed": parse_cpulist(st["Cpus_allowed_list"], empty_ok=False),
                          "mems_allowed": parse_cpulist(st.get("Mems_allowed_list", "")),
-                         "threads": int(st.get("Threads", "0") or 0),
+                         "threads": _count(st.get("Threads", "0") or "0", "Threads"),
                    "rss_bytes": _kib(st.get("VmRSS"))}
         except SourceError as exc:
             out[name] = Fact(missing=f"pid {pid}: {host.blame(exc)}"
@@ -159,7 +182,11 @@ def pid_schedstat(host: Host, scope: Scope) -> dict[str, object]:
     out: dict[str, object] = {}
     for pid in scope.pids:
         try:
-            out[f"proc.{pid}.schedstat"] = parse_schedstat(host.read(f"/proc/{pid}/schedstat"))
+            # With its start time: a PID reused during the interval is another process,
+            # whose counters must not be subtracted from the first one's.
+            out[f"proc.{pid}.schedstat"] = {
+                **parse_schedstat(host.read(f"/proc/{pid}/schedstat")),
+                "start_ticks": parse_stat_start(host.read(f"/proc/{pid}/stat"))}
         except SourceError as exc:
             out[f"proc.{pid}.schedstat"] = Fact(missing=f"pid {pid}: {host.blame(exc)}")
     return out
@@ -194,7 +221,7 @@ def pid_io_uring(host: Host, scope: Scope) -> dict[str, object]:
 # mm/mempolicy.c mpol_to_str(): a mode name, optional "=static"/"=relative" flags, then
 # ":nodelist" for modes that have one. Two mode names hold a space.
 _NUMA_MAPS_RE = re.compile(r"^([0-9a-f]+) (weighted interleave\S*|prefer \(many\)\S*|\S+)(?: (.*))?$")
-_NODE_PAGES_RE = re.compile(r"^N(\d+)=(\d+)$")
+_NODE_PAGES_RE = re.compile(r"^N([0-9]+)=([0-9]+)$")
 
 
 def parse_policy(text: str) -> dict[str, object]:
@@ -220,7 +247,7 @@ def parse_numa_maps(text: str) -> dict[str, object]:
         policies[m.group(2)] = policies.get(m.group(2), 0) + 1
         fields = (m.group(3) or "").split()
         page = next((int(f.split("=")[1]) * 1024 for f in fields
-                     if f.startswith("kernelpagesize_kB=") and f.split("=")[1].isdigit()), 4096)
+                     if f.startswith("kernelpagesize_kB=") and is_uint(f.split("=")[1])), 4096)
         for f in fields:
             n = _NODE_PAGES_RE.match(f)
             if n:
@@ -252,7 +279,7 @@ def _nvidia_minors(host: Host) -> dict[str, str]:
     out = {}
     base = "/proc/driver/nvidia/gpus"
     for bdf in host.listdir(base):
-        m = re.search(r"^Device Minor:\s*(\d+)", host.read(f"{base}/{bdf}/information"), re.M)
+        m = re.search(r"^Device Minor:\s*([0-9]+)", host.read(f"{base}/{bdf}/information"), re.M)
         if m:
             out[m.group(1)] = bdf.lower()
     return out
@@ -267,7 +294,7 @@ def gpus_held(host: Host, pid: int) -> dict[str, object]:
             link = host.readlink(f"/proc/{pid}/fd/{fd}")
         except SourceError:
             continue  # closed between listdir and readlink
-        if re.fullmatch(r"/dev/nvidia\d+|/dev/dri/(card|renderD)\d+", link):
+        if re.fullmatch(r"/dev/nvidia[0-9]+|/dev/dri/(card|renderD)[0-9]+", link):
             devices.add(link)
     gpus, unresolved = set(), []
     minors: dict[str, str] | None = None

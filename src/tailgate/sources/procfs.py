@@ -13,10 +13,12 @@ from collections.abc import Callable
 from ..collect import Scope, collector
 from ..host import Host
 from ..model import ParseError
+from .records import is_uint, put
 
 MAX_CPUS = 8192  # the kernel's largest NR_CPUS: a file with more CPU columns is not real
 _UINT_RE = re.compile(r"[0-9]{1,20}")  # u64 at most; ASCII only (int() takes any digit)
 _HEX_RE = re.compile(r"[0-9a-fA-F]{1,16}")
+_SHARE_RE = re.compile(r"[0-9]{1,3}(\.[0-9]{1,6})?")  # PSI prints "%lu.%02lu"
 
 
 def _int(token: str, what: str, negative_ok: bool = False) -> int:
@@ -54,8 +56,11 @@ def parse_snmp(text: str) -> dict[str, dict[str, int]]:
         if len(keys) != len(nums):
             raise ParseError(f"{proto}: {len(keys)} names but {len(nums)} values")
         # Tcp MaxConn is -1 ("no limit"), the one signed value; everything else counts.
-        out[proto] = {k: _int(v, f"{proto}.{k}", negative_ok=(proto, k) == ("Tcp", "MaxConn"))
-                      for k, v in zip(keys, nums, strict=True)}
+        row: dict[str, int] = {}
+        for k, v in zip(keys, nums, strict=True):
+            put(row, k, _int(v, f"{proto}.{k}", negative_ok=(proto, k) == ("Tcp", "MaxConn")),
+                proto)
+        put(out, proto, row, "protocol")
     if not out:
         raise ParseError("no counters found")
     return out
@@ -103,7 +108,7 @@ def parse_net_dev(text: str) -> dict[str, dict[str, int]]:
         vals = [_int(c, name.strip()) for c in cols]
         row = {f"rx_{k}": v for k, v in zip(_NET_DEV_FIELDS, vals[:8], strict=True)}
         row.update({f"tx_{k}": v for k, v in zip(_NET_DEV_TX, vals[8:], strict=True)})
-        out[name.strip()] = row
+        put(out, name.strip(), row, "interface")
     if not out:  # lo is always there: no interface at all is a broken file
         raise ParseError("net/dev lists no interface")
     return out
@@ -118,7 +123,7 @@ def parse_meminfo(text: str) -> dict[str, int]:
         if not parts:
             raise ParseError(f"meminfo {key}: no value")
         scale = 1024 if len(parts) > 1 and parts[1] == "kB" else 1
-        out[key.strip()] = _int(parts[0], key) * scale
+        put(out, key.strip(), _int(parts[0], key) * scale, "meminfo")
     if "MemTotal" not in out:
         raise ParseError("meminfo has no MemTotal")
     if out["MemTotal"] <= 0:
@@ -139,16 +144,16 @@ def parse_pressure(text: str) -> dict[str, dict[str, float]]:
             if not sep:
                 raise ParseError(f"pressure {kind}: malformed field {pair!r}")
             if key == "total":
-                row[key] = _int(value, f"pressure {kind}.total")
+                put(row, key, _int(value, f"pressure {kind}.total"), f"pressure {kind}")
                 continue
-            try:
-                row[key] = float(value)
-            except ValueError as exc:
-                raise ParseError(f"pressure {kind}.{key}: not a number: {value[:40]!r}") from exc
+            if not _SHARE_RE.fullmatch(value):  # float() also reads '１０' and ' 1_0'
+                raise ParseError(f"pressure {kind}.{key}: not a number: {value[:40]!r}")
+            share = float(value)
             # A share of wall time: a percentage. NaN, infinities and negatives are not one.
-            if not (math.isfinite(row[key]) and 0 <= row[key] <= 100):
+            if not (math.isfinite(share) and 0 <= share <= 100):
                 raise ParseError(f"pressure {kind}.{key}: not a percentage: {value[:40]!r}")
-        out[kind] = row
+            put(row, key, share, f"pressure {kind}")
+        put(out, kind, row, "pressure")
     if "some" not in out:
         raise ParseError("no 'some' line")
     return out
@@ -172,7 +177,9 @@ def parse_interrupts(text: str) -> dict[str, object]:
         if not sep:
             raise ParseError(f"interrupts line without ':': {line!r}")
         irq = head.strip()
-        if not irq.isdigit():
+        if not is_uint(irq):
+            if not irq.isascii():  # '²' or '٣' is no IRQ number, nor an architecture counter
+                raise ParseError(f"interrupts: not an IRQ: {irq[:20]!r}")
             continue  # NMI, LOC, ... (architecture counters)
         tokens = rest.split()
         counts = [_int(t, f"irq {irq}") for t in tokens[: len(cpus)]]
@@ -182,7 +189,7 @@ def parse_interrupts(text: str) -> dict[str, object]:
         # The action names follow the chip and hwirq columns; shared IRQs join them with ", ".
         names_part = desc.split(None, 2)[-1] if len(desc.split()) >= 3 else desc
         names = [n.strip() for n in names_part.split(", ") if n.strip()]
-        irqs[irq] = {"counts": counts, "desc": desc.strip(), "names": names}
+        put(irqs, irq, {"counts": counts, "desc": desc.strip(), "names": names}, "irq")
     return {"cpus": cpus, "irqs": irqs}
 
 
@@ -199,7 +206,7 @@ def parse_softirqs(text: str) -> dict[str, list[int]]:
         vals = [_int(t, name.strip()) for t in rest.split()]
         if len(vals) != ncpu:
             raise ParseError(f"softirqs {name.strip()}: {len(vals)} counts for {ncpu} CPUs")
-        out[name.strip()] = vals
+        put(out, name.strip(), vals, "softirq")
     return out
 
 

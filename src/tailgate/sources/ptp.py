@@ -25,9 +25,10 @@ from typing import Any
 from ..collect import Scope, collector
 from ..host import Host, Refused, TooLarge
 from ..model import ParseError, SourceError
+from .records import put
 
-_RESPONSE_RE = re.compile(r"^\s*(\S+)\s+seq\s+\d+\s+RESPONSE\s+MANAGEMENT\s+(\S+)")
-_ERROR_RE = re.compile(r"^\s*(\S+)\s+seq\s+\d+\s+RESPONSE\s+MANAGEMENT_ERROR_STATUS\b")
+_RESPONSE_RE = re.compile(r"^\s*(\S+)\s+seq\s+[0-9]+\s+RESPONSE\s+MANAGEMENT\s+(\S+)")
+_ERROR_RE = re.compile(r"^\s*(\S+)\s+seq\s+[0-9]+\s+RESPONSE\s+MANAGEMENT_ERROR_STATUS\b")
 
 
 def parse_pmc(text: str) -> list[dict[str, Any]]:
@@ -55,7 +56,8 @@ def parse_pmc(text: str) -> list[dict[str, Any]]:
             continue
         parts = line.split(None, 1)
         if current is not None and len(parts) == 2 and line[:1].isspace():
-            current["fields"][parts[0]] = parts[1].strip()
+            put(current["fields"], parts[0], parts[1].strip(),
+                f"pmc {current['port']} {current['message']}")
     if not sent and not out:
         # pmc always echoes what it sends; without that this is not pmc output.
         raise ParseError("pmc: no 'sending:' line and no response")
@@ -79,7 +81,16 @@ def time_status(responses: list[dict[str, Any]]) -> list[dict[str, Any]]:
             raise ParseError(f"pmc TIME_STATUS_NP: bad gmPresent {gm!r}")
         out.append({"port": r["port"], "master_offset_ns": offset, "gm_present": gm == "true",
                     "gm": f.get("gmIdentity")})
-    return out
+    return _one_answer_per_port(out, "TIME_STATUS_NP")
+
+
+def _one_answer_per_port(answers: list[dict[str, Any]], message: str) -> list[dict[str, Any]]:
+    """One answer per port: a port that answered twice with different values is a broken
+    source (which offset is the clock's cannot be told), not "the last one wins"."""
+    by_port: dict[str, dict[str, Any]] = {}
+    for a in answers:
+        put(by_port, a["port"], a, f"pmc {message}: port")
+    return list(by_port.values())
 
 
 # linuxptp's ts_str(): every value PORT_PROPERTIES_NP can print for `timestamping`.
@@ -96,15 +107,16 @@ def port_properties(responses: list[dict[str, Any]]) -> list[dict[str, Any]]:
             raise ParseError(f"pmc PORT_PROPERTIES_NP: unknown timestamping {str(ts)[:40]!r}")
         out.append({"port": r["port"], "state": r["fields"].get("portState"),
                     "timestamping": ts, "interface": r["fields"].get("interface")})
-    return out
+    return _one_answer_per_port(out, "PORT_PROPERTIES_NP")
 
 
 _PROG_RE = re.compile(r"\b(ptp4l|phc2sys)\[")
 _MASTER_RE = re.compile(
-    r"master offset\s+(-?\d+)\s+s(\d)\s+freq\s+([+-]?\d+)\s+path delay\s+(-?\d+)")
-_PHC_RE = re.compile(r"(?:phc|sys) offset\s+(-?\d+)\s+s(\d)\s+freq\s+([+-]?\d+)\s+delay\s+(-?\d+)")
+    r"master offset\s+(-?[0-9]+)\s+s([0-9])\s+freq\s+([+-]?[0-9]+)\s+path delay\s+(-?[0-9]+)")
+_PHC_RE = re.compile(
+    r"(?:phc|sys) offset\s+(-?[0-9]+)\s+s([0-9])\s+freq\s+([+-]?[0-9]+)\s+delay\s+(-?[0-9]+)")
 _OFFSET_LINE_RE = re.compile(r"\b(master|phc|sys) offset\b|\brms\s")
-_RMS_RE = re.compile(r"\brms\s+(\d+)\s+max\s+(\d+)\s+freq\s+([+-]?\d+)\s+\+/-\s+(\d+)")
+_RMS_RE = re.compile(r"\brms\s+([0-9]+)\s+max\s+([0-9]+)\s+freq\s+([+-]?[0-9]+)\s+\+/-\s+([0-9]+)")
 
 
 def parse_ptp_log(text: str) -> dict[str, list[dict[str, Any]]]:
@@ -145,13 +157,13 @@ def parse_chrony_tracking(text: str) -> dict[str, Any]:
     for line in text.splitlines():
         key, sep, value = line.partition(" : ")
         if sep:
-            fields[key.strip()] = value.strip()
+            put(fields, key.strip(), value.strip(), "chronyc tracking")
     if "Reference ID" not in fields or "System time" not in fields:
         raise ParseError("chronyc tracking: no 'Reference ID' / 'System time' lines")
     # Text after the closing parenthesis (annotations in copied docs) is ignored.
     m = re.match(r"^([0-9A-Fa-f]{8})\s*\(([^)]*)\)", fields["Reference ID"])
     # chrony < 3.0 prints the reference ID quad-dotted (client.c: "%lu.%lu.%lu.%lu").
-    dotted = re.match(r"^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})\s*\(([^)]*)\)",
+    dotted = re.match(r"^([0-9]{1,3})\.([0-9]{1,3})\.([0-9]{1,3})\.([0-9]{1,3})\s*\(([^)]*)\)",
                       fields["Reference ID"])
     if m:
         ref_id, name = m.group(1).upper(), m.group(2)

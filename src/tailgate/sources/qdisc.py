@@ -21,6 +21,7 @@ from ..collect import Scope, collector
 from ..host import Host
 from ..model import ParseError, SourceError
 from .ethtool import per_iface
+from .records import is_uint, loads_unique
 
 # Active queue management: drops (or marks) early and by flow, not at the tail.
 AQM = frozenset({"fq_codel", "codel", "fq", "cake", "red", "gred", "choke", "pie", "fq_pie",
@@ -35,7 +36,7 @@ INGRESS = frozenset({"ingress", "clsact"})
 def parse_tc_qdisc(text: str) -> list[dict[str, Any]]:
     """``tc -j qdisc show dev IF`` -> ``[{"kind", "handle", "parent", "root"}]`` (egress only)."""
     try:
-        data = json.loads(text)
+        data = loads_unique(text, "tc -j qdisc")
     except json.JSONDecodeError as exc:
         raise ParseError(f"tc -j qdisc: not JSON: {exc.msg} at {exc.pos}") from exc
     if not isinstance(data, list):
@@ -137,7 +138,7 @@ def xps_map(host: Host, iface: str) -> dict[str, Any]:
     if not queues:
         raise SourceError(f"{base}: no transmit queues")
     maps: dict[str, list[int] | None] = {}
-    for q in sorted(queues, key=lambda n: int(n[3:]) if n[3:].isdigit() else 0):
+    for q in sorted(queues, key=lambda n: int(n[3:]) if is_uint(n[3:]) else 0):
         path = f"{base}/{q}/xps_cpus"
         try:
             maps[q] = parse_cpumask(host.read(path))

@@ -9,37 +9,60 @@ inode, the file) are slab objects whose sizes /proc/slabinfo gives (root only).
 
 from __future__ import annotations
 
+import itertools
 import re
+from collections.abc import Collection, Iterator
 
 from ..collect import Scope, collector
 from ..host import Host
 from ..model import Fact, ParseError, SourceError
+from .records import put
 
 _SKMEM_RE = re.compile(r"skmem:\(([^)]*)\)")
-_PID_RE = re.compile(r"pid=(\d+)")
+_PID_RE = re.compile(r"pid=([0-9]+)")
 _SKMEM_KEYS = {"r": "rmem_alloc", "rb": "rcvbuf", "t": "wmem_alloc", "tb": "sndbuf",
                "f": "fwd_alloc", "w": "wmem_queued", "o": "opt_mem", "bl": "backlog", "d": "drops"}
 SLABS = ("TCP", "TCPv6", "sock_inode_cache", "filp")
 
 
-def parse_ss(text: str) -> list[dict[str, object]]:
-    """`ss -tmpi` output: one dict per socket with its owning pids and skmem fields."""
+def _lines(text: str) -> Iterator[str]:
+    """The lines of ``text`` one at a time: a list of all of them (``splitlines()``) would
+    cost ~60 bytes per line on top of the text itself."""
+    start = 0
+    while start < len(text):
+        end = text.find("\n", start)
+        if end < 0:
+            end = len(text)
+        yield text[start:end].rstrip("\r")
+        start = end + 1
+
+
+def parse_ss(text: str, pids: Collection[int] | None = None) -> list[dict[str, object]]:
+    """`ss -tmpi` output: one dict per socket with its owning pids and skmem fields; with
+    ``pids``, only the sockets of those processes are kept (memory: the text, plus ~1 KiB
+    per socket kept, whatever the number of sockets on the host)."""
     sockets: list[dict[str, object]] = []
-    if not any(line.startswith(("State", "Recv-Q")) for line in text.splitlines()[:3]):
+    lines = _lines(text)
+    head = [line for _, line in zip(range(3), lines, strict=False)]
+    if not any(line.startswith(("State", "Recv-Q")) for line in head):
         # ss prints its header even with no socket: without it this is not ss output
         raise ParseError("ss: no 'State'/'Recv-Q' header line")
-    for line in text.splitlines():
+    seen, keep = False, False
+    for line in itertools.chain(head, lines):
         if not line.strip() or line.startswith(("#", "State", "Recv-Q")):
             continue
         if not line[0].isspace():
             if line.count("pid=") != len(_PID_RE.findall(line)):  # the owner must be readable
                 raise ParseError(f"ss: unreadable process in {line.strip()[-80:]!r}")
-            sockets.append({"pids": sorted({int(p) for p in _PID_RE.findall(line)}),
-                            "local": line.split()[-3] if len(line.split()) >= 5 else None})
+            owners = sorted({int(p) for p in _PID_RE.findall(line)})
+            seen, keep = True, pids is None or any(p in pids for p in owners)
+            if keep:
+                sockets.append({"pids": owners,
+                                "local": line.split()[-3] if len(line.split()) >= 5 else None})
             continue
-        if not sockets:
+        if not seen:
             raise ParseError("socket details before any socket line")
-        m = _SKMEM_RE.search(line)
+        m = _SKMEM_RE.search(line) if keep else None
         if m:
             mem: dict[str, int] = {}
             for item in m.group(1).split(","):
@@ -65,7 +88,7 @@ def parse_slabinfo(text: str) -> dict[str, int]:
             raise ParseError(f"slabinfo: short line {line[:60]!r}")
         if not re.fullmatch(r"[0-9]{1,10}", parts[3]) or int(parts[3]) == 0:
             raise ParseError(f"slabinfo {parts[0][:40]}: objsize not a size: {parts[3][:20]!r}")
-        out[parts[0]] = int(parts[3])
+        put(out, parts[0], int(parts[3]), "slabinfo cache")
     if not out:
         raise ParseError("slabinfo: no caches")
     return out
@@ -76,7 +99,8 @@ def pid_sockets(host: Host, scope: Scope) -> dict[str, object]:
     if not scope.pids:
         return {}
     try:
-        sockets = parse_ss(host.run(["ss", "-tmpin", "state", "established"]))
+        sockets = parse_ss(host.run(["ss", "-tmpin", "state", "established"]),
+                           frozenset(scope.pids))
     except SourceError as exc:
         return {f"sockets.{pid}": Fact(missing=host.blame(exc)) for pid in scope.pids}
     out: dict[str, object] = {}

@@ -14,7 +14,7 @@ from ..host import Host
 from ..model import SourceError
 from .process import parse_cpulist
 
-_CPU_RE = re.compile(r"^cpu(\d+)$")
+_CPU_RE = re.compile(r"^cpu([0-9]+)$")
 
 
 def cpu_siblings(host: Host) -> dict[str, list[int]]:

@@ -45,7 +45,7 @@ _RENAME = {"bytes": "size", "n": "count", "op": "redop", "cputime": "time", "res
 _SIDE_FIELDS = {"time", "algbw", "busbw", "wrong", "error", "copybw", "i_min", "i_max",
                 "i_p99", "i_cv"}
 _PREFIX_FIELDS = {"size", "count", "type", "redop", "root"}
-_RANK_LINE = re.compile(r"^#\s+Rank\s+(\d+)\b.*?\bon\s+(\S+)\s+device")
+_RANK_LINE = re.compile(r"^#\s+Rank\s+([0-9]+)\b.*?\bon\s+(\S+)\s+device")
 _PROGRAM = re.compile(r"\b([a-z_]+?)_perf(?:_mpi)?\b")
 _COLLECTIVES = {"all_reduce": "allreduce", "all_gather": "allgather",
                 "reduce_scatter": "reducescatter", "alltoall": "alltoall",
@@ -55,8 +55,8 @@ _COLLECTIVES = {"all_reduce": "allreduce", "all_gather": "allgather",
 _SCALING = ("allreduce", "allgather", "reducescatter", "alltoall", "alltoallv", "gather",
             "scatter")
 _PREAMBLE = ("# nThread", "# nccl-tests version", "# Collective test starting")
-_INT = re.compile(r"^-?\d+$")
-_TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\d$")
+_INT = re.compile(r"^-?[0-9]+$")
+_TIMESTAMP = re.compile(r"^[0-9]{4}-[0-9][0-9]-[0-9][0-9]$")
 
 
 class NcclTestsError(ValueError):
@@ -126,7 +126,7 @@ def _runs(lines: list[str]) -> list[list[tuple[int, str]]]:
     return runs
 
 
-_TAG = re.compile(r"^\s*(?:\[\d+,\d+\]<std(?:out|err)>:)?\s*")
+_TAG = re.compile(r"^\s*(?:\[[0-9]+,[0-9]+\]<std(?:out|err)>:)?\s*")
 
 
 def parse(text: str, ranks: int | None = None, collective: str | None = None,
@@ -166,10 +166,10 @@ def _parse_run(run: list[tuple[int, str]], lines: list[str], ranks: int | None,
             if m:
                 hosts[int(m.group(1))] = m.group(2)
             elif body.startswith("nThread"):
-                for key, pat in (("threads", r"nThread (\d+)"), ("gpus_per_thread", r"nGpus (\d+)"),
-                                 ("warmup", r"warmup iters: (\d+)"), ("iters", r"\biters: (\d+)"),
-                                 ("agg_iters", r"agg iters: (\d+)"),
-                                 ("validation", r"validation: (\d+)")):
+                for key, pat in (("threads", r"nThread ([0-9]+)"), ("gpus_per_thread", r"nGpus ([0-9]+)"),
+                                 ("warmup", r"warmup iters: ([0-9]+)"), ("iters", r"\biters: ([0-9]+)"),
+                                 ("agg_iters", r"agg iters: ([0-9]+)"),
+                                 ("validation", r"validation: ([0-9]+)")):
                     mm = re.search(pat, body.replace("warmup iters", "warmup_iters")
                                    if key == "iters" else body)
                     if mm:
@@ -179,7 +179,7 @@ def _parse_run(run: list[tuple[int, str]], lines: list[str], ranks: int | None,
             elif body.startswith(("Collective test starting:", "Collective test concluded:")):
                 meta["program"] = body.split(":", 1)[1].strip()
             elif body.startswith("Out of bounds values"):
-                mm = re.search(r":\s*(\d+)", body)
+                mm = re.search(r":\s*([0-9]+)", body)
                 if mm:
                     meta["out_of_bounds"] = int(mm.group(1))
             elif body.startswith("Avg bus bandwidth"):
