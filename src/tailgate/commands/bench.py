@@ -391,7 +391,7 @@ def run(args: argparse.Namespace) -> int:
     import os
     import time
 
-    from ..bench.result import build_result, merge_logs, summary_text, write_hdr
+    from ..bench.result import build_result, merge_logs, owed_by_worker, summary_text, write_hdr
     from ..bench.slo import evaluate
     from ..bench.workers import WorkerFailure, plan, run_workers
     from .bench_fleet import run_fleet, wanted
@@ -459,7 +459,8 @@ def run(args: argparse.Namespace) -> int:
         return 130 if interrupted else 2
 
     result = build_result(info, results, interrupted, missing,
-                          confidence_after_s=watch.after_s if watch is not None else None)
+                          confidence_after_s=watch.after_s if watch is not None else None,
+                          owed=owed_by_worker(cfgs))
     result.json["slo"] = evaluate(slos, result.json)
     # CLOCK_MONOTONIC of the log's time 0: `tailgate diagnose` lines requests up with probes.
     result.json["clock"] = {"start_monotonic_s": started.get("mono"),
