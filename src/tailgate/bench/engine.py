@@ -133,6 +133,7 @@ class EngineConfig:
     nominal_input: np.ndarray | None = None
     max_event_bytes: int = 16 << 20
     require_done: bool = True  # a stream is complete at data: [DONE]
+    max_tokens_per_stream: int = 1_000_000  # openai_sse.MAX_TOKENS_PER_STREAM
     good_slos: tuple[Any, ...] = ()  # per-request latency SLOs for goodput (GoodSlo)
     engine: str = "auto"  # "fast" (compiled hot path, fastpath.py), "python" or "auto"
 
@@ -201,7 +202,8 @@ class Engine:
                 raise ValueError(f"{len(reqs)} request bodies for {self.n} scheduled requests")
             self.tokens = TokenBook(cfg.spec)
             self._factory = lambda: OpenAIConnection(self, reqs, t.api or "completions", lim,
-                                                     cfg.max_event_bytes, cfg.require_done)
+                                                     cfg.max_event_bytes, cfg.require_done,
+                                                     cfg.max_tokens_per_stream)
         elif t.kind == "grpc":
             from .grpc import GrpcConnection
 

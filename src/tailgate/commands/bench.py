@@ -101,6 +101,10 @@ def add_request_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-event-bytes", default="16MiB", metavar="SIZE",
                    help="one server-sent event (LLM targets) larger than this is a "
                    "too_large error (default 16MiB)")
+    g.add_argument("--max-tokens-per-stream", type=int, default=None, metavar="N",
+                   help="a stream (LLM targets) of more than N content chunks is a too_large "
+                   "error: what a client keeps of one stream stays bounded (default "
+                   "1,000,000)")
     g.add_argument("--retry-stale", action="store_true",
                    help="resend (once) a request whose reused keep-alive connection closed "
                    "before any response byte, instead of counting it stale_connection; its "
@@ -194,7 +198,7 @@ FLAG_PROTOCOLS: dict[str, tuple[str, ...]] = {
     "--method": ("http",), "--body": ("http", "grpc"), "--body-file": ("http", "grpc"),
     "--header": ("http", "openai", "grpc"),
     "--payload": ("tcp",), "--delimiter": ("tcp",), "--response-length": ("tcp",),
-    "--max-event-bytes": ("openai",),
+    "--max-event-bytes": ("openai",), "--max-tokens-per-stream": ("openai",),
     **{f: ("openai",) for f in (
         "--model", "--api", "--workload", "--input-len", "--output-len", "--range-ratio",
         "--conversations", "--turns", "--system-len", "--trace", "--allow-no-done",
