@@ -201,3 +201,41 @@ def kill_one_worker(parent: int) -> None:
             return
         time.sleep(0.05)
     raise AssertionError("the workers did not start")
+
+
+# -- the engines agree request by request ------------------------------------------------------
+
+
+def test_both_engines_give_every_request_the_same_outcome_status_and_bytes(tmp_path):
+    """One schedule against a server whose answer depends only on the request's id (the
+    client's test mode stamps each request): both engines record the same outcome,
+    status and byte count for every request, whichever connection carried it."""
+    from dataclasses import replace
+
+    from support.misbehaving import by_seq_response
+    from tailgate.bench.result import RunInfo, build_result, read_log
+    from tailgate.bench.target import parse_target
+    from tailgate.bench.workers import plan, run_here
+
+    n = 60
+    rows = {}
+    for engine in ("fast", "python"):
+        log = tmp_path / f"{engine}.csv"
+        with Misbehaving("by_seq") as srv:
+            target = parse_target(srv.url)
+            info = RunInfo(target=srv.url, protocol="http", rate=100.0, duration_s=n / 100,
+                           workers=1, connections=2, max_connections=8, timeout_s=2.0,
+                           engine=engine)
+            cfg = replace(plan(info, target, [str(log)])[0], check_seq=True)
+            data = build_result(info, [run_here(cfg)]).json
+        accounted(data)
+        col = read_log(LOG_HEADER + log.read_text())
+        order = np.argsort(col["id"])
+        rows[engine] = list(zip(col["id"][order].tolist(), col["outcome"][order].tolist(),
+                                col["status"][order].tolist(), col["bytes"][order].tolist(),
+                                strict=True))
+    assert rows["fast"] == rows["python"]
+    want = {0: "ok", 1: "status_4xx", 2: "status_5xx", 3: "ok", 4: "ok"}
+    assert [(i, o) for i, o, _, _ in rows["fast"]] == [(i, want[i % 5]) for i in range(n)]
+    # the byte count is the stamped answer's whole length
+    assert [b for *_, b in rows["fast"]] == [len(by_seq_response(i)) for i in range(n)]

@@ -13,6 +13,9 @@ compare the client's accounting with the server's:
   reading anything; the others answer one request and close (``Connection: close``),
   so the client keeps opening connections while requests wait for them.
 * ``idle_close`` (HTTP): closes a connection that has been idle ``delay_s``.
+* ``by_seq`` (HTTP, for the client's test mode that stamps requests): a deterministic
+  answer per request id (``X-Tailgate-Seq``): :func:`by_seq_response`, whichever
+  connection carries it, so two engines can be compared request by request.
 
 Every loop is bounded: a connection serves until the client goes or the server stops.
 """
@@ -25,7 +28,27 @@ import socket
 import struct
 import threading
 
-BEHAVIOURS = ("header_first", "double", "reset_alternate", "idle_close")
+BEHAVIOURS = ("header_first", "double", "reset_alternate", "idle_close", "by_seq")
+
+
+def by_seq_response(seq: int) -> bytes:
+    """Request ``seq``'s answer in ``by_seq`` mode (stamped with its id): by seq % 5 a
+    200 with a Content-Length body, a 404, a chunked 503, a chunked 200 with a trailer,
+    or a 200 whose body ends at the close."""
+    stamp = b"X-Tailgate-Seq: %d\r\n" % seq
+    body = b"b" * (seq % 7 + 1)
+    kind = seq % 5
+    if kind == 0:
+        return b"HTTP/1.1 200 OK\r\n" + stamp + b"Content-Length: %d\r\n\r\n" % len(body) + body
+    if kind == 1:
+        return b"HTTP/1.1 404 Not Found\r\n" + stamp + b"Content-Length: 0\r\n\r\n"
+    if kind == 2:
+        return (b"HTTP/1.1 503 Busy\r\n" + stamp + b"Transfer-Encoding: chunked\r\n\r\n"
+                b"4\r\nbusy\r\n0\r\n\r\n")
+    if kind == 3:
+        return (b"HTTP/1.1 200 OK\r\n" + stamp + b"Transfer-Encoding: chunked\r\n\r\n"
+                b"%x\r\n" % len(body) + body + b"\r\n0\r\nX-Trailer: t\r\n\r\n")
+    return b"HTTP/1.1 200 OK\r\n" + stamp + b"Connection: close\r\n\r\n" + body
 
 
 class Misbehaving:
@@ -47,6 +70,7 @@ class Misbehaving:
         self.answered = 0  # real responses written
         self.unsolicited = 0  # extra responses written
         self.closed_idle = 0
+        self.last_seq = -1
         self.port = 0
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._main, daemon=True)
@@ -114,6 +138,14 @@ class Misbehaving:
                 if self.behaviour != "header_first":
                     await self._read_body(reader, length)
                 self.received += int(self.behaviour != "header_first")
+                if self.behaviour == "by_seq":
+                    seq = self.last_seq  # (read just now: no await in between)
+                    writer.write(by_seq_response(seq))
+                    await writer.drain()
+                    self.answered += 1
+                    if seq % 5 == 4:
+                        return  # the body ends at the close
+                    continue
                 writer.write(self.response())
                 await writer.drain()
                 self.answered += 1
@@ -144,10 +176,13 @@ class Misbehaving:
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError):
             return None
         length = 0
+        self.last_seq = -1
         for line in head.split(b"\r\n"):
             name, _, value = line.partition(b":")
             if name.strip().lower() == b"content-length":
                 length = int(value)
+            elif name.strip().lower() == b"x-tailgate-seq":
+                self.last_seq = int(value)
         return length
 
     async def _read_body(self, reader: asyncio.StreamReader, length: int) -> None:
