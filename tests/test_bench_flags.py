@@ -82,6 +82,7 @@ TABLE: dict[str, tuple[list[str], tuple[str, ...]]] = {
     "--delimiter": (["--delimiter", r"\r\n"], ("tcp",)),
     "--response-length": (["--response-length", "4"], ("tcp",)),
     "--max-event-bytes": (["--max-event-bytes", "1MiB"], ("openai",)),
+    "--max-tokens-per-stream": (["--max-tokens-per-stream", "5000"], ("openai",)),
     "--model": (["--model", "other"], ("openai",)),
     "--api": (["--api", "chat"], ("openai",)),
     "--workload": (["--workload", "random"], ("openai",)),

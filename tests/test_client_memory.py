@@ -29,17 +29,18 @@ SSE_CLIENT = textwrap.dedent("""
     from tailgate.bench.result import RunInfo, build_result
     from tailgate.bench.target import parse_target
     from tailgate.bench.workers import plan, run_here
-    def bench(url):
+    def bench(url, **extra):
         target = parse_target("openai+" + url)
         info = RunInfo(target=url, protocol="openai", rate=10.0, duration_s=0.1, workers=1,
                        connections=1, timeout_s=30.0, llm={"model": "m"})
         body = target.with_body(b'{"model":"m","prompt":"a b","max_tokens":2,"stream":true}')
         cfg = plan(info, target, schedule=np.zeros(1), requests=[body],
-                   nominal=np.array([2]))[0]
+                   nominal=np.array([2]), **extra)[0]
         return build_result(info, [run_here(cfg)]).json
     bench("http://127.0.0.1:9/v1")  # warm: everything imported, nothing held
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    data = bench(sys.argv[1])
+    extra = json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}
+    data = bench(sys.argv[1], **extra)
     after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(json.dumps({"requests": data["requests"], "before_kib": before,
                       "after_kib": after}))
@@ -63,8 +64,9 @@ HEADER_CLIENT = textwrap.dedent("""
 """)
 
 
-def child(code: str, url: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", code, url], capture_output=True, text=True,
+def child(code: str, url: str, *args: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", code, url, *args], capture_output=True,
+                         text=True,
                          timeout=100, env={"PYTHONPATH": SRC, "PATH": "/usr/bin:/bin"},
                          check=False)
     assert out.returncode == 0, out.stderr
@@ -96,3 +98,18 @@ def test_a_never_ending_header_block_is_cut_at_its_limit():
     assert grown_mib(res) < RSS_BOUND_MIB, res
     # The server really was endless: it got well past the limit before the client cut it.
     assert sent > 4 * 262144
+
+
+def test_a_never_ending_token_stream_is_cut_at_the_token_limit():
+    """Content chunks that never end (each a valid token): what the client keeps of one
+    stream is bounded by --max-tokens-per-stream (here 200,000; 8 bytes a token). Before
+    the limit every token's time was a Python float in a list until the 30 s time-out."""
+    with ScriptedServer(modes=("endless_tokens",)) as srv:
+        res = child(SSE_CLIENT, srv.base, json.dumps({"max_tokens_per_stream": 200_000}))
+        sent = srv.endless_sent
+    req = res["requests"]
+    assert req["sent"] == 1 and req["errors"]["too_large"] == 1, req
+    (ex,) = req["error_examples"]["too_large"]
+    assert ex["reason"] == "more than 200000 tokens in one stream (--max-tokens-per-stream)"
+    assert grown_mib(res) < RSS_BOUND_MIB, res
+    assert sent > 200_000  # the server really went on

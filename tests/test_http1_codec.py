@@ -304,3 +304,105 @@ def test_tcp_truncated_closed_and_too_large():
         for _ in range(20):
             r.feed(b"x" * 10)
     assert err.value.kind == "too_large"
+
+
+# -- one codec table, both engines (issue 23) -----------------------------------------------
+# Each case through the Python engine's connection classes and the compiled loop's own
+# framing (tailgate.bench.framing: bytes in, the request's outcome out, no socket), whole
+# and one byte at a time: the two must agree on everything (outcome, status, bytes,
+# reason, what is charged to the connection, whether it stays usable), and the outcome
+# is the one the case names.
+
+CL = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"
+CHUNKED = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+# (id, kind, bytes, options, the outcome)
+TABLE: list[tuple[str, str, bytes, dict, str | None]] = [
+    ("content-length", "http", CL, {}, "ok"),
+    ("interim", "http", b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: <a>"
+     b"\r\n\r\n" + CL, {}, "ok"),
+    ("eof-delimited", "http", b"HTTP/1.0 200 OK\r\n\r\nall of it", {"eof": True}, "ok"),
+    ("eof-delimited-open", "http", b"HTTP/1.0 200 OK\r\n\r\nnot yet", {}, None),
+    ("http10-keep-alive", "http", b"HTTP/1.0 200 OK\r\nConnection: Keep-Alive\r\n"
+     b"Content-Length: 1\r\n\r\nx", {}, "ok"),
+    ("close-listed", "http", b"HTTP/1.1 200 OK\r\nConnection: keep-alive, close\r\n"
+     b"Content-Length: 1\r\n\r\nx", {}, "ok"),
+    ("chunked-ext-trailer", "http", CHUNKED + b"5;name=value\r\nhello\r\n1 ; x\r\n \r\n"
+     b"0\r\nChecksum: 1\r\n\r\n", {}, "ok"),
+    ("te-beats-cl", "http", b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: "
+     b"chunked\r\n\r\n6\r\nabcdef\r\n0\r\n\r\n", {}, "ok"),
+    ("gzip-to-close", "http", b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n\x1f\x8b",
+     {"eof": True}, "ok"),
+    ("204-ignores-cl", "http", b"HTTP/1.1 204 X\r\nContent-Length: 100\r\n\r\n", {}, "ok"),
+    ("head-ignores-cl", "http", b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n",
+     {"head": True}, "ok"),
+    ("head-then-body", "http", b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nbody",
+     {"head": True}, "ok"),
+    ("unsolicited", "http", CL + b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nno", {}, "ok"),
+    ("404", "http", b"HTTP/1.1 404 \r\nContent-Length: 0\r\n\r\n", {}, "status_4xx"),
+    ("503", "http", b"HTTP/1.1 503 Busy\r\nContent-Length: 4\r\n\r\nbusy", {}, "status_5xx"),
+    ("lenient-lf-fold-list", "http", b"HTTP/1.1 200\nX-Folded: a\n  b\nContent-Length: 2, 2"
+     b"\n\nhi", {}, "ok"),
+    ("upgrade", "http", b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+     b"Connection: Upgrade\r\n\r\n\x81\x05hello", {}, "upgrade"),
+    ("chunked-then-gzip", "http", b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, gzip"
+     b"\r\n\r\n", {}, "protocol"),
+    ("te-in-http10", "http", b"HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+     {}, "protocol"),
+    ("http2", "http", b"HTTP/2 200 OK\r\n\r\n", {}, "protocol"),
+    ("ssh", "http", b"SSH-2.0-OpenSSH_9.6\r\n\r\n", {}, "protocol"),
+    ("short-status", "http", b"HTTP/1.1 20 OK\r\n\r\n", {}, "protocol"),
+    ("leading-blank", "http", b"\r\nHTTP/1.1 200 OK\r\n\r\n", {}, "protocol"),
+    ("cl-abc", "http", b"HTTP/1.1 200 OK\r\nContent-Length: abc\r\n\r\n", {}, "protocol"),
+    ("cl-twice", "http", b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6"
+     b"\r\n\r\n", {}, "protocol"),
+    ("cl-negative", "http", b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n", {}, "protocol"),
+    ("bad-name", "http", b"HTTP/1.1 200 OK\r\nBad Name: x\r\n\r\n", {}, "protocol"),
+    ("space-before-colon", "http", b"HTTP/1.1 200 OK\r\nName : x\r\n\r\n", {}, "protocol"),
+    ("no-colon", "http", b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n", {}, "protocol"),
+    ("fold-first", "http", b"HTTP/1.1 200 OK\r\n folded first\r\n\r\n", {}, "protocol"),
+    ("chunk-size-zz", "http", CHUNKED + b"zz\r\n", {}, "protocol"),
+    ("chunk-overrun", "http", CHUNKED + b"2\r\nabc\r\n", {}, "protocol"),
+    ("status-099", "http", b"HTTP/1.1 099 Low\r\n\r\n", {}, "protocol"),
+    ("short-cl", "http", b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc", {"eof": True},
+     "truncated"),
+    ("eof-mid-chunk", "http", CHUNKED + b"5\r\nab", {"eof": True}, "truncated"),
+    ("eof-no-last-chunk", "http", CHUNKED + b"2\r\nab\r\n", {"eof": True}, "truncated"),
+    ("eof-in-trailer", "http", CHUNKED + b"0\r\nX: 1\r\n", {"eof": True}, "truncated"),
+    ("eof-in-head", "http", b"HTTP/1.1 200 OK\r\nContent-Le", {"eof": True}, "truncated"),
+    ("eof-after-interim", "http", b"HTTP/1.1 100 Continue\r\n\r\n", {"eof": True},
+     "truncated"),
+    ("eof-before-any-byte", "http", b"", {"eof": True}, "reset"),
+    ("endless-header", "http", b"HTTP/1.1 200 OK\r\nX-Pad: " + b"a" * 2000,
+     {"limits": SMALL}, "too_large"),
+    ("many-fields", "http", b"HTTP/1.1 200 OK\r\n" + b"X: y\r\n" * 300, {"limits": SMALL},
+     "too_large"),
+    ("big-cl", "http", b"HTTP/1.1 200 OK\r\nContent-Length: 4097\r\n\r\n", {"limits": SMALL},
+     "too_large"),
+    ("big-chunks", "http", CHUNKED + (b"400\r\n" + b"x" * 1024 + b"\r\n") * 5,
+     {"limits": SMALL}, "too_large"),
+    ("long-size-line", "http", CHUNKED + b"1;" + b"e" * 100, {"limits": SMALL}, "too_large"),
+    ("big-eof-body", "http", b"HTTP/1.0 200 OK\r\n\r\n" + b"z" * 5000, {"limits": SMALL},
+     "too_large"),
+    ("big-trailers", "http", CHUNKED + b"0\r\n" + b"T: v\r\n" * 300, {"limits": SMALL},
+     "too_large"),
+    ("tcp-delimiter", "tcp", b"pong\r\n\r\n", {"delimiter": b"\r\n\r\n"}, "ok"),
+    ("tcp-extra", "tcp", b"pong\r\n\r\nXY", {"delimiter": b"\r\n\r\n"}, "ok"),
+    ("tcp-length", "tcp", b"abcd", {"response_length": 4}, "ok"),
+    ("tcp-length-overrun", "tcp", b"abcdEF", {"response_length": 4}, "ok"),
+    ("tcp-open", "tcp", b"abc", {"response_length": 4}, None),
+    ("tcp-truncated", "tcp", b"partial", {"delimiter": b"\n", "eof": True}, "truncated"),
+    ("tcp-closed", "tcp", b"", {"delimiter": b"\n", "eof": True}, "reset"),
+    ("tcp-too-large", "tcp", b"x" * 5000, {"delimiter": b"\n", "limits": SMALL}, "too_large"),
+]
+
+
+@SPLITS
+@pytest.mark.parametrize(("kind", "msg", "opts", "want"), [c[1:] for c in TABLE],
+                         ids=[c[0] for c in TABLE])
+def test_both_engines_frame_every_case_alike(split, kind, msg, opts, want):
+    from tailgate.bench.framing import frame, frame_fast
+
+    py = frame(kind, split(msg), **opts)
+    fast = frame_fast(kind, split(msg), **opts)
+    assert py == fast
+    assert py.outcome == want, py

@@ -198,3 +198,39 @@ def test_warmup_requests_are_sent_but_reported_apart():
     assert rep["requests"]["warmup"] == 4 and rep["requests"]["warmup_ok"] == 4
     assert rep["requests"]["sent"] == 6 and rep["ttft_ms"]["count"] == 6
     assert sorted(r.log["warmup"].tolist()) == [0] * 6 + [1] * 4  # the log keeps them all
+
+
+# -- issue 23: error events and endless streams ------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["event_error_json", "event_error_text"])
+def test_an_sse_error_event_is_a_server_error_with_its_message(mode):
+    from support.llm_server import ERROR_MESSAGE
+
+    with ScriptedServer(modes=(mode,)) as srv:
+        r = llm(srv.base, "--requests", "4")
+    assert r.rc == 0, r.stderr
+    assert errors(r.json) == {"server_error": 4}, r.json["requests"]
+    (ex,) = r.json["requests"]["error_examples"]["server_error"]
+    assert ex == {"reason": f"event: error: {ERROR_MESSAGE}", "count": 4}
+
+
+def test_an_endless_token_stream_is_cut_at_the_token_limit():
+    with ScriptedServer(modes=("endless_tokens",)) as srv:
+        r = llm(srv.base, "--requests", "2", "--timeout", "30s",
+                "--max-tokens-per-stream", "5000")
+        sent = srv.endless_sent
+    assert r.rc == 0, r.stderr
+    assert errors(r.json) == {"too_large": 2}, r.json["requests"]
+    (ex,) = r.json["requests"]["error_examples"]["too_large"]
+    assert ex["reason"] == "more than 5000 tokens in one stream (--max-tokens-per-stream)"
+    assert list(r.log["chunks"]) == [5000, 5000]  # what was kept of each: the limit
+    assert sent > 2 * 5000  # the server really went on
+
+
+def test_max_tokens_per_stream_is_for_llm_targets_and_positive():
+    r = bench("http://127.0.0.1:9/", "--rate", "1", "--duration", "1s",
+              "--max-tokens-per-stream", "10")
+    assert r.rc == 2 and "--max-tokens-per-stream" in r.stderr, r.stderr
+    r = llm("http://127.0.0.1:9/v1", "--requests", "1", "--max-tokens-per-stream", "0")
+    assert r.rc == 2 and "--max-tokens-per-stream must be >= 1" in r.stderr, r.stderr

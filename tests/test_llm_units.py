@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from tailgate.llm import workload as wl
 from tailgate.llm.accounting import parse_slo
 from tailgate.llm.openai import ChunkError, parse_chunk, request_body
-from tailgate.llm.sse import SSEError, SSEParser
+from tailgate.llm.sse import SSEError, SSEParser, SSETooLarge
 
 FIX = Path(__file__).parent / "fixtures" / "llm"
 
@@ -56,6 +56,24 @@ def test_sse_bounds_a_line_that_never_ends_and_rejects_bad_utf8():
     q = SSEParser()
     q.feed(b"data: half")
     assert q.pending
+
+
+def test_sse_line_limit_holds_whatever_the_read_boundaries():
+    """The 1 MiB line bound: a line one byte over it fails whole, in two reads or a byte
+    at a time (and costs linear time that way); a line exactly at it passes every way."""
+    limit = 1 << 20
+    over = b"data: " + b"x" * (limit + 1 - 6) + b"\n\n"
+    at = b"data: " + b"x" * (limit - 6) + b"\n\n"
+    for line in (over, at):
+        splits = {"whole": [line], "halves": [line[:limit // 2], line[limit // 2:]],
+                  "bytes": [line[i:i + 1] for i in range(len(line))]}
+        for how, pieces in splits.items():
+            p = SSEParser()
+            if line is over:
+                with pytest.raises(SSETooLarge, match="line exceeds 1048576 bytes"):
+                    events(p, pieces)
+            else:
+                assert [len(d) for d, _ in events(p, pieces)] == [limit - 6], how
 
 
 def test_chunks_of_both_apis_and_usage():

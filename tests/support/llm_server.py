@@ -162,7 +162,11 @@ FAULTS = ("ok", "status_500", "status_404", "reset_mid_stream", "bad_json", "bad
           "no_token", "hang", "error_object", "not_event_stream", "close_without_done",
           "eof_delimited", "eof_delimited_done", "interim_100", "short_content_length",
           "eof_mid_chunk", "rst_mid_stream", "upgrade")
-# Not in FAULTS (a test of its own): "endless_event", data lines that never end an event.
+# Not in FAULTS (a test of its own): "endless_event", data lines that never end an event;
+# "event_error_json" / "event_error_text", one token then an SSE `event: error` whose data
+# is JSON with a message / plain text; "endless_tokens", content chunks that never end.
+ERROR_MESSAGE = "backend crashed: out of KV cache"
+ENDLESS_TOKENS = 5_000_000  # an "endless" stream stops here (the client cuts it first)
 # Modes whose response is completely framed: with keep_alive the connection then stays open.
 KEEPS_ALIVE = ("ok", "status_500", "status_404", "bad_json", "bad_sse_line", "no_token",
                "error_object", "not_event_stream", "close_without_done", "interim_100")
@@ -192,6 +196,7 @@ class ScriptedServer:
         self.heads: list[bytes] = []  # each request's header block, as received
         self.send_ns: list[list[int]] = []  # per ok request, when each content chunk was sent
         self._n = 0
+        self.endless_sent = 0  # content chunks the endless_tokens mode wrote
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._main, daemon=True)
         self.port = 0
@@ -291,6 +296,19 @@ class ScriptedServer:
                 for _ in range(16384):  # 1 GiB at most; the client cuts it long before
                     writer.write(line)
                     await writer.drain()
+            elif mode in ("event_error_json", "event_error_text"):
+                writer.write(head_("200 OK") + piece(chunk(" t0")))
+                data = (_json.dumps({"message": ERROR_MESSAGE, "code": 500})
+                        if mode == "event_error_json" else ERROR_MESSAGE)
+                writer.write(piece(b"event: error\ndata: " + data.encode() + b"\n\n"))
+                writer.write(b"0\r\n\r\n")
+            elif mode == "endless_tokens":
+                writer.write(head_("200 OK"))
+                batch = b"".join(piece(chunk(" t")) for _ in range(256))
+                for _ in range(ENDLESS_TOKENS // 256):
+                    writer.write(batch)
+                    await writer.drain()
+                    self.endless_sent += 256
             elif mode == "hang":
                 writer.write(head_("200 OK"))
                 await writer.drain()

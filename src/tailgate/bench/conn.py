@@ -9,6 +9,11 @@ be dead before any response byte (``on_stale``: the engine retries or records
 flight (``on_conn_error``: charged to the connection, never to a request) and
 when the connection went away (``on_closed``).
 
+A stray response (bytes after a complete response, or with none in flight) also
+tells the sink which requests completed ok on this connection after its first
+(``on_out_of_step``): any of them may have had an earlier request's response, so
+they are ``protocol`` after all (the first response on a fresh connection is its own).
+
 A subclass owns a sans-I/O reader: it implements :meth:`Connection.expect`,
 ``data_received`` and :meth:`Connection.on_eof`, and calls :meth:`complete`,
 :meth:`fail` or :meth:`stray`.
@@ -19,10 +24,17 @@ from __future__ import annotations
 import asyncio
 import ssl
 import time
+from collections import deque
 from typing import Protocol
 
 from .http1 import FramingError
-from .outcome import CODE, RESET, TRUNCATED
+from .outcome import CODE, OK, RESET, TRUNCATED
+
+# The reason of an ``ok`` turned ``protocol`` by a stray response after it (fastloop.c's
+# OUT_OF_STEP says the same), and how many such requests a connection remembers.
+OUT_OF_STEP = ("out of step: a response nobody asked for came on its connection after it, "
+               "so its response may have been an earlier request's")
+MAX_SUSPECTS = 64
 
 
 class Sink(Protocol):
@@ -32,6 +44,8 @@ class Sink(Protocol):
     def on_stale(self, conn: Connection, rid: int, reason: str) -> None: ...
 
     def on_conn_error(self, conn: Connection, kind: int, reason: str) -> None: ...
+
+    def on_out_of_step(self, conn: Connection, rids: list[int]) -> None: ...
 
     def on_closed(self, conn: Connection) -> None: ...
 
@@ -47,6 +61,9 @@ class Connection(asyncio.Protocol):
         self.t_send = 0.0
         self.nbytes = 0  # bytes received for the request in flight
         self.served = 0  # responses completed on this connection (>0: a reused connection)
+        # requests completed ok here after the first (the last MAX_SUSPECTS): a stray
+        # response shows any may have had an earlier one's response (on_out_of_step)
+        self.suspects: deque[int] = deque(maxlen=MAX_SUSPECTS)
         self.closed = False
         self.eof = False  # the peer closed its side
         self.reusable = True
@@ -87,6 +104,8 @@ class Connection(asyncio.Protocol):
         if rid < 0:
             raise AssertionError("a response completed with no request in flight")
         self.rid = -1
+        if outcome == OK and self.served:
+            self.suspects.append(rid)
         self.served += 1
         self.sink.on_response(self, rid, outcome, status, self.nbytes, reason)
 
@@ -102,6 +121,10 @@ class Connection(asyncio.Protocol):
         """Bytes with no request in flight: the connection's protocol error; it is dropped."""
         self.reusable = False
         self.sink.on_conn_error(self, CODE["protocol"], reason)
+        if self.suspects:
+            rids = list(self.suspects)
+            self.suspects.clear()
+            self.sink.on_out_of_step(self, rids)
         self.abort()
 
     def abort(self) -> None:

@@ -75,9 +75,9 @@ from typing import IO, Any
 import numpy as np
 
 from ..hist import Histogram, HistogramSpec
-from .conn import Connection, monotonic
+from .conn import OUT_OF_STEP, Connection, monotonic
 from .http1 import Limits
-from .outcome import CODE, KINDS, OK, STALE, TIMEOUT
+from .outcome import CODE, KINDS, OK, PROTOCOL, STALE, TIMEOUT
 from .target import Target
 from .timer import Waker
 from .tls import DialError, client_context, dial
@@ -133,6 +133,7 @@ class EngineConfig:
     nominal_input: np.ndarray | None = None
     max_event_bytes: int = 16 << 20
     require_done: bool = True  # a stream is complete at data: [DONE]
+    max_tokens_per_stream: int = 1_000_000  # openai_sse.MAX_TOKENS_PER_STREAM
     good_slos: tuple[Any, ...] = ()  # per-request latency SLOs for goodput (GoodSlo)
     engine: str = "auto"  # "fast" (compiled hot path, fastpath.py), "python" or "auto"
 
@@ -201,7 +202,8 @@ class Engine:
                 raise ValueError(f"{len(reqs)} request bodies for {self.n} scheduled requests")
             self.tokens = TokenBook(cfg.spec)
             self._factory = lambda: OpenAIConnection(self, reqs, t.api or "completions", lim,
-                                                     cfg.max_event_bytes, cfg.require_done)
+                                                     cfg.max_event_bytes, cfg.require_done,
+                                                     cfg.max_tokens_per_stream)
         elif t.kind == "grpc":
             from .grpc import GrpcConnection
 
@@ -217,6 +219,7 @@ class Engine:
         self.examples: dict[str, dict[str, int]] = {}
         self.conn_errors: dict[str, dict[str, int]] = {}
         self.retried: set[int] = set()
+        self._relabelled: set[int] = set()  # flushed as ok, found out of step since
         self.done = bytearray(self.n)
         self.idle: list[Connection] = []
         self.pending: deque[int] = deque()
@@ -314,6 +317,7 @@ class Engine:
         self._flush(final=True)
         if self._log is not None:
             self._log.close()
+            self._patch_log()
         return self._result()
 
     def _tick_period(self) -> tuple[float, float]:
@@ -463,6 +467,56 @@ class Engine:
         """The server broke the protocol with no request in flight (not a request's error)."""
         note_reason(self.conn_errors, KINDS[kind], reason)
 
+    def on_out_of_step(self, conn: Connection, rids: list[int]) -> None:
+        """A stray response came on a reused connection: the requests in ``rids``
+        completed ok on it after its first may have had an earlier request's response,
+        so they are ``protocol`` after all (see conn.py)."""
+        want = set(rids)
+        out_rid, outs = self._rid, self._out
+        for j in range(len(out_rid) - 1, -1, -1):  # not flushed yet: changed in place
+            if not want:
+                break
+            r = out_rid[j]
+            if r in want:
+                want.discard(r)
+                if outs[j] == OK:
+                    outs[j] = PROTOCOL
+                    if r >= self.first_measured:
+                        note_reason(self.examples, "protocol", OUT_OF_STEP)
+        if want:
+            self._out_of_step(np.array(sorted(want), dtype=np.int64))
+
+    def _out_of_step(self, rids: np.ndarray, note: bool = True) -> None:
+        """Requests recorded (flushed) as ok that a later stray response showed out of
+        step: their count moves from ok to protocol (their latency stays recorded) and
+        their --log rows are corrected when the run ends (:meth:`_patch_log`)."""
+        if not rids.size:
+            return
+        self._relabelled.update(rids.tolist())
+        n = int(np.count_nonzero(rids >= self.first_measured))
+        if n:
+            self.counts[OK] -= n
+            self.counts[PROTOCOL] += n
+            if note:  # (the fast engine's loop notes its own reasons)
+                note_reason(self.examples, "protocol", OUT_OF_STEP, n)
+
+    def _patch_log(self) -> None:
+        """Rewrite the --log rows written as ok before their request was found out of
+        step (rare: only after a stray response; one pass over this worker's part)."""
+        if not self._relabelled or not self.cfg.log_path:
+            return
+        with open(self.cfg.log_path, encoding="ascii") as f:
+            rows = f.readlines()
+        fixed = []
+        for row in rows:
+            cols = row.split(",", 7)
+            if len(cols) == 8 and cols[6] == "ok" and int(cols[1]) in self._relabelled:
+                cols[6] = "protocol"
+                row = ",".join(cols)
+            fixed.append(row)
+        with open(self.cfg.log_path, "w", encoding="ascii") as f:
+            f.writelines(fixed)
+
     def on_closed(self, conn: Connection) -> None:
         self.n_open -= 1
         if self.pending and not self.stopping:
@@ -508,6 +562,17 @@ class Engine:
         self.max_open = max(self.max_open, self.n_open)
         if self.stopping:
             conn.abort()
+            return
+        if not conn.usable:
+            # Reset or closed before its first request was written (on_closed has run,
+            # while this attempt still counted as connecting): no request was on it; the
+            # queue gets another connection. (Writing to it would raise under uvloop and
+            # kill this task with the request it had taken.)
+            note_reason(self.conn_errors, "reset", "connection closed or reset before its "
+                                                   "first request was written")
+            conn.abort()
+            if self.pending and not self.stopping:
+                self._maybe_open()
             return
         self._ready(conn, monotonic())
 

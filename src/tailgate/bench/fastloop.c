@@ -45,6 +45,10 @@ enum { OK = 0, CONNECT, TIMEOUT, RESET, S4XX, S5XX, PROTOCOL, TRUNCATED, TOO_LAR
 #define MAX_REASON 200
 #define MAX_REASONS 64 /* distinct (scope, kind, reason) per take(); Python keeps 5 a kind */
 #define EV_WAKE UINT64_MAX
+#define MAX_SUSPECTS 64 /* conn.MAX_SUSPECTS */
+/* conn.OUT_OF_STEP: the reason of an ok turned protocol by a later stray response */
+#define OUT_OF_STEP "out of step: a response nobody asked for came on its connection " \
+    "after it, so its response may have been an earlier request's"
 
 enum { C_FREE = 0, C_CONNECTING, C_OPEN };
 /* response reader states (http1.py) */
@@ -75,7 +79,15 @@ typedef struct {
 
 typedef struct Conn {
     int fd, state, idle, reusable, eof;
+    /* want_ready: a response completed while this request was still being written; the
+     * connection takes the next request only once the write is done (flush_out) */
+    int want_ready;
     int64_t rid, t_send, t_conn, nbytes, served;
+    /* the requests completed ok here after the connection's first (the last MAX_SUSPECTS,
+     * a ring): a stray response shows any of them may have had an earlier one's response
+     * (out_of_step); the first response on a fresh connection is its own */
+    int64_t sus[MAX_SUSPECTS];
+    int n_sus, sus_at;
     /* output: the request (or a stamped copy), partially written when the socket is full */
     const char *out;
     size_t out_len, out_off;
@@ -134,6 +146,7 @@ typedef struct {
     /* outputs, guarded by mu */
     pthread_mutex_t mu;
     Records recs;
+    I64s fixes; /* request ids already taken as ok, found out of step since: protocol */
     I64s queued;
     Reason reasons[MAX_REASONS];
     int n_reasons;
@@ -245,9 +258,9 @@ static void check_finished(Loop *L) {
 }
 
 /* A request ends (exactly once: the done flag). */
-static void record(Loop *L, int64_t rid, int outcome, int status, int64_t send, int64_t end,
-                   int64_t nbytes, const char *reason) {
-    if (rid < 0 || L->done[rid]) return;
+static int64_t record(Loop *L, int64_t rid, int outcome, int status, int64_t send,
+                      int64_t end, int64_t nbytes, const char *reason) {
+    if (rid < 0 || L->done[rid]) return -1;
     L->done[rid] = 1;
     L->n_done++;
     if (rid >= L->first_measured) {
@@ -265,6 +278,7 @@ static void record(Loop *L, int64_t rid, int outcome, int status, int64_t send, 
         r->outcome = outcome;
     }
     check_finished(L);
+    return (int64_t)L->recs.n - 1;
 }
 
 /* ---- connections -------------------------------------------------------------------- */
@@ -374,6 +388,7 @@ static void maybe_open(Loop *L) {
 }
 
 static void flush_out(Loop *L, Conn *c) {
+    if (c->out_off >= c->out_len) return;
     while (c->out_off < c->out_len) {
         ssize_t w = send(c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL);
         if (w > 0) {
@@ -392,12 +407,15 @@ static void flush_out(Loop *L, Conn *c) {
         conn_close(L, c);
         return;
     }
+    if (c->want_ready) { /* the response came first; now the connection is free */
+        c->want_ready = 0;
+        if (usable(c)) ready(L, c, now_rel(L));
+        else conn_close(L, c);
+    }
 }
 
-static void send_req(Loop *L, Conn *c, int64_t rid, int64_t now) {
-    c->rid = rid;
-    c->t_send = now;
-    c->nbytes = 0;
+/* The reader waits for the response to the request about to go out. */
+static void expect_resp(Loop *L, Conn *c) {
     if (L->tcp) {
         c->waiting = 1;
         c->got = 0;
@@ -412,6 +430,13 @@ static void send_req(Loop *L, Conn *c, int64_t rid, int64_t now) {
         c->blen = 0;
         c->mismatch[0] = 0;
     }
+}
+
+static void send_req(Loop *L, Conn *c, int64_t rid, int64_t now) {
+    c->rid = rid;
+    c->t_send = now;
+    c->nbytes = 0;
+    expect_resp(L, c);
     if (L->check_seq) {
         char stamp[48];
         int sl;
@@ -436,6 +461,12 @@ static void send_req(Loop *L, Conn *c, int64_t rid, int64_t now) {
 /* A connection is free: it takes the oldest queued request, or waits idle. */
 static void ready(Loop *L, Conn *c, int64_t now) {
     if (c->idle || c->rid >= 0) return; /* never twice (engine._ready asserts it) */
+    if (c->out_off < c->out_len) {
+        /* The server answered before it read the whole request (a large body): the next
+         * request must not start until this one is on the wire (flush_out calls back). */
+        c->want_ready = 1;
+        return;
+    }
     while (L->q_len && !L->stopping) {
         int64_t rid = q_pop_front(L);
         if (L->done[rid]) continue;
@@ -461,8 +492,35 @@ static void on_stale(Loop *L, Conn *c, int64_t rid, const char *reason) {
 static void complete(Loop *L, Conn *c, int outcome, int status, const char *reason) {
     int64_t rid = c->rid;
     c->rid = -1;
+    int reused = c->served > 0;
     c->served++;
-    record(L, rid, outcome, status, c->t_send, now_rel(L), c->nbytes, reason);
+    int64_t at = record(L, rid, outcome, status, c->t_send, now_rel(L), c->nbytes, reason);
+    if (at >= 0 && outcome == OK && reused) {
+        c->sus[c->sus_at] = rid;
+        c->sus_at = (c->sus_at + 1) % MAX_SUSPECTS;
+        if (c->n_sus < MAX_SUSPECTS) c->n_sus++;
+    }
+}
+
+/* A response nobody asked for arrived on this connection: it is out of step, and each
+ * request completed ok here after its first may have had an earlier request's response
+ * (engine.on_out_of_step): those become protocol. A record not yet taken is changed in
+ * place; one taken already is listed in fixes (Python moves it from ok). */
+static void out_of_step(Loop *L, Conn *c) {
+    for (int k = 0; k < c->n_sus; k++) {
+        int64_t rid = c->sus[k];
+        size_t j = L->recs.n;
+        while (j > 0 && L->recs.v[j - 1].rid != rid) j--;
+        if (j > 0) {
+            if (L->recs.v[j - 1].outcome != OK) continue;
+            L->recs.v[j - 1].outcome = PROTOCOL;
+        } else if (grow((void **)&L->fixes.v, &L->fixes.cap, L->fixes.n + 1,
+                        sizeof(int64_t)) == 0) {
+            L->fixes.v[L->fixes.n++] = rid;
+        } else continue;
+        if (rid >= L->first_measured) note_reason(L, SC_REQUEST, PROTOCOL, OUT_OF_STEP);
+    }
+    c->n_sus = c->sus_at = 0;
 }
 
 /* The request in flight failed: report it; the connection is dropped by the caller. */
@@ -481,6 +539,7 @@ static void stray(Loop *L, Conn *c, const char *fmt_tail, const char *data, size
     repr_bytes(rep, sizeof rep, data, n < 16 ? n : 16);
     snprintf(reason, sizeof reason, "%zu byte(s) %s, starting %s", n, fmt_tail, rep);
     note_reason(L, SC_CONN, PROTOCOL, reason);
+    out_of_step(L, c);
 }
 
 /* ---- HTTP/1.1 response framing (http1.py) -------------------------------------------- */
@@ -1200,22 +1259,26 @@ static void conn_ended(Loop *L, Conn *c, int err) {
     record(L, rid, kind, 0, c->t_send, now_rel(L), c->nbytes, reason);
 }
 
+/* One read's bytes (also what frame() feeds, without a socket). */
+static void on_bytes(Loop *L, Conn *c, const char *buf, size_t r) {
+    if (c->rid < 0) { /* bytes that no request asked for: the connection's error */
+        stray(L, c, "with no request in flight", buf, r);
+        conn_close(L, c);
+        return;
+    }
+    if (L->tcp) tcp_feed(L, c, buf, r);
+    else {
+        c->nbytes += (int64_t)r;
+        http_feed(L, c, buf, r);
+    }
+}
+
 static void on_readable(Loop *L, Conn *c) {
     char *buf = L->rbuf;
     for (;;) {
         ssize_t r = recv(c->fd, buf, READ_CHUNK, 0);
         if (r > 0) {
-            if (c->rid < 0) { /* bytes that no request asked for: the connection's error */
-                if (!L->tcp && c->ps != IDLE && c->ps != DEAD) { /* not possible: no request */ }
-                stray(L, c, "with no request in flight", buf, (size_t)r);
-                conn_close(L, c);
-                return;
-            }
-            if (L->tcp) tcp_feed(L, c, buf, (size_t)r);
-            else {
-                c->nbytes += r;
-                http_feed(L, c, buf, (size_t)r);
-            }
+            on_bytes(L, c, buf, (size_t)r);
             if (c->state != C_OPEN) return;
             if (r < READ_CHUNK) return; /* drained (edge cases come back via epoll) */
             continue;
@@ -1398,7 +1461,7 @@ static void Loop_dealloc(Loop *L) {
     if (L->wake_fd >= 0) close(L->wake_fd);
     free(L->conns); free(L->idle); free(L->free_slots); free(L->times); free(L->done);
     free(L->retried); free(L->disp); free(L->q); free(L->req); free(L->delim);
-    free(L->recs.v); free(L->queued.v); free(L->rbuf); free(L->scratch);
+    free(L->recs.v); free(L->queued.v); free(L->fixes.v); free(L->rbuf); free(L->scratch);
     pthread_mutex_destroy(&L->mu);
     Py_TYPE(L)->tp_free((PyObject *)L);
 }
@@ -1645,10 +1708,11 @@ static PyObject *Loop_end_schedule(Loop *L, PyObject *unused) {
 }
 
 /* take() -> (records bytes, dispatch offsets bytes (ids from the previous take's end),
- *            queued ids bytes, [(scope, kind, reason, count)], open, queued now) */
+ *            queued ids bytes, [(scope, kind, reason, count)], open, queued now,
+ *            ids of requests taken as ok and found out of step since: protocol) */
 static PyObject *Loop_take(Loop *L, PyObject *unused) {
     Records recs;
-    I64s queued;
+    I64s queued, fixes;
     Reason reasons[MAX_REASONS];
     int nr;
     int64_t d0, d1;
@@ -1659,6 +1723,8 @@ static PyObject *Loop_take(Loop *L, PyObject *unused) {
     memset(&L->recs, 0, sizeof L->recs);
     queued = L->queued;
     memset(&L->queued, 0, sizeof L->queued);
+    fixes = L->fixes;
+    memset(&L->fixes, 0, sizeof L->fixes);
     nr = L->n_reasons;
     memcpy(reasons, L->reasons, (size_t)nr * sizeof(Reason));
     L->n_reasons = 0;
@@ -1673,14 +1739,16 @@ static PyObject *Loop_take(Loop *L, PyObject *unused) {
     PyObject *qb = PyBytes_FromStringAndSize((const char *)queued.v, (Py_ssize_t)(queued.n * 8));
     free(queued.v);
     PyObject *db = PyBytes_FromStringAndSize((const char *)(L->disp + d0), (Py_ssize_t)((d1 - d0) * 8));
+    PyObject *fb = PyBytes_FromStringAndSize((const char *)fixes.v, (Py_ssize_t)(fixes.n * 8));
+    free(fixes.v);
     PyObject *rl = PyList_New(nr);
     for (int i = 0; rl && i < nr; i++)
         PyList_SET_ITEM(rl, i, Py_BuildValue("(iisL)", reasons[i].scope, reasons[i].kind,
                                              reasons[i].reason, (long long)reasons[i].count));
     PyObject *res = NULL;
-    if (rb && qb && db && rl)
-        res = Py_BuildValue("(OOOOii)", rb, db, qb, rl, n_open, q_len);
-    Py_XDECREF(rb); Py_XDECREF(qb); Py_XDECREF(db); Py_XDECREF(rl);
+    if (rb && qb && db && rl && fb)
+        res = Py_BuildValue("(OOOOiiO)", rb, db, qb, rl, n_open, q_len, fb);
+    Py_XDECREF(rb); Py_XDECREF(qb); Py_XDECREF(db); Py_XDECREF(rl); Py_XDECREF(fb);
     return res;
 }
 
@@ -1696,6 +1764,124 @@ static PyObject *Loop_state(Loop *L, PyObject *unused) {
         (Py_ssize_t)nn, "precise", L->precise, "ended", (int)L->ended, "stopping",
         (int)L->stopping, "short_slice", L->short_slice);
 }
+
+/* frame(kind, chunks, head, eof, max_header, max_line, max_body, delimiter,
+ *       response_length) -> dict: the framing of one response without a socket (sans-I/O,
+ * as h11's tests feed bytes). The same code as the loop: a one-connection Loop whose
+ * request 0 is in flight gets each chunk as one read, then the close when eof. Returns
+ * {"outcome": kind name or None (not complete), "status", "bytes", "reason",
+ *  "conn_errors": [reasons charged to the connection], "open": still usable}. */
+static PyObject *fl_frame(PyObject *self, PyObject *args, PyObject *kw) {
+    static char *names[] = {"kind", "chunks", "head", "eof", "max_header", "max_line",
+                            "max_body", "delimiter", "response_length", NULL};
+    const char *kind;
+    PyObject *chunks, *delim_obj = Py_None;
+    int head = 0, eof = 0;
+    long long max_header = 256 * 1024, max_line = 4096, max_body = 1LL << 30, resp_len = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sO|ppLLLOL", names, &kind, &chunks, &head,
+                                     &eof, &max_header, &max_line, &max_body, &delim_obj,
+                                     &resp_len))
+        return NULL;
+    PyObject *seq = PySequence_Fast(chunks, "chunks must be a sequence of bytes");
+    if (!seq) return NULL;
+    Loop *L = calloc(1, sizeof(Loop));
+    PyObject *res = NULL;
+    if (!L) { Py_DECREF(seq); return PyErr_NoMemory(); }
+    L->ep = L->wake_fd = -1;
+    L->tcp = !strcmp(kind, "tcp");
+    L->head_req = head;
+    L->max_header = max_header;
+    L->max_line = max_line;
+    L->max_body = max_body;
+    L->resp_len = resp_len;
+    L->timeout_ns = INT64_MAX;
+    L->n = 1;
+    L->cap = 1;
+    L->q_cap = 2;
+    L->done = calloc(1, 1);
+    L->retried = calloc(1, 1);
+    L->disp = calloc(1, 8);
+    L->q = calloc(2, 8);
+    L->conns = calloc(1, sizeof(Conn));
+    L->idle = calloc(1, sizeof(int));
+    L->free_slots = calloc(1, sizeof(int));
+    if (!L->done || !L->retried || !L->disp || !L->q || !L->conns || !L->idle ||
+        !L->free_slots) { PyErr_NoMemory(); goto out; }
+    if (delim_obj != Py_None) {
+        char *d;
+        Py_ssize_t dl;
+        if (PyBytes_AsStringAndSize(delim_obj, &d, &dl) < 0) goto out;
+        if (dl < 1 || dl > 255) {
+            PyErr_SetString(PyExc_ValueError, "a delimiter of 1 to 255 bytes");
+            goto out;
+        }
+        L->delim = malloc((size_t)dl);
+        memcpy(L->delim, d, (size_t)dl);
+        L->delim_len = (size_t)dl;
+    }
+    if (L->tcp && (L->delim == NULL) == (resp_len < 0)) {
+        PyErr_SetString(PyExc_ValueError, "exactly one of a delimiter and a response length");
+        goto out;
+    }
+    Conn *c = &L->conns[0];
+    c->fd = -1;
+    c->reusable = 1;
+    c->state = C_OPEN;
+    if (L->tcp && L->delim_len > 1) c->tail = malloc(L->delim_len);
+    L->n_open = 1;
+    c->rid = 0;
+    expect_resp(L, c);
+    Py_ssize_t nc = PySequence_Fast_GET_SIZE(seq);
+    for (Py_ssize_t i = 0; i < nc && c->state == C_OPEN; i++) {
+        char *b;
+        Py_ssize_t bl;
+        if (PyBytes_AsStringAndSize(PySequence_Fast_GET_ITEM(seq, i), &b, &bl) < 0) goto out;
+        if (bl) on_bytes(L, c, b, (size_t)bl);
+    }
+    int open = usable(c);
+    if (eof && c->state == C_OPEN) {
+        c->eof = 1;
+        conn_ended(L, c, 0);
+        conn_close(L, c);
+        open = 0;
+    }
+    PyObject *errs = PyList_New(0);
+    const char *reason = "";
+    for (int i = 0; errs && i < L->n_reasons; i++) {
+        Reason *r = &L->reasons[i];
+        if (r->scope == SC_CONN) {
+            for (int64_t k = 0; k < r->count; k++) {
+                PyObject *t = PyUnicode_FromString(r->reason);
+                if (!t || PyList_Append(errs, t) < 0) { Py_XDECREF(t); Py_CLEAR(errs); break; }
+                Py_DECREF(t);
+            }
+        } else if (r->scope == SC_REQUEST) reason = r->reason;
+    }
+    if (!errs) goto out;
+    if (L->recs.n) {
+        Record *r = &L->recs.v[0];
+        res = Py_BuildValue("{sssisLsssNsO}", "outcome", KIND_NAMES[r->outcome], "status",
+                            (int)r->status, "bytes", (long long)r->nbytes, "reason", reason,
+                            "conn_errors", errs, "open", open ? Py_True : Py_False);
+    } else {
+        res = Py_BuildValue("{sOsisLsssNsO}", "outcome", Py_None, "status", 0, "bytes",
+                            (long long)c->nbytes, "reason", "", "conn_errors", errs, "open",
+                            open ? Py_True : Py_False);
+    }
+out:
+    Py_DECREF(seq);
+    if (L->conns) { free(L->conns[0].buf); free(L->conns[0].stamped); free(L->conns[0].tail); }
+    free(L->done); free(L->retried); free(L->disp); free(L->q); free(L->conns); free(L->idle);
+    free(L->free_slots); free(L->delim); free(L->recs.v); free(L->queued.v); free(L->fixes.v);
+    free(L);
+    return res;
+}
+
+static PyMethodDef module_methods[] = {
+    {"frame", (PyCFunction)(void (*)(void))fl_frame, METH_VARARGS | METH_KEYWORDS,
+     "the framing of one response, fed bytes without a socket"},
+    {NULL, NULL, 0, NULL},
+};
 
 static PyMethodDef Loop_methods[] = {
     {"prepare", (PyCFunction)Loop_prepare, METH_VARARGS, "open the initial connections"},
@@ -1720,7 +1906,8 @@ static PyTypeObject LoopType = {
 };
 
 static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "fastloop",
-                                    "The compiled hot path of tailgate bench.", -1, NULL};
+                                    "The compiled hot path of tailgate bench.", -1,
+                                    module_methods};
 
 PyMODINIT_FUNC PyInit_fastloop(void) {
     if (PyType_Ready(&LoopType) < 0) return NULL;
@@ -1734,5 +1921,17 @@ PyMODINIT_FUNC PyInit_fastloop(void) {
     }
     PyModule_AddIntConstant(m, "RECORD_SIZE", (long)sizeof(Record));
     PyModule_AddIntConstant(m, "MAX_CONNECTING", MAX_CONNECTING);
+    /* checked against the Python side at import (fastpath.py) */
+    PyModule_AddStringConstant(m, "OUT_OF_STEP", OUT_OF_STEP);
+    PyObject *kinds = PyTuple_New(sizeof KIND_NAMES / sizeof *KIND_NAMES);
+    for (size_t i = 0; kinds && i < sizeof KIND_NAMES / sizeof *KIND_NAMES; i++)
+        PyTuple_SET_ITEM(kinds, (Py_ssize_t)i, PyUnicode_FromString(KIND_NAMES[i]));
+    if (!kinds || PyModule_AddObject(m, "KINDS", kinds) < 0) {
+        Py_XDECREF(kinds);
+        Py_DECREF(m);
+        return NULL;
+    }
+    PyModule_AddIntConstant(m, "K_CLOSED", K_CLOSED);
+    PyModule_AddIntConstant(m, "MAX_SUSPECTS", MAX_SUSPECTS);
     return m;
 }

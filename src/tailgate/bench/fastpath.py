@@ -49,11 +49,42 @@ except ImportError as exc:  # no compiler when it was installed: the Python engi
     UNAVAILABLE = (f"the compiled hot path (tailgate.bench.fastloop) is not built: {exc}; "
                    f"reinstall with a C compiler (pip install -e .)")
 
+RECORD = np.dtype([("rid", "<i8"), ("send", "<i8"), ("end", "<i8"), ("bytes", "<i8"),
+                   ("status", "<i4"), ("out", "<i4")])
+
+
+def out_of_step_with_python(mod: Any) -> list[str]:
+    """What the compiled module disagrees on with the Python side (one source of truth:
+    outcome.KINDS, engine.MAX_CONNECTING, conn.OUT_OF_STEP and MAX_SUSPECTS, the record
+    layout); a module
+    built from another fastloop.c is refused, never run with mismatched codes."""
+    from .conn import MAX_SUSPECTS, OUT_OF_STEP
+    from .engine import MAX_CONNECTING
+
+    wrong = []
+    kinds = tuple(getattr(mod, "KINDS", ()))
+    if not kinds or kinds != KINDS[:len(kinds)]:
+        wrong.append(f"outcome kinds {kinds} are not a prefix of {KINDS}")
+    if getattr(mod, "MAX_CONNECTING", None) != MAX_CONNECTING:
+        wrong.append(f"MAX_CONNECTING {getattr(mod, 'MAX_CONNECTING', None)} != "
+                     f"{MAX_CONNECTING}")
+    if getattr(mod, "RECORD_SIZE", None) != RECORD.itemsize:
+        wrong.append(f"record size {getattr(mod, 'RECORD_SIZE', None)} != {RECORD.itemsize}")
+    if getattr(mod, "OUT_OF_STEP", None) != OUT_OF_STEP:
+        wrong.append("the out-of-step reason differs")
+    if getattr(mod, "MAX_SUSPECTS", None) != MAX_SUSPECTS:
+        wrong.append(f"MAX_SUSPECTS {getattr(mod, 'MAX_SUSPECTS', None)} != {MAX_SUSPECTS}")
+    return wrong
+
+
+if fastloop is not None and (_wrong := out_of_step_with_python(fastloop)):
+    fastloop = None
+    UNAVAILABLE = ("the compiled hot path (tailgate.bench.fastloop) was built from another "
+                   f"version: {'; '.join(_wrong)}; rebuild it (pip install -e .)")
+
 ENGINES = ("auto", "fast", "python")
 FAST_SCHEMES = ("http", "tcp")  # the schemes fastloop.c speaks (no TLS)
 NO_TIME = np.iinfo(np.int64).min  # a record's send time when it never reached the wire
-RECORD = np.dtype([("rid", "<i8"), ("send", "<i8"), ("end", "<i8"), ("bytes", "<i8"),
-                   ("status", "<i4"), ("out", "<i4")])
 # Poll instead of sleeping for the last microseconds before a due time: a timed wake-up
 # from epoll took ~20 µs on our VMs (lateness P50 20 µs with no spin, 12 µs with 5 µs,
 # 0.2 µs with 20 µs, at 10k/s). 10 µs: most of that gain for at most 10 µs of CPU per
@@ -190,6 +221,7 @@ class FastEngine(Engine):
         self._take(final=True)
         if self._log is not None:
             self._log.close()
+            self._patch_log()
         return self._result()
 
     def _recorder(self, loop: threading.Thread) -> None:
@@ -227,8 +259,9 @@ class FastEngine(Engine):
         return self._gauge
 
     def _take(self, final: bool) -> None:
-        recs, disp, queued, reasons, n_open, n_queued = self._c.take()
+        recs, disp, queued, reasons, n_open, n_queued, fixes = self._c.take()
         self._gauge = (n_open, n_queued)
+        self._out_of_step(np.frombuffer(fixes, dtype=np.int64), note=False)
         start = self.start
         r = np.frombuffer(recs, dtype=RECORD)
         send = np.where(r["send"] == NO_TIME, np.nan, r["send"] * 1e-9 + start)

@@ -14,15 +14,19 @@ How a request ends (kinds of :mod:`.outcome`): ``ok`` at the end of the HTTP
 response after ``data: [DONE]`` (E2E is timed at ``[DONE]``), ``no_token`` for a
 complete stream without content, ``server_error`` for an error object in the
 stream, ``malformed_sse`` for bad framing or a chunk that is not JSON of the API,
-``protocol`` for an answer that is not ``text/event-stream``, ``truncated`` for a
+``protocol`` for an answer that is not ``text/event-stream``, ``server_error`` also for
+an SSE ``event: error`` (JSON or text: its message is the reason), ``truncated`` for a
 stream that ends before ``[DONE]`` (with ``require_done`` off: before ``[DONE]`` or
-a ``finish_reason``), ``too_large`` for an event past ``max_event`` bytes, and the
+a ``finish_reason``), ``too_large`` for an event past ``max_event`` bytes or a stream
+of more than ``max_tokens`` tokens (memory per stream stays bounded), and the
 HTTP kinds (status, reset, upgrade, ...) as for ``http://``.
 """
 
 from __future__ import annotations
 
+import json
 import math
+from array import array
 
 from ..llm.openai import ChunkError, parse_chunk
 from ..llm.sse import SSEError, SSEParser, SSETooLarge
@@ -32,7 +36,22 @@ from .outcome import CODE, MALFORMED_SSE, NO_TOKEN, OK, PROTOCOL, SERVER_ERROR, 
 
 # What the engine reads of one request: (first chunk, token times, [DONE] time,
 # usage completion tokens or -1, usage prompt tokens or -1); times NaN when absent.
-TokenState = tuple[float, list[float], float, int, int]
+# The token times are an array of doubles (8 bytes a token), at most max_tokens long.
+TokenState = tuple[float, "array[float]", float, int, int]
+MAX_TOKENS_PER_STREAM = 1_000_000  # --max-tokens-per-stream: 8 MB of token times a stream
+
+
+def error_event(data: str) -> str:
+    """The server's message of an SSE ``event: error`` (JSON with a message, or text)."""
+    try:
+        obj = json.loads(data)
+    except ValueError:
+        return data.strip()[:200] or "(no message)"
+    if isinstance(obj, dict):
+        err = obj.get("error", obj)
+        msg = err.get("message", err) if isinstance(err, dict) else err
+        return str(msg)[:200]
+    return str(obj)[:200]
 
 
 class _Fail(Exception):
@@ -46,13 +65,15 @@ class OpenAIConnection(Connection):
 
     def __init__(self, sink: Sink, requests: list[bytes], api: str,
                  limits: Limits | None = None, max_event: int = 16 << 20,
-                 require_done: bool = True) -> None:
+                 require_done: bool = True,
+                 max_tokens: int = MAX_TOKENS_PER_STREAM) -> None:
         super().__init__(sink, b"")
         self.requests = requests
         self.api = api
         self.reader = ResponseReader(limits, keep_body=True)
         self.max_event = max_event
         self.require_done = require_done
+        self.max_tokens = max_tokens
         self._reset()
 
     def _reset(self) -> None:
@@ -62,7 +83,7 @@ class OpenAIConnection(Connection):
         self.ctype = b""
         self.error_body = b""
         self.first_chunk = math.nan
-        self.tok: list[float] = []
+        self.tok: array[float] = array("d")
         self.t_done = math.nan
         self.finish_reason: str | None = None
         self.out_tokens = -1
@@ -161,6 +182,8 @@ class OpenAIConnection(Connection):
         except SSEError as exc:
             raise _Fail(MALFORMED_SSE, str(exc)) from None
         for ev in events:
+            if ev.event == "error":
+                raise _Fail(SERVER_ERROR, f"event: error: {error_event(ev.data)}")
             if ev.data == "[DONE]":
                 self.t_done = now
                 self.settled = True
@@ -174,6 +197,9 @@ class OpenAIConnection(Connection):
             if chunk.error is not None:
                 raise _Fail(SERVER_ERROR, chunk.error)
             if chunk.text:
+                if len(self.tok) >= self.max_tokens:
+                    raise _Fail(TOO_LARGE, f"more than {self.max_tokens} tokens in one stream "
+                                           f"(--max-tokens-per-stream)")
                 self.tok.append(now)
             if chunk.finish_reason:
                 self.finish_reason = chunk.finish_reason

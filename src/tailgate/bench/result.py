@@ -69,7 +69,7 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -150,7 +150,7 @@ class BenchResult:
     def exit_ok(self) -> bool:
         conf = self.json.get("confidence")
         return all(s["pass"] for s in self.json.get("slo", [])) and (
-            conf is None or conf["reached"])
+            conf is None or conf["reached"]) and not self.json["requests"].get("lost")
 
 
 def summarize(h: Histogram, scale: float = NS_PER_MS) -> dict[str, Any]:
@@ -184,10 +184,20 @@ def intervals(h: Histogram, scale: float = NS_PER_MS,
     return out
 
 
+def owed_by_worker(cfgs: Iterable[Any]) -> dict[int, int]:
+    """Each worker's measured requests (its schedule after the warm-up), by worker."""
+    return {c.worker: int(np.count_nonzero(np.asarray(c.times) >= c.warmup_s)) for c in cfgs}
+
+
 def build_result(info: RunInfo, parts: Sequence[WorkerResult],
                  interrupted: bool = False, missing_workers: Iterable[int] = (),
-                 confidence_after_s: float | None = None) -> BenchResult:
+                 confidence_after_s: float | None = None,
+                 owed: Mapping[int, int] | None = None) -> BenchResult:
     """Merge the workers' results exactly (histograms add) and derive the JSON.
+
+    ``owed``: each worker's measured requests (:func:`owed_by_worker`); a missing
+    worker's share is counted in ``requests.lost`` and ``scheduled`` (the schedule never
+    shrinks because a worker died), and the run does not pass (:attr:`exit_ok`).
 
     ``confidence_after_s``: the measured time after which the run saw every
     ``info.confidence`` target met (None: it never did)."""
@@ -284,8 +294,13 @@ def build_result(info: RunInfo, parts: Sequence[WorkerResult],
     note = fallback_note(info.engine, info.protocol)
     if note and data["generator"]["engine"] == "python":
         data["generator"]["engine_note"] = note
+    missing_workers = sorted(missing_workers)
+    if missing_workers and owed is not None:
+        lost = sum(owed.get(w, 0) for w in missing_workers)
+        data["requests"]["lost"] = lost
+        data["requests"]["scheduled"] += lost
     data["accounting"] = accounting(data)
-    data["warnings"] = warnings(data, info, parts, list(missing_workers))
+    data["warnings"] = warnings(data, info, parts, missing_workers)
     return BenchResult(data, latency, service, lateness, intervals, info, book)
 
 
@@ -353,7 +368,10 @@ def warnings(data: dict[str, Any], info: RunInfo, parts: Sequence[WorkerResult],
                    + ", ".join(f"{k} {v}" for k, v in conn_errs.items())
                    + "): those connections were dropped; no request was charged")
     if missing:
-        out.append(f"workers {missing} sent no result: their requests are missing")
+        lost = data["requests"].get("lost")
+        out.append(f"workers {missing} sent no result: "
+                   + (f"the {lost} request(s) they owed are counted as lost"
+                      if lost is not None else "their requests are missing"))
     if data["interrupted"]:
         out.append(f"interrupted: results cover the {data['requests']['sent']} requests "
                    f"completed; {data['requests']['abandoned']} in flight were abandoned")

@@ -47,7 +47,7 @@ KEYS: dict[str, type | tuple[type, ...]] = {
     "slo": list, "method": str, "header": list, "body": str, "body_file": str,
     "payload": str, "delimiter": str, "response_length": int, "retry_stale": bool,
     "max_header_bytes": (str, int), "max_body_bytes": (str, int),
-    "max_event_bytes": (str, int),
+    "max_event_bytes": (str, int), "max_tokens_per_stream": int,
     # openai+ targets (LLM streams)
     "model": str, "api": str, "workload": str, "input_len": int, "output_len": int,
     "requests": int,

@@ -128,21 +128,21 @@ def _not_measurable(slo: Slo, result: dict[str, Any]) -> str | None:
     return str(ci.get("reason", "no confidence interval"))
 
 
-def evaluate(slos: list[Slo], result: dict[str, Any],
-             require_ci: bool = False) -> list[dict[str, Any]]:
+def evaluate(slos: list[Slo], result: dict[str, Any]) -> list[dict[str, Any]]:
     """One JSON record per SLO: ``{"expr", "metric", "limit", "unit", "observed", "pass"}``.
 
-    An SLO whose metric has no samples fails, with ``"reason"``: an objective
-    nobody measured is not met. With ``require_ci`` (``tailgate bench``) so does one
-    on a percentile whose confidence interval cannot be formed from the samples
-    (its ``ci`` says not measurable).
+    The one place that decides what an SLO means, for every path that judges a bench
+    result (``bench``, ``--scenario``, ``--ray``, sweeps, collectives): an SLO whose
+    metric has no samples fails, with ``"reason"`` (an objective nobody measured is not
+    met), and so does one on a percentile whose confidence interval cannot be formed
+    from the samples (its ``ci`` says not measurable).
     """
     out = []
     for slo in slos:
         observed = observe(slo, result)
         rec: dict[str, Any] = {"expr": slo.expr, "metric": slo.metric, "op": slo.op,
                                "limit": slo.limit, "unit": slo.unit, "observed": observed}
-        unmeasurable = _not_measurable(slo, result) if require_ci else None
+        unmeasurable = _not_measurable(slo, result)
         if observed is None:
             rec["pass"] = False
             rec["reason"] = "no samples"

@@ -94,7 +94,7 @@ def _runs(args: argparse.Namespace) -> tuple[list[tuple[str, argparse.Namespace]
 
 
 def run_fleet(args: argparse.Namespace) -> int:
-    from ..bench.result import build_result
+    from ..bench.result import build_result, owed_by_worker
     from ..bench.slo import evaluate
     from ..bench.workers import WorkerFailure, plan, run_workers
     from .bench import _parse
@@ -183,7 +183,8 @@ def run_fleet(args: argparse.Namespace) -> int:
         else:
             parts = [r for r in results if r.worker in ids]
             result = build_result(info, parts, interrupted,
-                                  [w for w in missing if w in ids])
+                                  [w for w in missing if w in ids],
+                                  owed=owed_by_worker(c for c in cfgs_all if c.worker in ids))
         result.json["slo"] = evaluate(slos, result.json)
         if ray is not None:  # the agreed start every node converted to its own clock
             result.json["clock"] = {"start_epoch_s": ran.start_epoch_s}

@@ -30,6 +30,7 @@ every latency SLO given (for ``itl_pXX`` the request's own XX-th percentile gap)
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -118,8 +119,8 @@ class TokenBook:
         count = np.zeros(n, dtype=np.int64)
         use_out = np.full(n, -1, dtype=np.int64)
         use_in = np.full(n, -1, dtype=np.int64)
-        gaps: list[float] = []
-        owner: list[int] = []
+        gaps: list[np.ndarray] = []
+        owner: list[np.ndarray] = []
         for i, t in enumerate(toks):
             if t is None:
                 continue
@@ -128,8 +129,10 @@ class TokenBook:
                 first[i] = times[0]
                 count[i] = len(times)
                 if len(times) > 1:
-                    gaps.extend(np.diff(times).tolist())
-                    owner.extend([i] * (len(times) - 1))
+                    # (arrays, not lists of floats: a long stream's gaps stay 8 bytes each)
+                    gaps.append(np.diff(np.frombuffer(times, dtype=np.float64)
+                                        if isinstance(times, array) else np.asarray(times)))
+                    owner.append(np.full(len(times) - 1, i, dtype=np.int64))
         ok = out == ok_code
         self.warmup_ok += int(np.count_nonzero(ok & ~measured))
         timed_out = out == timeout_code
@@ -142,8 +145,8 @@ class TokenBook:
         n_in = np.where(use_in >= 0, use_in, nominal)
         with np.errstate(invalid="ignore", divide="ignore"):
             tpot = np.where(ok_m & (n_out >= 2), (e2e - ttft) / (n_out - 1), math.nan)
-        itl = np.asarray(gaps, dtype=np.float64)
-        itl_owner = np.asarray(owner, dtype=np.int64)
+        itl = np.concatenate(gaps) if gaps else np.zeros(0, dtype=np.float64)
+        itl_owner = np.concatenate(owner) if owner else np.zeros(0, dtype=np.int64)
         itl_keep = counted[itl_owner] if itl.size else np.zeros(0, dtype=bool)
         values = {
             "ttft": (ttft, counted & ~np.isnan(ttft)),

@@ -77,6 +77,18 @@ def add_llm_arguments(p: argparse.ArgumentParser) -> None:
     add("--log", metavar="FILE", help="write one JSON record per request (JSON lines)")
 
 
+def _max_tokens(args: argparse.Namespace) -> int:
+    """--max-tokens-per-stream (a usage error below 1)."""
+    from ..bench.openai_sse import MAX_TOKENS_PER_STREAM
+
+    n = getattr(args, "max_tokens_per_stream", None)
+    if n is None:
+        return MAX_TOKENS_PER_STREAM
+    if n < 1:
+        raise _usage(f"--max-tokens-per-stream must be >= 1, not {n}")
+    return int(n)
+
+
 def _usage(msg: str) -> Exception:
     from ..errors import UsageError
 
@@ -171,4 +183,5 @@ def llm_requests(args: argparse.Namespace, info: Any, target: Any, slos: list[An
         info = replace(info, rate=round(schedule.size / max(float(schedule[-1]), 1e-9), 6))
     return info, schedule, {"requests": bodies, "nominal": nominal, "max_event_bytes": max_event,
                             "require_done": not args.allow_no_done,
+                            "max_tokens_per_stream": _max_tokens(args),
                             "good_slos": good_slos(slos)}

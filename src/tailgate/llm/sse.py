@@ -39,7 +39,7 @@ class SSEParser:
     __slots__ = ("_buf", "_data", "_event", "_pending_cr", "_size", "max_event", "max_line")
 
     def __init__(self, max_line: int = 1 << 20, max_event: int = 16 << 20) -> None:
-        self._buf = b""
+        self._buf = bytearray()  # the line being read (no line end yet)
         self._data: list[str] = []
         self._size = 0  # bytes of data lines in the event being read
         self.max_event = max_event
@@ -56,14 +56,22 @@ class SSEParser:
                 self._pending_cr = False
                 return []
         self._pending_cr = chunk[-1:] == b"\r"
-        buf = self._buf + chunk if self._buf else chunk
+        if b"\n" not in chunk and b"\r" not in chunk:
+            # No line end: the line grows (appended in place, so a line that comes a byte
+            # at a time costs linear time) and its bound holds at every read boundary.
+            self._buf += chunk
+            if len(self._buf) > self.max_line:
+                raise SSETooLarge(f"an event-stream line exceeds {self.max_line} bytes")
+            return []
+        buf = bytes(self._buf) + chunk if self._buf else chunk
         if b"\r" in buf:
             # Rare: normalise CRLF and lone CR to LF (the common LF-only path skips this).
             # A trailing CR stays a line end; its LF, if it comes, was dropped above.
             buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         lines = buf.split(b"\n")
-        self._buf = lines.pop()
-        if len(self._buf) > self.max_line:
+        self._buf = bytearray(lines.pop())
+        if len(self._buf) > self.max_line or any(len(raw) > self.max_line for raw in lines):
+            # (a whole line in one read is held to the same bound as one read byte by byte)
             raise SSETooLarge(f"an event-stream line exceeds {self.max_line} bytes")
         events: list[Event] = []
         for raw in lines:
@@ -97,7 +105,7 @@ class SSEParser:
     def close(self) -> list[Event]:
         """End of stream. An event without its closing blank line is discarded (per the
         standard); the caller can tell by :attr:`pending`, which it reads first."""
-        self._buf = b""
+        self._buf = bytearray()
         self._data = []
         self._size = 0
         return []

@@ -1,0 +1,48 @@
+"""One meaning of an SLO on every path (issue 23): the same target and SLOs through
+`tailgate bench` and `tailgate bench --scenario` give the same verdict, the
+unmeasurable-percentile case included (20 requests cannot bound a P99.99)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from support.nginx import Nginx, available
+from support.require import require
+
+pytestmark = pytest.mark.timeout(120)
+
+SLOS = ["p50<10s", "p9999<10s", "error_rate<1%"]
+# what each path must say of each: p9999's interval cannot be formed from 20 samples
+WANT = [(True, None), (False, "not measurable"), (True, None)]
+
+
+def tailgate(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tailgate", "bench", "--quiet", *argv],
+                          capture_output=True, text=True, timeout=90)
+
+
+def verdicts(slo: list[dict]) -> list[tuple[bool, str | None]]:
+    return [(s["pass"], s.get("reason", "").split(":")[0] or None) for s in slo]
+
+
+def test_bench_and_scenario_judge_one_target_alike(tmp_path):
+    require(available())
+    with Nginx(workers=1) as ng:
+        url = ng.url("/")
+        single = tmp_path / "single.json"
+        r1 = tailgate(url, "--rate", "20", "--duration", "1s", "--connections", "1",
+                      *[x for s in SLOS for x in ("--slo", s)], "--json", str(single))
+        f = tmp_path / "one.yaml"
+        f.write_text(f"targets:\n  - name: web\n    url: {url}\n    rate: 20\n"
+                     f"    duration: 1s\n    connections: 1\n    slo: {json.dumps(SLOS)}\n")
+        scen = tmp_path / "scenario.json"
+        r2 = tailgate("--scenario", str(f), "--json", str(scen))
+    a = json.loads(single.read_text())
+    (b,) = json.loads(scen.read_text())["targets"]
+    assert a["requests"]["ok"] == b["requests"]["ok"] == 20
+    assert verdicts(a["slo"]) == verdicts(b["slo"]) == WANT, (a["slo"], b["slo"])
+    assert r1.returncode == r2.returncode == 1, (r1.stderr, r2.stderr)
