@@ -5,6 +5,8 @@ with a client certificate; scrapes without credentials are refused."""
 from __future__ import annotations
 
 import base64
+import json
+import os
 import shutil
 import signal
 import ssl
@@ -280,3 +282,86 @@ def test_client_certificate_is_required_and_verified(secured):
     time.sleep(0.2)
     with https(secured, secured["mtls"], cert=(pki.client_cert, pki.client_key)) as r:
         assert r.status == 200
+
+
+# -- serve --root ---------------------------------------------------------------------------------
+
+ROOTS = Path(__file__).parent / "fixtures" / "roots"
+
+
+def serve_once(*args: str) -> dict[str, list]:
+    from test_fleet_prometheus import families
+
+    proc = subprocess.run([*TAILGATE, "serve", "--once", "--interval", "0.2", *args],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    return families(proc.stdout)
+
+
+def statuses(fams: dict[str, list]) -> dict[str, tuple[str, str]]:
+    return {s.labels["id"]: (s.labels["status"], s.labels["subject"])
+            for s in fams["tailgate_finding_status"] if s.value == 1}
+
+
+def test_serve_root_reads_the_fixture_root_as_inspect_root_does():
+    from test_l2_root import EXPECTED
+
+    got = statuses(serve_once("--root", str(ROOTS / "vm-l2"), "--probe", ""))
+    assert {k: v for k, v in got.items() if k.startswith("l2.")} == EXPECTED
+    # a whole host root of L1/L3 captures (mlx5 NIC, GPUs, PTP): every finding, every subject,
+    # as `inspect --root` judges it
+    root = ROOTS / "l1l3-clean"
+    proc = subprocess.run([*TAILGATE, "inspect", "--root", str(root), "--interval", "0",
+                           "--no-history", "--json", "-"], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert proc.returncode in (0, 1), proc.stderr
+    by_inspect = {(f["id"], f["status"], f["subject"])
+                  for f in json.loads(proc.stdout)["findings"]}
+    fams = serve_once("--root", str(root), "--probe", "")
+    by_serve = {(s.labels["id"], s.labels["status"], s.labels["subject"])
+                for s in fams["tailgate_finding_status"] if s.value == 1}
+    assert by_serve == by_inspect
+    assert {("l1.optics.rx_power", "pass", "eth2"), ("l3.rss.symmetric", "pass", "eth2"),
+            ("l1.clock.ptp", "pass", "host")} <= by_serve
+
+
+def test_serve_root_probes_still_see_the_live_kernel():
+    """A root changes where files and captured commands are read; eBPF sees the running kernel
+    (a container's --root /host), so the resident probe measures it."""
+    if os.geteuid() != 0 or shutil.which("bpftrace") is None:
+        pytest.fail("needs root and bpftrace (make test installs bpftrace; CI runs as root)")
+    fams = serve_once("--root", str(ROOTS / "vm-l2"), "--probe-window", "1")
+    assert [s.value for s in fams["tailgate_probe_up"]] == [1.0]
+    count = [s.value for s in fams["tailgate_runqueue_latency_seconds"]
+             if s.name.endswith("_count")]
+    assert count[0] > 0
+    assert statuses(fams)["l2.sched.runqlat"][0] in ("pass", "fail")  # measured, not unknown
+
+
+def test_serve_root_must_be_a_directory(tmp_path):
+    proc = subprocess.run([*TAILGATE, "serve", "--once", "--root", str(tmp_path / "none")],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2 and "not a directory" in proc.stderr
+
+
+# -- the systemd unit -----------------------------------------------------------------------------
+
+def test_the_systemd_unit_verifies(tmp_path):
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.fail("systemd-analyze not installed (Debian `systemd`)")
+    unit = (Path(__file__).parent.parent / "contrib" / "tailgate-serve.service").read_text()
+    exe = shutil.which("tailgate") or str(Path(sys.executable).with_name("tailgate"))
+    assert "ExecStart=/usr/local/bin/tailgate serve " in unit
+    # verify checks that ExecStart's binary exists: point it at this installation's
+    (tmp_path / "tailgate-serve.service").write_text(unit.replace("/usr/local/bin/tailgate", exe))
+    proc = subprocess.run([analyze, "verify", str(tmp_path / "tailgate-serve.service")],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # no warning about the unit itself (unknown directive, bad value, missing binary)
+    ours = [line for line in (proc.stdout + proc.stderr).splitlines()
+            if "tailgate-serve.service" in line]
+    assert ours == [], ours
+    for needed in ("NoNewPrivileges=yes", "ProtectSystem=strict", "ReadOnlyPaths=/",
+                   "CapabilityBoundingSet=CAP_BPF CAP_PERFMON CAP_SYS_ADMIN"):
+        assert needed in unit
