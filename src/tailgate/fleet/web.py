@@ -353,7 +353,6 @@ class MetricsServer(ThreadingMixIn, WSGIServer):
         self.address_family = (socket.AF_INET6 if ipaddress.ip_address(addr[0]).version == 6
                                else socket.AF_INET)
         self.context = context
-        self.handshake_failures = 0
         super().__init__(addr, _QuietHandler)
 
     def get_request(self) -> tuple[socket.socket, Any]:
@@ -368,7 +367,6 @@ class MetricsServer(ThreadingMixIn, WSGIServer):
         try:
             tls = self.context.wrap_socket(request, server_side=True)
         except (ssl.SSLError, OSError):  # no or an untrusted client certificate, not TLS, ...
-            self.handshake_failures += 1
             return
         try:
             super().finish_request(tls, client_address)
