@@ -20,7 +20,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         "metrics. A scrape is answered from memory, never by collecting inside it.")
     p.add_argument("--listen", default="127.0.0.1:9860", metavar="ADDR:PORT",
                    help="address to serve /metrics on (default 127.0.0.1:9860: loopback only; "
-                   "a wider address is your explicit choice)")
+                   "a wider address needs --web.config.file with TLS and authentication, "
+                   "or --insecure-listen)")
+    p.add_argument("--web.config.file", dest="web_config", metavar="FILE",
+                   help="TLS, basic auth and response headers in the Prometheus "
+                   "exporter-toolkit format (the file node_exporter reads; docs/serve.md)")
+    p.add_argument("--insecure-listen", action="store_true",
+                   help="serve a non-loopback address without TLS or without authentication "
+                   "(anyone who reaches the port reads the host's findings; a warning says so)")
+    p.add_argument("--root", metavar="DIR", default="/",
+                   help="read a host root mounted here instead of / (a container with the "
+                   "host at /host: --root /host); eBPF probes still see the whole running "
+                   "kernel")
     p.add_argument("--interval", type=float, default=15.0, metavar="SECONDS",
                    help="seconds between the two counter samples of each inspection; a new "
                    "inspection starts when one ends (default 15)")
@@ -59,8 +70,35 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def _web_config(args: argparse.Namespace, addr: tuple[str, int] | None):
+    """The --web.config.file (or none); a non-loopback address without TLS or without
+    authentication needs --insecure-listen and is warned about."""
+    import sys
+
+    from ..fleet.web import WebConfig, WebConfigError, load_web_config
+
+    if args.web_config and addr is None:
+        raise UsageError("--web.config.file needs a port to serve (not --once or --no-listen)")
+    try:
+        web = load_web_config(args.web_config) if args.web_config else WebConfig()
+    except WebConfigError as exc:
+        raise UsageError(str(exc)) from exc
+    if addr is None or ipaddress.ip_address(addr[0]).is_loopback:
+        return web
+    missing = web.missing_protection()
+    if missing and not args.insecure_listen:
+        raise UsageError(f"--listen {args.listen}: a non-loopback address without "
+                         f"{' and '.join(missing)}: give --web.config.file with them, or "
+                         "--insecure-listen to serve it anyway")
+    if missing:
+        print(f"tailgate serve: WARNING: {args.listen} is served without "
+              f"{' and '.join(missing)}: anyone who reaches it reads this host's findings",
+              file=sys.stderr, flush=True)
+    return web
+
+
 def run(args: argparse.Namespace) -> int:
-    from prometheus_client import CollectorRegistry, generate_latest, start_http_server
+    from prometheus_client import CollectorRegistry, generate_latest, make_wsgi_app
 
     from ..baseline import BaselineError, default_baseline, load_baseline
     from ..exporter import RESIDENT_PROBES, Exporter, write_textfile
@@ -81,11 +119,14 @@ def run(args: argparse.Namespace) -> int:
     if args.no_listen and not args.textfile:
         raise UsageError("--no-listen needs --textfile (else the metrics go nowhere)")
     addr = None if args.no_listen or args.once else parse_listen(args.listen)
+    if not os.path.isdir(args.root):
+        raise UsageError(f"--root {args.root}: not a directory")
+    web = _web_config(args, addr)
     try:
         baseline = load_baseline(args.baseline) if args.baseline else default_baseline()
     except BaselineError as exc:
         raise UsageError(str(exc)) from exc
-    host = Host("/")
+    host = Host(args.root)
     # The resident probes stand in for inspect's probe window: the collection itself runs none.
     scope = _scope(argparse.Namespace(**{**vars(args), "probe_window": None}), host)
     exporter = Exporter(host, scope, baseline, args.interval, probes, args.probe_window)
@@ -104,11 +145,17 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
     if addr is not None:
+        from ..fleet.web import start_server
+
         try:
-            start_http_server(addr[1], addr=addr[0], registry=registry)
+            start_server(addr, make_wsgi_app(registry), web)
         except OSError as exc:
             raise UsageError(f"--listen {args.listen}: {exc.strerror or exc}") from exc
-        print(f"tailgate serve: metrics on http://{args.listen}/metrics", flush=True)
+        scheme = "https" if web.tls else "http"
+        print(f"tailgate serve: metrics on {scheme}://{args.listen}/metrics"
+              + (f" (basic auth: {len(web.users)} user(s))" if web.users else "")
+              + (" (client certificates required)" if web.client_certificates else ""),
+              flush=True)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
