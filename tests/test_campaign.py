@@ -165,8 +165,14 @@ def test_two_step_campaign_end_to_end(tmp_path):
     assert run_q["layer"] == "L2" and run_q["before_ci"] and run_q["significant"] == "no"
     assert [r["layer"] for r in doc["rows"]] == sorted(
         (r["layer"] for r in doc["rows"]), key=["L1", "L2", "L3", "L4", "end-to-end"].index)
-    rep = tailgate("campaign", "report", str(out), "--markdown", "-")
+    rep = tailgate("campaign", "report", str(out), "--markdown", "-", "--html",
+                   str(tmp_path / "r.html"), "--json", str(tmp_path / "r.json"))
     assert rep.returncode == 0 and "| load web | ok |" in rep.stdout, rep.stderr
+    figures = {m["name"]: m for m in json.loads((tmp_path / "r.json").read_text())["metrics"]}
+    assert figures["web latency.p99"]["value"] == bench["latency_ms"]["p99"]
+    assert figures["web latency.p99"]["samples"] == 1000
+    page = (tmp_path / "r.html").read_text()
+    assert "id='figures'" in page and "spectrum-0" in page
     # a member changed after the run is refused, never compared
     (out / "load-web.json").write_text(json.dumps(bench | {"duration_s": 1}))
     res = tailgate("compare", str(out), str(out))
