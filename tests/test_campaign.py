@@ -165,8 +165,16 @@ def test_two_step_campaign_end_to_end(tmp_path):
     assert run_q["layer"] == "L2" and run_q["before_ci"] and run_q["significant"] == "no"
     assert [r["layer"] for r in doc["rows"]] == sorted(
         (r["layer"] for r in doc["rows"]), key=["L1", "L2", "L3", "L4", "end-to-end"].index)
-    rep = tailgate("campaign", "report", str(out), "--markdown", "-")
+    rep = tailgate("campaign", "report", str(out), "--markdown", "-", "--html",
+                   str(tmp_path / "r.html"), "--json", str(tmp_path / "r.json"))
     assert rep.returncode == 0 and "| load web | ok |" in rep.stdout, rep.stderr
+    figures = {m["name"]: m for m in json.loads((tmp_path / "r.json").read_text())["metrics"]}
+    assert figures["web latency.p99"]["value"] == bench["latency_ms"]["p99"]
+    assert figures["web latency.p99"]["samples"] == 1000
+    page = (tmp_path / "r.html").read_text()
+    assert "id='figures'" in page and "spectrum-0" in page
+    res = tailgate("compare", str(out), str(out / "load-web.json"))
+    assert res.returncode == 2 and "with another campaign directory" in res.stderr, res.stderr
     # a member changed after the run is refused, never compared
     (out / "load-web.json").write_text(json.dumps(bench | {"duration_s": 1}))
     res = tailgate("compare", str(out), str(out))
@@ -197,3 +205,18 @@ def test_a_failing_step_is_recorded_and_the_campaign_goes_on(tmp_path):
     assert steps["load good"]["status"] == "ok"
     assert "[2/4] load refused: failed" in res.stderr
     members_match_their_digests(out, index)
+
+
+def test_with_ray_every_step_gets_the_address_and_no_host_options(tmp_path):
+    from tailgate.campaign.run import plan
+
+    c = parse_campaign("ray: 10.0.0.1:6379\ninspect: {interval: 1, probe_window: 2}\nloads:\n"
+                       "  - {name: web, url: 'http://10.0.0.2:80/', rate: 10, duration: 1s, "
+                       "header: ['X-A: 1', 'X-B: 2'], retry_stale: true}\n",
+                       str(tmp_path / "c.yaml"))
+    inspect, load = plan(c)
+    assert inspect.argv[-2:] == ("--ray", "10.0.0.1:6379") and "--save" not in inspect.argv
+    assert inspect.files == ("inspect.json",)
+    assert load.argv == ("bench", "http://10.0.0.2:80/", "--rate", "10", "--duration", "1s",
+                         "--header", "X-A: 1", "--header", "X-B: 2", "--retry-stale", "--quiet",
+                         "--json", "load-web.json", "--ray", "10.0.0.1:6379")
