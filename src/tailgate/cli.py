@@ -37,12 +37,9 @@ COMMAND_MODULES = (
 
 
 def one_line(text: str, limit: int = 400) -> str:
-    """A message as one printable line: control characters (newlines included) escaped,
-    long values cut, whatever a user's file or argument held."""
-    from .report.safe import clean
+    from .report.safe import one_line as _one_line
 
-    text = clean(text, keep_newlines=False)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return _one_line(text, limit)
 
 
 def build_parser() -> argparse.ArgumentParser:

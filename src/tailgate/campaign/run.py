@@ -163,7 +163,7 @@ def digest(path: str) -> str:
 
 
 def _last_line(text: str) -> str:
-    from ..cli import one_line
+    from ..report.safe import one_line
 
     lines = [ln for ln in text.strip().splitlines() if ln.strip()]
     return one_line(lines[-1], 300) if lines else ""

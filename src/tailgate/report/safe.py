@@ -83,3 +83,10 @@ def clean_report(report: Report, keep_newlines: bool = True) -> Report:
                    host=clean_tree(report.host, keep_newlines),
                    target=clean_tree(report.target, keep_newlines), findings=findings,
                    verdict=verdict, platform=clean_tree(report.platform, keep_newlines))
+
+
+def one_line(text: str, limit: int = 400) -> str:
+    """A message as one printable line: control characters (newlines included) escaped,
+    long values cut, whatever a user's file or argument held."""
+    text = clean(text, keep_newlines=False)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
