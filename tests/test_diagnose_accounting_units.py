@@ -57,6 +57,16 @@ def test_several_candidate_threads_are_apportioned():
     assert acc.apportioned.tolist() == [True] and acc.candidates.tolist() == [2]
 
 
+def test_apportioning_weighs_threads_by_their_busy_time():
+    # thread 2 was woken by a request of its own near the end: 100 us busy against 1000 us
+    acc = account(np.array([0]), np.array([1000 * US]), None, {
+        1: {"sleep": spans((0, 800 * US))}, 2: {"read": spans((0, 900 * US))}}, {})
+    assert acc.parts["sleep"].tolist() == [800_000 * 1000 // 1100]
+    assert acc.parts["read"].tolist() == [900_000 * 100 // 1100]
+    assert acc.parts["on_cpu"].tolist() == [1_000_000 - 727_272 - 81_818]
+    assert acc.candidates.tolist() == [2]
+
+
 def test_apportioning_rounds_in_whole_nanoseconds_and_still_adds_up():
     acc = account(np.array([0]), np.array([1001]), None, {
         1: {"sleep": spans((0, 1000))}, 2: {"sleep": spans((0, 1))}, 3: {}}, {})
@@ -110,3 +120,18 @@ def test_the_part_that_grows_in_the_tail_is_named():
     assert s["growth"]["on_cpu"] < 0
     assert tail["parts"]["residual"]["max_ms"] == 0.0
     assert set(tail["parts"]) == set(PARTS)
+
+
+def test_offcpu_lines_and_open_waits_parse():
+    from tailgate.diagnose.evidence import parse_events, parse_maps
+    from tailgate.probes.output import parse_output
+
+    out = parse_output("\n".join([
+        '{"type": "printf", "data": "O 7 1000 500000 230\\nO 7 600000 900000 -1\\n'
+        'O 7 9 5 0\\n"}',
+        '{"type": "map", "data": {"@oc": {"8": 123456}}}',
+        '{"type": "map", "data": {"@osc": {"8": 233}}}']))
+    ev = parse_events(list(out.printf))
+    assert ev.offcpu == [(7, 1000, 500000, 230), (7, 600000, 900000, -1)]
+    assert ev.malformed == 1  # it ended before it began
+    assert parse_maps(out).open_waits == {8: (123456, 232)}

@@ -17,10 +17,11 @@ A request lasts from its intended start to its end. Its window is cut, in this o
    work, for the whole window: the request was in the network, the client, or somewhere the
    probes do not see).
 
-Which thread served which request is not recorded. A thread is idle for a request when one
-wait that does not serve anything (futex, read, write, poll, other) covers its whole window;
-the others are the candidates. One candidate: its parts are the request's, exact. Several:
-each part is their mean (apportioned; the request is counted as such). None: the residual.
+Which thread served which request is not recorded. A thread's busy time in a window is the
+time it was not waiting for work (in futex, read, write, poll, other waits); the threads busy
+at all in it are the candidates. One candidate: its parts are the request's, exact. Several:
+each part is their mean weighted by busy time (apportioned: the thread that did most in the
+window counts most; the request is counted as apportioned). None: the residual.
 Parts are clipped so that they never overlap, hence parts + residual == latency exactly.
 """
 
@@ -48,6 +49,18 @@ _CLASS = {
     "futex": (202, 449),  # futex futex_wait
 }
 SYSCALL_CLASS = {nr: cls for cls, nrs in _CLASS.items() for nr in nrs}
+
+
+METHOD = {
+    "exact": "generator lateness; on one candidate thread, each of its parts (to the probe's "
+             "200 us threshold: shorter waits count as on_cpu)",
+    "apportioned": "when several threads may have served a request (which one did is not "
+                   "recorded), each per-thread part is their mean",
+    "estimated": "throttled (from cpu.stat polls every 5 ms); retransmit (the 200 ms of "
+                 "TCP_RTO_MIN before each retransmission)",
+    "residual": "the window's time no thread of the service accounts for (all idle, waiting "
+                "for work: the request was in the network or the client)",
+}
 
 
 def syscall_class(nr: int) -> str:
@@ -110,26 +123,26 @@ def account(starts: np.ndarray, ends: np.ndarray, sends: np.ndarray | None,
         own = _disjoint({k: merge_spans(np.asarray(v, np.int64).reshape(-1, 2))
                          for k, v in threads[tid].items()}, THREAD_PARTS, svc_all)
         per.append({k: overlap_ns(d, ends, own[k]) for k in THREAD_PARTS})
-    sums = {p: np.zeros(n, np.int64) for p in (*THREAD_PARTS, "on_cpu")}
+    sums = {p: np.zeros(n, np.float64) for p in (*THREAD_PARTS, "on_cpu")}
     cand = np.zeros(n, np.int64)
+    weight = np.zeros(n, np.float64)
     for t in per:
-        busy = sum(t.values())
-        idle = np.zeros(n, dtype=bool)
-        for k in IDLE_PARTS:
-            idle |= (t[k] >= left) & (left > 0)
-        serve = ~idle & (left > 0)
-        cand += serve
+        on_cpu = left - sum(t.values())
+        busy = left - sum(t[k] for k in IDLE_PARTS)  # time it was not waiting for work
+        cand += busy > 0
+        weight += busy
         for k in THREAD_PARTS:
-            sums[k] += np.where(serve, t[k], 0)
-        sums["on_cpu"] += np.where(serve, left - busy, 0)
-    share = np.maximum(cand, 1)
-    # the mean over the candidates, in whole ns, with the rounding's remainder put on on_cpu
-    # (where it was smallest first): parts stay integers and add up exactly
-    for k in (*THREAD_PARTS, "on_cpu"):
-        parts[k] = sums[k] // share
-    given = sum(parts[k] for k in (*THREAD_PARTS, "on_cpu"))
-    parts["on_cpu"] = np.where(cand > 0, parts["on_cpu"] + (left - given), 0)
-    parts["residual"] = np.where(cand > 0, 0, left)
+            sums[k] += busy * t[k]
+        sums["on_cpu"] += busy * on_cpu
+    served = weight > 0
+    # the candidates' mean weighted by how long each was busy, in whole ns, the rounding's
+    # remainder on on_cpu: parts stay integers and add up exactly
+    w = np.where(served, weight, 1.0)
+    for k in THREAD_PARTS:
+        parts[k] = np.where(served, np.floor(sums[k] / w), 0).astype(np.int64)
+    given = sum(parts[k] for k in THREAD_PARTS)
+    parts["on_cpu"] = np.where(served, left - given, 0)
+    parts["residual"] = np.where(served, 0, left)
     acc = Accounting(parts, lat, cand > 1, cand)
     acc.check()
     return acc
