@@ -135,3 +135,12 @@ def test_offcpu_lines_and_open_waits_parse():
     assert ev.offcpu == [(7, 1000, 500000, 230), (7, 600000, 900000, -1)]
     assert ev.malformed == 1  # it ended before it began
     assert parse_maps(out).open_waits == {8: (123456, 232)}
+
+
+def test_a_thread_before_the_probe_first_saw_it_is_residual_not_on_cpu():
+    got = one(0, 1000 * US, threads={1: {"unseen": spans((0, 300 * US)),
+                                         "sleep": spans((300 * US, 900 * US))}})
+    assert got == {"residual": 300 * US, "sleep": 600 * US, "on_cpu": 100 * US}
+    # alone and unseen the whole window: nothing served it that the probe saw
+    assert one(0, 1000 * US, threads={1: {"unseen": spans((0, 2000 * US))}}) == {
+        "residual": 1000 * US}

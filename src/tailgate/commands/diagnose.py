@@ -367,6 +367,10 @@ def _accounting(events, maps, spans, starts, ends, sends, t_end: int) -> dict[st
         add(tid, "futex", a, b)
     for tid, a, b, nr in events.offcpu:
         add(tid, syscall_class(nr), a, b)
+    t_begin = int(min(starts.min(), ends.min())) if len(starts) else t_end
+    for tid, first in maps.first_seen.items():  # before it, what the thread did is not known
+        if first > t_begin:
+            add(tid, "unseen", t_begin, first)
     for tid, (since, nr) in maps.open_waits.items():  # still waiting when the probe ended
         if since < t_end:
             add(tid, syscall_class(nr), since, t_end)

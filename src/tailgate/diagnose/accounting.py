@@ -12,7 +12,8 @@ A request lasts from its intended start to its end. Its window is cut, in this o
    off-CPU waits by the syscall the thread blocked in: ``read``, ``write``, ``poll``,
    ``sleep``, ``blocked_other`` (any other syscall, a page fault, no syscall). The rest of the
    thread's time in the window is ``on_cpu``: running, or in waits shorter than the probe's
-   200 us threshold (an upper bound of its CPU time).
+   200 us threshold (an upper bound of its CPU time). Before a thread's first switch out (the
+   probe's first sight of it) its state is not known (``unseen``, counted as residual).
 4. ``residual``: what no thread accounts for (every thread of the service was idle, waiting for
    work, for the whole window: the request was in the network, the client, or somewhere the
    probes do not see).
@@ -35,9 +36,10 @@ import numpy as np
 from .attribution import merge_spans, overlap_ns, subtract_spans
 
 SERVICE_PARTS = ("throttled", "softirq", "retransmit")
-THREAD_PARTS = ("stopped", "runq", "futex", "read", "write", "poll", "sleep", "blocked_other")
-PARTS = ("generator", *SERVICE_PARTS, *THREAD_PARTS, "on_cpu", "residual")
-IDLE_PARTS = ("futex", "read", "write", "poll", "blocked_other")  # waiting for work: not serving
+THREAD_PARTS = ("unseen", "stopped", "runq", "futex", "read", "write", "poll", "sleep", "blocked_other")
+PARTS = ("generator", *SERVICE_PARTS, *THREAD_PARTS[1:], "on_cpu", "residual")
+# waiting for work (or not known): not serving
+IDLE_PARTS = ("unseen", "futex", "read", "write", "poll", "blocked_other")
 RTO_MIN_NS = 200_000_000
 
 # x86_64 syscall numbers (arch/x86/entry/syscalls/syscall_64.tbl) by what the thread waited for
@@ -142,7 +144,8 @@ def account(starts: np.ndarray, ends: np.ndarray, sends: np.ndarray | None,
         parts[k] = np.where(served, np.floor(sums[k] / w), 0).astype(np.int64)
     given = sum(parts[k] for k in THREAD_PARTS)
     parts["on_cpu"] = np.where(served, left - given, 0)
-    parts["residual"] = np.where(served, 0, left)
+    # time a thread was not yet seen (before its first switch out) is not known: residual
+    parts["residual"] = np.where(served, parts.pop("unseen"), left)
     acc = Accounting(parts, lat, cand > 1, cand)
     acc.check()
     return acc

@@ -113,6 +113,7 @@ class ProbeMaps:
     switch_bins: dict[str, dict[int, int]] = field(default_factory=dict)  # kind -> bin -> n
     softirq_bins: dict[tuple[str, int], dict[int, int]] = field(default_factory=dict)  # ns
     open_waits: dict[int, tuple[int, int]] = field(default_factory=dict)  # tid -> since, nr
+    first_seen: dict[int, int] = field(default_factory=dict)  # tid -> its first switch out
 
     def switch_totals(self) -> dict[str, int]:
         return {k: sum(t.get(k, 0) for t in self.switches.values())
@@ -136,6 +137,7 @@ def parse_maps(output: BpftraceOutput) -> ProbeMaps:
     nrs = output.map("@osc")
     for tid, since in output.map("@oc").items():
         pm.open_waits[int(tid)] = (int(since), int(nrs.get(tid, 0)) - 1)
+    pm.first_seen = {int(tid): int(t) for tid, t in output.map("@seen").items()}
     return pm
 
 
