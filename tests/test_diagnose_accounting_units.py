@@ -41,9 +41,9 @@ def test_overlapping_evidence_is_not_counted_twice():
 
 
 def test_evidence_outside_the_window_is_clipped():
-    got = one(100 * US, 200 * US, threads={7: {"read": spans((0, 150 * US))}},
+    got = one(100 * US, 200 * US, threads={7: {"sleep": spans((0, 150 * US))}},
               service={"softirq": spans((190 * US, 400 * US))})
-    assert got == {"read": 50 * US, "softirq": 10 * US, "on_cpu": 40 * US}
+    assert got == {"sleep": 50 * US, "softirq": 10 * US, "on_cpu": 40 * US}
 
 
 def test_several_candidate_threads_are_apportioned():
@@ -144,3 +144,10 @@ def test_a_thread_before_the_probe_first_saw_it_is_residual_not_on_cpu():
     # alone and unseen the whole window: nothing served it that the probe saw
     assert one(0, 1000 * US, threads={1: {"unseen": spans((0, 2000 * US))}}) == {
         "residual": 1000 * US}
+
+
+def test_a_wait_begun_before_the_request_was_sent_is_its_transit():
+    # blocked in read from before the send until the request arrived; then a read of its own
+    got = one(100 * US, 1000 * US,
+              threads={1: {"read": spans((0, 300 * US), (400 * US, 600 * US))}})
+    assert got == {"in_transit": 200 * US, "read": 200 * US, "on_cpu": 500 * US}

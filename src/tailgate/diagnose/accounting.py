@@ -14,7 +14,10 @@ A request lasts from its intended start to its end. Its window is cut, in this o
    thread's time in the window is ``on_cpu``: running, or in waits shorter than the probe's
    200 us threshold (an upper bound of its CPU time). Before a thread's first switch out (the
    probe's first sight of it) its state is not known (``unseen``, counted as residual).
-4. ``residual``: what no thread accounts for (every thread of the service was idle, waiting for
+4. ``in_transit``: a thread's wait (read, poll, futex, ...) begun before the request was sent
+   and lasting into its window: the thread waited for the request to arrive (it was in the
+   client, the network or a socket queue).
+5. ``residual``: what no thread accounts for (every thread of the service was idle, waiting for
    work, for the whole window: the request was in the network, the client, or somewhere the
    probes do not see).
 
@@ -37,9 +40,10 @@ from .attribution import merge_spans, overlap_ns, subtract_spans
 
 SERVICE_PARTS = ("throttled", "softirq", "retransmit")
 THREAD_PARTS = ("unseen", "stopped", "runq", "futex", "read", "write", "poll", "sleep", "blocked_other")
-PARTS = ("generator", *SERVICE_PARTS, *THREAD_PARTS[1:], "on_cpu", "residual")
-# waiting for work (or not known): not serving
-IDLE_PARTS = ("unseen", "futex", "read", "write", "poll", "blocked_other")
+PARTS = ("generator", *SERVICE_PARTS, *THREAD_PARTS[1:], "on_cpu", "in_transit", "residual")
+WAITS = ("futex", "read", "write", "poll", "blocked_other")  # waiting for work, or for a reply
+# not serving: waiting for work, for the request to arrive, or not known
+IDLE_PARTS = ("unseen", *WAITS, "in_transit")
 RTO_MIN_NS = 200_000_000
 
 # x86_64 syscall numbers (arch/x86/entry/syscalls/syscall_64.tbl) by what the thread waited for
@@ -60,6 +64,8 @@ METHOD = {
                    "recorded), each per-thread part is their mean",
     "estimated": "throttled (from cpu.stat polls every 5 ms); retransmit (the 200 ms of "
                  "TCP_RTO_MIN before each retransmission)",
+    "in_transit": "a serving thread's wait begun before the request was sent: it waited for "
+                  "the request to arrive",
     "residual": "the window's time no thread of the service accounts for (all idle, waiting "
                 "for work: the request was in the network or the client)",
 }
@@ -96,6 +102,18 @@ def _disjoint(spans: dict[str, np.ndarray], order: tuple[str, ...], cut: np.ndar
     return out
 
 
+def _held_from(spans: np.ndarray, d: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """For each window ``[d, end]``: how long the span under way at ``d`` (begun before it)
+    lasts into the window (``spans``: sorted, disjoint)."""
+    if len(spans) == 0:
+        return np.zeros(len(d), np.int64)
+    i = np.searchsorted(spans[:, 0], d, side="left") - 1  # the last span begun before d
+    ok = i >= 0
+    out = np.zeros(len(d), np.int64)
+    out[ok] = np.clip(np.minimum(ends[ok], spans[i[ok], 1]) - d[ok], 0, None)
+    return out
+
+
 def account(starts: np.ndarray, ends: np.ndarray, sends: np.ndarray | None,
             threads: dict[int, dict[str, np.ndarray]], service: dict[str, np.ndarray]
             ) -> Accounting:
@@ -124,8 +142,15 @@ def account(starts: np.ndarray, ends: np.ndarray, sends: np.ndarray | None,
     for tid in sorted(threads):
         own = _disjoint({k: merge_spans(np.asarray(v, np.int64).reshape(-1, 2))
                          for k, v in threads[tid].items()}, THREAD_PARTS, svc_all)
-        per.append({k: overlap_ns(d, ends, own[k]) for k in THREAD_PARTS})
-    sums = {p: np.zeros(n, np.float64) for p in (*THREAD_PARTS, "on_cpu")}
+        t = {k: overlap_ns(d, ends, own[k]) for k in THREAD_PARTS}
+        t["in_transit"] = np.zeros(n, np.int64)
+        for k in WAITS:  # a wait begun before the request was sent waited for it to arrive
+            held = _held_from(own[k], d, ends)
+            t[k] -= held
+            t["in_transit"] += held
+        per.append(t)
+    kinds = (*THREAD_PARTS, "in_transit")
+    sums = {p: np.zeros(n, np.float64) for p in (*kinds, "on_cpu")}
     cand = np.zeros(n, np.int64)
     weight = np.zeros(n, np.float64)
     for t in per:
@@ -133,16 +158,16 @@ def account(starts: np.ndarray, ends: np.ndarray, sends: np.ndarray | None,
         busy = left - sum(t[k] for k in IDLE_PARTS)  # time it was not waiting for work
         cand += busy > 0
         weight += busy
-        for k in THREAD_PARTS:
+        for k in kinds:
             sums[k] += busy * t[k]
         sums["on_cpu"] += busy * on_cpu
     served = weight > 0
     # the candidates' mean weighted by how long each was busy, in whole ns, the rounding's
     # remainder on on_cpu: parts stay integers and add up exactly
     w = np.where(served, weight, 1.0)
-    for k in THREAD_PARTS:
+    for k in kinds:
         parts[k] = np.where(served, np.floor(sums[k] / w), 0).astype(np.int64)
-    given = sum(parts[k] for k in THREAD_PARTS)
+    given = sum(parts[k] for k in kinds)
     parts["on_cpu"] = np.where(served, left - given, 0)
     # time a thread was not yet seen (before its first switch out) is not known: residual
     parts["residual"] = np.where(served, parts.pop("unseen"), left)
