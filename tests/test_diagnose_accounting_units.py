@@ -151,3 +151,18 @@ def test_a_wait_begun_before_the_request_was_sent_is_its_transit():
     got = one(100 * US, 1000 * US,
               threads={1: {"read": spans((0, 300 * US), (400 * US, 600 * US))}})
     assert got == {"in_transit": 200 * US, "read": 200 * US, "on_cpu": 500 * US}
+
+
+def test_a_final_wait_is_the_replys_transit_for_the_one_thread_that_served():
+    got = one(0, 1000 * US, threads={1: {"read": spans((900 * US, 5000 * US))}})
+    assert got == {"on_cpu": 900 * US, "in_transit": 100 * US}
+
+
+def test_another_threads_return_to_waiting_for_work_is_left_out_and_its_parts_scaled():
+    # thread 2 served a request of its own (300 us queued, 200 us on CPU), then waited for more
+    acc = account(np.array([0]), np.array([1000 * US]), None, {
+        1: {"sleep": spans((0, 800 * US))},
+        2: {"runq": spans((0, 300 * US)), "read": spans((500 * US, 5000 * US))}}, {})
+    got = {p: int(v[0]) for p, v in acc.parts.items() if v[0]}
+    # weights 1000 and 500 us busy; thread 2's 500 us scaled to the 1000 us window
+    assert got == {"sleep": 533_333, "runq": 200_000, "on_cpu": 266_667}

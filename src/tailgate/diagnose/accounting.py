@@ -16,7 +16,10 @@ A request lasts from its intended start to its end. Its window is cut, in this o
    probe's first sight of it) its state is not known (``unseen``, counted as residual).
 4. ``in_transit``: a thread's wait (read, poll, futex, ...) begun before the request was sent
    and lasting into its window: the thread waited for the request to arrive (it was in the
-   client, the network or a socket queue).
+   client, the network or a socket queue); and, for the one thread that served it, a wait
+   begun inside the window and lasting past its end (it was done: the reply was on its way).
+   Among several candidate threads, such a final wait is another request's thread going back
+   to waiting for work: it is left out and that thread's other parts are scaled to the window.
 5. ``residual``: what no thread accounts for (every thread of the service was idle, waiting for
    work, for the whole window: the request was in the network, the client, or somewhere the
    probes do not see).
@@ -114,6 +117,19 @@ def _held_from(spans: np.ndarray, d: np.ndarray, ends: np.ndarray) -> np.ndarray
     return out
 
 
+def _held_to(spans: np.ndarray, d: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """For each window ``[d, end]``: how long a span begun inside it (after ``d``) and lasting
+    to its end or past it covers of it."""
+    if len(spans) == 0:
+        return np.zeros(len(d), np.int64)
+    i = np.searchsorted(spans[:, 0], ends, side="left") - 1  # the last span begun before end
+    ok = i >= 0
+    ok[ok] &= (spans[i[ok], 0] > d[ok]) & (spans[i[ok], 1] >= ends[ok])
+    out = np.zeros(len(d), np.int64)
+    out[ok] = ends[ok] - spans[i[ok], 0]
+    return out
+
+
 def account(starts: np.ndarray, ends: np.ndarray, sends: np.ndarray | None,
             threads: dict[int, dict[str, np.ndarray]], service: dict[str, np.ndarray]
             ) -> Accounting:
@@ -144,23 +160,33 @@ def account(starts: np.ndarray, ends: np.ndarray, sends: np.ndarray | None,
                          for k, v in threads[tid].items()}, THREAD_PARTS, svc_all)
         t = {k: overlap_ns(d, ends, own[k]) for k in THREAD_PARTS}
         t["in_transit"] = np.zeros(n, np.int64)
-        for k in WAITS:  # a wait begun before the request was sent waited for it to arrive
+        after = np.zeros(n, np.int64)
+        for k in WAITS:
+            # a wait begun before the request was sent waited for it to arrive
             held = _held_from(own[k], d, ends)
-            t[k] -= held
+            # one begun inside the window and lasting past it: the thread was done (its reply
+            # on the way, or it went back to waiting for work)
+            tail = _held_to(own[k], d, ends)
+            t[k] -= held + tail
             t["in_transit"] += held
-        per.append(t)
+            after += tail
+        per.append((t, after))
     kinds = (*THREAD_PARTS, "in_transit")
+    cand = sum(((left - sum(t[k] for k in IDLE_PARTS) - after) > 0).astype(np.int64)
+               for t, after in per) if per else np.zeros(n, np.int64)
     sums = {p: np.zeros(n, np.float64) for p in (*kinds, "on_cpu")}
-    cand = np.zeros(n, np.int64)
     weight = np.zeros(n, np.float64)
-    for t in per:
-        on_cpu = left - sum(t.values())
-        busy = left - sum(t[k] for k in IDLE_PARTS)  # time it was not waiting for work
-        cand += busy > 0
+    for t, after in per:
+        on_cpu = left - sum(t.values()) - after
+        busy = left - sum(t[k] for k in IDLE_PARTS) - after  # time it was not waiting for work
         weight += busy
+        # alone, the thread's time after it was done is the reply's transit; among several,
+        # its parts before are scaled to the window (they are its share of what happened)
+        scale = np.where(cand > 1, left / np.maximum(left - after, 1), 1.0)
         for k in kinds:
-            sums[k] += busy * t[k]
-        sums["on_cpu"] += busy * on_cpu
+            sums[k] += busy * t[k] * scale
+        sums["in_transit"] += busy * np.where(cand > 1, 0, after)
+        sums["on_cpu"] += busy * on_cpu * scale
     served = weight > 0
     # the candidates' mean weighted by how long each was busy, in whole ns, the rounding's
     # remainder on on_cpu: parts stay integers and add up exactly
