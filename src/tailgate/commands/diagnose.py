@@ -319,6 +319,7 @@ def _analyse(args, bench_doc, bench_out, log_path, events, polls, t0, t1, bin_s,
                     a.sentence += (f"; {100 * share:.0f} % of that wait followed a preemption "
                                    "(an involuntary switch: the thread's slice ran out)")
         doc["causes"] = [a.to_json() for a in attributions]
+        doc["accounting"] = _accounting(events, maps, spans, starts, ends, sends, t1)
         claimed = [a for a in attributions if a.claimed]
         doc["verdict"] = {"claimed": [a.cause.key for a in claimed],
                           "first": claimed[0].cause.key if claimed else None,
@@ -342,6 +343,52 @@ def _analyse(args, bench_doc, bench_out, log_path, events, polls, t0, t1, bin_s,
                                           int(bin_s * 1e9), len(tl["t_ms"]))
     doc["counters"] = extra["counters"].to_json()
     return doc
+
+
+def _accounting(events, maps, spans, starts, ends, sends, t_end: int) -> dict[str, Any]:
+    """Each request's latency split into parts (diagnose.accounting), summarised, with the
+    slowest requests' own splits."""
+    import numpy as np
+
+    from ..diagnose.accounting import METHOD, account, summarise, syscall_class
+
+    rows: dict[int, dict[str, list[tuple[int, int]]]] = {}
+
+    def add(tid: int, kind: str, a: int, b: int) -> None:
+        rows.setdefault(tid, {}).setdefault(kind, []).append((a, b))
+
+    for tid in maps.switches:
+        rows.setdefault(tid, {})
+    for tid, a, b in events.intervals.get("stopped", []):
+        add(tid, "stopped", a, b)
+    for tid, a, b in events.runq_not_after_stop():
+        add(tid, "runq", a, b)
+    for tid, a, b in events.intervals.get("futex", []):
+        add(tid, "futex", a, b)
+    for tid, a, b, nr in events.offcpu:
+        add(tid, syscall_class(nr), a, b)
+    t_begin = int(min(starts.min(), ends.min())) if len(starts) else t_end
+    for tid, first in maps.first_seen.items():  # before it, what the thread did is not known
+        if first > t_begin:
+            add(tid, "unseen", t_begin, first)
+    for tid, (since, nr) in maps.open_waits.items():  # still waiting when the probe ended
+        if since < t_end:
+            add(tid, syscall_class(nr), since, t_end)
+    threads = {tid: {k: np.array(v, dtype=np.int64) for k, v in kinds.items()}
+               for tid, kinds in rows.items()}
+    service = {k: spans[k] for k in ("throttled", "softirq", "retransmit") if k in spans}
+    acc = account(starts, ends, sends, threads, service)
+    out = summarise(acc)
+    out["method"] = METHOD
+    out["threads"] = len(threads)
+    out["probed"] = sorted(service)
+    slowest = np.argsort(-acc.latency, kind="stable")[:20]
+    out["slowest"] = [{"latency_ms": round(float(acc.latency[i]) / 1e6, 4),
+                       "candidates": int(acc.candidates[i]),
+                       "parts_ms": {p: round(float(v[i]) / 1e6, 4)
+                                    for p, v in acc.parts.items() if v[i]}}
+                      for i in slowest]
+    return out
 
 
 def _series(maps, counters, cpus, t0: int, bin_ns: int, n: int):

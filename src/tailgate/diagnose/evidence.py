@@ -30,6 +30,7 @@ class Events:
     retransmits: list[tuple[int, int, int]] = field(default_factory=list)  # t, sport, dport
     softirqs: list[tuple[int, int, int, int]] = field(default_factory=list)  # vec, cpu, a, b
     preempted: set[tuple[int, int]] = field(default_factory=set)  # (tid, a) of runq waits
+    offcpu: list[tuple[int, int, int, int]] = field(default_factory=list)  # tid, a, b, syscall
     malformed: int = 0
 
     def softirq_spans(self, cpus: tuple[int, ...], vecs: tuple[int, ...] = NET_SOFTIRQS
@@ -77,6 +78,11 @@ def parse_events(chunks: list[str]) -> Events:
                     if b < a or a <= 0 or not 0 <= vec < len(SOFTIRQS):
                         raise ValueError(line)
                     ev.softirqs.append((vec, cpu, a, b))
+                elif parts and parts[0] == "O" and len(parts) == 5:
+                    tid, a, b, nr = (int(x) for x in parts[1:])
+                    if b < a or a <= 0 or nr < -1:
+                        raise ValueError(line)
+                    ev.offcpu.append((tid, a, b, nr))
                 elif parts and parts[0] == "T" and len(parts) == 4:
                     t, sport, dport = (int(x) for x in parts[1:])
                     ev.retransmits.append((t, sport, dport))
@@ -106,6 +112,8 @@ class ProbeMaps:
     switches: dict[int, dict[str, int]] = field(default_factory=dict)  # tid -> vol/invol
     switch_bins: dict[str, dict[int, int]] = field(default_factory=dict)  # kind -> bin -> n
     softirq_bins: dict[tuple[str, int], dict[int, int]] = field(default_factory=dict)  # ns
+    open_waits: dict[int, tuple[int, int]] = field(default_factory=dict)  # tid -> since, nr
+    first_seen: dict[int, int] = field(default_factory=dict)  # tid -> its first switch out
 
     def switch_totals(self) -> dict[str, int]:
         return {k: sum(t.get(k, 0) for t in self.switches.values())
@@ -126,6 +134,10 @@ def parse_maps(output: BpftraceOutput) -> ProbeMaps:
         vec, cpu, b = (int(x) for x in key.split(","))
         name = SOFTIRQS[vec] if 0 <= vec < len(SOFTIRQS) else f"vec{vec}"
         pm.softirq_bins.setdefault((name, cpu), {})[b] = int(ns)
+    nrs = output.map("@osc")
+    for tid, since in output.map("@oc").items():
+        pm.open_waits[int(tid)] = (int(since), int(nrs.get(tid, 0)) - 1)
+    pm.first_seen = {int(tid): int(t) for tid, t in output.map("@seen").items()}
     return pm
 
 

@@ -46,3 +46,26 @@ def terminal(doc: dict[str, Any], console) -> None:
     else:
         console.print(f"verdict: nothing claimed - {v['unexplained']}", highlight=False,
                       markup=False)
+    accounting(doc.get("accounting"), console)
+
+
+def accounting(acc: dict[str, Any] | None, console) -> None:
+    """The slow requests' time by part, ranked by its share of their latency."""
+    if not acc or not acc.get("sets"):
+        return
+    tail, every = acc["sets"]["p99"], acc["sets"]["all"]
+    console.print(f"time of the {tail['requests']} requests above the P99 ({acc['p99_ms']:.3f} ms)"
+                  f", by part ({tail['exact']} on one thread: exact, {tail['apportioned']} "
+                  f"apportioned over several, {tail['unserved']} served by none):",
+                  highlight=False)
+    console.print(f"  {'part':<14}{'median ms':>10}{'P90 ms':>9}{'max ms':>9}{'tail %':>8}"
+                  f"{'all %':>7}", highlight=False)
+    ranked = sorted(acc["parts"], key=lambda p: -(tail["parts"][p]["share"] or 0))
+    for p in ranked:
+        t, a = tail["parts"][p], every["parts"][p]
+        if not (t["share"] or a["share"]):
+            continue
+        mark = " <- grows most" if p == acc.get("grows_most") else ""
+        console.print(f"  {p:<14}{t['median_ms']:>10.3f}{t['p90_ms']:>9.3f}{t['max_ms']:>9.3f}"
+                      f"{100 * t['share']:>8.1f}{100 * a['share']:>7.1f}{mark}", highlight=False)
+    console.print(f"accounting: {acc['sentence']}", highlight=False, markup=False)
