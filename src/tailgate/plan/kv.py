@@ -26,9 +26,10 @@ occupies ``ceil(len / block_size)`` of them.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from .. import units
 
 # bits per element of each cache dtype
 DTYPE_BITS = {"fp32": 32, "bf16": 16, "fp16": 16, "fp8": 8, "int8": 8, "int4": 4}
@@ -48,17 +49,7 @@ def canonical_dtype(name: str) -> str:
     return d
 
 
-_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([kmgt]?)(i?)b?\s*$", re.I)
-
-
-def parse_size(text: str) -> int:
-    """'80GiB' -> 85899345920, '80GB' -> 8e10, '1.5e9' -> 1500000000 (bytes)."""
-    m = _SIZE.match(str(text))
-    if not m:
-        raise ValueError(f"not a size: {text!r} (e.g. 80GiB, 141GB, 16e9)")
-    num, prefix, binary = float(m.group(1)), m.group(2).lower(), m.group(3)
-    power = " kmgt".index(prefix) if prefix else 0
-    return int(num * (1024 if binary else 1000) ** power)
+parse_size = units.parse_size  # one rule for every command: see tailgate.units
 
 
 @dataclass(frozen=True)
