@@ -83,7 +83,6 @@ def test_a_gzip_trace_that_is_not_gzip_or_not_utf8(capsys, tmp_path):
     (["kv", str(LLAMA), "--hbm", "80GiB", "--utilization", "1.5"], "(0, 1]"),
     (["kv", str(LLAMA), "--tp", "0"], "--tp 0"),
     (["kv", str(LLAMA), "--block-size", "0", "--budget", "1GB"], "--block-size 0"),
-    (["kv", str(LLAMA), "--dtype", "int8", "--scale-block", "-1"], "--scale-block -1"),
     (["fanout", "--from", str(HLOG), "--monte-carlo", "-5"], "--monte-carlo -5"),
     (["fanout", "--from", str(HLOG), "--monte-carlo", "999999999999"], "at most"),
     (["prefix-cache", str(MOONCAKE_HEAD), "--bytes-per-token", "-1"], "--bytes-per-token -1"),
@@ -98,6 +97,13 @@ def test_a_gzip_trace_that_is_not_gzip_or_not_utf8(capsys, tmp_path):
 ])
 def test_bad_values_exit_2_naming_the_option(capsys, argv, words):
     refused(capsys, *argv, words=words)
+
+
+def test_scale_block_is_a_count_or_tensor(capsys):
+    with pytest.raises(SystemExit) as exc:  # argparse's own one line, exit 2
+        cli.main(["plan", "kv", str(LLAMA), "--dtype", "int8", "--scale-block=-1"])
+    assert exc.value.code == 2
+    assert "--scale-block: '-1': a number of elements >= 1, or tensor" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("table,words", [

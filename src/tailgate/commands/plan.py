@@ -125,6 +125,14 @@ def _at_least(value: int | None, flag: str, lo: int) -> None:
 # -- kv ---------------------------------------------------------------------------------
 
 
+def _scale_block(text: str) -> int | str:
+    if text.strip().lower() == "tensor":
+        return "tensor"
+    if not (text.strip().isascii() and text.strip().isdigit()) or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a number of elements >= 1, or tensor")
+    return int(text)
+
+
 def _register_kv(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "kv", help="KV-cache bytes per token and what fits in HBM, from a config.json",
@@ -140,9 +148,11 @@ def _register_kv(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", default="bf16", metavar="DTYPE",
                    help="cache dtype: bf16, fp16, fp8, int8, int4 "
                    "(default bf16)")
-    p.add_argument("--scale-block", type=int, default=None, metavar="N",
-                   help="elements per quantization scale (default: per-tensor for GQA fp8, "
-                   "64 for int8/int4 and for a quantized MLA latent)")
+    p.add_argument("--scale-block", type=_scale_block, default=None, metavar="N|tensor",
+                   help="elements per quantization scale, or tensor: one per-tensor scale "
+                   "(default: per-tensor for GQA fp8, 64 for int8/int4 and for a quantized "
+                   "MLA latent; plain FP8 MLA: --dtype fp8 --rope-dtype fp8 --scale-block "
+                   "tensor)")
     p.add_argument("--scale-bytes", type=int, default=4, metavar="B",
                    help="bytes per scale (default 4, float32)")
     p.add_argument("--rope-dtype", default="bf16", metavar="DTYPE",
@@ -177,21 +187,14 @@ def run_kv(args: argparse.Namespace) -> int:
     _at_least(args.tp, "--tp", 1)
     _at_least(args.block_size, "--block-size", 1)
     _at_least(args.seq_len, "--seq-len", 1)
-    _at_least(args.scale_block, "--scale-block", 1)
     _at_least(args.scale_bytes, "--scale-bytes", 1)
     _finite(args.utilization, "--utilization", 0.0, 1.0, lo_open=True)
     path = os.path.join(args.config, "config.json") if os.path.isdir(args.config) else args.config
     cfg = _read_json(path, "config")
     try:
         geo = kv.Geometry.from_config(cfg)
-        dtype = kv.canonical_dtype(args.dtype)
-        block = args.scale_block
-        # int8/int4 need block scales to be usable; fp8 GQA uses a per-tensor scale (vLLM),
-        # a quantized MLA latent one scale per 64 (the method's block-64 format)
-        if block is None and (dtype in ("int8", "int4")
-                              or dtype in kv.QUANTIZED and geo.kind == "mla"):
-            block = 64
-        fmt = kv.CacheFormat(dtype, block, args.scale_bytes, args.rope_dtype)
+        fmt = kv.cache_format(geo, args.dtype, args.scale_block, args.scale_bytes,
+                              args.rope_dtype)
         rank_geo = kv.tensor_parallel(geo, args.tp)
         tb = kv.token_bytes(rank_geo, fmt)
         budget = None
@@ -346,7 +349,7 @@ def run_specdec(args: argparse.Namespace) -> int:
             for r in rec.table:
                 lines.append(f"{r['name']:<16}{r['kind']:<8}{r['alpha']:>7.3f}"
                              f"{r['cost_ratio']:>7.3f}{r['gamma']:>7}{r['speedup']:>8.2f}x"
-                             f"{r['break_even_alpha']:>12.3f}")
+                             f"{specdec.format_break_even(r['break_even_alpha']):>12}")
             lines.append(f"recommendation: {rec.choice or 'no speculation'}"
                          + (f" with gamma {rec.gamma} ({rec.speedup:.2f}x)" if rec.choice else ""))
             lines += [f"  - {w}" for w in rec.why]
@@ -381,7 +384,9 @@ def run_specdec(args: argparse.Namespace) -> int:
                   f"  speedup                 {s['speedup']:.3f}x",
                   f"  optimal gamma           {s['optimal_gamma']} "
                   f"({s['optimal_speedup']:.3f}x)",
-                  f"  break-even alpha        {s['break_even_alpha']:.3f}"]
+                  f"  break-even alpha        {specdec.format_break_even(s['break_even_alpha'])}"
+                  + ("" if s["break_even_alpha"] is not None else
+                     f" (c={args.cost:g}: a draft step costs a target step or more)")]
         if args.explain:
             lines += ["", specdec.explain(alpha, gamma, args.cost)]
     except ValueError as exc:
@@ -715,17 +720,21 @@ def run_prefix_cache(args: argparse.Namespace) -> int:
     if args.kv_config:
         try:
             geo = kv.Geometry.from_config(_read_json(args.kv_config, "config"))
-            per_token = kv.token_bytes(geo, kv.CacheFormat(args.kv_dtype)).per_token
+            # the format `plan kv --dtype` sizes, scales included: the two always agree
+            per_token = kv.token_bytes(geo, kv.cache_format(geo, args.kv_dtype)).per_token
         except ValueError as exc:
             raise UsageError(f"{args.kv_config}: {exc}") from None
     block_bytes = per_token * block if per_token else None
-    unique = pc.unique_blocks(reqs)
+    # the HBM that never evicts: every distinct block, and at least the longest prompt (an
+    # engine holds all of a sequence's blocks, its partial last one too, in HBM at once)
+    distinct = pc.unique_blocks(reqs)
+    unique = max(distinct, max(-(-q.input_tokens // block) for q in reqs))
     full = pc.replay(reqs, block, None)
     top = full.rate(full.hit_tokens)
     blocks = sum(len(q.chain) for q in reqs)
     data: dict[str, Any] = {
         "trace": {"path": args.trace, "format": fmt, "requests": len(reqs), "blocks": blocks,
-                  "block_size": block, "distinct_blocks": unique,
+                  "block_size": block, "distinct_blocks": distinct,
                   "input_tokens": full.input_tokens},
         "unlimited": {"hit_rate": top}, "policy": policy.name, "block_bytes": block_bytes}
 
@@ -733,7 +742,7 @@ def run_prefix_cache(args: argparse.Namespace) -> int:
         return f"{n:,} blocks" + (f" ({n * block_bytes / 1e9:,.2f} GB)" if block_bytes else "")
 
     lines = [f"trace      {fmt}: {len(reqs):,} requests, {full.input_tokens:,} prompt tokens, "
-             f"{blocks:,} full blocks of {block} tokens, {unique:,} distinct",
+             f"{blocks:,} full blocks of {block} tokens, {distinct:,} distinct",
              f"unlimited  {top:.2%} of prompt tokens hit (the most any cache can reach)"]
     if fmt == "azure":
         lines.append("           (Azure traces carry no content: every prompt counts as unique)")
@@ -748,7 +757,9 @@ def run_prefix_cache(args: argparse.Namespace) -> int:
                      + f", {policy.name}: HBM {res.rate(res.hbm_hit_tokens):.2%}, DRAM "
                      f"{res.rate(res.dram_hit_tokens):.2%}, total {res.rate(res.hit_tokens):.2%}"
                      + (f" = {res.hit_tokens / full.hit_tokens:.1%} of unlimited"
-                        if full.hit_tokens else ""))
+                        if full.hit_tokens else "")
+                     + (f"; {res.too_long:,} prompt(s) longer than the HBM tier hit nothing "
+                        "(an engine cannot hold them)" if res.too_long else ""))
         if args.prefetch_bandwidth:
             if not block_bytes:
                 raise UsageError("--prefetch-bandwidth needs --kv-config or --bytes-per-token")
