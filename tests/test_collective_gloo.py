@@ -34,7 +34,7 @@ def _launchers():
 
 def test_two_ranks_every_size_checked_with_nccl_tests_bandwidths(tmp_path):
     out = tmp_path / "r.json"
-    r = co.run("gloo", 2, "--sizes", "1KB..64KB:8", "--iters", "100", "--warmup", "3",
+    r = co.run("gloo", 2, "--sizes", "1KiB..64KiB:8", "--iters", "100", "--warmup", "3",
                "--json", str(out), "--quiet")
     assert r.returncode == 0, r.stdout + r.stderr
     doc = json.loads(out.read_text())

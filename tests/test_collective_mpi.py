@@ -55,7 +55,7 @@ def test_every_size_every_rank_checked_with_nccl_tests_bandwidths(ranks, tmp_pat
         assert max(p["max_us"] for p in b["per_rank"]) == pytest.approx(lat["max"] * 1e3,
                                                                         rel=1e-3)
     assert doc["slo"][0]["pass"] and len(doc["slo"][0]["per_size"]) == 5
-    assert "32KB" in r.stdout and "busbw GB/s" in r.stdout
+    assert "32KiB" in r.stdout and "busbw GB/s" in r.stdout
     _, intervals = parse_log(hdr.read_text())
     assert [iv.histogram.total for iv in intervals] == [200] * 5
     assert "Tag=8B," in hdr.read_text()

@@ -201,7 +201,7 @@ def test_cli_reads_a_file_gates_on_busbw_and_fails_on_wrong_results(tmp_path):
     assert text.startswith("<!doctype html>") and "<script" not in text
     assert text.count("<tr class='bad'>") == 1 and "4096" in text
     r = cli("--nccl-tests", str(FIX / "all_reduce_perf-gb200-nvl72.txt"), "--slo", "busbw>=600")
-    assert r.returncode == 1 and "SLO busbw>=600: FAIL" in r.stdout and "512MB" in r.stdout
+    assert r.returncode == 1 and "SLO busbw>=600: FAIL" in r.stdout and "512MiB" in r.stdout
     r = cli("--nccl-tests", str(FIX / "all_reduce_perf-gb200-nvl72.txt"), "--slo", "p999<1ms")
     assert r.returncode == 1 and "no value at any size" in r.stdout  # means only: not judged
     assert cli("--nccl-tests", str(FIX / "variant-wrong.txt")).returncode == 1

@@ -22,19 +22,23 @@ from tailgate.bench.collective.spec import (
 from tailgate.hist import decode
 
 
-def test_sizes_follow_nccl_tests_conventions():
-    assert parse_sizes("8B..1GB")[:3] == [8, 16, 32] and parse_sizes("8B..1GB")[-1] == 1 << 30
-    assert len(parse_sizes("8B..1GB")) == 28
-    assert parse_sizes("1KB..1MB:4") == [1024, 4096, 16384, 65536, 262144, 1048576]
-    assert parse_sizes("64K,1M,64K") == [65536, 1 << 20]
-    assert parse_size("1GiB") == parse_size("1g") == 1 << 30 and parse_size("12") == 12
-    assert [format_size(n) for n in (8, 1024, 1536, 1 << 30)] == ["8B", "1KB", "1536B", "1GB"]
+def test_sizes_follow_the_one_size_rule():
+    assert parse_sizes("8B..1GiB")[:3] == [8, 16, 32] and parse_sizes("8B..1GiB")[-1] == 1 << 30
+    assert len(parse_sizes("8B..1GiB")) == 28
+    assert parse_sizes("1KiB..1MiB:4") == [1024, 4096, 16384, 65536, 262144, 1048576]
+    assert parse_sizes("64KiB,1MiB,64KiB") == [65536, 1 << 20]
+    # K/M/G are powers of 1000 here as in bench and plan (tailgate.units)
+    assert parse_sizes("64K,64KB") == [64000] and parse_size("1GB") == 10**9
+    assert parse_size("1GiB") == parse_size("1gi") == 1 << 30 and parse_size("12") == 12
+    assert [format_size(n) for n in (8, 1024, 1536, 1 << 30)] == ["8B", "1KiB", "1536B", "1GiB"]
+    for n in (8, 1024, 1536, 1 << 30, 3 << 20):  # what is printed reads back as the same size
+        assert parse_size(format_size(n)) == n
 
 
 @pytest.mark.parametrize("text,message", [
     ("", "not a size"), ("1KB..8B", "empty size range"), ("8B..1MB:1", "factor"),
     ("8B..1MB:x", "factor"), ("0", "at least 1 byte"), ("32GB", "over 16 GiB"),
-    ("1TB", "not a size"), ("1B..1GB:1", "factor"),
+    ("1TB", "over 16 GiB"), ("1B..1GB:1", "factor"), ("1e400", "implausibly large"),
 ])
 def test_bad_sizes_are_refused_with_the_reason(text, message):
     with pytest.raises(ValueError, match=message):
@@ -155,7 +159,7 @@ def test_slos_hold_only_if_they_hold_at_every_size():
         {**s, "count": 2, "iterations": 100, "time_us": 1.0, "straggler": None} for s in sizes],
         "slo": res}
     assert exit_status(doc) == 1
-    assert "SLO p999<5ms: FAIL (worst 7 ms) at 1KB" in summary_text(doc)
+    assert "SLO p999<5ms: FAIL (worst 7 ms) at 1KiB" in summary_text(doc)
     with pytest.raises(ValueError, match="collectives: "):
         parse_slo("goodput>5")
 

@@ -9,6 +9,7 @@ still written, marked ``"interrupted": true``).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from dataclasses import replace
 from typing import Any
@@ -162,18 +163,13 @@ def add_load_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--quiet", action="store_true", help="no live progress display")
 
 
-_SIZE = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 10**6, "mb": 10**6,
-         "mib": 1 << 20, "g": 10**9, "gb": 10**9, "gib": 1 << 30}
-
+MAX_BODY_FILE = 2**30  # one request body
 
 def parse_size(text: str) -> int:
-    """``"256KiB"``, ``"1GiB"``, ``"4096"`` -> bytes; ValueError when malformed."""
-    import re
+    """Bytes in ``text`` (``"256KiB"``, ``"1GiB"``, ``"4096"``); the rule of tailgate.units."""
+    from ..units import parse_size as parse
 
-    m = re.fullmatch(r"\s*([0-9]+)\s*([A-Za-z]*)\s*", text)
-    if m is None or m.group(2).lower() not in _SIZE:
-        raise ValueError(f"bad size {text!r} (e.g. 4096, 64KiB, 16MiB, 1GiB)")
-    return int(m.group(1)) * _SIZE[m.group(2).lower()]
+    return parse(text)
 
 
 def parse_limits(args: argparse.Namespace) -> Any:
@@ -313,10 +309,13 @@ def _parse(args: argparse.Namespace) -> tuple[Any, Any, list[Any], Any, dict[str
             raise UsageError("give --body or --body-file, not both")
         body = args.body.encode() if args.body is not None else b""
         if args.body_file:
-            try:
-                with open(args.body_file, "rb") as f:
-                    body = f.read()
-            except OSError as exc:
+            from ..host import TooLarge, read_regular
+            from ..model import SourceError
+
+            try:  # a regular file under the body cap: a FIFO or /dev/zero never ends
+                body = read_regular(os.path.realpath(args.body_file), MAX_BODY_FILE,
+                                    what=args.body_file)
+            except (TooLarge, SourceError) as exc:
                 raise UsageError(f"--body-file: {exc}") from None
         tls = tls_options(args)
         target = parse_target(

@@ -41,19 +41,96 @@ def _emit(args: argparse.Namespace, data: dict[str, Any], text: str) -> int:
     return 0
 
 
-def _read_json(path: str, what: str) -> Any:
+MAX_INPUT_BYTES = 16 * 2**20  # a config.json, /metrics text, histogram log or bench JSON
+MAX_TRACE_BYTES = 2**30  # a trace, decompressed: Mooncake's are tens of MB
+
+
+def _read_text(path: str, what: str, limit: int = MAX_INPUT_BYTES) -> str:
+    """A user's file through the hardened reader (a regular file under a cap, strict UTF-8):
+    /dev/zero, a FIFO or Latin-1 is one line and exit 2, never a hang or a traceback."""
+    from ..userfiles import UserFileError, read_user_text
+
+    if not os.path.lexists(path):
+        raise UsageError(f"cannot read {path}: no such {what}")
     try:
-        with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
-    except FileNotFoundError:
-        raise UsageError(f"no such {what}: {path}") from None
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{path} is not JSON: {exc}") from None
+        return read_user_text(path, limit)
+    except UserFileError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _read_json(path: str, what: str) -> Any:
+    from ..userfiles import UserFileError, load_json
+
+    if not os.path.lexists(path):
+        raise UsageError(f"cannot read {path}: no such {what}")
+    try:
+        return load_json(path, MAX_INPUT_BYTES)
+    except UserFileError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _read_trace(path: str) -> list[str]:
+    """The lines of a trace (``.gz`` decompressed, to at most MAX_TRACE_BYTES)."""
+    import zlib
+
+    from ..host import TooLarge, read_regular
+    from ..model import SourceError
+
+    if not os.path.lexists(path):
+        raise UsageError(f"cannot read {path}: no such trace")
+    try:
+        data = read_regular(os.path.realpath(path), MAX_TRACE_BYTES, what=path)
+    except (TooLarge, SourceError) as exc:
+        raise UsageError(f"cannot read {exc}" if not isinstance(exc, TooLarge) else str(exc)) \
+            from None
+    if path.endswith(".gz"):
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            out = d.decompress(data, MAX_TRACE_BYTES + 1)
+        except zlib.error as exc:
+            raise UsageError(f"{path}: not gzip data ({exc})") from None
+        if len(out) > MAX_TRACE_BYTES or d.unconsumed_tail:
+            raise UsageError(f"{path}: over {MAX_TRACE_BYTES >> 30} GiB decompressed: refused")
+        data = out
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{path}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
+                         f"{exc.start})") from None
+    return text.splitlines(keepends=True)
+
+
+def _finite(value: float, flag: str, lo: float | None = None, hi: float | None = None,
+            lo_open: bool = False) -> float:
+    """``value`` of option ``flag`` if finite and within [lo, hi] (lo excluded with lo_open)."""
+    import math
+
+    low_ok = lo is None or value > lo or (value == lo and not lo_open)
+    if not math.isfinite(value) or not low_ok or (hi is not None and value > hi):
+        if lo is None:
+            want = "a finite number"
+        elif hi is None:
+            want = f"a number {'>' if lo_open else '>='} {lo:g}"
+        else:
+            want = f"a number in {'(' if lo_open else '['}{lo:g}, {hi:g}]"
+        raise UsageError(f"{flag} {value!r}: expected {want}")
+    return value
+
+
+def _at_least(value: int | None, flag: str, lo: int) -> None:
+    if value is not None and value < lo:
+        raise UsageError(f"{flag} {value}: must be >= {lo}")
 
 
 # -- kv ---------------------------------------------------------------------------------
+
+
+def _scale_block(text: str) -> int | str:
+    if text.strip().lower() == "tensor":
+        return "tensor"
+    if not (text.strip().isascii() and text.strip().isdigit()) or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a number of elements >= 1, or tensor")
+    return int(text)
 
 
 def _register_kv(sub: argparse._SubParsersAction) -> None:
@@ -71,9 +148,11 @@ def _register_kv(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", default="bf16", metavar="DTYPE",
                    help="cache dtype: bf16, fp16, fp8, int8, int4 "
                    "(default bf16)")
-    p.add_argument("--scale-block", type=int, default=None, metavar="N",
-                   help="elements per quantization scale (default: per-tensor for GQA fp8, "
-                   "64 for int8/int4 and for a quantized MLA latent)")
+    p.add_argument("--scale-block", type=_scale_block, default=None, metavar="N|tensor",
+                   help="elements per quantization scale, or tensor: one per-tensor scale "
+                   "(default: per-tensor for GQA fp8, 64 for int8/int4 and for a quantized "
+                   "MLA latent; plain FP8 MLA: --dtype fp8 --rope-dtype fp8 --scale-block "
+                   "tensor)")
     p.add_argument("--scale-bytes", type=int, default=4, metavar="B",
                    help="bytes per scale (default 4, float32)")
     p.add_argument("--rope-dtype", default="bf16", metavar="DTYPE",
@@ -105,18 +184,17 @@ def run_kv(args: argparse.Namespace) -> int:
     from ..plan import kv
 
     check_writable(args.json)
+    _at_least(args.tp, "--tp", 1)
+    _at_least(args.block_size, "--block-size", 1)
+    _at_least(args.seq_len, "--seq-len", 1)
+    _at_least(args.scale_bytes, "--scale-bytes", 1)
+    _finite(args.utilization, "--utilization", 0.0, 1.0, lo_open=True)
     path = os.path.join(args.config, "config.json") if os.path.isdir(args.config) else args.config
     cfg = _read_json(path, "config")
     try:
         geo = kv.Geometry.from_config(cfg)
-        dtype = kv.canonical_dtype(args.dtype)
-        block = args.scale_block
-        # int8/int4 need block scales to be usable; fp8 GQA uses a per-tensor scale (vLLM),
-        # a quantized MLA latent one scale per 64 (the method's block-64 format)
-        if block is None and (dtype in ("int8", "int4")
-                              or dtype in kv.QUANTIZED and geo.kind == "mla"):
-            block = 64
-        fmt = kv.CacheFormat(dtype, block, args.scale_bytes, args.rope_dtype)
+        fmt = kv.cache_format(geo, args.dtype, args.scale_block, args.scale_bytes,
+                              args.rope_dtype)
         rank_geo = kv.tensor_parallel(geo, args.tp)
         tb = kv.token_bytes(rank_geo, fmt)
         budget = None
@@ -249,6 +327,13 @@ def run_specdec(args: argparse.Namespace) -> int:
     from ..plan import specdec
 
     check_writable(args.json)
+    if args.alpha is not None:
+        _finite(args.alpha, "--alpha", 0.0, 1.0)
+    if args.top_p is not None:
+        _finite(args.top_p, "--top-p", 0.0, 1.0, lo_open=True)
+    _finite(args.cost, "--cost", 0.0)
+    _at_least(args.gamma, "--gamma", 1)
+    _at_least(args.concurrency, "--concurrency", 1)
     data: dict[str, Any] = {}
     lines: list[str] = []
     try:
@@ -264,7 +349,7 @@ def run_specdec(args: argparse.Namespace) -> int:
             for r in rec.table:
                 lines.append(f"{r['name']:<16}{r['kind']:<8}{r['alpha']:>7.3f}"
                              f"{r['cost_ratio']:>7.3f}{r['gamma']:>7}{r['speedup']:>8.2f}x"
-                             f"{r['break_even_alpha']:>12.3f}")
+                             f"{specdec.format_break_even(r['break_even_alpha']):>12}")
             lines.append(f"recommendation: {rec.choice or 'no speculation'}"
                          + (f" with gamma {rec.gamma} ({rec.speedup:.2f}x)" if rec.choice else ""))
             lines += [f"  - {w}" for w in rec.why]
@@ -299,7 +384,9 @@ def run_specdec(args: argparse.Namespace) -> int:
                   f"  speedup                 {s['speedup']:.3f}x",
                   f"  optimal gamma           {s['optimal_gamma']} "
                   f"({s['optimal_speedup']:.3f}x)",
-                  f"  break-even alpha        {s['break_even_alpha']:.3f}"]
+                  f"  break-even alpha        {specdec.format_break_even(s['break_even_alpha'])}"
+                  + ("" if s["break_even_alpha"] is not None else
+                     f" (c={args.cost:g}: a draft step costs a target step or more)")]
         if args.explain:
             lines += ["", specdec.explain(alpha, gamma, args.cost)]
     except ValueError as exc:
@@ -311,24 +398,37 @@ def _alpha_from_probs(path: str, top_p: float | None) -> tuple[float, dict[str, 
     from ..plan import specdec
 
     sampled_p, sampled_q, dists_p, dists_q = [], [], [], []
-    try:
-        with open(path, encoding="utf-8") as fh:
-            for n, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                    if "target_prob" in obj:
-                        sampled_p.append(float(obj["target_prob"]))
-                        sampled_q.append(float(obj["draft_prob"]))
-                    else:
-                        dists_p.append(obj["target"])
-                        dists_q.append(obj["draft"])
-                except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-                    raise UsageError(f"{path}: line {n}: expected target_prob/draft_prob or "
-                                     "target/draft") from None
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    import math
+
+    def prob(v: Any) -> bool:
+        return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) \
+            and 0 <= v <= 1
+
+    for n, line in enumerate(_read_text(path, "probabilities file", MAX_TRACE_BYTES)
+                             .splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except (json.JSONDecodeError, RecursionError, ValueError):
+            obj = None
+        if isinstance(obj, dict) and "target_prob" in obj:
+            if not (prob(obj["target_prob"]) and prob(obj.get("draft_prob"))):
+                raise UsageError(f"{path}: line {n}: target_prob and draft_prob must be "
+                                 "probabilities in [0, 1]")
+            sampled_p.append(float(obj["target_prob"]))
+            sampled_q.append(float(obj["draft_prob"]))
+        elif isinstance(obj, dict) and "target" in obj and "draft" in obj:
+            for key in ("target", "draft"):
+                v = obj[key]
+                if not isinstance(v, list) or not v or not all(prob(x) for x in v):
+                    raise UsageError(f"{path}: line {n}: {key} must be a list of "
+                                     "probabilities in [0, 1]")
+            dists_p.append(obj["target"])
+            dists_q.append(obj["draft"])
+        else:
+            raise UsageError(f"{path}: line {n}: expected target_prob/draft_prob or "
+                             "target/draft")
     if sampled_p and dists_p:
         raise UsageError(f"{path}: mixes sampled probabilities and distributions")
     if sampled_p:
@@ -347,15 +447,18 @@ def _alpha_from_probs(path: str, top_p: float | None) -> tuple[float, dict[str, 
 
 
 def _alpha_from_metrics(path: str, gamma: int | None) -> tuple[float, int, dict[str, Any]]:
-    from ..llm.engine_metrics import total
+    from ..llm.engine_metrics import impossible, total
+    from ..model import ParseError
     from ..plan import specdec
     from ..sources.engine import parse_exposition
 
     try:
-        with open(path, encoding="utf-8") as fh:
-            samples = parse_exposition(fh.read())
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+        samples = parse_exposition(_read_text(path, "metrics file"))
+    except ParseError as exc:
+        raise UsageError(f"{path}: {exc}") from None
+    why = impossible(samples)
+    if why:
+        raise UsageError(f"{path}: {why}")
     drafts = total(samples, "vllm:spec_decode_num_drafts_total")
     drafted = total(samples, "vllm:spec_decode_num_draft_tokens_total")
     accepted = total(samples, "vllm:spec_decode_num_accepted_tokens_total")
@@ -380,6 +483,7 @@ def _alpha_from_metrics(path: str, gamma: int | None) -> tuple[float, int, dict[
 
 # -- fanout -----------------------------------------------------------------------------
 
+MAX_MONTE_CARLO = 10_000_000
 _QUANTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("p999", 0.999), ("p9999", 0.9999))
 
 
@@ -411,21 +515,28 @@ def _register_fanout(sub: argparse._SubParsersAction) -> None:
 
 
 def _leaf_dist(path: str):
+    import math
+
     from ..hist import HistogramError, merged, parse_log
     from ..plan import fanout
 
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    text = _read_text(path, "histogram or bench JSON")
     if text.lstrip().startswith("{"):
+        doc = _read_json(path, "bench JSON")
+        table = doc.get("latency_ms") if isinstance(doc, dict) else None
+        if not isinstance(table, dict):
+            raise UsageError(f"{path}: latency_ms: expected an object of percentiles "
+                             f"(a tailgate bench JSON), got {type(table).__name__}")
+        for k, v in table.items():
+            if isinstance(v, int | float) and not isinstance(v, bool) \
+                    and not (math.isfinite(v) and v >= 0):
+                raise UsageError(f"{path}: latency_ms.{k}: {v!r} is not a latency")
         try:
-            doc = json.loads(text)
-            table = doc["latency_ms"]
             return fanout.from_percentiles({k: v * 1e6 for k, v in table.items()
-                                            if isinstance(v, int | float)}), "bench JSON percentiles"
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+                                            if isinstance(v, int | float)
+                                            and not isinstance(v, bool)}), \
+                "bench JSON percentiles"
+        except (KeyError, TypeError, ValueError) as exc:
             raise UsageError(f"{path}: not a tailgate bench JSON with latency_ms ({exc})") from None
     try:
         _, intervals = parse_log(text)
@@ -463,6 +574,10 @@ def run_fanout(args: argparse.Namespace) -> int:
     check_writable(args.json)
     if args.fanout < 1 or args.hops < 1:
         raise UsageError("--fanout and --hops must be >= 1")
+    _at_least(args.monte_carlo, "--monte-carlo", 0)
+    if args.monte_carlo > MAX_MONTE_CARLO:
+        raise UsageError(f"--monte-carlo {args.monte_carlo}: at most {MAX_MONTE_CARLO:,} "
+                         "simulated requests (each holds fan-out x hops samples in memory)")
     leaf, what = _leaf_dist(args.source)
     delay = None
     if args.hedge_after:
@@ -608,16 +723,17 @@ def run_prefix_cache(args: argparse.Namespace) -> int:
     if not 0 < args.target <= 1:
         raise UsageError("--target must be in (0, 1]")
     try:
-        r, f, d = (float(x) for x in args.weights.split(","))
+        r, f, d = (_finite(float(x), "--weights") for x in args.weights.split(","))
         policy = pc.Policy(args.policy, r, f, d)
     except ValueError:
         raise UsageError(f"--weights {args.weights}: expected R,F,D numbers") from None
+    _at_least(args.block_size, "--block-size", 1)
+    _at_least(args.curve, "--curve", 0)
+    _at_least(args.bytes_per_token, "--bytes-per-token", 1)
+    _finite(args.target, "--target", 0.0, 1.0, lo_open=True)
     try:
-        fmt, block, reqs = traces.load(args.trace, args.format, args.block_size, args.limit)
-    except FileNotFoundError:
-        raise UsageError(f"no such trace: {args.trace}") from None
-    except (OSError, EOFError) as exc:
-        raise UsageError(f"cannot read {args.trace}: {exc}") from None
+        fmt, block, reqs = traces.load_lines(_read_trace(args.trace), args.format,
+                                             args.block_size, args.limit)
     except ValueError as exc:
         raise UsageError(f"{args.trace}: {exc}") from None
     if not reqs:
@@ -626,17 +742,21 @@ def run_prefix_cache(args: argparse.Namespace) -> int:
     if args.kv_config:
         try:
             geo = kv.Geometry.from_config(_read_json(args.kv_config, "config"))
-            per_token = kv.token_bytes(geo, kv.CacheFormat(args.kv_dtype)).per_token
+            # the format `plan kv --dtype` sizes, scales included: the two always agree
+            per_token = kv.token_bytes(geo, kv.cache_format(geo, args.kv_dtype)).per_token
         except ValueError as exc:
             raise UsageError(f"{args.kv_config}: {exc}") from None
     block_bytes = per_token * block if per_token else None
-    unique = pc.unique_blocks(reqs)
+    # the HBM that never evicts: every distinct block, and at least the longest prompt (an
+    # engine holds all of a sequence's blocks, its partial last one too, in HBM at once)
+    distinct = pc.unique_blocks(reqs)
+    unique = max(distinct, max(-(-q.input_tokens // block) for q in reqs))
     full = pc.replay(reqs, block, None)
     top = full.rate(full.hit_tokens)
     blocks = sum(len(q.chain) for q in reqs)
     data: dict[str, Any] = {
         "trace": {"path": args.trace, "format": fmt, "requests": len(reqs), "blocks": blocks,
-                  "block_size": block, "distinct_blocks": unique,
+                  "block_size": block, "distinct_blocks": distinct,
                   "input_tokens": full.input_tokens},
         "unlimited": {"hit_rate": top}, "policy": policy.name, "block_bytes": block_bytes}
 
@@ -644,7 +764,7 @@ def run_prefix_cache(args: argparse.Namespace) -> int:
         return f"{n:,} blocks" + (f" ({n * block_bytes / 1e9:,.2f} GB)" if block_bytes else "")
 
     lines = [f"trace      {fmt}: {len(reqs):,} requests, {full.input_tokens:,} prompt tokens, "
-             f"{blocks:,} full blocks of {block} tokens, {unique:,} distinct",
+             f"{blocks:,} full blocks of {block} tokens, {distinct:,} distinct",
              f"unlimited  {top:.2%} of prompt tokens hit (the most any cache can reach)"]
     if fmt == "azure":
         lines.append("           (Azure traces carry no content: every prompt counts as unique)")
@@ -659,7 +779,9 @@ def run_prefix_cache(args: argparse.Namespace) -> int:
                      + f", {policy.name}: HBM {res.rate(res.hbm_hit_tokens):.2%}, DRAM "
                      f"{res.rate(res.dram_hit_tokens):.2%}, total {res.rate(res.hit_tokens):.2%}"
                      + (f" = {res.hit_tokens / full.hit_tokens:.1%} of unlimited"
-                        if full.hit_tokens else ""))
+                        if full.hit_tokens else "")
+                     + (f"; {res.too_long:,} prompt(s) longer than the HBM tier hit nothing "
+                        "(an engine cannot hold them)" if res.too_long else ""))
         if args.prefetch_bandwidth:
             if not block_bytes:
                 raise UsageError("--prefetch-bandwidth needs --kv-config or --bytes-per-token")

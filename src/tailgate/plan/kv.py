@@ -26,9 +26,10 @@ occupies ``ceil(len / block_size)`` of them.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from .. import units
 
 # bits per element of each cache dtype
 DTYPE_BITS = {"fp32": 32, "bf16": 16, "fp16": 16, "fp8": 8, "int8": 8, "int4": 4}
@@ -48,17 +49,7 @@ def canonical_dtype(name: str) -> str:
     return d
 
 
-_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([kmgt]?)(i?)b?\s*$", re.I)
-
-
-def parse_size(text: str) -> int:
-    """'80GiB' -> 85899345920, '80GB' -> 8e10, '1.5e9' -> 1500000000 (bytes)."""
-    m = _SIZE.match(str(text))
-    if not m:
-        raise ValueError(f"not a size: {text!r} (e.g. 80GiB, 141GB, 16e9)")
-    num, prefix, binary = float(m.group(1)), m.group(2).lower(), m.group(3)
-    power = " kmgt".index(prefix) if prefix else 0
-    return int(num * (1024 if binary else 1000) ** power)
+parse_size = units.parse_size  # one rule for every command: see tailgate.units
 
 
 @dataclass(frozen=True)
@@ -156,6 +147,29 @@ def _scale_bytes(n: int, fmt: CacheFormat) -> int:
     if fmt.dtype not in QUANTIZED or fmt.scale_block is None:
         return 0
     return math.ceil(n / fmt.scale_block) * fmt.scale_bytes
+
+
+PER_TENSOR = "tensor"  # --scale-block tensor: one scale for the whole cache
+
+
+def cache_format(geo: Geometry, dtype: str, scale_block: int | str | None = None,
+                 scale_bytes: int = 4, rope_dtype: str = "bf16") -> CacheFormat:
+    """The cache format ``plan kv`` and ``plan prefix-cache`` both size (one rule).
+
+    ``scale_block`` None takes the default: int8/int4 need block scales to be usable and a
+    quantized MLA latent has one per 64 (FlashMLA's block-64 format), while fp8 GQA uses a
+    per-tensor scale (vLLM); ``"tensor"`` asks for a per-tensor scale explicitly (plain FP8
+    MLA: with ``rope_dtype`` fp8 too, latent and RoPE key are one byte each, no scales).
+    """
+    dtype = canonical_dtype(dtype)
+    if scale_block == PER_TENSOR:
+        block = None
+    elif scale_block is None:
+        block = 64 if dtype in ("int8", "int4") or (dtype in QUANTIZED and geo.kind == "mla") \
+            else None
+    else:
+        block = int(scale_block)
+    return CacheFormat(dtype, block, scale_bytes, rope_dtype)
 
 
 @dataclass(frozen=True)
@@ -319,6 +333,12 @@ def tensor_parallel(geo: Geometry, tp: int) -> Geometry:
     """
     if tp < 1:
         raise ValueError(f"tensor parallel size must be >= 1, not {tp}")
+    if geo.attention_heads % tp:  # vLLM refuses it too (ModelConfig.verify_with_parallel_config)
+        raise ValueError(f"total number of attention heads ({geo.attention_heads}) must be "
+                         f"divisible by tensor parallel size ({tp})")
+    if geo.kind != "mla" and geo.kv_heads % tp and tp % geo.kv_heads:
+        raise ValueError(f"{geo.kv_heads} KV heads can be neither split across nor "
+                         f"replicated over {tp} tensor-parallel ranks")
     if geo.kind == "mla" or tp == 1:
         return geo
     return Geometry(geo.kind, geo.layers, max(1, geo.attention_heads // tp),

@@ -309,6 +309,9 @@ class Replay:
     hbm_hit_tokens: int = 0
     dram_hit_tokens: int = 0
     dram_hits_per_request: list = field(default_factory=list)  # blocks, for prefetch
+    # prompts longer than the HBM tier holds: an engine cannot run them (every block of a
+    # sequence must be in HBM at once), so none of their tokens is a hit from either tier
+    too_long: int = 0
 
     @property
     def hit_tokens(self) -> int:
@@ -320,6 +323,7 @@ class Replay:
     def to_json(self) -> dict:
         return {"requests": self.requests, "blocks": self.blocks,
                 "input_tokens": self.input_tokens, "block_size": self.block_size,
+                "too_long_for_hbm": self.too_long,
                 "hit_rate": {"hbm": self.rate(self.hbm_hit_tokens),
                              "dram": self.rate(self.dram_hit_tokens),
                              "total": self.rate(self.hit_tokens)}}
@@ -332,10 +336,14 @@ def replay(requests: Iterable[Request], block_size: int, hbm_blocks: int | None,
     access = cache.access
     per_req = out.dram_hits_per_request
     for r in requests:
-        h, d = access(r.chain)
         out.requests += 1
         out.blocks += len(r.chain)
         out.input_tokens += r.input_tokens
+        if hbm_blocks is not None and -(-r.input_tokens // block_size) > hbm_blocks:
+            out.too_long += 1  # refused by the engine: no hit, and nothing cached
+            per_req.append(0)
+            continue
+        h, d = access(r.chain)
         out.hbm_hit_tokens += h * block_size
         out.dram_hit_tokens += d * block_size
         per_req.append(d)

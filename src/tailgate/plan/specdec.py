@@ -59,7 +59,12 @@ def speedup(alpha: float, gamma: int, c: float) -> float:
     return expected_tokens(alpha, gamma) / (gamma * c + 1.0)
 
 
-def optimal_gamma(alpha: float, c: float, max_gamma: int = 32) -> tuple[int, float]:
+# The longest draft any answer here considers (one cap, for the closed forms and the
+# recommendation): engines run 1-8 in practice, and past ~32 E[tokens] has converged.
+MAX_GAMMA = 32
+
+
+def optimal_gamma(alpha: float, c: float, max_gamma: int = MAX_GAMMA) -> tuple[int, float]:
     """(gamma, speedup) maximising the speedup over 1..max_gamma (ties: the shorter draft)."""
     _check(alpha, None, c)
     best = (1, speedup(alpha, 1, c))
@@ -70,14 +75,21 @@ def optimal_gamma(alpha: float, c: float, max_gamma: int = 32) -> tuple[int, flo
     return best
 
 
-def break_even_alpha(gamma: int, c: float) -> float:
+def break_even_alpha(gamma: int, c: float) -> float | None:
     """The alpha at which speculation neither gains nor loses: speedup(alpha, gamma, c) = 1.
 
     E[tokens] rises with alpha from 1 to gamma + 1, so the root is unique when
-    ``gamma * c < gamma``, i.e. c < 1; with c >= 1 nothing breaks even (returns 1.0).
+    ``gamma * c < gamma``, i.e. c < 1; with c >= 1 no alpha gains (None: not 1.0, which
+    would read as "breaks even at perfect acceptance").
     """
     _check(0.0, gamma, c)
+    if c >= 1.0:
+        return None
     return alpha_from_tau(1.0 + gamma * c, gamma)
+
+
+def format_break_even(be: float | None, digits: int = 3) -> str:
+    return "none" if be is None else f"{be:.{digits}f}"
 
 
 def tokens_from_positions(drafts: float, accepted_per_position: Sequence[float]) -> float:
@@ -237,7 +249,7 @@ HIGH_CONCURRENCY = 32  # sequences per replica beyond which a step is no longer 
 
 
 def recommend(*, concurrency: int, bound: str, domain: str,
-              candidates: Sequence[Candidate], max_gamma: int = 8) -> Recommendation:
+              candidates: Sequence[Candidate], max_gamma: int = MAX_GAMMA) -> Recommendation:
     """Which drafter to run, and how far ahead, with the reasons.
 
     The method's rule, made explicit:
@@ -274,13 +286,16 @@ def recommend(*, concurrency: int, bound: str, domain: str,
         be = break_even_alpha(g, cand.cost_ratio)
         row = {"name": cand.name, "kind": cand.kind, "alpha": cand.alpha,
                "cost_ratio": cand.cost_ratio, "gamma": g, "speedup": round(s, 4),
-               "break_even_alpha": round(be, 4)}
+               "break_even_alpha": None if be is None else round(be, 4)}
         table.append(row)
         if s > 1.0:
             viable.append((cand, g, s))
         else:
             why.append(f"{cand.name}: alpha {cand.alpha:.2f} is not above break-even "
-                       f"{be:.2f} at gamma {g} with c={cand.cost_ratio:g}: no gain")
+                       f"{format_break_even(be, 2)} at gamma {g} with c={cand.cost_ratio:g}: "
+                       "no gain" if be is not None else
+                       f"{cand.name}: a draft step costs at least a target step "
+                       f"(c={cand.cost_ratio:g}): no alpha breaks even")
     if not viable:
         why.append("no candidate speeds decoding up: run without speculation")
         return Recommendation(None, None, 1.0, why, table)
@@ -318,7 +333,7 @@ def explain(alpha: float, gamma: int, c: float) -> str:
         f"  a step costs gamma*c + 1 = {gamma}*{c:g} + 1 = {gamma * c + 1:.4f} target steps",
         f"  speedup = E[tokens] / (gamma*c + 1) = {e / (gamma * c + 1):.4f}",
         f"  optimal gamma for alpha={alpha:g}, c={c:g}: {g_opt} (speedup {s_opt:.4f})",
-        f"  break-even alpha at gamma={gamma}: {break_even_alpha(gamma, c):.4f} "
+        f"  break-even alpha at gamma={gamma}: {format_break_even(break_even_alpha(gamma, c), 4)} "
         f"(at gamma=1 it is c itself: speculation pays for some gamma iff alpha > c)",
     ])
 

@@ -24,6 +24,7 @@ import csv
 import gzip
 import io
 import json
+import math
 from collections.abc import Iterator
 from datetime import datetime
 
@@ -50,6 +51,10 @@ def sniff(first_line: str) -> str:
             obj = json.loads(line)
         except json.JSONDecodeError:
             raise TraceError("line 1: not JSON") from None
+        except (RecursionError, ValueError) as exc:
+            raise TraceError(f"line 1: not usable JSON ({str(exc)[:80]})") from None
+        if not isinstance(obj, dict):
+            raise TraceError("line 1: not a JSON object")
         if "hash_ids" in obj:
             return "mooncake"
         if "prompt_token_ids" in obj or "tokens" in obj:
@@ -78,18 +83,23 @@ def parse_mooncake(lines: Iterator[str], limit: int | None = None) -> list[Reque
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
             raise TraceError(f"line {n}: not JSON ({exc.msg})") from None
+        except (RecursionError, ValueError) as exc:  # nested too deep, a 5000-digit number
+            raise TraceError(f"line {n}: not usable JSON ({str(exc)[:80]})") from None
         if not isinstance(obj, dict):
             raise TraceError(f"line {n}: not a JSON object")
         ids = obj.get("hash_ids")
         if not isinstance(ids, list):
             raise TraceError(f"line {n}: hash_ids must be a list")
+        bad = next((i for i in ids if isinstance(i, bool) or not isinstance(i, int | str)), None)
+        if bad is not None:  # a list or an object would be unhashable in the simulator
+            raise TraceError(f"line {n}: hash_ids must hold integers, not {type(bad).__name__}")
         length = _int(obj, "input_length", n)
         if len(ids) < length // MOONCAKE_BLOCK:
             raise TraceError(f"line {n}: {len(ids)} hash_ids for {length} tokens "
                              f"(at least {length // MOONCAKE_BLOCK} blocks of {MOONCAKE_BLOCK})")
         ts = obj.get("timestamp", 0)
-        if isinstance(ts, bool) or not isinstance(ts, int | float):
-            raise TraceError(f"line {n}: timestamp must be a number")
+        if isinstance(ts, bool) or not isinstance(ts, int | float) or not math.isfinite(ts):
+            raise TraceError(f"line {n}: timestamp must be a finite number")
         out.append(Request(ids[:length // MOONCAKE_BLOCK], length, float(ts)))
     return out
 
@@ -116,12 +126,15 @@ def parse_tokens(lines: Iterator[str], block_size: int, limit: int | None = None
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
             raise TraceError(f"line {n}: not JSON ({exc.msg})") from None
+        except (RecursionError, ValueError) as exc:  # nested too deep, a 5000-digit number
+            raise TraceError(f"line {n}: not usable JSON ({str(exc)[:80]})") from None
         toks = obj.get("prompt_token_ids", obj.get("tokens")) if isinstance(obj, dict) else None
         if not isinstance(toks, list) or not all(isinstance(t, int) for t in toks):
             raise TraceError(f"line {n}: prompt_token_ids must be a list of integers")
         ts = obj.get("timestamp", 0)
-        out.append(Request(chain_hashes(toks, block_size), len(toks),
-                           float(ts) if isinstance(ts, int | float) else 0.0))
+        if isinstance(ts, bool) or not isinstance(ts, int | float) or not math.isfinite(ts):
+            raise TraceError(f"line {n}: timestamp must be a finite number")
+        out.append(Request(chain_hashes(toks, block_size), len(toks), float(ts)))
     return out
 
 
@@ -160,15 +173,22 @@ def load(path: str, fmt: str | None = None, block_size: int = 16,
          limit: int | None = None) -> tuple[str, int, list[Request]]:
     """(format, block size in tokens, requests) of a trace file (OSError if unreadable)."""
     with open_text(path) as fh:
-        first = fh.readline()
-        fmt = fmt or sniff(first)
-        rest = _chain(first, fh)
-        if fmt == "mooncake":
-            return fmt, MOONCAKE_BLOCK, parse_mooncake(rest, limit)
-        if fmt == "tokens":
-            return fmt, block_size, parse_tokens(rest, block_size, limit)
-        if fmt == "azure":
-            return fmt, block_size, parse_azure(rest, block_size, limit)
+        return load_lines(fh, fmt, block_size, limit)
+
+
+def load_lines(lines, fmt: str | None = None, block_size: int = 16,
+               limit: int | None = None) -> tuple[str, int, list[Request]]:
+    """As :func:`load`, from the trace's lines (read by the caller, e.g. under a size cap)."""
+    it = iter(lines)
+    first = next(it, "")
+    fmt = fmt or sniff(first)
+    rest = _chain(first, it)
+    if fmt == "mooncake":
+        return fmt, MOONCAKE_BLOCK, parse_mooncake(rest, limit)
+    if fmt == "tokens":
+        return fmt, block_size, parse_tokens(rest, block_size, limit)
+    if fmt == "azure":
+        return fmt, block_size, parse_azure(rest, block_size, limit)
     raise TraceError(f"unknown trace format {fmt!r} (mooncake, tokens, azure)")
 
 

@@ -2,8 +2,8 @@
 
 Launched the way each backend is launched in production::
 
-    mpirun -np 4 tailgate bench allreduce --backend mpi --sizes 8B..1MB
-    torchrun --nproc-per-node 2 -m tailgate bench allreduce --backend gloo --sizes 1KB..1MB
+    mpirun -np 4 tailgate bench allreduce --backend mpi --sizes 8B..1MiB
+    torchrun --nproc-per-node 2 -m tailgate bench allreduce --backend gloo --sizes 1KiB..1MiB
 
 Every rank parses the same command line and runs the same plan; rank 0 alone
 gathers, prints and writes files, then tells every rank the exit status, so the
@@ -30,7 +30,7 @@ from ...errors import UsageError
 from .backends import BACKENDS
 from .spec import DTYPES, OPS
 
-DEFAULT_SIZES = "8B..1MB"
+DEFAULT_SIZES = "8B..1MiB"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,10 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
         "max), with nccl-tests' algbw/busbw, the straggler rank, and a check of every result. "
         "Launch it with the backend's launcher; or read an nccl-tests output with --nccl-tests.",
         epilog="examples:\n"
-        "  mpirun -np 4 tailgate bench allreduce --backend mpi --sizes 8B..1MB "
+        "  mpirun -np 4 tailgate bench allreduce --backend mpi --sizes 8B..1MiB "
         "--slo 'p999<200ms'\n"
         "  torchrun --nproc-per-node 2 -m tailgate bench allreduce --backend gloo "
-        "--sizes 1KB..1MB --json out.json\n"
+        "--sizes 1KiB..1MiB --json out.json\n"
         "  tailgate bench allreduce --nccl-tests all_reduce_perf.log --slo 'busbw>=100'\n"
         "(as root, mpirun needs --allow-run-as-root; more ranks than cores: --oversubscribe)",
         formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -51,8 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="mpi (mpi4py, under mpirun), gloo (torch.distributed on CPU, under "
                    "torchrun) or nccl (torch.distributed on GPUs, under torchrun); default mpi")
     p.add_argument("--sizes", default=DEFAULT_SIZES,
-                   help="message sizes: a doubling range 8B..1GB (K/M/G are 1024-based, as in "
-                   "nccl-tests), a range with a factor 1KB..1MB:4, or a list 1KB,1MB "
+                   help="message sizes: a doubling range 8B..1GiB (KiB/MiB/GiB are 1024-based, "
+                   "K/M/G 1000-based, as everywhere in tailgate), a range with a factor "
+                   "1KiB..1MiB:4, or a list 1KiB,1MiB "
                    f"(default {DEFAULT_SIZES})")
     p.add_argument("--iters", type=int, default=1000,
                    help="measured iterations per size (default 1000: a P999 needs thousands)")
@@ -245,9 +246,15 @@ def _from_nccl_tests(args: argparse.Namespace) -> int:
     try:
         if args.nccl_tests == "-":
             text = sys.stdin.read()
-        else:
-            with open(args.nccl_tests, encoding="utf-8", errors="replace") as f:
-                text = f.read()
+        else:  # a regular file under a cap: a FIFO or /dev/zero never ends
+            from ...host import TooLarge, read_regular
+            from ...model import SourceError
+
+            try:
+                text = read_regular(os.path.realpath(args.nccl_tests), 64 * 2**20,
+                                    what=args.nccl_tests).decode("utf-8", errors="replace")
+            except (TooLarge, SourceError) as exc:
+                raise UsageError(f"cannot read {exc}") from None
     except OSError as exc:
         raise UsageError(f"cannot read {args.nccl_tests}: {exc.strerror or exc}") from None
     try:

@@ -9,12 +9,8 @@ factor of each collective as in ``src/<collective>.cu`` ``GetBw``.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
-_SIZE = re.compile(r"^\s*([0-9]+)\s*(B|K|KB|KIB|M|MB|MIB|G|GB|GIB)?\s*$", re.IGNORECASE)
-_SCALE = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20,
-          "MB": 1 << 20, "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30}
 MAX_BYTES = 16 << 30  # one buffer; beyond that a typo is likelier than a wish
 
 
@@ -52,11 +48,11 @@ BUS_FACTORS = {
 
 
 def parse_size(text: str) -> int:
-    """``"8"``, ``"8B"``, ``"64K"``, ``"1MB"``, ``"1GiB"`` -> bytes (K/M/G are 1024-based)."""
-    m = _SIZE.match(text)
-    if not m:
-        raise ValueError(f"not a size: {text!r} (examples: 8B, 64KB, 1MB, 1GB)")
-    value = int(m.group(1)) * _SCALE[(m.group(2) or "").upper()]
+    """``"8"``, ``"8B"``, ``"64KiB"``, ``"1MiB"``, ``"1GB"`` -> bytes, by tailgate's one rule
+    (tailgate.units: K/M/G are powers of 1000, KiB/MiB/GiB of 1024), within one buffer's range."""
+    from ...units import parse_size as parse
+
+    value = parse(text)
     if value < 1:
         raise ValueError(f"size must be at least 1 byte: {text!r}")
     if value > MAX_BYTES:
@@ -65,7 +61,7 @@ def parse_size(text: str) -> int:
 
 
 def parse_sizes(text: str) -> list[int]:
-    """``"8B..1GB"`` (doubling), ``"1KB..1MB:4"`` (times 4), ``"1KB,64KB"`` or ``"4MB"``.
+    """``"8B..1GiB"`` (doubling), ``"1KiB..1MiB:4"`` (times 4), ``"1KiB,64KiB"`` or ``"4MiB"``.
 
     Returns the sizes in bytes, ascending, without duplicates.
     """
@@ -126,8 +122,8 @@ def busbw_gbps(collective: str, nbytes: int, seconds: float, ranks: int) -> floa
 
 
 def format_size(nbytes: int) -> str:
-    """1024 -> ``1KB``, 1536 -> ``1536B`` (exact, in nccl-tests' 1024-based units)."""
-    for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
+    """1024 -> ``1KiB``, 1536 -> ``1536B``: exact, and read back as the same size."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if nbytes >= scale and nbytes % scale == 0:
             return f"{nbytes // scale}{unit}"
     return f"{nbytes}B"
