@@ -16,7 +16,7 @@ read::
                      "connect_ms", "handshake_ms" (TLS targets): {"p50", ..., "count"}},
      "accounting": {"consistent", "problems"},
      "latency_ms" | "service_time_ms" | "lateness_ms":
-         {"p50", "p90", "p99", "p999", "p9999", "max", "mean", "count",
+         {"p50", "p90", "p95", "p99", "p999", "p9999", "max", "mean", "count",
           "samples_above": {"p99", "p999", "p9999"}, "clamped",
           "ci_level", "ci": {"p50": {"lo", "hi", "measurable"[, "reason"]}, ...}},
      "arrivals": {"distribution", "resolution_us", "samples", "gaps": {...},
@@ -91,7 +91,8 @@ from .http1 import Limits
 from .outcome import KINDS, kinds_for
 from .stationarity import stationarity_test
 
-PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p999": 99.9, "p9999": 99.99}
+PERCENTILES = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9,
+               "p9999": 99.99}
 TAIL = ("p99", "p999", "p9999")
 CI_LEVEL = 0.95  # of the interval printed beside every percentile
 NS_PER_MS = 1e6
@@ -432,12 +433,18 @@ def _llm_rows(d: dict[str, Any]) -> list[str]:
 
     def row(label: str, b: dict[str, Any]) -> str:
         cells = "".join(f"{'-' if b.get(k) is None else format(b[k], '.3f'):>10}"
-                        for k in ("p50", "p90", "p99", "p999", "p9999", "max"))
+                        for k in (*PERCENTILES, "max"))
         return f"{label:<14}" + cells + f"{b['count']:>10d}"
+
+    def center(label: str, b: dict[str, Any]) -> str:
+        return (f"{label} mean {'-' if b.get('mean') is None else format(b['mean'], '.3f')}, "
+                f"median {'-' if b.get('median') is None else format(b['median'], '.3f')}")
 
     out = [row(name, d[key]) for key, name in (
         ("ttft_ms", "TTFT ms"), ("itl_ms", "ITL ms"), ("tpot_ms", "TPOT ms"),
         ("e2e_ms", "E2E ms"), ("first_chunk_ms", "1st chunk ms"))]
+    out.append("centre (ms): " + "; ".join(center(name, d[key]) for key, name in (
+        ("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("itl_ms", "ITL"), ("e2e_ms", "E2E"))))
     t, tp = d["tokens"], d["throughput"]
     out.append(f"model {d.get('model')}, api {d.get('api')}, workload "
                f"{(d.get('workload') or {}).get('kind')}: tokens input {t['input']} "
