@@ -73,3 +73,34 @@ def test_bench_cli_prints_and_gates_p95(tmp_path):
     assert comp.returncode == 0, comp.stderr
     rows = {row["name"]: row for row in json.loads(comp.stdout)["rows"]}
     assert rows["latency.p95"]["before"] == doc["latency_ms"]["p95"]
+
+
+def test_percentile_names_and_bad_lists():
+    from tailgate.commands.bench import parse_percentiles, percentile_name
+
+    assert [percentile_name(p) for p in (50, 95, 99.9, 99.99, 99.5, 75, 5, 9.5)] == [
+        "p50", "p95", "p999", "p9999", "p995", "p75", "p05", "p095"]
+    assert parse_percentiles("50, 99.9,50,75") == [("p50", 50.0), ("p999", 99.9), ("p75", 75.0)]
+    for bad in ("50,x", "100", "0.5", "nan", "99.99999"):
+        r = subprocess.run([sys.executable, "-m", "tailgate", "bench", "http://127.0.0.1:9/",
+                            "--percentiles", bad], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and "--percentiles" in r.stderr, (bad, r.stderr)
+
+
+def test_bench_percentiles_choose_the_columns_and_add_the_rest_to_the_json(tmp_path):
+    require(available())
+    with Nginx(workers=1) as ng:
+        r = subprocess.run([sys.executable, "-m", "tailgate", "bench", ng.url("/"), "--rate",
+                            "300", "--duration", "1s", "--workers", "1", "--percentiles",
+                            "50,75,95,99.5", "--json", str(tmp_path / "b.json")],
+                           capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr + r.stdout
+    head = next(line for line in r.stdout.splitlines() if line.split()[:1] == ["p50"])
+    assert head.split() == ["p50", "p75", "p95", "p995", "max", "count"]
+    doc = json.loads((tmp_path / "b.json").read_text())
+    lat = doc["latency_ms"]
+    assert lat["p50"] <= lat["p75"] <= lat["p95"] <= lat["p995"] <= lat["max"]
+    assert lat["ci"]["p75"]["measurable"] and lat["ci"]["p75"]["lo"] <= lat["p75"] <= lat["ci"]["p75"]["hi"]
+    assert "p999" in lat  # the standard keys stay: the JSON is a contract
+    row = next(line for line in r.stdout.splitlines() if line.startswith("latency ms"))
+    assert f"{lat['p75']:.3f}" in row
