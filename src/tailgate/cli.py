@@ -32,6 +32,7 @@ COMMAND_MODULES = (
     "tailgate.commands.compare",
     "tailgate.commands.diagnose",
     "tailgate.commands.plan",
+    "tailgate.commands.report",
 )
 
 
