@@ -1,0 +1,54 @@
+"""Progress on long work: inspect says what it is doing on a terminal's stderr (rich), and
+nothing when stderr is not a terminal or with --quiet (issue 25)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+ROOT = Path(__file__).parent / "fixtures" / "roots" / "vm-kvm"
+INSPECT = [sys.executable, "-m", "tailgate", "inspect", "--root", str(ROOT), "--interval", "1",
+           "--no-history"]
+
+
+def run_with_tty_stderr(*extra: str) -> tuple[int, str, str]:
+    master, slave = os.openpty()
+    chunks: list[bytes] = []
+
+    def drain() -> None:
+        while True:
+            try:
+                data = os.read(master, 4096)
+            except OSError:  # the slave side closed
+                return
+            if not data:
+                return
+            chunks.append(data)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    env = {**os.environ, "TERM": "xterm", "COLUMNS": "120"}
+    proc = subprocess.run([*INSPECT, *extra], stdout=subprocess.PIPE, stderr=slave, text=True,
+                          timeout=120, env=env)
+    os.close(slave)
+    reader.join(10)
+    os.close(master)
+    return proc.returncode, proc.stdout, b"".join(chunks).decode("utf-8", "replace")
+
+
+def test_inspect_shows_its_phases_on_a_terminal():
+    rc, out, err = run_with_tty_stderr()
+    assert rc in (0, 1)
+    assert "tailgate inspect: waiting the 1 s interval" in err
+    assert "tailgate inspect: sampling" in err and "sources (t1)" in err
+    assert "verdict:" in out and "tailgate inspect:" not in out  # the report stays on stdout
+
+
+def test_no_progress_with_quiet_on_a_terminal_or_without_a_terminal():
+    rc, out, err = run_with_tty_stderr("--quiet")
+    assert rc in (0, 1) and "tailgate inspect:" not in err
+    proc = subprocess.run(INSPECT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode in (0, 1) and proc.stderr == ""
