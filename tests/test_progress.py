@@ -52,3 +52,42 @@ def test_no_progress_with_quiet_on_a_terminal_or_without_a_terminal():
     assert rc in (0, 1) and "tailgate inspect:" not in err
     proc = subprocess.run(INSPECT, capture_output=True, text=True, timeout=120)
     assert proc.returncode in (0, 1) and proc.stderr == ""
+
+
+def test_diagnose_says_what_it_is_doing_on_a_terminal(tmp_path):
+    """Passive diagnose of a sleeping process for 1 s (root, bpftrace: the probes attach)."""
+    from support.require import require
+    from tailgate.probes.driver import unavailable
+
+    require(unavailable())
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        master, slave = os.openpty()
+        chunks: list[bytes] = []
+
+        def drain() -> None:
+            while True:
+                try:
+                    data = os.read(master, 4096)
+                except OSError:
+                    return
+                if not data:
+                    return
+                chunks.append(data)
+
+        reader = threading.Thread(target=drain, daemon=True)
+        reader.start()
+        proc = subprocess.run([sys.executable, "-m", "tailgate", "diagnose", "--pid",
+                               str(sleeper.pid), "--duration", "1s", "--json",
+                               str(tmp_path / "d.json")], stdout=subprocess.PIPE, stderr=slave,
+                              text=True, timeout=180, env={**os.environ, "TERM": "xterm"})
+        os.close(slave)
+        reader.join(10)
+        os.close(master)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    err = b"".join(chunks).decode("utf-8", "replace")
+    assert proc.returncode in (0, 1), err
+    assert "tailgate diagnose: compiling and attaching the eBPF probes" in err
+    assert "tailgate diagnose: watching the service for 1 s" in err
