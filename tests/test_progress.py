@@ -14,7 +14,7 @@ INSPECT = [sys.executable, "-m", "tailgate", "inspect", "--root", str(ROOT), "--
            "--no-history"]
 
 
-def run_with_tty_stderr(*extra: str) -> tuple[int, str, str]:
+def run_with_tty_stderr(*extra: str, argv: list[str] = INSPECT) -> tuple[int, str, str]:
     master, slave = os.openpty()
     chunks: list[bytes] = []
 
@@ -31,7 +31,7 @@ def run_with_tty_stderr(*extra: str) -> tuple[int, str, str]:
     reader = threading.Thread(target=drain, daemon=True)
     reader.start()
     env = {**os.environ, "TERM": "xterm", "COLUMNS": "120"}
-    proc = subprocess.run([*INSPECT, *extra], stdout=subprocess.PIPE, stderr=slave, text=True,
+    proc = subprocess.run([*argv, *extra], stdout=subprocess.PIPE, stderr=slave, text=True,
                           timeout=120, env=env)
     os.close(slave)
     reader.join(10)
@@ -91,3 +91,13 @@ def test_diagnose_says_what_it_is_doing_on_a_terminal(tmp_path):
     assert proc.returncode in (0, 1), err
     assert "tailgate diagnose: compiling and attaching the eBPF probes" in err
     assert "tailgate diagnose: watching the service for 1 s" in err
+
+
+def test_plan_prefix_cache_says_what_it_is_doing_on_a_terminal():
+    trace = Path(__file__).parent / "fixtures" / "llm" / "mooncake_synthetic_trace.jsonl.gz"
+    argv = [sys.executable, "-m", "tailgate", "plan", "prefix-cache", str(trace), "--curve", "3"]
+    rc, out, err = run_with_tty_stderr(argv=argv)
+    assert rc == 0, err
+    assert "tailgate plan prefix-cache: replaying" in err and "unlimited" in out
+    quiet = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert quiet.returncode == 0 and quiet.stderr == "" and quiet.stdout == out.replace("\r\n", "\n")
