@@ -101,3 +101,17 @@ def test_plan_prefix_cache_says_what_it_is_doing_on_a_terminal():
     assert "tailgate plan prefix-cache: replaying" in err and "unlimited" in out
     quiet = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert quiet.returncode == 0 and quiet.stderr == "" and quiet.stdout == out.replace("\r\n", "\n")
+
+
+def test_serve_once_says_what_it_is_doing_on_a_terminal():
+    from support.require import require
+    from tailgate.probes.driver import unavailable
+
+    require(unavailable())
+    argv = [sys.executable, "-m", "tailgate", "serve", "--once", "--interval", "0.5",
+            "--probe-window", "1"]
+    rc, out, err = run_with_tty_stderr(argv=argv)
+    assert rc == 0, err
+    assert "tailgate serve --once: running the runqlat probe for 1 s" in err
+    assert "tailgate serve --once: inspecting (two samples 0.5 s apart)" in err
+    assert "tailgate_" in out and "tailgate serve" not in out  # the metrics stay clean
