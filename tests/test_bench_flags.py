@@ -65,6 +65,7 @@ TABLE: dict[str, tuple[list[str], tuple[str, ...]]] = {
     "--hdr-interval": (["--hdr", "/dev/null", "--hdr-interval", "2s"], ALL),
     "--log": (["--log", "/dev/null"], ALL),
     "--spectrum": (["--spectrum"], ALL),
+    "--percentiles": (["--percentiles", "50,95,99.9"], ALL),
     "--min-tail-samples": (["--min-tail-samples", "3"], ALL),
     "--quiet": (["--quiet"], ALL),
     "--max-header-bytes": (["--max-header-bytes", "64KiB"], ALL),

@@ -33,6 +33,7 @@ COMMAND_MODULES = (
     "tailgate.commands.campaign",
     "tailgate.commands.diagnose",
     "tailgate.commands.plan",
+    "tailgate.commands.report",
 )
 
 

@@ -163,17 +163,33 @@ def host_info(host: Host) -> dict[str, Any]:
     }
 
 
-def collect(host: Host, scope: Scope, interval_s: float) -> Snapshot:
+Phase = Callable[[str, float | None], None]  # (what is being done, fraction done or None)
+
+
+def collect(host: Host, scope: Scope, interval_s: float, on_phase: Phase | None = None
+            ) -> Snapshot:
+    """Two samples ``interval_s`` apart; ``on_phase`` (a progress display) is told each step."""
+    def phase(what: str, done: float | None = None) -> None:
+        if on_phase is not None:
+            on_phase(what, done)
+
     every = list(collectors().values())
     counters = [c for c in every if c.counter]
     started = time.time()
+    phase(f"sampling {len(counters)} counter sources (t0)")
     before = _sample(host, scope, counters)
     t0 = time.monotonic()
     if interval_s > 0:
-        time.sleep(interval_s)
+        end = t0 + interval_s
+        while (left := end - time.monotonic()) > 0:
+            phase(f"waiting the {interval_s:g} s interval", 1.0 - left / interval_s)
+            time.sleep(min(left, 0.25) if on_phase is not None else left)
     # The window ends when t1 sampling starts: a probe window runs inside that sample, beside
     # the counter reads, and must not stretch the denominator of every rate.
     measured = time.monotonic() - t0
+    window = scope.options.get("probe_window")
+    phase(f"sampling {len(every)} sources (t1)"
+          + (f", eBPF probes for {window:g} s" if window else ""))
     facts = _sample(host, scope, every)
     return Snapshot(
         host=host_info(host),

@@ -26,7 +26,8 @@ from .hist import Histogram, HistogramError, decode
 
 Z95 = 1.959964
 ORDER = ("L1", "L2", "L3", "L4", "end-to-end")
-PCTS = (("p50", 50.0), ("p90", 90.0), ("p99", 99.0), ("p999", 99.9), ("p9999", 99.99))
+PCTS = (("p50", 50.0), ("p90", 90.0), ("p95", 95.0), ("p99", 99.0), ("p999", 99.9),
+        ("p9999", 99.99))
 
 
 Extracted = list[tuple["Metric", Histogram | None]]

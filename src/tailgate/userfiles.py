@@ -140,6 +140,10 @@ def load_snapshot(path: str):
     from .model import Snapshot
 
     data = load_json(path)
+    if isinstance(data, dict) and "findings" in data and "verdict" in data:
+        raise UserFileError(f"{path}: an inspect report (the verdict), not a snapshot (the "
+                            "facts): --from needs a file written by `tailgate inspect --save "
+                            "FILE`; to show this report again: `tailgate report FILE`")
     try:
         snap = Snapshot.from_json(data)
     except UserFileError as exc:

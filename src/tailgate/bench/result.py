@@ -16,7 +16,7 @@ read::
                      "connect_ms", "handshake_ms" (TLS targets): {"p50", ..., "count"}},
      "accounting": {"consistent", "problems"},
      "latency_ms" | "service_time_ms" | "lateness_ms":
-         {"p50", "p90", "p99", "p999", "p9999", "max", "mean", "count",
+         {"p50", "p90", "p95", "p99", "p999", "p9999", "max", "mean", "count",
           "samples_above": {"p99", "p999", "p9999"}, "clamped",
           "ci_level", "ci": {"p50": {"lo", "hi", "measurable"[, "reason"]}, ...}},
      "arrivals": {"distribution", "resolution_us", "samples", "gaps": {...},
@@ -91,7 +91,8 @@ from .http1 import Limits
 from .outcome import KINDS, kinds_for
 from .stationarity import stationarity_test
 
-PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p999": 99.9, "p9999": 99.99}
+PERCENTILES = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9,
+               "p9999": 99.99}
 TAIL = ("p99", "p999", "p9999")
 CI_LEVEL = 0.95  # of the interval printed beside every percentile
 NS_PER_MS = 1e6
@@ -415,20 +416,20 @@ def _width(ms: float) -> str:
     return f"{ms:.3g} ms" if ms >= 1 else f"{ms * 1e3:.3g} µs"
 
 
-def _fmt_row(label: str, block: dict[str, Any]) -> str:
+def _fmt_row(label: str, block: dict[str, Any], columns: Sequence[str] = tuple(PERCENTILES)) -> str:
     # a percentile without a confidence interval is not a figure: "n/m" (not measurable)
     ci = block.get("ci", {})
-    cells = [f"{'n/m':>10}" if k in ci and not ci[k]["measurable"] else f"{block[k]:>10.3f}"
-             for k in PERCENTILES]
+    cells = [f"{'n/m':>10}" if k in ci and not ci[k]["measurable"] else
+             f"{'-':>10}" if block.get(k) is None else f"{block[k]:>10.3f}" for k in columns]
     cells.append(f"{block['max']:>10.3f}")
     return f"{label:<14}" + "".join(cells) + f"{block['count']:>10d}"
 
 
-def _fmt_ci(label: str, block: dict[str, Any]) -> str:
+def _fmt_ci(label: str, block: dict[str, Any], columns: Sequence[str] = tuple(PERCENTILES)) -> str:
     """One line: each percentile's interval, or why it is not measurable."""
     ci = block.get("ci", {})
     parts, unmeasurable = [], []
-    for k in PERCENTILES:
+    for k in columns:
         if k not in ci:
             continue
         if ci[k]["measurable"]:
@@ -443,19 +444,25 @@ def _fmt_ci(label: str, block: dict[str, Any]) -> str:
     return text
 
 
-def _llm_rows(d: dict[str, Any]) -> list[str]:
+def _llm_rows(d: dict[str, Any], columns: Sequence[str] = tuple(PERCENTILES)) -> list[str]:
     """An openai+ run's token figures under the latency rows."""
     if "ttft_ms" not in d:
         return []
 
     def row(label: str, b: dict[str, Any]) -> str:
         cells = "".join(f"{'-' if b.get(k) is None else format(b[k], '.3f'):>10}"
-                        for k in ("p50", "p90", "p99", "p999", "p9999", "max"))
+                        for k in (*columns, "max"))
         return f"{label:<14}" + cells + f"{b['count']:>10d}"
+
+    def center(label: str, b: dict[str, Any]) -> str:
+        return (f"{label} mean {'-' if b.get('mean') is None else format(b['mean'], '.3f')}, "
+                f"median {'-' if b.get('median') is None else format(b['median'], '.3f')}")
 
     out = [row(name, d[key]) for key, name in (
         ("ttft_ms", "TTFT ms"), ("itl_ms", "ITL ms"), ("tpot_ms", "TPOT ms"),
         ("e2e_ms", "E2E ms"), ("first_chunk_ms", "1st chunk ms"))]
+    out.append("centre (ms): " + "; ".join(center(name, d[key]) for key, name in (
+        ("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("itl_ms", "ITL"), ("e2e_ms", "E2E"))))
     t, tp = d["tokens"], d["throughput"]
     out.append(f"model {d.get('model')}, api {d.get('api')}, workload "
                f"{(d.get('workload') or {}).get('kind')}: tokens input {t['input']} "
@@ -466,9 +473,12 @@ def _llm_rows(d: dict[str, Any]) -> list[str]:
     return out
 
 
-def summary_text(result: BenchResult, spectrum: bool = False) -> str:
-    """The terminal report: what was asked, what happened, the distributions, SLOs."""
+def summary_text(result: BenchResult, spectrum: bool = False,
+                 columns: Sequence[str] | None = None) -> str:
+    """The terminal report: what was asked, what happened, the distributions, SLOs.
+    ``columns``: the percentile columns (``--percentiles``; default every PERCENTILES key)."""
     d, info = result.json, result.info
+    columns = tuple(columns or PERCENTILES)
     req = d["requests"]
     errs = ", ".join(f"{k} {v}" for k, v in req["errors"].items() if v) or "none"
     lines = [
@@ -483,16 +493,16 @@ def summary_text(result: BenchResult, spectrum: bool = False) -> str:
         f"ok {d['rate']['ok']:g}/s; connections opened {d['connections']['opened']}, "
         f"max open {d['connections']['max_open']}, queued requests {req['queued']}",
         "",
-        f"{'':<14}" + "".join(f"{k:>10}" for k in (*PERCENTILES, "max")) + f"{'count':>10}",
-        _fmt_row("latency ms", d["latency_ms"]),
-        _fmt_row("service ms", d["service_time_ms"]),
-        _fmt_row("lateness ms", d["lateness_ms"]),
-        *_llm_rows(d),
+        f"{'':<14}" + "".join(f"{k:>10}" for k in (*columns, "max")) + f"{'count':>10}",
+        _fmt_row("latency ms", d["latency_ms"], columns),
+        _fmt_row("service ms", d["service_time_ms"], columns),
+        _fmt_row("lateness ms", d["lateness_ms"], columns),
+        *_llm_rows(d, columns),
         "samples above (latency): " + ", ".join(
             f"{k} {v}" for k, v in d["latency_ms"]["samples_above"].items()),
-        _fmt_ci("latency", d["latency_ms"]),
-        _fmt_ci("service", d["service_time_ms"]),
-        _fmt_ci("lateness", d["lateness_ms"]),
+        _fmt_ci("latency", d["latency_ms"], columns),
+        _fmt_ci("service", d["service_time_ms"], columns),
+        _fmt_ci("lateness", d["lateness_ms"], columns),
     ]
     conn = d["connections"]
     if "handshake_ms" in conn and conn["handshake_ms"]["count"]:

@@ -2,7 +2,7 @@
 
 Grammar: ``METRIC OP VALUE[UNIT]`` with OP one of ``< <= > >=``.
 
-* time metrics — ``p50 p90 p99 p999 p9999 max mean`` of the latency, or with a
+* time metrics — ``p50 p90 p95 p99 p999 p9999 max mean`` of the latency, or with a
   prefix ``latency. service. lateness.`` (``service.p99<1ms``); the value needs a
   unit ``ns us µs ms s``;
 * ``error_rate`` — errors / sent, as a fraction or with ``%``;
@@ -24,7 +24,7 @@ _EXPR = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_.]*)\s*(<=|>=|<|>)\s*([0-9]*\.?[0-
                    r"\s*([A-Za-zµ%]*)\s*$")
 _OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
 _TIME_UNITS_MS = {"ns": 1e-6, "us": 1e-3, "µs": 1e-3, "ms": 1.0, "s": 1e3}
-TIME_STATS = ("p50", "p90", "p99", "p999", "p9999", "max", "mean")
+TIME_STATS = ("p50", "p90", "p95", "p99", "p999", "p9999", "max", "mean")
 SERIES = {"latency": "latency_ms", "service": "service_time_ms", "lateness": "lateness_ms"}
 
 

@@ -158,6 +158,10 @@ def add_load_options(p: argparse.ArgumentParser) -> None:
                    "(openai+ targets: with token columns)")
     g.add_argument("--spectrum", action="store_true",
                    help="print the detailed percentile spectrum (as wrk2 does)")
+    g.add_argument("--percentiles", metavar="LIST", type=parse_percentiles,
+                   help="the percentile columns of the table, e.g. 50,90,95,99,99.9 (1 to "
+                   "99.9999); any not in the JSON already (p75, p995) are added to it with "
+                   "their confidence intervals")
     g.add_argument("--min-tail-samples", type=int, default=10,
                    help="warn when fewer samples than this lie above a tail percentile")
     g.add_argument("--quiet", action="store_true", help="no live progress display")
@@ -464,6 +468,8 @@ def run(args: argparse.Namespace) -> int:
     result = build_result(info, results, interrupted, missing,
                           confidence_after_s=watch.after_s if watch is not None else None,
                           owed=owed_by_worker(cfgs))
+    if args.percentiles:
+        add_percentiles(result, args.percentiles)
     result.json["slo"] = evaluate(slos, result.json)
     # CLOCK_MONOTONIC of the log's time 0: `tailgate diagnose` lines requests up with probes.
     result.json["clock"] = {"start_monotonic_s": started.get("mono"),
@@ -485,7 +491,8 @@ def run(args: argparse.Namespace) -> int:
             if os.path.exists(path):
                 os.unlink(path)
     stream = sys.stderr if args.json == "-" else sys.stdout
-    print(summary_text(result, spectrum=args.spectrum), file=stream)
+    print(summary_text(result, spectrum=args.spectrum,
+                       columns=[n for n, _ in args.percentiles or ()] or None), file=stream)
     failed = [s["expr"] for s in result.json["slo"] if not s["pass"]]
     if failed:
         print("SLO failed: " + ", ".join(failed), file=stream)
@@ -500,6 +507,56 @@ def run(args: argparse.Namespace) -> int:
     if result.json["interrupted"] and interrupted:
         return 130
     return 0 if result.exit_ok and not nothing else 1
+
+
+def percentile_name(p: float) -> str:
+    """The JSON key of percentile ``p``: 50 -> p50, 99.9 -> p999, 99.5 -> p995, 5 -> p05
+    (the digits with the point dropped, as bench's own p999 and p9999)."""
+    text = f"{p:.10g}"
+    return "p" + ("0" if p < 10 else "") + text.replace(".", "")
+
+
+def parse_percentiles(text: str) -> list[tuple[str, float]]:
+    """``50,90,95,99,99.9`` -> ``[("p50", 50.0), ...]``, in the order given, once each."""
+    import argparse as _argparse
+    import math
+
+    out: dict[str, float] = {}
+    for part in text.split(","):
+        try:
+            p = float(part.strip())
+        except ValueError:
+            raise _argparse.ArgumentTypeError(f"{part.strip()!r} is not a number "
+                                              "(e.g. 50,90,95,99,99.9)") from None
+        if not math.isfinite(p) or not 1 <= p < 100 or len(f"{p:.10g}".replace(".", "")) > 6:
+            raise _argparse.ArgumentTypeError(f"{part.strip()}: a percentile is 1 to 99.9999")
+        out.setdefault(percentile_name(p), p)
+    return list(out.items())
+
+
+def add_percentiles(result, chosen: list[tuple[str, float]]) -> None:
+    """Put the chosen percentiles bench does not write by default into the JSON blocks,
+    each with its confidence interval, from the merged histograms (nothing re-run)."""
+    from ..bench.confidence import quantile_ci
+    from ..bench.result import CI_LEVEL, NS_PER_MS
+
+    hists = {"latency_ms": result.latency, "service_time_ms": result.service,
+             "lateness_ms": result.lateness}
+    if result.tokens is not None:
+        hists.update({f"{k}_ms": h for k, h in result.tokens.hists.items()
+                      if f"{k}_ms" in result.json})
+    for key, h in hists.items():
+        block = result.json[key]
+        for name, p in chosen:
+            if name in block:
+                continue
+            block[name] = round(min(h.value_at_percentile(p), h.max) / NS_PER_MS, 6) \
+                if h.total else None
+            ci = quantile_ci(h, p, CI_LEVEL)
+            block.setdefault("ci", {})[name] = (
+                {"lo": round(ci.lo / NS_PER_MS, 6), "hi": round(ci.hi / NS_PER_MS, 6),
+                 "measurable": True} if ci.measurable else
+                {"lo": None, "hi": None, "measurable": False, "reason": ci.reason})
 
 
 def no_success(data: dict[str, Any]) -> str | None:

@@ -185,6 +185,10 @@ def run_fleet(args: argparse.Namespace) -> int:
             result = build_result(info, parts, interrupted,
                                   [w for w in missing if w in ids],
                                   owed=owed_by_worker(c for c in cfgs_all if c.worker in ids))
+        if getattr(args, "percentiles", None):
+            from .bench import add_percentiles
+
+            add_percentiles(result, args.percentiles)
         result.json["slo"] = evaluate(slos, result.json)
         if ray is not None:  # the agreed start every node converted to its own clock
             result.json["clock"] = {"start_epoch_s": ran.start_epoch_s}
@@ -212,7 +216,8 @@ def _report(args: argparse.Namespace, sections: list, scenario: bool) -> int:
     for name, r in sections:
         if scenario:
             print(f"== target {name} ==", file=stream)
-        print(summary_text(r, spectrum=args.spectrum), file=stream)
+        print(summary_text(r, spectrum=args.spectrum, columns=[
+            n for n, _ in getattr(args, "percentiles", None) or ()] or None), file=stream)
         if "nodes" in r.json:
             print(nodes_text(r.json["nodes"]), file=stream)
         if scenario:

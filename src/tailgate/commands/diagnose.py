@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from ..errors import UsageError
-from .options import check_writable, existing_cgroup, existing_pids, write_output
+from .options import check_writable, existing_cgroup, existing_pids, status, write_output
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -101,7 +101,8 @@ def run(args: argparse.Namespace) -> int:
     pids, cgroups = _service(args, host)
     check_writable(args.json, args.html)
     with tempfile.TemporaryDirectory(prefix="tailgate-diagnose-") as tmp:
-        doc = _collect(args, host, pids, cgroups, window_s, warmup_s, bin_s, tmp)
+        with status(args, "diagnose") as say:
+            doc = _collect(args, host, pids, cgroups, window_s, warmup_s, bin_s, tmp, say)
     if args.json:
         write_output(args.json, json.dumps(doc, indent=1) + "\n")
     if args.html:
@@ -162,7 +163,8 @@ def _counter_spec(args, host, pids, cgroups):
     return Spec(tuple(pids), cpus, tuple(cgroups), psi, _engine_url(args.target)), unknown
 
 
-def _collect(args, host, pids, cgroups, window_s, warmup_s, bin_s, tmp) -> dict[str, Any]:
+def _collect(args, host, pids, cgroups, window_s, warmup_s, bin_s, tmp,
+             say=lambda text: None) -> dict[str, Any]:
     from ..diagnose.counters import CounterPoller
     from ..diagnose.evidence import Poller, parse_events, parse_maps
     from ..probes.driver import Run, attached
@@ -181,6 +183,7 @@ def _collect(args, host, pids, cgroups, window_s, warmup_s, bin_s, tmp) -> dict[
         poller = stack.enter_context(Poller(host, cgroups, limit_s=probe_s))
         counters = stack.enter_context(CounterPoller(host, spec, period_s, limit_s=probe_s))
         # softirq probes apart and only when asked: attached, they slow a loopback generator
+        say("compiling and attaching the eBPF probes")
         sirq = (stack.enter_context(attached(Run("diagnose_softirq", probe_s)))
                 if args.softirq else None)
         probe = stack.enter_context(attached(Run("diagnose", probe_s, 0, pids)))
@@ -190,9 +193,12 @@ def _collect(args, host, pids, cgroups, window_s, warmup_s, bin_s, tmp) -> dict[
         # compiling and attaching, before the window
         probe0 = _cpu_s(probe.proc.pid) + (_cpu_s(sirq.proc.pid) if sirq else 0.0)
         if load:
+            say(f"loading {args.target} while the probes record")
             bench_doc, bench_out = _drive(args, tmp, log_path)
         else:
+            say(f"watching the service for {window_s:g} s while the probes record")
             time.sleep(window_s)
+        say("reading the probes and attributing the tail")
         t_end = time.monotonic_ns()
         probe_cpu = _cpu_s(probe.proc.pid) + (_cpu_s(sirq.proc.pid) if sirq else 0.0)
         switches = _ctxt() - ctxt0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 
@@ -128,7 +129,9 @@ def snapshot_for(args: argparse.Namespace):
     if not os.path.isdir(args.root):
         raise UsageError(f"--root {args.root}: not a directory")
     host = Host(args.root)
-    snap = collect(host, _scope(args, host), args.interval)
+    scope = _scope(args, host)
+    with progress_display(args) as on_phase:
+        snap = collect(host, scope, args.interval, on_phase)
     if not args.no_history:
         from ..history import HistoryError, HistoryUnavailable, attach_history
 
@@ -143,6 +146,30 @@ def snapshot_for(args: argparse.Namespace):
         except HistoryError as exc:
             raise UsageError(f"counter history: {exc} (--no-history skips it)") from exc
     return snap
+
+
+@contextlib.contextmanager
+def progress_display(args: argparse.Namespace):
+    """What inspect is doing and how far, on stderr (rich); nothing when stderr is not a
+    terminal, with --quiet, or when the report itself goes to stdout (--json -)."""
+    import sys
+
+    if getattr(args, "quiet", False) or not sys.stderr.isatty() or args.json == "-":
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(TextColumn("tailgate inspect: {task.description}"), BarColumn(),
+                   TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+    task = bar.add_task("starting", total=None)
+
+    def on_phase(what: str, done: float | None) -> None:
+        bar.update(task, description=what, total=None if done is None else 1.0,
+                   completed=done or 0.0)
+
+    with bar:
+        yield on_phase
 
 
 def _required(ids: list[str], baseline) -> list[str]:

@@ -713,6 +713,14 @@ def _capacity(text: str, block_bytes: int | None, what: str, block: int = 1) -> 
 
 
 def run_prefix_cache(args: argparse.Namespace) -> int:
+    from .options import status
+
+    with status(args, "plan prefix-cache") as say:  # the replays take seconds on big traces
+        data, text = _prefix_cache(args, say)
+    return _emit(args, data, text)
+
+
+def _prefix_cache(args: argparse.Namespace, say) -> tuple[dict[str, Any], str]:
     from ..bench.units import parse_duration
     from ..plan import kv, plot, traces
     from ..plan import prefix_cache as pc
@@ -731,6 +739,7 @@ def run_prefix_cache(args: argparse.Namespace) -> int:
     _at_least(args.curve, "--curve", 0)
     _at_least(args.bytes_per_token, "--bytes-per-token", 1)
     _finite(args.target, "--target", 0.0, 1.0, lo_open=True)
+    say(f"reading {os.path.basename(args.trace)}")
     try:
         fmt, block, reqs = traces.load_lines(_read_trace(args.trace), args.format,
                                              args.block_size, args.limit)
@@ -747,6 +756,7 @@ def run_prefix_cache(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise UsageError(f"{args.kv_config}: {exc}") from None
     block_bytes = per_token * block if per_token else None
+    say(f"replaying {len(reqs):,} requests through an unlimited cache")
     # the HBM that never evicts: every distinct block, and at least the longest prompt (an
     # engine holds all of a sequence's blocks, its partial last one too, in HBM at once)
     distinct = pc.unique_blocks(reqs)
@@ -771,6 +781,7 @@ def run_prefix_cache(args: argparse.Namespace) -> int:
     dram = _capacity(args.dram, block_bytes, "--dram", block)
     if args.hbm:
         hbm = _capacity(args.hbm, block_bytes, "--hbm", block)
+        say(f"replaying with HBM {hbm:,} blocks" + (f" + DRAM {dram:,}" if dram else ""))
         res = pc.replay(reqs, block, hbm, dram, policy)
         data["replay"] = {"hbm_blocks": hbm, "dram_blocks": dram, **res.to_json()}
         data["replay"]["share_of_unlimited"] = res.hit_tokens / full.hit_tokens \
@@ -808,6 +819,7 @@ def run_prefix_cache(args: argparse.Namespace) -> int:
     for tier in (("total", "hbm") if dram else ("total",)):
         found = data["smallest_hbm"].setdefault(tier, {})
         for name, goal in targets.items():
+            say(f"searching the smallest HBM for a {goal:.2%} hit rate ({tier})")
             need = (pc.smallest_capacity(reqs, block, goal, unique, dram if tier == "total"
                                          else 0, policy) if goal > 0 else 0)
             found[name] = {"target_hit_rate": goal, "hbm_blocks": need}
@@ -821,6 +833,7 @@ def run_prefix_cache(args: argparse.Namespace) -> int:
     if args.curve > 0:
         # doubling steps up to the distinct-block count: the knee is usually far below it
         caps = sorted({max(1, unique >> (args.curve - 1 - i)) for i in range(args.curve)})
+        say(f"replaying {len(caps)} capacities for the curve")
         curve = pc.capacity_curve(reqs, block, caps, dram, policy)
         data["curve"] = [{"hbm_blocks": c.hbm_blocks, "hit_rate": c.hit_rate,
                           "hbm_hit_rate": c.hbm_hit_rate, "dram_hit_rate": c.dram_hit_rate}
@@ -843,4 +856,4 @@ def run_prefix_cache(args: argparse.Namespace) -> int:
                 hline=("unlimited", top), log_x=True))
     elif args.html:
         raise UsageError("--html draws the capacity curve: give --curve > 0")
-    return _emit(args, data, "\n".join(lines))
+    return data, "\n".join(lines)

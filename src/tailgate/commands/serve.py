@@ -134,9 +134,14 @@ def run(args: argparse.Namespace) -> int:
     registry.register(exporter)
 
     if args.once:
-        for name in probes:
-            exporter.probe_once(name)
-        exporter.inspect_once()
+        from .options import status
+
+        with status(args, "serve --once") as say:
+            for name in probes:
+                say(f"running the {name} probe for {args.probe_window:g} s")
+                exporter.probe_once(name)
+            say(f"inspecting (two samples {args.interval:g} s apart)")
+            exporter.inspect_once()
         text = generate_latest(registry).decode()
         if args.textfile:
             print(write_textfile(args.textfile, text))

@@ -43,7 +43,8 @@ from ..hist import Histogram, HistogramSpec
 
 METRICS = ("ttft", "itl", "tpot", "e2e")
 HISTS = (*METRICS, "first_chunk")
-_STATS = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p999": 99.9, "p9999": 99.99, "max": 100.0}
+_STATS = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9, "p9999": 99.99,
+          "max": 100.0}
 # SLOs are parsed and evaluated by tailgate.bench.slo (one grammar for every bench); the
 # LLM figures are its "custom" metrics, looked up in the result's "metrics" block.
 CUSTOM_METRICS: dict[str, str] = {
@@ -209,14 +210,17 @@ class TokenBook:
 
 
 def summary(h: Histogram) -> dict[str, Any]:
-    """Percentiles in ms (None without samples) with the sample counts behind the tail."""
+    """Percentiles in ms (None without samples), the mean and the median (= p50, named as
+    `vllm bench serve` prints it), with the sample counts behind the tail."""
     out: dict[str, Any] = {}
-    names = ("p50", "p90", "p99", "p999", "p9999")
+    names = ("p50", "p90", "p95", "p99", "p999", "p9999")
     vals = h.values_at_percentiles([_STATS[n] for n in names])
     for name, v in zip(names, vals, strict=True):
         # HdrHistogram's value may pass the exact max by part of a bucket: show at most max.
         out[name] = round(min(v, h.max) / 1e6, 3) if h.total else None
     out["max"] = round(h.max / 1e6, 3) if h.total else None
+    out["mean"] = round(h.mean() / 1e6, 3) if h.total else None
+    out["median"] = out["p50"]
     out["count"] = h.total
     out["samples_above"] = {"p99": h.samples_above_percentile(99.0),
                             "p999": h.samples_above_percentile(99.9)}

@@ -71,7 +71,7 @@ def add_llm_arguments(p: argparse.ArgumentParser) -> None:
     add("--slo", action="append", default=[], metavar="EXPR",
         help="e.g. 'ttft_p999<2s', 'itl_p99<50ms', 'tpot_p50<20ms', 'e2e_max<30s', "
         "'error_rate<1%%', 'goodput_rps>=5' (repeatable; exit 1 when one fails)")
-    g.description = ("LLM SLOs: ttft_/itl_/tpot_/e2e_ + p50|p90|p99|p999|p9999|max, "
+    g.description = ("LLM SLOs: ttft_/itl_/tpot_/e2e_ + p50|p90|p95|p99|p999|p9999|max, "
                      "error_rate, goodput_rps, output_tokens_per_s (e.g. 'ttft_p999<2s')")
     add("--json", metavar="FILE|-", help="write the JSON results ('-' for stdout)")
     add("--log", metavar="FILE", help="write one JSON record per request (JSON lines)")

@@ -12,7 +12,7 @@ _TABLES = {  # histogram name -> the summary key that holds its percentiles
     "latency": "latency_ms", "service": "service_time_ms", "lateness": "lateness_ms",
     "ttft": "ttft_ms", "itl": "itl_ms", "tpot": "tpot_ms", "e2e": "e2e_ms",
 }
-_COLS = ("p50", "p90", "p99", "p999", "p9999", "max", "count")
+_COLS = ("p50", "p90", "p95", "p99", "p999", "p9999", "max", "count")
 
 
 def _cell(s: dict[str, Any], c: str) -> str:
