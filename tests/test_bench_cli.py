@@ -151,6 +151,12 @@ def test_tcp_target_needs_a_payload(nginx):
     assert r.returncode == 2 and "--payload" in r.stderr
 
 
+def _established(port: int) -> bool:
+    out = subprocess.run(["ss", "-Htn", "state", "established", f"( dport = :{port} )"],
+                         capture_output=True, text=True, timeout=10, check=False).stdout
+    return bool(out.strip())
+
+
 @pytest.mark.parametrize("engine", ["fast", "python"])
 def test_ctrl_c_writes_partial_results_marked_interrupted(nginx, tmp_path, engine):
     out = tmp_path / "partial.json"
@@ -159,7 +165,12 @@ def test_ctrl_c_writes_partial_results_marked_interrupted(nginx, tmp_path, engin
                           "--workers", "2", "--json", str(out), "--quiet"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          preexec_fn=sigint_default)
-    time.sleep(2.5)
+    # into the run, however long start-up takes on a busy machine: its connections are open
+    # (they are made just before the schedule starts), then a second of load
+    deadline = time.monotonic() + 60
+    while not _established(nginx.port) and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1.0)
     p.send_signal(signal.SIGINT)
     stdout, stderr = p.communicate(timeout=30)  # a hang guard, not a speed assertion
     assert p.returncode == 130, stderr
