@@ -357,6 +357,18 @@ def test_more_interfaces_than_the_cap_are_refused_with_the_reason(tmp_path):
     assert snap.fact("nic").ok and len(snap.fact("nic").value) == MAX_IFACES
 
 
+def test_the_interface_cap_in_a_run(tmp_path):
+    from tailgate.sources.netdev import MAX_IFACES
+
+    root = build_root(tmp_path / "root")
+    for i in range(MAX_IFACES):  # eth2 and these: one over the cap
+        (root / f"sys/class/net/vf{i}/device").mkdir(parents=True)
+    rc, report = inspect(root, "--require", "l3.queue.aqm")
+    (f,) = findings(report, "l3.queue.aqm")
+    assert f["status"] == "unknown" and f"{MAX_IFACES + 1} network interfaces" in f["reason"]
+    assert rc == 1 and report["verdict"]["counts"].get("error", 0) == 0
+
+
 SS_MEMORY = r'''
 import json, sys
 from pathlib import Path

@@ -51,11 +51,11 @@ def failing_snapshot(tmp_path_factory) -> Path:
     return path
 
 
-def run_from(path: Path) -> tuple[int, str, dict | None]:
+def run_from(path: Path, *args: str) -> tuple[int, str, dict | None]:
     out = path.with_name(path.name + ".report.json")
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        rc = main(["inspect", "--quiet", "--from", str(path), "--json", str(out)])
+        rc = main(["inspect", "--quiet", "--from", str(path), "--json", str(out), *args])
     report = json.loads(out.read_text()) if rc in (0, 1) else None
     return rc, err.getvalue(), report
 
@@ -133,8 +133,9 @@ def test_a_fact_of_the_wrong_shape_is_refused(case, failing_snapshot, tmp_path):
     data["facts"][name] = {"value": value(old) if callable(value) else value}
     path = tmp_path / "snap.json"
     path.write_text(json.dumps(data))
-    rc, err, report = run_from(path)
-    assert err == "" and rc in (0, 1)
+    rc, err, report = run_from(path, "--require", cid)
+    assert err == "" and rc == 1  # the required id is not measured
+    assert cid in [u["id"] for u in report["verdict"]["unmet_required"]]
     got = [f for f in report["findings"] if f["id"] == cid]
     assert got and {f["status"] for f in got} == {"unknown"}, got
     reason = " ".join(f["reason"] for f in got)
