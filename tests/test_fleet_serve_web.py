@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import shutil
 import signal
 import ssl
@@ -368,3 +369,22 @@ def test_the_systemd_unit_verifies(tmp_path):
     for needed in ("NoNewPrivileges=yes", "ProtectSystem=strict", "ReadOnlyPaths=/",
                    "CapabilityBoundingSet=CAP_BPF CAP_PERFMON CAP_SYS_ADMIN"):
         assert needed in unit
+
+
+def test_the_shipped_example_config_is_valid_but_its_placeholder_hash_is_refused(tmp_path):
+    pki = Pki(tmp_path)
+    example = (Path(__file__).parent.parent / "contrib" / "container" / "web.yml.example")
+    text = (example.read_text().replace("/etc/tailgate/tls/server.pem", pki.server_cert)
+            .replace("/etc/tailgate/tls/server.key", pki.server_key))
+    path = tmp_path / "web.yml"
+    path.write_text(text)
+    with pytest.raises(WebConfigError, match=r":\d+: key basic_auth_users.prometheus: not a "
+                                             "bcrypt hash"):
+        load_web_config(str(path))  # copied unchanged, it cannot be deployed
+    path.write_text(re.sub(r"\$2y\$10\$\S+", hashed(rounds=4), text))
+    web = load_web_config(str(path))
+    assert web.tls is not None and list(web.users) == ["prometheus"]
+    assert ("X-Content-Type-Options", "nosniff") in web.headers
+    proc = subprocess.run([*TAILGATE, "serve", "--once", "--web.config.file", str(path)],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2 and "needs a port to serve" in proc.stderr
