@@ -9,7 +9,7 @@ PY     := $(VENV)/bin/python
 APT_BOOT := python3 python3-venv python3-dev gcc libc6-dev
 APT_RUN  := ethtool iproute2 bpftrace
 APT_TEST := $(APT_RUN) nginx-light wrk prometheus-node-exporter g++ cmake liburing-dev \
-            numactl prometheus chromium openmpi-bin libopenmpi-dev dpdk-dev debootstrap \
+            numactl prometheus chromium openmpi-bin libopenmpi-dev dpdk-dev debootstrap systemd \
             musl-tools libjemalloc-dev libgoogle-perftools-dev libmimalloc-dev golang-go
 
 .PHONY: run test check venv venv-test apt-boot apt-run apt-test tracefs lint bench clean \

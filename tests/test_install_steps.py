@@ -33,6 +33,7 @@ TEST_NEEDS = {
     "wrk": "the closed-loop peer in benchmarks/bench_http.py",
     "prometheus-node-exporter": "the peer in benchmarks/bench_inspect.py",
     "debootstrap": "the fresh Debian 12 root of tests/test_fresh_root.py",
+    "systemd": "systemd-analyze verify for the shipped unit (tests/test_fleet_serve_web.py)",
     "g++": "the llama-cpp-python source build",
     "cmake": "the llama-cpp-python source build",
     "liburing-dev": "tests/support/uring_ring.c (liburing.h)",
