@@ -27,6 +27,15 @@ Counters inspect reads (PSI, softnet, IRQs, softirqs, throttling, the server's T
 are binned on the same clock: the scenarios check that the fault shows in its own counter
 (throttled time under a quota, retransmitted segments in the server's network namespace under
 loss) and that the probe's context switches single out a preempted server.
+
+Isolation from other work on the machine (a CI host is not quiet): the load generator and the
+server run SCHED_FIFO (priority RT), so no ordinary task can delay them, and each scenario
+injects its own cause at the priority it needs to act: the contention loops are SCHED_FIFO
+above the server, spinning in bursts of a few milliseconds (a CFS-like share of the CPU, where
+a FIFO loop that never slept would starve the server outright); only a CPU quota, which binds
+CFS tasks alone, needs the server at an ordinary priority (nice -20 in a cgroup of many shares,
+so that ordinary work delays it by little more than a wake-up). The proof runs with every
+scenario: a normal-priority busy loop on each CPU for the whole module (`_noise`).
 """
 
 from __future__ import annotations
@@ -51,6 +60,9 @@ from support.workloads import argv_for, finish, start
 
 pytestmark = pytest.mark.timeout(180)
 
+RT = 10         # SCHED_FIFO priority of the server and the load generator
+INJECTED = 20   # and of the contention loops, which must be able to preempt the server
+
 
 @pytest.fixture(autouse=True, scope="module")
 def _needs_root_nginx_and_two_cpus():
@@ -61,9 +73,45 @@ def _needs_root_nginx_and_two_cpus():
         pytest.fail("the scenarios pin the server and the load to different CPUs: need 2")
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _noise():
+    """Ordinary work on every CPU while the scenarios run: each must hold anyway."""
+    procs = [subprocess.Popen(["taskset", "-c", str(cpu), sys.executable, "-c", SPIN_FOR_S, "900"])
+             for cpu in sorted(os.sched_getaffinity(0))]
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+SPIN_FOR_S = ("import sys, time\nend = time.monotonic() + float(sys.argv[1])\n"
+              "while time.monotonic() < end: pass")
+# bursts of BURST_S spinning, then a sleep: at a real-time priority, a CPU share like a CFS
+# busy loop's, in slices of a few milliseconds
+BURSTS = """import sys, time
+burst, pause = float(sys.argv[1]), float(sys.argv[2])
+end = time.monotonic() + 60
+while time.monotonic() < end:
+    t = time.monotonic() + burst
+    while time.monotonic() < t:
+        pass
+    time.sleep(pause)
+"""
+BURST_S = 0.002
+
+
+def realtime(pid: int, prio: int = RT) -> None:
+    """Every thread of `pid` SCHED_FIFO at `prio` (threads it makes later inherit it)."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        os.sched_setscheduler(int(tid), os.SCHED_FIFO, os.sched_param(prio))
+
+
 def diagnose(target: str, pid: int, *extra: str, rate: str = "1000",
              duration: str = "4s") -> dict:
-    out = subprocess.run(["taskset", "-c", "0", sys.executable, "-m", "tailgate", "diagnose",
+    out = subprocess.run(["chrt", "-f", str(RT), "taskset", "-c", "0",
+                          sys.executable, "-m", "tailgate", "diagnose",
                           target, "--pid", str(pid), "--rate", rate, "--duration", duration,
                           "--workers", "1", "--json", "-", *extra],
                          capture_output=True, text=True, timeout=120, check=False)
@@ -82,18 +130,24 @@ def explain(doc: dict) -> str:
 
 
 @contextlib.contextmanager
-def nginx_on_cpu1(**kw) -> Iterator[tuple[Nginx, int]]:
+def nginx_on_cpu1(rt: bool = True, **kw) -> Iterator[tuple[Nginx, int]]:
     with Nginx(workers=1, **kw) as ng:
         (pid,) = ng.worker_pids()
         os.sched_setaffinity(pid, {1})
+        if rt:
+            realtime(pid)
+        else:  # a CPU quota binds CFS tasks only
+            os.setpriority(os.PRIO_PROCESS, pid, -20)
         yield ng, pid
 
 
 @contextlib.contextmanager
 def busy_on_cpu1(n: int = 2) -> Iterator[None]:
-    # taskset execs sh, so kill() reaches the loop itself; the loop ends by itself anyway
-    procs = [subprocess.Popen(["taskset", "-c", "1", "sh", "-c",
-                               "end=$(($(date +%s)+60)); while [ $(date +%s) -lt $end ]; do :; done"])
+    """`n` loops contending for the server's CPU, each spinning BURST_S at a time for 1/(n+1)
+    of it. chrt and taskset exec the interpreter, so kill() reaches the loop itself; it ends
+    by itself anyway."""
+    procs = [subprocess.Popen(["chrt", "-f", str(INJECTED), "taskset", "-c", "1", sys.executable,
+                               "-c", BURSTS, str(BURST_S), str(BURST_S * n)])
              for _ in range(n)]
     try:
         yield
@@ -106,6 +160,7 @@ def busy_on_cpu1(n: int = 2) -> Iterator[None]:
 @contextlib.contextmanager
 def quota(pid: int, quota_us: int = 3000) -> Iterator[None]:
     with cpu_cgroup(quota_us) as cg:
+        (cg / "cpu.shares").write_text("262144")  # against the ordinary work outside it
         (cg / "cgroup.procs").write_text(str(pid))
         yield
 
@@ -141,9 +196,9 @@ def lockserver(hold_us: int, every: int, veth: Veth | None = None
     else:  # inside the test namespace (`ip netns exec` execs it: the pid is the server's)
         proc = start_in(veth.ns, "lockserver", port, 40, hold_us, every, veth.ns_ip)
     try:
-        os.sched_setaffinity(proc.pid, {1})
         for tid in os.listdir(f"/proc/{proc.pid}/task"):
             os.sched_setaffinity(int(tid), {1})
+        realtime(proc.pid)
         yield f"tcp://{veth.ns_ip if veth else '127.0.0.1'}:{port}", proc.pid
     finally:
         finish(proc)
@@ -166,6 +221,7 @@ def cpuserver(work_us: int) -> Iterator[tuple[str, int]]:
     proc = start("cpuserver", port, 40, work_us)
     try:
         os.sched_setaffinity(proc.pid, {1})  # its connection threads inherit the main one's
+        realtime(proc.pid)
         yield f"tcp://127.0.0.1:{port}", proc.pid
     finally:
         finish(proc)
@@ -218,7 +274,7 @@ def test_cpu_contention_is_run_queue_wait():
 
 
 def test_cgroup_quota_is_throttling():
-    with nginx_on_cpu1() as (ng, pid):
+    with nginx_on_cpu1(rt=False) as (ng, pid):
         rate, quota_us = throttling_load(pid, ng.url("/"))
         with quota(pid, quota_us):
             doc = diagnose(ng.url("/"), pid, "--arrival", "poisson", rate=str(rate))
@@ -272,7 +328,7 @@ def test_lock_server_without_contention_claims_nothing():
 # -- two causes at once: both named -------------------------------------------------------------
 
 def test_quota_and_loss_are_both_named():
-    with Veth() as v, nginx_on_cpu1(address=v.ns_ip, netns=v.ns) as (ng, pid):
+    with Veth() as v, nginx_on_cpu1(rt=False, address=v.ns_ip, netns=v.ns) as (ng, pid):
         rate, quota_us = throttling_load(pid, ng.url("/"))
         with quota(pid, quota_us), random_loss(v.host, 0.01):
             doc = diagnose(ng.url("/"), pid, "--arrival", "poisson", rate=str(rate))

@@ -96,22 +96,13 @@ SLICE_NS = 100_000
 
 
 def _background() -> bool:
-    """Make the calling thread SCHED_IDLE: it runs only when its core has nothing else to
-    run, and the loop thread preempts it on every wake-up (an idle-policy task is always
-    preempted by a woken normal one). Recording in the loop's own process at normal
-    priority took ~1 % of the core in runs of 1-3 ms every 0.25 s, which was most of the
-    generator's lateness P99 at 50k-120k/s (0.21 ms at 120k/s, 0.02 ms as an idle task).
-    False where the policy is not available (the thread then competes as before)."""
-    try:
-        if os.sched_getscheduler(0) in (os.SCHED_FIFO, os.SCHED_RR):
-            # a real-time generator (chrt): any ordinary priority is below the loop thread,
-            # and an idle task would starve behind the host's ordinary work
-            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
-        else:
-            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-    except (AttributeError, OSError):
-        return False
-    return True
+    """The recorder below the loop thread (:func:`tailgate.sched.background`). Recording in
+    the loop's own process at normal priority took ~1 % of the core in runs of 1-3 ms every
+    0.25 s, which was most of the generator's lateness P99 at 50k-120k/s (0.21 ms at 120k/s,
+    0.02 ms as an idle task)."""
+    from ..sched import background
+
+    return background()
 
 
 def _restore(tid: int | None, policy: int, param: os.sched_param) -> None:

@@ -94,14 +94,12 @@ def parse_events(chunks: list[str]) -> Events:
 
 
 def idle_priority() -> None:
-    """Put the calling thread (Linux: scheduling is per thread) in SCHED_IDLE: a poll must never
-    make the load generator late on a CPU they share; any runnable task preempts it at once.
-    Each poll is stamped when it reads, so a poll that waited is placed where it read."""
-    import contextlib
-    import os
+    """Put the calling thread below the generator (:func:`tailgate.sched.background`): a poll
+    must never make the load generator late on a CPU they share. Each poll is stamped when it
+    reads, so a poll that waited is placed where it read."""
+    from ..sched import background
 
-    with contextlib.suppress(OSError, AttributeError):
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    background()
 
 
 @dataclass
