@@ -19,7 +19,8 @@ def _v(x: float | None) -> str:
 
 
 def _sig(r: Row) -> str:
-    return {"yes": "yes", "no": "no (noise)", "n/a": "n/a"}[r.significant]
+    return {"yes": "yes", "no": "no (noise)", "n/a": "n/a",
+            "n/m": "n/m (not measurable)"}[r.significant]
 
 
 def _n(r: Row) -> str:
