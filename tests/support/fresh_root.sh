@@ -10,8 +10,9 @@
 #            llama-cpp-python build, so that a later `test` spends its time on the suite)
 #
 # Set up as a machine would be, where a chroot differs from one:
-#  * its own mount namespace (unshare): every mount below vanishes with it, none can leak,
-#    and nothing of the host is changed; /proc, /sys (with tracefs and cgroups) and /dev are
+#  * its own mount namespace (unshare) whose root it really is (pivot_root): every mount
+#    below vanishes with it, none can leak, nothing of the host is changed, and paths in
+#    /proc/PID/maps read as on a machine; /proc, /sys (with tracefs and cgroups) and /dev are
 #    the host's, bound in, as on the machine itself
 #  * /run is a tmpfs (ip netns keeps its namespaces there)
 #  * /etc/hosts names this host (debootstrap writes none; gloo and MPI resolve the host name)
@@ -52,44 +53,64 @@ trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/upper" "$work/overlay-work" "$work/root" "$work/scratch"
 export base work src mode cache PIP_CERT
 
-# Everything from here runs in a private mount namespace.
-unshare --mount --propagation private -- bash -euo pipefail -c '
-  root=$work/root
-  mount -t overlay overlay -o "lowerdir=$base,upperdir=$work/upper,workdir=$work/overlay-work" "$root"
-  mount --rbind /proc "$root/proc"
-  mount --rbind /sys "$root/sys"
-  mount --rbind /dev "$root/dev"
-  mount -t tmpfs -o mode=755 tmpfs "$root/run"
-  mkdir -p "$root/var/cache/apt/archives" "$root/root/.cache/pip" "$root/var/tmp"
-  mount --bind "$cache/apt-archives" "$root/var/cache/apt/archives"
-  mount --bind "$cache/pip" "$root/root/.cache/pip"
-  # a fresh root of its own for the suite inside (tests/test_fresh_root.py runs there too):
-  # the same caches, and scratch space that is not on the overlay
-  mkdir -p "$root$cache" && mount --bind "$cache" "$root$cache"
-  mount --bind "$work/scratch" "$root/var/tmp"
-  printf "127.0.0.1\tlocalhost\n127.0.1.1\t%s\n::1\tlocalhost ip6-localhost\n" "$(hostname)" \
-    > "$root/etc/hosts"
-  cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
-  tls=()
-  if [ -n "${PIP_CERT:-}" ] && [ -r "$PIP_CERT" ]; then
-    mkdir -p "$root/etc/fresh-root" && cp "$PIP_CERT" "$root/etc/fresh-root/ca.crt"
-    tls=(PIP_CERT=/etc/fresh-root/ca.crt SSL_CERT_FILE=/etc/fresh-root/ca.crt)
-  fi
-  git clone --quiet "$src" "$root/root/tailgate"
-  echo "fresh_root: make $mode in a fresh Debian 12 root (chroot $root)"
-  start=$(date +%s)
-  rc=0
-  chroot "$root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb \
-    PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "${tls[@]}" \
-    bash -c "cd /root/tailgate && make $mode" || rc=$?
-  echo "fresh_root: make $mode exited $rc after $(( $(date +%s) - start )) s"
-  if [ "$mode" = run ]; then
-    [ -s "$root/root/tailgate/report.json" ] || { echo "fresh_root: no report.json"; [ "$rc" = 0 ] && rc=1; }
-    chroot "$root" /root/tailgate/.venv/bin/python -c "import tailgate.bench.fastloop" \
-      && echo "fresh_root: compiled engine present" \
-      || { echo "fresh_root: the compiled engine is missing"; [ "$rc" = 0 ] && rc=1; }
-    mkdir -p "${FRESH_ROOT_OUT:-$work/out}"
-    cp "$root/root/tailgate/report.json" "${FRESH_ROOT_OUT:-$work/out}/" 2>/dev/null || true
-  fi
-  exit $rc
-'
+# Everything from here runs in a private mount namespace (ns.sh), which ends in the root
+# (inner.sh). Scripts of their own, so that neither is quoted inside the other.
+cat > "$work/ns.sh" <<'NS'
+set -euo pipefail
+root=$work/root
+mount -t overlay overlay -o "lowerdir=$base,upperdir=$work/upper,workdir=$work/overlay-work" "$root"
+mount --rbind /proc "$root/proc"
+mount --rbind /sys "$root/sys"
+mount --rbind /dev "$root/dev"
+mount -t tmpfs -o mode=755 tmpfs "$root/run"
+mkdir -p "$root/var/cache/apt/archives" "$root/root/.cache/pip" "$root/var/tmp"
+mount --bind "$cache/apt-archives" "$root/var/cache/apt/archives"
+mount --bind "$cache/pip" "$root/root/.cache/pip"
+# a fresh root of its own for the suite inside (tests/test_fresh_root.py runs there too):
+# the same caches, and scratch space that is not on the overlay
+mkdir -p "$root$cache" && mount --bind "$cache" "$root$cache"
+mount --bind "$work/scratch" "$root/var/tmp"
+printf "127.0.0.1\tlocalhost\n127.0.1.1\t%s\n::1\tlocalhost ip6-localhost\n" "$(hostname)" \
+  > "$root/etc/hosts"
+cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
+tls=()
+if [ -n "${PIP_CERT:-}" ] && [ -r "$PIP_CERT" ]; then
+  mkdir -p "$root/etc/fresh-root" && cp "$PIP_CERT" "$root/etc/fresh-root/ca.crt"
+  tls=(PIP_CERT=/etc/fresh-root/ca.crt SSL_CERT_FILE=/etc/fresh-root/ca.crt)
+fi
+git clone --quiet "$src" "$root/root/tailgate"
+cp "$work/inner.sh" "$root/root/fresh-inner.sh"
+echo "fresh_root: make $mode in a fresh Debian 12 root ($root)"
+# The root becomes this namespace's real root (pivot_root, then the host is detached), not a
+# chroot inside the host's tree: a process in a mount namespace of its own (the tests make
+# some) would otherwise show its files at their host paths in /proc/PID/maps.
+cd "$root"
+mkdir -p .host
+pivot_root . .host
+exec chroot . /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb MODE="$mode" \
+  PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "${tls[@]}" \
+  bash /root/fresh-inner.sh
+NS
+cat > "$work/inner.sh" <<'INNER'
+umount -l /.host && rmdir /.host
+cd /root/tailgate
+start=$(date +%s)
+rc=0
+make "$MODE" || rc=$?
+echo "fresh_root: make $MODE exited $rc after $(( $(date +%s) - start )) s"
+if [ "$MODE" = run ]; then
+  if [ -s report.json ]; then cp report.json /var/tmp/report.json
+  else echo "fresh_root: no report.json"; [ "$rc" = 0 ] && rc=1; fi
+  if .venv/bin/python -c "import tailgate.bench.fastloop"; then
+    echo "fresh_root: compiled engine present"
+  else echo "fresh_root: the compiled engine is missing"; [ "$rc" = 0 ] && rc=1; fi
+fi
+exit $rc
+INNER
+rc=0
+unshare --mount --propagation private -- bash "$work/ns.sh" || rc=$?
+# what the root handed out through its /var/tmp (the scratch folder)
+if [ "$mode" = run ] && [ -n "${FRESH_ROOT_OUT:-}" ] && [ -s "$work/scratch/report.json" ]; then
+  mkdir -p "$FRESH_ROOT_OUT" && cp "$work/scratch/report.json" "$FRESH_ROOT_OUT/"
+fi
+exit $rc
