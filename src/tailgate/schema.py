@@ -398,6 +398,31 @@ _DPDK = Rec({"pid": Opt(Int(0, 2**22)), "version": TEXT, "ports": Map(_DPDK_PORT
              "missing": Map(TEXT)})
 
 
+# GPU health (sources/gpu.py) and PFC (sources/pfc.py)
+@dataclass(frozen=True)
+class CountOrFlag(Schema):
+    """A retired-page or remapped-row field: a count, or a pending/failure flag."""
+
+    def check(self, v: Any, at: str) -> None:
+        if isinstance(v, bool):
+            return
+        U64.check(v, at)
+
+
+_GPU = Rec({"ecc": Map(Map(U64)), "clock_events": Map(Bool())}, optional={
+    "uuid": Opt(TEXT), "retired_pages": Map(CountOrFlag()), "remapped_rows": Map(CountOrFlag()),
+    "nvlink": Map(Map(U64)), "nvlink_state": Map(TEXT), "unreadable": Map(TEXT),
+    "clock_event_ns": Map(U64), "name": Opt(TEXT)})
+_XID = Rec({"t_s": Opt(SECONDS), "bdf": Opt(TEXT), "code": Int(0, 2**16), "text": TEXT})
+_PFC = Rec({"global": COUNTERS, "prio": Map(COUNTERS, key=Str(r"[0-7]")),
+            "link_pause": Opt(Map(Bool())), "unreadable": Map(TEXT),
+            "pfc": Opt(Rec({"enabled": List(Int(0, 7), max=8), "cap": Opt(Int(0, 8))})),
+            "pfc_source": Opt(NAME), "rdma": NAMES},
+           optional={"storm": COUNTERS, "traffic": Map(COUNTERS, key=Str(r"[0-7]"))})
+_PLATFORM = Rec({"kind": one_of("baremetal", "vm", "container"), "hypervisor": Opt(NAME),
+                 "container": Opt(NAME), "read": List(TEXT), "signs": List(TEXT)})
+
+
 # Fact name (full match, ASCII) -> schema; the first match decides.
 SCHEMAS: tuple[tuple[str, Schema], ...] = (
     # Tcp MaxConn is -1 ("no limit"), the one signed value; everything else counts
@@ -428,7 +453,12 @@ SCHEMAS: tuple[tuple[str, Schema], ...] = (
     (r"proc\.[0-9]+\.gpus", Rec({"gpus": List(TEXT), "unresolved": List(TEXT)})),
     (r"sockets\.[0-9]+", Rec({"connections": U64, "skmem": List(COUNTERS)})),
     (r"kernel\.slabinfo", Map(Int(1, 2**32))),
-    (r"(nic|rps|xps|tc\.qdisc|ethtool\.(info|fec|phy|module|rss|rings|ts))", List(IFACE)),
+    (r"(nic|rps|xps|tc\.qdisc|net\.pfc|ethtool\.(info|fec|phy|module|rss|rings|ts))", List(IFACE)),
+    (r"net\.pfc\..+", _PFC),
+    (r"host\.platform", _PLATFORM),
+    (r"gpu\.health", Rec({"source": Opt(TEXT), "gpus": Map(_GPU), "tried": Map(TEXT)})),
+    (r"gpu\.xid", Rec({"gpus": List(TEXT), "events": List(_XID), "uptime_s": Opt(SECONDS),
+                       "boot_id": Opt(TEXT)})),
     (r"nic\.[^.].*", _NIC),
     (r"rps\..+", Rec({"rps_cpus": _CPU_MAPS, "rps_flow_cnt": Map(Opt(Int(0, 2**32)))})),
     (r"xps\..+", Rec({"queues": _CPU_MAPS, "online": List(CPU, min=1, max=MAX_CPUS)})),
@@ -463,6 +493,9 @@ SCHEMAS: tuple[tuple[str, Schema], ...] = (
         "offset_ns": Num(-1e18, 1e18), "leap": TEXT, "synchronised": Bool()})),
     (r"pci\.devices", Map(_PCI_DEVICE, key=BDF)),
     (r"pci\.aer", Rec({"counters": Map(COUNTERS, key=BDF), "errors": Map(TEXT)})),
+    (r"pci\.aer_uncorrectable", Rec({"counters": Map(Rec({"fatal": COUNTERS,
+                                                           "nonfatal": COUNTERS}), key=BDF),
+                                     "errors": Map(TEXT)})),
     (r"pci\.replay", Rec({"counters": Map(COUNTERS, key=BDF), "sources": Map(TEXT),
                           "errors": Map(TEXT)})),
     (r"pci\.links", Rec({"chains": Map(List(BDF, min=1, max=64), key=BDF),

@@ -98,6 +98,11 @@ def pfc_config(snap: Snapshot, p: dict) -> list[Result]:
         v = f.value
         info = snap.fact(f"ethtool.info.{iface}")
         driver = info.value.get("driver") if info.ok and isinstance(info.value, dict) else None
+        if v.get("pfc") is None and not info.ok:
+            # which driver decides whether its counters tell the PFC configuration (mlx5)
+            results.append(Result("unknown", subject=iface, reason="no PFC configuration "
+                                  f"readable and the driver unknown: {info.missing}"))
+            continue
         enabled, how = None, None
         if v.get("pfc") is not None:
             enabled, how = v["pfc"]["enabled"], "dcb pfc show"

@@ -30,7 +30,7 @@ from typing import Any
 from ..collect import Scope, collector
 from ..host import Host
 from ..model import ParseError, SourceError
-from .pci import NVIDIA, _bdf, pci_devices
+from .pci import NVIDIA, UNREADABLE, _bdf, pci_devices
 
 # -- Xid: the kernel log ---------------------------------------------------------------------
 
@@ -112,8 +112,15 @@ def parse_uptime(text: str) -> float:
 
 
 def nvidia_gpus(host: Host) -> list[str]:
-    return sorted(b for b, e in pci_devices(host).items()
+    """The NVIDIA GPUs' addresses. None found while a PCI device could not be read: that
+    device might be the GPU, so "no GPU here" (a skip) cannot be said: the source is refused."""
+    devices = pci_devices(host)
+    gpus = sorted(b for b, e in devices.items()
                   if e.get("vendor") == NVIDIA and e.get("kind") == "gpu")
+    unreadable = [e["error"] for e in devices.values() if e.get("kind") == UNREADABLE]
+    if not gpus and unreadable:
+        raise SourceError(f"a PCI device could not be read (it may be a GPU): {unreadable[0]}")
+    return gpus
 
 
 @collector("gpu.xid", counter=True)

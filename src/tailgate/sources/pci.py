@@ -279,6 +279,9 @@ def pci_aer_uncorrectable(host: Host, scope: Scope) -> dict[str, Any]:
     counters: dict[str, dict[str, dict[str, int]]] = {}
     errors: dict[str, str] = {}
     for bdf, entry in pci_devices(host).items():
+        if entry["kind"] == UNREADABLE:
+            errors[bdf] = entry["error"]
+            continue
         if not entry["aer"]:
             continue
         try:
