@@ -134,7 +134,8 @@ def test_cli_reports_each_kind_once_with_examples_and_no_traceback(engine):
                               "--duration", "0.5s", "--workers", "1", "--timeout", "1s",
                               "--engine", engine, "--quiet", "--json", "-"], capture_output=True, text=True,
                              timeout=60, check=False)
-    assert out.returncode == 0, out.stderr
+    assert out.returncode == 1, out.stderr  # no request succeeded: a failed run, SLO or not
+    assert "no request succeeded (10 sent: 10 upgrade" in out.stderr, out.stderr
     assert "Traceback" not in out.stderr and "Fatal error" not in out.stderr, out.stderr
     data = json.loads(out.stdout)
     assert data["requests"]["errors"]["upgrade"] == data["requests"]["sent"] == 10
@@ -174,7 +175,7 @@ def test_cli_limits_and_retry_flags_reach_the_run(engine):
                               "--engine", engine,
                               "--json", "-"], capture_output=True, text=True, timeout=60,
                              check=False)
-    assert out.returncode == 0, out.stderr
+    assert out.returncode == 1, out.stderr  # every request too_large: none succeeded
     data = json.loads(out.stdout)
     assert data["config"]["limits"]["max_header_bytes"] == 65536
     assert data["config"]["retry_stale"] is True

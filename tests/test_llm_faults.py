@@ -209,7 +209,7 @@ def test_an_sse_error_event_is_a_server_error_with_its_message(mode):
 
     with ScriptedServer(modes=(mode,)) as srv:
         r = llm(srv.base, "--requests", "4")
-    assert r.rc == 0, r.stderr
+    assert r.rc == 1, r.stderr  # no request succeeded: exit 1
     assert errors(r.json) == {"server_error": 4}, r.json["requests"]
     (ex,) = r.json["requests"]["error_examples"]["server_error"]
     assert ex == {"reason": f"event: error: {ERROR_MESSAGE}", "count": 4}
@@ -220,7 +220,7 @@ def test_an_endless_token_stream_is_cut_at_the_token_limit():
         r = llm(srv.base, "--requests", "2", "--timeout", "30s",
                 "--max-tokens-per-stream", "5000")
         sent = srv.endless_sent
-    assert r.rc == 0, r.stderr
+    assert r.rc == 1, r.stderr  # no request succeeded: exit 1
     assert errors(r.json) == {"too_large": 2}, r.json["requests"]
     (ex,) = r.json["requests"]["error_examples"]["too_large"]
     assert ex["reason"] == "more than 5000 tokens in one stream (--max-tokens-per-stream)"
