@@ -154,21 +154,23 @@ def test_every_flag_applies_or_is_refused_naming_flag_and_protocol(flag, protoco
         assert args.sweep == "1..2"
         args.sweep = None
     if applies:
-        info, target, *_ = bench_cmd._parse(args)
+        spec = bench_cmd.spec_of(args)
+        info, target = spec.info, spec.target
         assert target.kind == protocol and info.protocol == protocol
         return
     with pytest.raises(UsageError) as err:
-        bench_cmd._parse(args)
+        bench_cmd.spec_of(args)
     msg = str(err.value)
     assert flag in msg and (SCHEME[protocol] in msg or flag == "--concurrency"), msg
 
 
 def test_applied_flags_reach_the_run():
     """A few of the table's flags, followed into what the engine is given."""
-    info, target, _, schedule, extra = bench_cmd._parse(parse(
+    spec = bench_cmd.spec_of(parse(
         [*BASE["openai"], "-H", "Authorization: Bearer t", "--workers", "2",
          "--connections", "3", "--requests", "4", "--api", "chat", "--max-event-bytes",
          "1MiB", "--no-usage", "--allow-no-done", "--slo", "ttft_p99<1s"]))
+    info, target, schedule, extra = spec.info, spec.target, spec.schedule, spec.engine_fields
     assert b"\r\nAuthorization: Bearer t\r\n" in target.request
     assert target.request.startswith(b"POST /v1/chat/completions HTTP/1.1\r\n")
     assert (info.workers, info.connections, info.requests) == (2, 3, 4)
@@ -180,9 +182,9 @@ def test_applied_flags_reach_the_run():
 
 def test_workload_options_for_another_workload_are_refused():
     with pytest.raises(UsageError, match="--turns does not apply to --workload fixed"):
-        bench_cmd._parse(parse([*BASE["openai"], "--turns", "3"]))
+        bench_cmd.spec_of(parse([*BASE["openai"], "--turns", "3"]))
     with pytest.raises(UsageError, match="--input-len does not apply to --workload trace"):
-        bench_cmd._parse(parse([*BASE["openai"], "--workload", "trace", "--trace", TRACE,
+        bench_cmd.spec_of(parse([*BASE["openai"], "--workload", "trace", "--trace", TRACE,
                                 "--input-len", "3"]))
 
 
@@ -274,7 +276,8 @@ def test_the_per_request_log_of_an_llm_run_adds_token_columns():
 def test_llm_slos_are_refused_for_other_protocols():
     for protocol in ("http", "tcp"):
         with pytest.raises(UsageError, match="unknown SLO metric 'ttft_p99'"):
-            bench_cmd._parse(parse([*BASE[protocol], "--slo", "ttft_p99<1s"]))
-    _, _, slos, _, extra = bench_cmd._parse(parse([*BASE["openai"], "--slo", "ttft_p99<1s",
-                                                   "--slo", "p99<2s"]))
+            bench_cmd.spec_of(parse([*BASE[protocol], "--slo", "ttft_p99<1s"]))
+    spec = bench_cmd.spec_of(parse([*BASE["openai"], "--slo", "ttft_p99<1s",
+                                    "--slo", "p99<2s"]))
+    slos = spec.slos
     assert [s.metric for s in slos] == ["ttft_p99", "latency.p99"]

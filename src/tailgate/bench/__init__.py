@@ -2,6 +2,17 @@
 
 One engine for every protocol; modules, each usable on its own:
 
+The library call (:mod:`.spec`, :mod:`.runner`)::
+
+    from tailgate.bench import BenchSpec, run
+    result = run(BenchSpec.of("http://127.0.0.1:8080/", rate="1k", duration="5s",
+                              slo=["p99<5ms"]))
+    print(result.json["latency_ms"]["p99"], result.passed)
+
+* :mod:`.spec`     — :class:`.spec.BenchOptions` (as given) checked into a :class:`.spec.BenchSpec`.
+* :mod:`.runner`   — ``run(spec) -> BenchResult`` on this host; ``save`` writes its outputs.
+* :mod:`.protocols` — the protocol registry: each protocol module registers its schemes,
+  options, error kinds, target builder and connection.
 * :mod:`.units`    — parse "10s", "500ms", "20k", escaped byte strings (pure).
 * :mod:`.schedule` — intended send times: constant or Poisson, split over workers (pure).
 * :mod:`.target`   — ``http://`` / ``tcp://`` / ``openai+http://`` targets and the request
@@ -27,3 +38,16 @@ Three times are kept for every request (all CLOCK_MONOTONIC seconds):
 ``end - intended``, service time ``end - send``, generator lateness
 ``dispatch - intended`` where dispatch is when the generator got to the request.
 """
+
+from typing import Any
+
+_LAZY = {"BenchOptions": ".spec", "BenchSpec": ".spec", "build": ".spec", "run": ".runner",
+         "save": ".runner", "Hooks": ".runner", "BenchResult": ".result"}
+
+
+def __getattr__(name: str) -> Any:  # the library call, imported when first used
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

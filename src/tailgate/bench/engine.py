@@ -78,6 +78,7 @@ from ..hist import Histogram, HistogramSpec
 from .conn import OUT_OF_STEP, Connection, monotonic
 from .http1 import Limits
 from .outcome import CODE, KINDS, OK, PROTOCOL, STALE, TIMEOUT
+from .protocols import by_kind
 from .target import Target
 from .timer import Waker
 from .tls import DialError, client_context, dial
@@ -185,34 +186,14 @@ class Engine:
         self.times = np.asarray(cfg.times, dtype=np.float64)
         self.n = int(self.times.size)
         t = cfg.target
-        lim, seq = cfg.limits, cfg.check_seq
-        self._llm = t.kind == "openai"
+        proto = by_kind(t.kind)
+        self._llm = proto.tokens
         self.tokens: Any = None
-        if t.kind == "http":
-            from .http import HttpConnection
-
-            self._factory: Callable[[], Connection] = lambda: HttpConnection(
-                self, t.request, lim, seq)
-        elif self._llm:
+        if self._llm:
             from ..llm.accounting import TokenBook
-            from .openai_sse import OpenAIConnection
 
-            reqs = list(cfg.requests or ())
-            if len(reqs) != self.n:
-                raise ValueError(f"{len(reqs)} request bodies for {self.n} scheduled requests")
             self.tokens = TokenBook(cfg.spec)
-            self._factory = lambda: OpenAIConnection(self, reqs, t.api or "completions", lim,
-                                                     cfg.max_event_bytes, cfg.require_done,
-                                                     cfg.max_tokens_per_stream)
-        elif t.kind == "grpc":
-            from .grpc import GrpcConnection
-
-            self._factory = lambda: GrpcConnection(self, t, lim)
-        else:
-            from .tcp import TcpConnection
-
-            self._factory = lambda: TcpConnection(self, t.request, t.delimiter,
-                                                  t.response_length, lim, seq)
+        self._factory: Callable[[], Connection] = proto.connections(self, cfg)
         # Times are sorted: request ids from here on are measured (after the warm-up).
         self.first_measured = int(np.searchsorted(self.times, cfg.warmup_s, side="left"))
         self.n_sent = 0

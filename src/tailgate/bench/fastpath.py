@@ -39,6 +39,7 @@ import numpy as np
 
 from .engine import Engine, EngineConfig, WorkerResult, note_reason
 from .outcome import KINDS
+from .protocols import compiled_schemes
 
 try:
     from . import fastloop  # type: ignore[attr-defined]
@@ -83,7 +84,7 @@ if fastloop is not None and (_wrong := out_of_step_with_python(fastloop)):
                    f"version: {'; '.join(_wrong)}; rebuild it (pip install -e .)")
 
 ENGINES = ("auto", "fast", "python")
-FAST_SCHEMES = ("http", "tcp")  # the schemes fastloop.c speaks (no TLS)
+FAST_SCHEMES = compiled_schemes()  # the schemes fastloop.c speaks (no TLS): see protocols
 NO_TIME = np.iinfo(np.int64).min  # a record's send time when it never reached the wire
 # Poll instead of sleeping for the last microseconds before a due time: a timed wake-up
 # from epoll took ~20 µs on our VMs (lateness P50 20 µs with no spin, 12 µs with 5 µs,

@@ -36,8 +36,10 @@ import h2.settings
 from .. import __version__
 from .conn import Connection, Sink
 from .http1 import FramingError, Limits
-from .outcome import GRPC_STATUS, OK, PROTOCOL, RESET, TOO_LARGE, http_outcome
-from .target import Target
+from .outcome import GRPC_STATUS, OK, PROTOCOL, REQUEST_KINDS, RESET, TOO_LARGE, http_outcome
+from .protocols import Protocol
+from .slo import parse_slo
+from .target import Target, grpc_target
 
 # https://grpc.github.io/grpc/core/md_doc_statuscodes.html
 STATUS_NAMES = ("OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
@@ -313,3 +315,16 @@ class GrpcConnection(Connection):
         if self.call is not None and self.call.http_status:
             raise FramingError("truncated", "connection closed inside the gRPC response")
         raise FramingError("closed", "connection closed before any response to the call")
+
+
+def _connections(engine, cfg):
+    t, lim = cfg.target, cfg.limits
+    return lambda: GrpcConnection(engine, t, lim)
+
+
+BENCH_PROTOCOL = Protocol(
+    kind="grpc", schemes={"grpc": False, "grpcs": True},
+    usage="grpc(s)://host:port/package.Service/Method",
+    flags=("--body", "--body-file", "--header"), kinds=(*REQUEST_KINDS, "grpc_status"),
+    default_timeout="2s", target=grpc_target, connections=_connections,
+    parse_slo=parse_slo)

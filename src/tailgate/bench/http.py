@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from .conn import Connection, Sink
 from .http1 import End, FramingError, Head, Limits, ResponseReader, Unsolicited
-from .outcome import CODE, PROTOCOL, http_outcome
+from .outcome import CODE, PROTOCOL, REQUEST_KINDS, http_outcome
+from .protocols import Protocol
+from .slo import parse_slo
+from .target import http_target
 
 SEQ_HEADER = b"x-tailgate-seq"  # the test mode's sequence stamp, request and response
 
@@ -90,3 +93,15 @@ class HttpConnection(Connection):
             return
         outcome = http_outcome(ev.status)
         self.complete(outcome, ev.status, f"HTTP {ev.status}" if outcome else "")
+
+
+def _connections(engine, cfg):
+    t, lim, seq = cfg.target, cfg.limits, cfg.check_seq
+    return lambda: HttpConnection(engine, t.request, lim, seq)
+
+
+BENCH_PROTOCOL = Protocol(
+    kind="http", schemes={"http": False, "https": True}, usage="http(s)://host:port/path",
+    flags=("--method", "--body", "--body-file", "--header"), kinds=REQUEST_KINDS,
+    default_timeout="2s", target=http_target, connections=_connections,
+    parse_slo=parse_slo, compiled=True)

@@ -32,7 +32,18 @@ from ..llm.openai import ChunkError, parse_chunk
 from ..llm.sse import SSEError, SSEParser, SSETooLarge
 from .conn import Connection, Sink, monotonic
 from .http1 import Data, End, FramingError, Head, Limits, ResponseReader, Unsolicited
-from .outcome import CODE, MALFORMED_SSE, NO_TOKEN, OK, PROTOCOL, SERVER_ERROR, TOO_LARGE
+from .outcome import (
+    CODE,
+    ERROR_KINDS,
+    MALFORMED_SSE,
+    NO_TOKEN,
+    OK,
+    PROTOCOL,
+    SERVER_ERROR,
+    TOO_LARGE,
+)
+from .protocols import Protocol
+from .target import openai_target
 
 # What the engine reads of one request: (first chunk, token times, [DONE] time,
 # usage completion tokens or -1, usage prompt tokens or -1); times NaN when absent.
@@ -239,3 +250,30 @@ class OpenAIConnection(Connection):
             outcome = PROTOCOL  # 3xx: nothing an OpenAI client can use
         return outcome, st, (f"HTTP {st}: "
                              + self.error_body.decode("utf-8", errors="replace").strip()[:200])
+
+
+def _connections(engine, cfg):
+    reqs = list(cfg.requests or ())
+    if len(reqs) != engine.n:
+        raise ValueError(f"{len(reqs)} request bodies for {engine.n} scheduled requests")
+    t, lim = cfg.target, cfg.limits
+    return lambda: OpenAIConnection(engine, reqs, t.api or "completions", lim,
+                                    cfg.max_event_bytes, cfg.require_done,
+                                    cfg.max_tokens_per_stream)
+
+
+def _parse_slo(expr: str):
+    from ..llm.accounting import parse_slo
+
+    return parse_slo(expr)
+
+
+BENCH_PROTOCOL = Protocol(
+    kind="openai", schemes={"openai+http": False, "openai+https": True},
+    usage="openai+http(s)://host:port/v1",
+    flags=("--header", "--max-event-bytes", "--max-tokens-per-stream", "--model", "--api",
+           "--workload", "--input-len", "--output-len", "--range-ratio", "--conversations",
+           "--turns", "--system-len", "--trace", "--allow-no-done", "--trace-token-scale",
+           "--trace-time-scale", "--no-usage", "--ignore-eos", "--concurrency"),
+    kinds=tuple(k for k in ERROR_KINDS if k != "grpc_status"), default_timeout="60s",
+    target=openai_target, connections=_connections, parse_slo=_parse_slo, tokens=True)

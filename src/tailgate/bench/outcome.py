@@ -64,14 +64,8 @@ ERROR_KINDS = KINDS[1:]
 STREAM_KINDS = KINDS[MALFORMED_SSE:NO_TOKEN + 1]  # only a streamed (openai+) response
 
 
-def kinds_for(protocol: str) -> tuple[str, ...]:
-    """The error kinds a protocol's requests can end with (the JSON lists these);
-    ``protocol`` is the target's scheme less ``openai+`` (``https``, ``grpcs``, ...)."""
-    if protocol == "openai":
-        return tuple(k for k in ERROR_KINDS if k != "grpc_status")
-    grpc = protocol in ("grpc", "grpcs")
-    return tuple(k for k in ERROR_KINDS if k not in STREAM_KINDS
-                 and (k != "grpc_status" or grpc))
+# What a request over HTTP/1.1, TCP or gRPC can end with (no stream; grpc adds its status).
+REQUEST_KINDS = tuple(k for k in ERROR_KINDS if k not in STREAM_KINDS and k != "grpc_status")
 CODE = {k: i for i, k in enumerate(KINDS)}
 
 

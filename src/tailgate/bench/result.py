@@ -88,7 +88,8 @@ from .arrivals import arrival_test
 from .confidence import ConfidenceTarget, judge_targets, quantile_ci
 from .engine import LLM_LOG_HEADER, LOG_HEADER, MAX_REASONS, OTHER_REASONS, WorkerResult
 from .http1 import Limits
-from .outcome import KINDS, kinds_for
+from .outcome import KINDS
+from .protocols import kinds_for
 from .stationarity import stationarity_test
 
 PERCENTILES = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9,
@@ -146,12 +147,42 @@ class BenchResult:
     intervals: dict[int, Histogram]
     info: RunInfo
     tokens: Any = None  # openai+: the merged tailgate.llm.accounting.TokenBook
+    stopped: bool = False  # Ctrl-C (or a stop) ended the run early
+    start_epoch_s: float | None = None  # wall-clock time of the schedule's time 0
 
     @property
     def exit_ok(self) -> bool:
         conf = self.json.get("confidence")
         return all(s["pass"] for s in self.json.get("slo", [])) and (
             conf is None or conf["reached"]) and not self.json["requests"].get("lost")
+
+    @property
+    def passed(self) -> bool:
+        """Every SLO held, the confidence asked for was reached, nothing was lost, and at
+        least one request succeeded: what exit status 0 means."""
+        return self.exit_ok and bool(self.json["requests"].get("ok"))
+
+
+def add_percentiles(result: BenchResult, chosen: list[tuple[str, float]]) -> None:
+    """Put the chosen percentiles bench does not write by default into the JSON blocks,
+    each with its confidence interval, from the merged histograms (nothing re-run)."""
+    hists = {"latency_ms": result.latency, "service_time_ms": result.service,
+             "lateness_ms": result.lateness}
+    if result.tokens is not None:
+        hists.update({f"{k}_ms": h for k, h in result.tokens.hists.items()
+                      if f"{k}_ms" in result.json})
+    for key, h in hists.items():
+        block = result.json[key]
+        for name, p in chosen:
+            if name in block:
+                continue
+            block[name] = round(min(h.value_at_percentile(p), h.max) / NS_PER_MS, 6) \
+                if h.total else None
+            ci = quantile_ci(h, p, CI_LEVEL)
+            block.setdefault("ci", {})[name] = (
+                {"lo": round(ci.lo / NS_PER_MS, 6), "hi": round(ci.hi / NS_PER_MS, 6),
+                 "measurable": True} if ci.measurable else
+                {"lo": None, "hi": None, "measurable": False, "reason": ci.reason})
 
 
 def summarize(h: Histogram, scale: float = NS_PER_MS) -> dict[str, Any]:

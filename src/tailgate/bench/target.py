@@ -117,56 +117,85 @@ def openai_head(host: str, port: int, path: str, headers: list[tuple[str, str]] 
     return block[:-len(b"Content-Length: 0\r\n\r\n")]  # each request adds its own
 
 
+@dataclass(frozen=True)
+class RequestOptions:
+    """What each request is, as the protocol options give it (a protocol reads its own)."""
+
+    method: str = "GET"
+    headers: tuple[tuple[str, str], ...] = ()
+    body: bytes = b""
+    payload: bytes | None = None
+    delimiter: bytes | None = None
+    response_length: int | None = None
+    api: str = "completions"
+    tls: TlsOptions | None = None
+
+    def no_tcp_options(self) -> None:
+        if self.payload is not None or self.delimiter is not None \
+                or self.response_length is not None:
+            raise TargetError("--payload/--delimiter/--response-length are for tcp:// targets")
+
+
 def parse_target(url: str, *, method: str = "GET", headers: list[tuple[str, str]] = (),
                  body: bytes = b"", payload: bytes | None = None,
                  delimiter: bytes | None = None,
                  response_length: int | None = None, api: str = "completions",
                  tls: TlsOptions | None = None) -> Target:
-    """Check a target URL and its request options, and build the request bytes.
+    """Check a target URL and its request options, and build the request bytes (the
+    protocol of its scheme does, see :mod:`.protocols`).
 
     ``tls`` (the --insecure/--cacert/--cert/--key/--sni options) applies to https://,
     grpcs:// and openai+https:// only; given for another scheme it is an error, never
     ignored."""
-    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
-    secure = scheme in ("https", "grpcs", "openai+https")
+    from .protocols import protocols, registry, scheme_of
+
+    scheme = scheme_of(url)
+    proto = registry().get(scheme)
+    if proto is None:
+        raise TargetError("target must be " + ", ".join(p.usage for p in protocols())
+                          + f", not {url!r}")
+    secure = proto.schemes[scheme]
     if tls is not None and tls != TlsOptions() and not secure:
         given = [f"--{k}" for k, v in vars(tls).items() if v and k != "alpn"]
-        raise TargetError(f"{' '.join(given)} does not apply to {scheme or url}:// targets "
-                          f"(it is for https://, grpcs://, openai+https://)")
-    if scheme in ("openai+http", "openai+https"):
-        from ..llm.openai import PATHS
+        tls_schemes = [f"{s}://" for p in protocols() for s, t in p.schemes.items() if t]
+        raise TargetError(f"{' '.join(given)} does not apply to {scheme}:// targets "
+                          f"(it is for {', '.join(tls_schemes)})")
+    return proto.target(url, secure, RequestOptions(
+        method=method, headers=tuple(headers), body=body, payload=payload,
+        delimiter=delimiter, response_length=response_length, api=api, tls=tls))
 
-        if api not in PATHS:
-            raise TargetError(f"--api must be one of {', '.join(PATHS)}, not {api!r}")
-        host, port, path = _host_port(url[len("openai+"):], 443 if secure else 80)
-        path = path.rstrip("/") + PATHS[api]  # type: ignore[index]
-        return Target(url, "openai", host, port, openai_head(host, port, path, list(headers)),
-                      api=api, tls=_tls(tls, "http/1.1") if secure else None)
-    if scheme in ("http", "https"):
-        host, port, path = _host_port(url, 443 if secure else 80)
-        if payload is not None or delimiter is not None or response_length is not None:
-            raise TargetError("--payload/--delimiter/--response-length are for tcp:// targets")
-        opts = _tls(tls, "http/1.1") if secure else None
-        return Target(url, "http", host, port, http_request(method, host, port, path,
-                                                            list(headers), body), tls=opts)
-    if scheme in ("grpc", "grpcs"):
-        return _grpc_target(url, secure, method, headers, body, payload, delimiter,
-                            response_length, tls)
-    if scheme == "tcp":
-        host, port, _ = _host_port(url, None)
-        if not payload:
-            raise TargetError("a tcp:// target needs --payload (the request bytes)")
-        if (delimiter is None) == (response_length is None):
-            raise TargetError("a tcp:// target needs exactly one of --delimiter "
-                              "or --response-length")
-        if delimiter is not None and not delimiter:
-            raise TargetError("--delimiter must not be empty")
-        if response_length is not None and response_length < 1:
-            raise TargetError("--response-length must be >= 1")
-        return Target(url, "tcp", host, port, payload, delimiter, response_length)
-    raise TargetError("target must be http(s)://host:port/path, tcp://host:port, "
-                      "grpc(s)://host:port/package.Service/Method or "
-                      f"openai+http(s)://host:port/v1, not {url!r}")
+
+def http_target(url: str, secure: bool, o: RequestOptions) -> Target:
+    host, port, path = _host_port(url, 443 if secure else 80)
+    o.no_tcp_options()
+    return Target(url, "http", host, port, http_request(o.method, host, port, path,
+                                                        list(o.headers), o.body),
+                  tls=_tls(o.tls, "http/1.1") if secure else None)
+
+
+def openai_target(url: str, secure: bool, o: RequestOptions) -> Target:
+    from ..llm.openai import PATHS
+
+    if o.api not in PATHS:
+        raise TargetError(f"--api must be one of {', '.join(PATHS)}, not {o.api!r}")
+    host, port, path = _host_port(url[len("openai+"):], 443 if secure else 80)
+    path = path.rstrip("/") + PATHS[o.api]  # type: ignore[index]
+    return Target(url, "openai", host, port, openai_head(host, port, path, list(o.headers)),
+                  api=o.api, tls=_tls(o.tls, "http/1.1") if secure else None)
+
+
+def tcp_target(url: str, secure: bool, o: RequestOptions) -> Target:
+    host, port, _ = _host_port(url, None)
+    if not o.payload:
+        raise TargetError("a tcp:// target needs --payload (the request bytes)")
+    if (o.delimiter is None) == (o.response_length is None):
+        raise TargetError("a tcp:// target needs exactly one of --delimiter "
+                          "or --response-length")
+    if o.delimiter is not None and not o.delimiter:
+        raise TargetError("--delimiter must not be empty")
+    if o.response_length is not None and o.response_length < 1:
+        raise TargetError("--response-length must be >= 1")
+    return Target(url, "tcp", host, port, o.payload, o.delimiter, o.response_length)
 
 
 def _tls(opts: TlsOptions | None, alpn: str) -> TlsOptions:
@@ -188,9 +217,8 @@ def grpc_frame(message: bytes) -> bytes:
     return b"\x00" + len(message).to_bytes(4, "big") + message
 
 
-def _grpc_target(url: str, secure: bool, method: str, headers: list[tuple[str, str]],
-                 body: bytes, payload: bytes | None, delimiter: bytes | None,
-                 response_length: int | None, tls: TlsOptions | None) -> Target:
+def grpc_target(url: str, secure: bool, o: RequestOptions) -> Target:
+    method, headers, body, tls = o.method, o.headers, o.body, o.tls
     host, port, path = _host_port(url, 443 if secure else None)
     try:
         import h2  # noqa: F401  (HTTP/2 for the gRPC connection)
@@ -199,8 +227,7 @@ def _grpc_target(url: str, secure: bool, method: str, headers: list[tuple[str, s
     if not _GRPC_PATH.match(path):
         raise TargetError(f"a gRPC target names its method: grpc://host:port/"
                           f"package.Service/Method, not path {path!r}")
-    if payload is not None or delimiter is not None or response_length is not None:
-        raise TargetError("--payload/--delimiter/--response-length are for tcp:// targets")
+    o.no_tcp_options()
     if method.upper() not in ("GET", "POST"):  # GET is the default: not asked for
         raise TargetError(f"gRPC calls are HTTP/2 POSTs: -X {method} does not apply")
     meta = []

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from .conn import Connection, Sink
 from .http1 import FramingError, Limits
-from .outcome import CODE, OK, PROTOCOL
+from .outcome import CODE, OK, PROTOCOL, REQUEST_KINDS
+from .protocols import Protocol
+from .slo import parse_slo
+from .target import tcp_target
 
 
 class TcpReader:
@@ -120,3 +123,15 @@ class TcpConnection(Connection):
     def on_eof(self) -> bool:
         self.reader.feed_eof()
         return False
+
+
+def _connections(engine, cfg):
+    t, lim, seq = cfg.target, cfg.limits, cfg.check_seq
+    return lambda: TcpConnection(engine, t.request, t.delimiter, t.response_length, lim, seq)
+
+
+BENCH_PROTOCOL = Protocol(
+    kind="tcp", schemes={"tcp": False}, usage="tcp://host:port",
+    flags=("--payload", "--delimiter", "--response-length"), kinds=REQUEST_KINDS,
+    default_timeout="2s", target=tcp_target, connections=_connections,
+    parse_slo=parse_slo, compiled=True)

@@ -50,9 +50,9 @@ def wanted(args: argparse.Namespace) -> bool:
 def _check_key(t: Any, path: str) -> None:
     """Per-key checks, so an error names the key's own line."""
     from ..bench.slo import SloError, parse_slo
+    from ..bench.spec import parse_size
     from ..bench.target import TargetError, parse_header
     from ..bench.units import parse_duration, parse_rate
-    from .bench import parse_size
 
     checks = {"rate": parse_rate, "duration": parse_duration, "warmup": parse_duration,
               "timeout": parse_duration, "max_header_bytes": parse_size,
@@ -97,7 +97,7 @@ def run_fleet(args: argparse.Namespace) -> int:
     from ..bench.result import build_result, owed_by_worker
     from ..bench.slo import evaluate
     from ..bench.workers import WorkerFailure, plan, run_workers
-    from .bench import _parse
+    from .bench import spec_of
 
     for flag in ("log", "hdr", "html", "sweep", "confidence"):
         if getattr(args, flag, None):
@@ -113,9 +113,9 @@ def run_fleet(args: argparse.Namespace) -> int:
     plans = []  # per target: how workers.plan splits it (the schedule and protocol extras)
     for i, (name, ns) in enumerate(runs):
         try:
-            info, target, slos, schedule, extra = _parse(ns)
-            parsed.append((name, info, target, slos))
-            plans.append({"schedule": schedule, **extra})
+            spec = spec_of(ns)
+            parsed.append((name, spec.info, spec.target, list(spec.slos)))
+            plans.append({"schedule": spec.schedule, **spec.engine_fields})
         except UsageError as exc:
             if scenario_targets is None:
                 raise
@@ -186,7 +186,7 @@ def run_fleet(args: argparse.Namespace) -> int:
                                   [w for w in missing if w in ids],
                                   owed=owed_by_worker(c for c in cfgs_all if c.worker in ids))
         if getattr(args, "percentiles", None):
-            from .bench import add_percentiles
+            from ..bench.result import add_percentiles
 
             add_percentiles(result, args.percentiles)
         result.json["slo"] = evaluate(slos, result.json)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import io
 import json
 import os
 import tempfile
@@ -173,7 +172,6 @@ def _collect(args, host, pids, cgroups, window_s, warmup_s, bin_s, tmp,
     load = args.target is not None
     probe_s = (window_s or 0) + warmup_s + (60.0 if not window_s else 5.0)
     bench_doc = None
-    bench_out = ""
     log_path = os.path.join(tmp, "requests.log")
     spec, spec_unknown = _counter_spec(args, host, pids, cgroups)
     # every bin gets a poll when bins are 100 ms or longer; finer bins share the 100 ms polls
@@ -194,7 +192,7 @@ def _collect(args, host, pids, cgroups, window_s, warmup_s, bin_s, tmp,
         probe0 = _cpu_s(probe.proc.pid) + (_cpu_s(sirq.proc.pid) if sirq else 0.0)
         if load:
             say(f"loading {args.target} while the probes record")
-            bench_doc, bench_out = _drive(args, tmp, log_path)
+            bench_doc = _drive(args, log_path)
         else:
             say(f"watching the service for {window_s:g} s while the probes record")
             time.sleep(window_s)
@@ -210,7 +208,7 @@ def _collect(args, host, pids, cgroups, window_s, warmup_s, bin_s, tmp,
     if not args.softirq:
         counters.polls.errors["softirq time"] = "not probed (diagnose --softirq)"
     extra = {"maps": parse_maps(output), "counters": counters.polls, "cpus": spec.cpus}
-    return _analyse(args, bench_doc, bench_out, log_path, events, poller.polls, t_attached,
+    return _analyse(args, bench_doc, log_path, events, poller.polls, t_attached,
                     t_end, bin_s, pids, cgroups, extra,
                     {"probe_cpu_s": round(probe_cpu, 3), "context_switches": switches,
                      "probe_window_cpu_s": round(probe_cpu - probe0, 3),
@@ -220,18 +218,14 @@ def _collect(args, host, pids, cgroups, window_s, warmup_s, bin_s, tmp,
                      "startup_s": round((probe.attached_at - probe.spawned), 3)})
 
 
-def _drive(args, tmp: str, log_path: str) -> tuple[dict[str, Any], str]:
-    """Run the bench with its own options, in this process, its JSON and log to ``tmp``."""
-    from .bench import run as bench_run
+def _drive(args, log_path: str) -> dict[str, Any]:
+    """Run the bench with its own options (the library call), its log to ``log_path``."""
+    from ..bench.runner import run
+    from ..bench.spec import BenchOptions, build
 
-    opts = argparse.Namespace(**vars(args))
-    opts.json, opts.log, opts.html, opts.hdr = os.path.join(tmp, "bench.json"), log_path, None, None
-    opts.quiet = True
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        bench_run(opts)
-    with open(opts.json, encoding="utf-8") as f:
-        return json.load(f), buf.getvalue()
+    opts = BenchOptions.from_namespace(args).with_(json=None, log=log_path, html=None,
+                                                   hdr=None, quiet=True)
+    return run(build(opts)).json
 
 
 def _requests(bench_doc: dict[str, Any], log_path: str):
@@ -265,7 +259,7 @@ def _requests(bench_doc: dict[str, Any], log_path: str):
     return base + (a * scale).astype(np.int64), base + (b * scale).astype(np.int64), sends
 
 
-def _analyse(args, bench_doc, bench_out, log_path, events, polls, t0, t1, bin_s, pids, cgroups,
+def _analyse(args, bench_doc, log_path, events, polls, t0, t1, bin_s, pids, cgroups,
              extra, overhead) -> dict[str, Any]:
     import numpy as np
 
@@ -308,7 +302,7 @@ def _analyse(args, bench_doc, bench_out, log_path, events, polls, t0, t1, bin_s,
     if bench_doc is not None:
         starts, ends, sends = _requests(bench_doc, log_path)
         doc["bench"] = {k: bench_doc.get(k) for k in ("requests", "rate", "latency_ms",
-                                                      "ttft_ms", "e2e_ms", "warnings")
+                                                      "ttft_ms", "e2e_ms", "warnings", "slo")
                         if k in bench_doc}
         doc["bench"]["histograms"] = bench_doc.get("histograms")
         t0 = min(t0, int(starts.min())) if len(starts) else t0

@@ -24,14 +24,9 @@ Kneedle reads its noise.
 
 from __future__ import annotations
 
-import contextlib
-import copy
-import io
 import json
 import math
-import os
 import sys
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -74,6 +69,8 @@ class Point:
     sustained: bool
     output_tokens_per_s: float | None = None
     goodput_rps: float | None = None
+    slo: tuple[dict[str, Any], ...] = ()  # each SLO's verdict at this rate (bench's own)
+    requests: dict[str, Any] | None = None  # the run's accounting (sent, ok, errors, ...)
 
     @property
     def holds(self) -> bool:
@@ -84,7 +81,8 @@ class Point:
                 "p99_ms": self.p99_ms, "p999_ms": self.p999_ms, "slo_pass": self.slo_pass,
                 "sustained": self.sustained, "holds": self.holds,
                 "output_tokens_per_s": self.output_tokens_per_s,
-                "goodput_rps": self.goodput_rps}
+                "goodput_rps": self.goodput_rps, "slo": list(self.slo or ()),
+                "requests": self.requests}
 
 
 def point_from_result(rate: float, data: dict[str, Any]) -> Point:
@@ -102,7 +100,8 @@ def point_from_result(rate: float, data: dict[str, Any]) -> Point:
     else:
         sustained = achieved >= SUSTAINED * rate
     return Point(rate, achieved, lat.get("p50"), lat.get("p99"), lat.get("p999"), slo_pass,
-                 sustained, tp.get("output_tokens_per_s"), tp.get("goodput_rps"))
+                 sustained, tp.get("output_tokens_per_s"), tp.get("goodput_rps"),
+                 tuple(data.get("slo", [])), data.get("requests"))
 
 
 def search(measure: Callable[[float], Point | None], lo: float, hi: float, n_steps: int,
@@ -189,37 +188,35 @@ def knee(points: Sequence[Point]) -> Point | None:
     return pts[i] if diffs[i] > 0 else None
 
 
-def run_sweep(args: Any, run_once: Callable[[Any], int], parse_rate: Callable[[str], float],
+def run_sweep(args: Any, parse_rate: Callable[[str], float],
               write_output: Callable[[str, str], None]) -> int:
-    """The --sweep driver: ``run_once`` is the bench command's own ``run``."""
+    """The --sweep driver: one bench spec per offered rate, each run by the library call."""
+    from ..bench.runner import run
+    from ..bench.spec import BenchOptions, build
+
     lo, hi = parse_range(args.sweep, parse_rate)
     if args.hdr or args.log:
         raise SweepError("--sweep runs many benches: --hdr and --log are for a single run")
     has_slo = bool(args.slo)
-    with tempfile.TemporaryDirectory(prefix="tailgate-sweep-") as tmp:
-        def measure(rate: float) -> Point | None:
-            one = copy.copy(args)
-            one.sweep = None
-            one.rate = f"{rate:.6g}"
-            one.json = os.path.join(tmp, "run.json")
-            one.quiet = True
-            with contextlib.redirect_stdout(io.StringIO()):
-                rc = run_once(one)
-            if rc == 130:
-                return None
-            with open(one.json, encoding="utf-8") as fh:
-                p = point_from_result(rate, json.load(fh))
-            if not getattr(args, "quiet", False):
-                print(f"  rate {rate:>12,.1f}/s  achieved {p.achieved:>12,.1f}/s  p99 "
-                      f"{_ms(p.p99_ms)}  {'holds' if p.holds else 'fails'}", file=sys.stderr,
-                      flush=True)
-            return p
+    base = BenchOptions.from_namespace(args).with_(json=None, html=None, hdr=None, log=None,
+                                                   quiet=True)
 
-        if has_slo:
-            points = search(measure, lo, hi, args.sweep_steps, args.sweep_bisect)
-        else:  # no objective: the whole curve
-            points = [p for p in (measure(r) for r in steps(lo, hi, args.sweep_steps))
-                      if p is not None]
+    def measure(rate: float) -> Point | None:
+        result = run(build(base.with_(rate=f"{rate:.6g}")))
+        if result.stopped:
+            return None
+        p = point_from_result(rate, result.json)
+        if not getattr(args, "quiet", False):
+            print(f"  rate {rate:>12,.1f}/s  achieved {p.achieved:>12,.1f}/s  p99 "
+                  f"{_ms(p.p99_ms)}  {'holds' if p.holds else 'fails'}", file=sys.stderr,
+                  flush=True)
+        return p
+
+    if has_slo:
+        points = search(measure, lo, hi, args.sweep_steps, args.sweep_bisect)
+    else:  # no objective: the whole curve
+        points = [p for p in (measure(r) for r in steps(lo, hi, args.sweep_steps))
+                  if p is not None]
     top = best(points) if has_slo else None
     k, knee_why = knee_of(points)
     data = {"tailgate_sweep": 1, "target": args.target, "slo": list(args.slo),

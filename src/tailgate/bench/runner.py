@@ -1,0 +1,115 @@
+"""``run(spec) -> BenchResult``: one benchmark from a :class:`~.spec.BenchSpec`, on this host.
+
+The library call every local path makes (the ``bench`` command, ``diagnose``, ``--sweep``):
+plan the workers, run them (stopping early when ``--confidence`` is reached), merge
+exactly, add the chosen percentiles, judge the SLOs (:func:`.slo.evaluate`, the one
+meaning of an SLO) and merge the per-request log. It prints nothing; the live display
+is the caller's (:class:`Hooks`), and :func:`save` writes the other outputs.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import EXIT_INTERRUPTED, TailgateError, UsageError
+from .result import BenchResult
+from .spec import BenchSpec
+
+
+class NoResult(TailgateError):
+    """No worker returned a result (each one failed or the run was stopped at once)."""
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """What the caller watches: progress messages per worker, and the agreed start."""
+
+    on_progress: Callable[[int, dict[str, Any]], None] | None = None
+    on_start: Callable[[float], None] | None = None
+
+
+def run(spec: BenchSpec, hooks: Hooks = Hooks()) -> BenchResult:
+    """Run ``spec`` and return its result (``result.json`` is the ``tailgate_bench``
+    document); Ctrl-C ends the run early and the result says ``interrupted``."""
+    from .result import add_percentiles, build_result, merge_logs, owed_by_worker
+    from .slo import evaluate
+    from .workers import WorkerFailure, plan, run_workers
+
+    info, opts = spec.info, spec.options
+    parts = [f"{opts.log}.part{k}" for k in range(info.workers)] if opts.log else None
+    cfgs = plan(info, spec.target, parts, schedule=spec.schedule, **spec.engine_fields)
+    watch = None
+    if info.confidence:
+        from .confidence import ConfidenceWatch
+
+        watch = ConfidenceWatch(list(info.confidence), info.spec, info.warmup_s, info.workers)
+    started: dict[str, float] = {}
+
+    def on_progress(worker: int, msg: dict[str, Any]) -> None:
+        if hooks.on_progress is not None:
+            hooks.on_progress(worker, msg)
+        if watch is not None:
+            watch.update(worker, msg)
+
+    def on_start(start: float) -> None:
+        started["mono"] = start
+        started["epoch"] = time.time() + (start - time.monotonic())
+        if watch is not None:
+            watch.start = start
+        if hooks.on_start is not None:
+            hooks.on_start(start)
+
+    try:
+        results, interrupted, missing = run_workers(
+            cfgs, on_progress=on_progress if hooks.on_progress or watch else None,
+            on_start=on_start, ready_timeout_s=info.timeout_s + 30.0,
+            end_when=watch.reached if watch is not None else None)
+    except WorkerFailure as exc:
+        raise UsageError(str(exc)) from None
+    if not results:
+        err = NoResult("no worker returned a result")
+        if interrupted:
+            err.exit_status = EXIT_INTERRUPTED
+        raise err
+    result = build_result(info, results, interrupted, missing,
+                          confidence_after_s=watch.after_s if watch is not None else None,
+                          owed=owed_by_worker(cfgs))
+    result.stopped = interrupted
+    if opts.percentiles:
+        add_percentiles(result, list(opts.percentiles))
+    result.json["slo"] = evaluate(list(spec.slos), result.json)
+    # CLOCK_MONOTONIC of the log's time 0: `tailgate diagnose` lines requests up with probes.
+    result.json["clock"] = {"start_monotonic_s": started.get("mono"),
+                            "start_epoch_s": started.get("epoch")}
+    result.start_epoch_s = started.get("epoch", time.time())
+    if parts:
+        with open(opts.log, "w", encoding="ascii") as f:  # type: ignore[arg-type]
+            merge_logs(f, parts, llm=info.llm is not None)
+        for path in parts:
+            if os.path.exists(path):
+                os.unlink(path)
+    return result
+
+
+def save(result: BenchResult, json_path: str | None = None, html_path: str | None = None,
+         hdr_path: str | None = None, write: Callable[[str, str], None] | None = None) -> None:
+    """Write the result's JSON, HTML page and HdrHistogram log where asked (``-``: stdout)."""
+    import json
+
+    from .result import write_hdr
+
+    if write is None:
+        from ..commands.options import write_output as write
+    if json_path:
+        write(json_path, json.dumps(result.json, indent=2) + "\n")
+    if html_path:
+        from ..report.bench_html import bench_page
+
+        write(html_path, bench_page(result.json))
+    if hdr_path:
+        with open(hdr_path, "w", encoding="ascii") as f:
+            write_hdr(f, result, result.start_epoch_s)
