@@ -96,3 +96,27 @@ def test_a_protocol_is_one_module(monkeypatch):
     finally:
         monkeypatch.undo()
         registry.registry.cache_clear()
+
+
+def test_the_readmes_python_example_runs_as_written():
+    """The README's three lines, against nginx in place of its 127.0.0.1:8080."""
+    import contextlib
+    import io
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    (code,) = [b for b in re.findall(r"```python\n(.*?)```", readme, re.S)
+               if "from tailgate.bench import" in b]
+    assert len(code.strip().splitlines()) == 3, code
+    require(available())
+    with Nginx(workers=1) as ng:
+        out = io.StringIO()
+        scope: dict[str, object] = {}
+        with contextlib.redirect_stdout(out):
+            exec(code.replace("http://127.0.0.1:8080/", ng.url("/")), scope)  # noqa: S102
+    result = scope["result"]
+    p999, passed = out.getvalue().split()
+    assert float(p999) == result.json["latency_ms"]["p999"]  # type: ignore[attr-defined]
+    assert passed == str(result.passed)  # type: ignore[attr-defined]
+    assert result.json["requests"]["scheduled"] == 25_000  # type: ignore[attr-defined]

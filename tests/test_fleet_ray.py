@@ -75,6 +75,21 @@ def test_bench_on_two_nodes_merges_exactly(cluster, tmp_path):
     assert "per node:" in r.stdout and cluster.veth.ns_ip in r.stdout
 
 
+def test_ray_judges_a_spec_as_one_host_does(cluster, tmp_path):
+    """The SLOs of tests/test_bench_slo_paths.py through --ray: the same verdict of each
+    (20 requests over two nodes cannot bound a P99.99 either) and every request counted."""
+    from test_bench_slo_paths import SLOS, WANT, verdicts
+
+    out = tmp_path / "r.json"
+    r = tailgate("bench", cluster.nginx.url("/"), "--rate", "20", "--duration", "1s",
+                 "--connections", "2", *[x for s in SLOS for x in ("--slo", s)],
+                 "--ray", cluster.address, "--json", str(out))
+    d = json.loads(out.read_text())
+    assert r.returncode == 1, r.stderr[-3000:]
+    assert (d["requests"]["sent"], d["requests"]["ok"], d["requests"]["lost"]) == (20, 20, 0)
+    assert verdicts(d["slo"]) == WANT, d["slo"]
+
+
 def test_scenario_on_ray_reports_each_target_and_one_verdict(cluster, tmp_path):
     ng = cluster.nginx
     scenario = tmp_path / "peak.yaml"

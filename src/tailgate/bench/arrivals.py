@@ -2,7 +2,7 @@
 a verdict out)
 
 Two tests on the workers' measured dispatch times (the first
-``engine.MAX_ARRIVALS`` of each; the ``dispatch_s`` column of ``--log``: when the
+``recording.MAX_ARRIVALS`` of each; the ``dispatch_s`` column of ``--log``: when the
 generator got to the request — a request that then waited for a free connection
 was still dispatched on time, and its wait shows in latency, not here):
 

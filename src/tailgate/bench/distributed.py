@@ -27,7 +27,6 @@ partial measurements are used (they never reached us).
 
 from __future__ import annotations
 
-import asyncio
 import math
 import time
 from collections.abc import Sequence
@@ -38,8 +37,9 @@ import numpy as np
 
 from ..fleet.cluster import Node, pinned
 from ..hist import Histogram, encode, merged
-from .engine import Engine, EngineConfig, WorkerResult
+from .engine import EngineConfig, WorkerResult
 from .outcome import ERROR_KINDS, KINDS
+from .recording import LoadEngine
 from .result import BenchResult, accounting, warnings
 
 START_LEAD_S = 1.0  # agreed start this far after the last "ready": the "go" call's latency
@@ -47,38 +47,35 @@ GRACE_S = 10.0  # after the run's end plus the time-out, a silent worker is lost
 
 
 class LoadWorker:
-    """The Ray actor body: one engine, prepared, then started at an agreed wall-clock time."""
+    """The Ray actor body: one engine (compiled where it applies, as on one host), prepared,
+    then started at an agreed wall-clock time."""
 
     def __init__(self) -> None:
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.engine: Engine | None = None
+        self.engine: LoadEngine | None = None
 
     def prepare(self, cfg: EngineConfig) -> bool:
-        from .workers import _new_loop, _raise_nofile
+        from .workers import make_engine
 
-        _raise_nofile(cfg.max_connections + 256)
-        self.loop = _new_loop()
-        asyncio.set_event_loop(self.loop)
-        self.engine = Engine(cfg, self.loop)
-        self.loop.run_until_complete(self.engine.prepare())
+        self.engine = make_engine(cfg)
+        self.engine.prepare()
         return True
 
     def run(self, start_epoch_s: float) -> tuple[WorkerResult, float]:
         """(what it measured, how long before the agreed start the "go" arrived, s)."""
-        assert self.loop is not None and self.engine is not None, "prepare() first"
+        assert self.engine is not None, "prepare() first"
         # The one conversion from the shared wall clock to this host's monotonic clock.
         start = time.monotonic() + (start_epoch_s - time.time())
         margin = start - time.monotonic()  # < 0: the go came late; lateness shows it
         try:
-            return self.loop.run_until_complete(self.engine.run(start)), margin
+            return self.engine.run(start), margin
         finally:
-            self.loop.close()
+            self.engine.close()
 
     def stop(self) -> None:
         """Ctrl-C on the driver: stop issuing; ``run`` returns what was measured (the actor
         serves two calls at once, so this one arrives while ``run`` is busy)."""
-        if self.loop is not None and self.engine is not None and not self.loop.is_closed():
-            self.loop.call_soon_threadsafe(self.engine.stop)
+        if self.engine is not None:
+            self.engine.stop()
 
 
 @dataclass(frozen=True)

@@ -53,8 +53,9 @@ Per-request times are appended to plain lists in the hot path (cheap) and
 turned into numpy arrays and histograms by :meth:`Engine._flush` a few times a
 second — recording is vectorised, never a Python call per sample.
 
-Protocols: the target's kind picks the connection class (``http``, ``tcp``,
-``openai``); nothing else here depends on it. An ``openai`` request's bytes are
+Protocols: the target's protocol (:mod:`.protocols`) gives the connection class;
+nothing else here depends on it. Recording, the log and the result are
+:mod:`.recording`'s, shared with the compiled engine (:mod:`.fastpath`). An ``openai`` request's bytes are
 its own (``EngineConfig.requests``, by request id), and when it ends the engine
 also keeps its connection's token state; ``_flush`` hands those to
 :class:`tailgate.llm.accounting.TokenBook` (TTFT, ITL, TPOT, E2E histograms,
@@ -70,7 +71,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 
@@ -79,6 +80,7 @@ from .conn import OUT_OF_STEP, Connection, monotonic
 from .http1 import Limits
 from .outcome import CODE, KINDS, OK, PROTOCOL, STALE, TIMEOUT
 from .protocols import by_kind
+from .recording import LoopState, Recorder, note_reason
 from .target import Target
 from .timer import Waker
 from .tls import DialError, client_context, dial
@@ -91,23 +93,10 @@ MAX_CONNECTING = 16
 # The shortest wake-up period: above 1 / MIN_TICK_S requests/s per worker the timer
 # ticks at this period and dispatches in batches (a wake-up costs ~20 µs of CPU).
 MIN_TICK_S = 200e-6  # schedule entries turned into a Python list at a time
-# Measured dispatch offsets kept per worker for the arrival test (bench/arrivals.py):
-# 2**18 gaps give a KS test far more power than the timer's tolerance leaves to use.
-MAX_ARRIVALS = 1 << 18
 LOG_HEADER = "worker,id,intended_s,dispatch_s,send_s,end_s,outcome,status,bytes,warmup\n"
 # openai+ targets: the same columns, then each request's token times and counts.
 LLM_LOG_HEADER = (LOG_HEADER[:-1] + ",first_chunk_s,first_token_s,last_token_s,done_s,"
                   "chunks,output_tokens,input_tokens\n")
-MAX_REASONS = 5  # distinct example reasons kept per error kind (the rest are counted apart)
-OTHER_REASONS = "(other reasons)"
-
-
-def note_reason(book: dict[str, dict[str, int]], kind: str, reason: str, count: int = 1) -> None:
-    """Count ``count`` examples of ``reason`` under ``kind``, keeping at most MAX_REASONS apart."""
-    reasons = book.setdefault(kind, {})
-    if reason not in reasons and len(reasons) >= MAX_REASONS:
-        reason = OTHER_REASONS
-    reasons[reason] = reasons.get(reason, 0) + count
 
 
 @dataclass(frozen=True)
@@ -188,19 +177,18 @@ class Engine:
         t = cfg.target
         proto = by_kind(t.kind)
         self._llm = proto.tokens
-        self.tokens: Any = None
+        tokens = None
         if self._llm:
             from ..llm.accounting import TokenBook
 
-            self.tokens = TokenBook(cfg.spec)
-        self._factory: Callable[[], Connection] = proto.connections(self, cfg)
+            tokens = TokenBook(cfg.spec)
         # Times are sorted: request ids from here on are measured (after the warm-up).
         self.first_measured = int(np.searchsorted(self.times, cfg.warmup_s, side="left"))
+        self.rec = Recorder(cfg, self.times, self.first_measured, on_progress, self._gauges,
+                            tokens)
+        self._factory: Callable[[], Connection] = proto.connections(self, cfg)
         self.n_sent = 0
-        self.examples: dict[str, dict[str, int]] = {}
-        self.conn_errors: dict[str, dict[str, int]] = {}
         self.retried: set[int] = set()
-        self._relabelled: set[int] = set()  # flushed as ok, found out of step since
         self.done = bytearray(self.n)
         self.idle: list[Connection] = []
         self.pending: deque[int] = deque()
@@ -212,8 +200,6 @@ class Engine:
         self.start = 0.0
         self.stopping = False
         self.schedule_ended = False
-        self._arrivals: list[np.ndarray] = []
-        self._n_arrivals = 0
         self.finished: asyncio.Future[None] | None = None
         # connection statistics
         self.opened = 0
@@ -234,17 +220,6 @@ class Engine:
         self._disp_base = 0  # request id of _disp[0]
         self._queued_ids: list[int] = []
         self._tok: list[Any] = []  # openai+: each recorded request's token state
-        # accumulated results
-        spec = cfg.spec
-        self.counts = np.zeros(len(KINDS), dtype=np.int64)
-        self.latency = Histogram(spec)
-        self.service = Histogram(spec)
-        self.lateness = Histogram(spec)
-        self.intervals: dict[int, Histogram] = {}
-        self.queued = 0
-        self.last_dispatch = 0.0
-        self._log: IO[str] | None = None
-        self._disp_all = np.full(self.n, np.nan) if cfg.log_path else None
         self._chunk: list[float] = []
         self._chunk_lo = 0
         self._waker: Waker | None = None
@@ -265,10 +240,9 @@ class Engine:
 
     async def run(self, start: float) -> WorkerResult:
         """Run the schedule from monotonic time ``start``; return when every request ended."""
-        self.start = start
+        self.start = self.rec.start = start
         self.finished = self.loop.create_future()
-        if self.cfg.log_path:
-            self._log = open(self.cfg.log_path, "w", encoding="ascii")  # noqa: SIM115
+        self.rec.open_log()
         self._waker = Waker(self.loop, self._dispatch)
         self._precise = self._waker.precise
         sweep = self.loop.call_at(self.loop.time(), self._sweep)
@@ -296,9 +270,7 @@ class Engine:
             self._waker.close()
             self._close_all()
         self._flush(final=True)
-        if self._log is not None:
-            self._log.close()
-            self._patch_log()
+        self.rec.close_log()
         return self._result()
 
     def _tick_period(self) -> tuple[float, float]:
@@ -403,7 +375,7 @@ class Engine:
             if rid >= self.first_measured:
                 self.n_sent += 1
                 if outcome:
-                    note_reason(self.examples, KINDS[outcome], reason or KINDS[outcome])
+                    note_reason(self.rec.examples, KINDS[outcome], reason or KINDS[outcome])
             self._rid.append(rid)
             self._send.append(conn.t_send)
             self._end.append(now)
@@ -446,7 +418,7 @@ class Engine:
 
     def on_conn_error(self, conn: Connection, kind: int, reason: str) -> None:
         """The server broke the protocol with no request in flight (not a request's error)."""
-        note_reason(self.conn_errors, KINDS[kind], reason)
+        note_reason(self.rec.conn_errors, KINDS[kind], reason)
 
     def on_out_of_step(self, conn: Connection, rids: list[int]) -> None:
         """A stray response came on a reused connection: the requests in ``rids``
@@ -463,40 +435,9 @@ class Engine:
                 if outs[j] == OK:
                     outs[j] = PROTOCOL
                     if r >= self.first_measured:
-                        note_reason(self.examples, "protocol", OUT_OF_STEP)
+                        note_reason(self.rec.examples, "protocol", OUT_OF_STEP)
         if want:
-            self._out_of_step(np.array(sorted(want), dtype=np.int64))
-
-    def _out_of_step(self, rids: np.ndarray, note: bool = True) -> None:
-        """Requests recorded (flushed) as ok that a later stray response showed out of
-        step: their count moves from ok to protocol (their latency stays recorded) and
-        their --log rows are corrected when the run ends (:meth:`_patch_log`)."""
-        if not rids.size:
-            return
-        self._relabelled.update(rids.tolist())
-        n = int(np.count_nonzero(rids >= self.first_measured))
-        if n:
-            self.counts[OK] -= n
-            self.counts[PROTOCOL] += n
-            if note:  # (the fast engine's loop notes its own reasons)
-                note_reason(self.examples, "protocol", OUT_OF_STEP, n)
-
-    def _patch_log(self) -> None:
-        """Rewrite the --log rows written as ok before their request was found out of
-        step (rare: only after a stray response; one pass over this worker's part)."""
-        if not self._relabelled or not self.cfg.log_path:
-            return
-        with open(self.cfg.log_path, encoding="ascii") as f:
-            rows = f.readlines()
-        fixed = []
-        for row in rows:
-            cols = row.split(",", 7)
-            if len(cols) == 8 and cols[6] == "ok" and int(cols[1]) in self._relabelled:
-                cols[6] = "protocol"
-                row = ",".join(cols)
-            fixed.append(row)
-        with open(self.cfg.log_path, "w", encoding="ascii") as f:
-            f.writelines(fixed)
+            self.rec.out_of_step(np.array(sorted(want), dtype=np.int64))
 
     def on_closed(self, conn: Connection) -> None:
         self.n_open -= 1
@@ -549,7 +490,7 @@ class Engine:
             # while this attempt still counted as connecting): no request was on it; the
             # queue gets another connection. (Writing to it would raise under uvloop and
             # kill this task with the request it had taken.)
-            note_reason(self.conn_errors, "reset", "connection closed or reset before its "
+            note_reason(self.rec.conn_errors, "reset", "connection closed or reset before its "
                                                    "first request was written")
             conn.abort()
             if self.pending and not self.stopping:
@@ -565,7 +506,7 @@ class Engine:
         self.n_done += 1
         if rid >= self.first_measured:
             self.n_sent += 1
-            note_reason(self.examples, KINDS[outcome], reason or KINDS[outcome])
+            note_reason(self.rec.examples, KINDS[outcome], reason or KINDS[outcome])
         self._rid.append(rid)
         self._send.append(send)
         self._end.append(end)
@@ -650,148 +591,62 @@ class Engine:
             lst.clear()
         disp_ids = np.arange(self._disp_base, self._disp_base + disp.size)
         self._disp_base += disp.size
-        self._record(rid, send, end, out, status, nbytes, disp, disp_ids, queued, final, toks)
+        self.rec.record(rid, send, end, out, status, nbytes, disp, disp_ids, queued, final, toks)
 
     def _gauges(self) -> tuple[int, int]:
         """(open connections, queued requests) now, for progress."""
         return self.n_open, len(self.pending)
 
-    def _record(self, rid: np.ndarray, send: np.ndarray, end: np.ndarray, out: np.ndarray,
-                status: np.ndarray, nbytes: np.ndarray, disp: np.ndarray,
-                disp_ids: np.ndarray, queued: np.ndarray, final: bool,
-                toks: list[Any] | None = None) -> None:
-        """Record ended requests and dispatch times (monotonic seconds, send NaN: never on
-        the wire) into the histograms, --log, --hdr intervals and progress. Shared by the
-        fast engine (fastpath.py), whose records come from C."""
-        cfg, start, times = self.cfg, self.start, self.times
-        if disp.size:
-            self.last_dispatch = float(disp[-1])
-        if self._disp_all is not None:
-            self._disp_all[disp_ids] = disp
-
-        offs = times[rid]
-        measured = offs >= cfg.warmup_s
-        lat = (end - (start + offs))[measured]
-        lat_ns = lat * 1e9
-        chunk = Histogram(cfg.spec)  # this flush's latencies: also the progress delta
-        chunk.record(lat_ns)
-        self.latency.add(chunk)
-        m_send, m_end = send[measured], end[measured]
-        on_wire = ~np.isnan(m_send)
-        self.service.record((m_end[on_wire] - m_send[on_wire]) * 1e9)
-        self.counts += np.bincount(out[measured], minlength=len(KINDS))
-        d_offs = times[disp_ids]
-        d_meas = d_offs >= cfg.warmup_s
-        self.lateness.record(np.maximum(disp[d_meas] - (start + d_offs[d_meas]), 0.0) * 1e9)
-        if self._n_arrivals < MAX_ARRIVALS and np.any(d_meas):
-            keep = (disp[d_meas] - start)[:MAX_ARRIVALS - self._n_arrivals]
-            self._arrivals.append(keep)
-            self._n_arrivals += keep.size
-        self.queued += int(np.count_nonzero(times[queued] >= cfg.warmup_s))
-        if cfg.hdr_interval_s:
-            slot = ((offs[measured] - cfg.warmup_s) // cfg.hdr_interval_s).astype(np.int64)
-            for k in np.unique(slot).tolist():
-                h = self.intervals.get(k)
-                if h is None:
-                    h = self.intervals[k] = Histogram(cfg.spec)
-                h.record(lat_ns[slot == k])
-        if self._llm:
-            nominal = (cfg.nominal_input[rid] if cfg.nominal_input is not None
-                       else np.zeros(rid.size, dtype=np.int64))
-            self.tokens.record(start + offs, end, out, measured, toks, nominal, start,
-                               cfg.warmup_s, cfg.hdr_interval_s, cfg.good_slos, OK, TIMEOUT)
-        if self._log is not None and rid.size:
-            self._write_log(rid, offs, send, end, out, status, nbytes, toks)
-        if self.on_progress is not None and not final:
-            idx, cnt = chunk.nonzero()
-            extra: dict[str, Any] = {}
-            if self._llm and self.tokens.ttft_delta is not None:
-                t = self.tokens.ttft_delta
-                extra["ttft"] = (*t.nonzero(), t.min, t.max)
-            n_open, n_queued = self._gauges()
-            self.on_progress({
-                **extra,
-                "worker": cfg.worker,
-                "outcomes": np.bincount(out[measured], minlength=len(KINDS)).tolist(),
-                "dispatched": int(np.count_nonzero(d_meas)),
-                "lat_idx": idx, "lat_cnt": cnt,
-                "lat_lo": chunk.min, "lat_hi": chunk.max,
-                "open": n_open, "queued": n_queued, "t": monotonic(),
-            })
-
-    def _write_log(self, rid: np.ndarray, offs: np.ndarray, send: np.ndarray,
-                   end: np.ndarray, out: np.ndarray, status: np.ndarray,
-                   nbytes: np.ndarray, toks: list[Any]) -> None:
-        start, w = self.start, self.cfg.worker
-        rows = []
-        warm = self.cfg.warmup_s
-        disp = self._disp_all[rid] - start
-        for r, o, d, s, e, oc, st, nb in zip(rid.tolist(), offs.tolist(), disp.tolist(),
-                                             (send - start).tolist(), (end - start).tolist(),
-                                             out.tolist(), status.tolist(), nbytes.tolist(),
-                                             strict=True):
-            s_txt = "" if s != s else f"{s:.9f}"  # NaN: never reached the wire
-            rows.append(f"{w},{r},{o:.9f},{d:.9f},{s_txt},{e:.9f},{KINDS[oc]},{st},{nb},"
-                        f"{int(o < warm)}\n")
-        if self._llm:
-            rows = [row[:-1] + _token_columns(t, start, nom) + "\n" for row, t, nom in zip(
-                rows, toks, (self.cfg.nominal_input[rid].tolist()
-                             if self.cfg.nominal_input is not None else [0] * len(rows)),
-                strict=True)]
-        self._log.writelines(rows)
-
     def _result(self) -> WorkerResult:
-        warm = self.cfg.warmup_s
-        # self.n: the whole schedule, or what was dispatched when end_schedule() cut it
-        measured_sched = int(np.count_nonzero(self.times[:self.n] >= warm))
-        dispatched = int(np.count_nonzero(self.times[:self.next_i] >= warm))
-        # Measured requests without an outcome (in flight, queued or never due when stopped).
-        abandoned = int(np.count_nonzero(
-            np.frombuffer(bytes(self.done), dtype=np.uint8)[self.first_measured:self.n] == 0))
-        return WorkerResult(
-            worker=self.cfg.worker,
-            counts=self.counts.tolist(),
-            latency=self.latency, service=self.service, lateness=self.lateness,
-            intervals=self.intervals,
-            scheduled=measured_sched, dispatched=dispatched, abandoned=abandoned,
-            last_dispatch_s=max(self.last_dispatch - self.start, 0.0) if self.next_i else 0.0,
-            queued=self.queued,
-            connections={"opened": self.opened, "connect_failures": self.connect_failures,
-                         "max_open": self.max_open, "cap": self.cfg.max_connections},
-            interrupted=self.stopping,
-            precise_timer=self._precise,
-            log_path=self.cfg.log_path,
-            warmup_requests=self.n - measured_sched,
-            connect_errors=dict(self.connect_errors),
-            cpu_s=self._cpu_s,
-            sent=self.n_sent,
-            error_examples=self.examples,
-            conn_errors=self.conn_errors,
+        return self.rec.result(LoopState(
+            n=self.n, next_i=self.next_i, done=bytes(self.done), n_sent=self.n_sent,
             retried=sum(1 for r in self.retried if r >= self.first_measured),
-            schedule_ended=self.schedule_ended,
-            arrivals_s=(np.concatenate(self._arrivals) if self._arrivals
-                        else np.zeros(0, dtype=np.float64)),
-            tick_s=self._tick,
-            tokens=self.tokens,
-            connect_time=self._times_hist(self._connect_s),
-            handshake_time=self._times_hist(self._handshake_s) if self._tls else None,
-        )
-
-    def _times_hist(self, seconds: list[float]) -> Histogram:
-        h = Histogram(self.cfg.spec)
-        h.record(np.array(seconds, dtype=np.float64) * 1e9)
-        return h
+            interrupted=self.stopping, precise_timer=self._precise,
+            schedule_ended=self.schedule_ended, opened=self.opened,
+            connect_failures=self.connect_failures, max_open=self.max_open,
+            connect_errors=self.connect_errors, cpu_s=self._cpu_s, tick_s=self._tick,
+            connect_s=self._connect_s, handshake_s=self._handshake_s if self._tls else None),
+            "python")
 
 
-def _token_columns(t: Any, start: float, nominal: int) -> str:
-    """The log's token columns of one request (empty where it had none)."""
-    if t is None:
-        return f",,,,,0,0,{nominal}"
-    chunk0, times, done, use_out, use_in = t
+def new_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
 
-    def ts(v: float) -> str:
-        return "" if v != v else f"{v - start:.9f}"
+        return uvloop.new_event_loop()
+    except ImportError:  # pragma: no cover - uvloop is a dependency; stay usable without
+        return asyncio.new_event_loop()
 
-    first, last = (times[0], times[-1]) if times else (math.nan, math.nan)
-    return (f",{ts(chunk0)},{ts(first)},{ts(last)},{ts(done)},{len(times)},"
-            f"{use_out if use_out >= 0 else len(times)},{use_in if use_in >= 0 else nominal}")
+
+class PythonEngine:
+    """The Python engine as a :class:`.recording.LoadEngine`: an :class:`Engine` on an event
+    loop of its own (the compiled one is :class:`.fastpath.FastEngine`)."""
+
+    def __init__(self, cfg: EngineConfig,
+                 on_progress: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.loop = new_loop()
+        asyncio.set_event_loop(self.loop)
+        self.core = Engine(cfg, self.loop, on_progress)
+
+    def prepare(self) -> None:
+        self.loop.run_until_complete(self.core.prepare())
+
+    def run(self, start: float) -> WorkerResult:
+        return self.loop.run_until_complete(self.core.run(start))
+
+    def stop(self) -> None:
+        """From any thread: the loop stops issuing at its next turn."""
+        if not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(self.core.stop)
+
+    def end_schedule(self) -> None:
+        if not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(self.core.end_schedule)
+
+    def on_signal(self, sig: int, action: Callable[[], None]) -> None:
+        # on the loop: the pipe to the parent stays blocking (a loop reader would make it
+        # non-blocking, and a large send could then fail half-written)
+        self.loop.add_signal_handler(sig, action)
+
+    def close(self) -> None:
+        self.loop.close()

@@ -2,12 +2,13 @@
 
 Theory of operation
 -------------------
-:class:`FastEngine` is an :class:`.engine.Engine` whose send/receive loop runs in the
-compiled ``fastloop.Loop``: the schedule, the FIFO queue, the pool rules
-(``MAX_CONNECTING`` attempts, ``max_connections``), time-outs recorded at
-``intended + timeout``, the stale keep-alive retry, the accounting (a done flag per
-request) and the HTTP/1.1 and tcp:// framing with the same outcome kinds and reasons
-as the Python reference (:mod:`.engine`, :mod:`.http1`, :mod:`.tcp`).
+:class:`FastEngine` is the :class:`.recording.LoadEngine` whose send/receive loop runs in
+the compiled ``fastloop.Loop`` (the Python engine, :mod:`.engine`, is the other one): the
+schedule, the FIFO queue, the pool rules (``MAX_CONNECTING`` attempts,
+``max_connections``), time-outs recorded at ``intended + timeout``, the stale
+keep-alive retry, the accounting (a done flag per request) and the HTTP/1.1 and
+tcp:// framing with the same outcome kinds and reasons as the Python reference
+(:mod:`.engine`, :mod:`.http1`, :mod:`.tcp`).
 
 The C loop runs in a thread of its own without the GIL: it waits on epoll with a
 nanosecond time-out (``epoll_pwait2``, timer slack 1 ns for that thread) until the
@@ -15,7 +16,7 @@ next request is due, sends it at once (never delayed to batch), and reads the
 clock once per dispatch. A recorder thread takes what the loop completed every
 ``progress_s`` (arrays: request id, send, end, outcome, status, bytes; the dispatch
 time of each request; the ids that queued; counted example reasons) and records it
-with the Python engine's own code (:meth:`.engine.Engine._record`): histograms,
+with the code both engines share (:meth:`.recording.Recorder.record`): histograms,
 ``--log``, ``--hdr`` intervals and progress are the same, only their source differs.
 The recorder is a SCHED_IDLE thread, so recording never delays a send on a shared core;
 the calling thread records the rest once the loop has ended.
@@ -29,6 +30,7 @@ dispatched.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import threading
 import time
@@ -37,9 +39,10 @@ from typing import Any
 
 import numpy as np
 
-from .engine import Engine, EngineConfig, WorkerResult, note_reason
+from .engine import EngineConfig, WorkerResult
 from .outcome import KINDS
 from .protocols import compiled_schemes
+from .recording import LoopState, Recorder, note_reason
 
 try:
     from . import fastloop  # type: ignore[attr-defined]
@@ -157,17 +160,25 @@ def _address(host: str, port: int) -> tuple[int, str]:
     raise OSError(f"no IPv4 or IPv6 address for {host!r}")
 
 
-class FastEngine(Engine):
+class FastEngine:
     """Runs one :class:`EngineConfig` with the compiled loop. See the module docstring."""
 
     def __init__(self, cfg: EngineConfig,
                  on_progress: Callable[[dict[str, Any]], None] | None = None) -> None:
         if fastloop is None:
             raise EngineUnavailable(UNAVAILABLE)
-        super().__init__(cfg, None, on_progress)  # type: ignore[arg-type]
         t, lim = cfg.target, cfg.limits
         if t.scheme not in FAST_SCHEMES:
             raise EngineUnavailable(f"the fast engine speaks http:// and tcp://, not {t.scheme}://")
+        self.cfg = cfg
+        self.times = np.asarray(cfg.times, dtype=np.float64)
+        self.first_measured = int(np.searchsorted(self.times, cfg.warmup_s, side="left"))
+        self.rec = Recorder(cfg, self.times, self.first_measured, on_progress,
+                            lambda: self._gauge)
+        self.start = 0.0
+        self.stopping = False
+        self._disp_base = 0  # request id of the next dispatch time taken
+        self._cpu_s = 0.0
         family, address = _address(t.host, t.port)
         times_ns = np.round(self.times * 1e9).astype(np.int64)
         self._c = fastloop.Loop(
@@ -177,20 +188,20 @@ class FastEngine(Engine):
             t.response_length if t.response_length is not None else -1,
             cfg.retry_stale, cfg.check_seq)
         self._gauge = (0, 0)
+        self._connect_errors: dict[str, int] = {}
         self._ended = False
         self.background = False  # whether the recorder thread ran as an idle task
         self._error: BaseException | None = None
 
-    def prepare(self) -> None:  # type: ignore[override]
+    def prepare(self) -> None:
         """Open the initial connections (failures are counted, not fatal)."""
         self._c.prepare(min(self.cfg.connections, self.cfg.max_connections))
 
-    def run(self, start: float) -> WorkerResult:  # type: ignore[override]
+    def run(self, start: float) -> WorkerResult:
         """Run the schedule from monotonic time ``start``; return when every request ended
         (or :meth:`stop`). Ctrl-C in this thread stops the run and still returns."""
-        self.start = start
-        if self.cfg.log_path:
-            self._log = open(self.cfg.log_path, "w", encoding="ascii")  # noqa: SIM115
+        self.start = self.rec.start = start
+        self.rec.open_log()
         cpu0 = time.process_time()
         policy, param = os.sched_getscheduler(0), os.sched_getparam(0)
         loop = threading.Thread(target=self._loop, args=(round(start * 1e9),),
@@ -211,9 +222,7 @@ class FastEngine(Engine):
         if self._error is not None:
             raise self._error
         self._take(final=True)
-        if self._log is not None:
-            self._log.close()
-            self._patch_log()
+        self.rec.close_log()
         return self._result()
 
     def _recorder(self, loop: threading.Thread) -> None:
@@ -240,20 +249,23 @@ class FastEngine(Engine):
         self.stopping = True
         self._c.stop()
 
+    def on_signal(self, sig: int, action: Callable[[], None]) -> None:
+        signal.signal(sig, lambda *_: action())
+
+    def close(self) -> None:
+        """Nothing to release: the loop's sockets close when its run ends."""
+
     def end_schedule(self) -> None:
         """Dispatch nothing more; requests already dispatched complete normally."""
         if self._ended or self.stopping:
             return
-        self._ended = self.schedule_ended = True
+        self._ended = True
         self._c.end_schedule()
-
-    def _gauges(self) -> tuple[int, int]:
-        return self._gauge
 
     def _take(self, final: bool) -> None:
         recs, disp, queued, reasons, n_open, n_queued, fixes = self._c.take()
         self._gauge = (n_open, n_queued)
-        self._out_of_step(np.frombuffer(fixes, dtype=np.int64), note=False)
+        self.rec.out_of_step(np.frombuffer(fixes, dtype=np.int64), note=False)
         start = self.start
         r = np.frombuffer(recs, dtype=RECORD)
         send = np.where(r["send"] == NO_TIME, np.nan, r["send"] * 1e-9 + start)
@@ -263,31 +275,26 @@ class FastEngine(Engine):
         self._disp_base += d.size
         for scope, kind, reason, count in reasons:
             if scope == 0:
-                note_reason(self.examples, KINDS[kind], reason, count)
+                note_reason(self.rec.examples, KINDS[kind], reason, count)
             elif scope == 1:
-                note_reason(self.conn_errors, KINDS[kind], reason, count)
+                note_reason(self.rec.conn_errors, KINDS[kind], reason, count)
             else:
-                self.connect_errors[reason] = self.connect_errors.get(reason, 0) + count
-        self._record(r["rid"].astype(np.int64), send, end, r["out"].astype(np.int64),
-                     r["status"].astype(np.int64), r["bytes"].astype(np.int64), d, disp_ids,
-                     np.frombuffer(queued, dtype=np.int64), final)
+                self._connect_errors[reason] = self._connect_errors.get(reason, 0) + count
+        self.rec.record(r["rid"].astype(np.int64), send, end, r["out"].astype(np.int64),
+                        r["status"].astype(np.int64), r["bytes"].astype(np.int64), d,
+                        disp_ids, np.frombuffer(queued, dtype=np.int64), final)
 
     def _result(self) -> WorkerResult:
         st = self._c.state()
-        self.next_i = st["next_i"]
-        self.n_done = st["n_done"]
-        self.n_sent = st["n_sent"]
-        self.done = bytearray(st["done"])
-        self.retried = set(np.flatnonzero(np.frombuffer(st["retried"], dtype=np.uint8)).tolist())
-        self.opened = st["opened"]
-        self.connect_failures = st["connect_failures"]
-        self.max_open = st["max_open"]
-        self._precise = bool(st["precise"])
-        res = super()._result()
-        res.engine = "fast"
-        if self._ended:
-            # The schedule ended early: what was dispatched is what was scheduled.
-            res.scheduled = res.dispatched
-            flags = np.frombuffer(st["done"], dtype=np.uint8)[self.first_measured:self.next_i]
-            res.abandoned = int(np.count_nonzero(flags == 0))
-        return res
+        done = bytes(st["done"])
+        n = self.times.size
+        if self._ended:  # the schedule ended early: what was dispatched is what was scheduled
+            n = st["next_i"]
+        retried = np.flatnonzero(np.frombuffer(st["retried"], dtype=np.uint8))
+        return self.rec.result(LoopState(
+            n=n, next_i=st["next_i"], done=done, n_sent=st["n_sent"],
+            retried=int(np.count_nonzero(retried >= self.first_measured)),
+            interrupted=self.stopping, precise_timer=bool(st["precise"]),
+            schedule_ended=self._ended, opened=st["opened"],
+            connect_failures=st["connect_failures"], max_open=st["max_open"],
+            connect_errors=self._connect_errors, cpu_s=self._cpu_s), "fast")

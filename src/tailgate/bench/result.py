@@ -86,10 +86,11 @@ from ..hist import (
 )
 from .arrivals import arrival_test
 from .confidence import ConfidenceTarget, judge_targets, quantile_ci
-from .engine import LLM_LOG_HEADER, LOG_HEADER, MAX_REASONS, OTHER_REASONS, WorkerResult
+from .engine import LLM_LOG_HEADER, LOG_HEADER, WorkerResult
 from .http1 import Limits
 from .outcome import KINDS
 from .protocols import kinds_for
+from .recording import MAX_REASONS, OTHER_REASONS
 from .stationarity import stationarity_test
 
 PERCENTILES = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9,

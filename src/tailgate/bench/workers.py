@@ -19,7 +19,6 @@ fast path for http:// and tcp:// when it is built, else the Python reference.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import multiprocessing as mp
 import os
@@ -34,8 +33,9 @@ from typing import Any
 import numpy as np
 
 from .. import ending
-from .engine import Engine, EngineConfig, WorkerResult
+from .engine import EngineConfig, PythonEngine, WorkerResult
 from .fastpath import FastEngine, choose
+from .recording import LoadEngine
 from .result import RunInfo
 from .schedule import arrival_times
 from .target import Target
@@ -107,15 +107,6 @@ def plan(info: RunInfo, target: Target, log_parts: list[str] | None = None,
     return cfgs
 
 
-def _new_loop() -> asyncio.AbstractEventLoop:
-    try:
-        import uvloop
-
-        return uvloop.new_event_loop()
-    except ImportError:  # pragma: no cover - uvloop is a dependency; stay usable without
-        return asyncio.new_event_loop()
-
-
 def _raise_nofile(want: int) -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     target = want if hard == resource.RLIM_INFINITY else min(want, hard)
@@ -124,49 +115,36 @@ def _raise_nofile(want: int) -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
 
 
-def run_here(cfg: EngineConfig, on_progress: Callable[[dict[str, Any]], None] | None = None,
-             lead_s: float = START_LEAD_S) -> WorkerResult:
-    """Run one engine in this process (a fresh event loop), start ``lead_s`` from now."""
+def make_engine(cfg: EngineConfig,
+                on_progress: Callable[[dict[str, Any]], None] | None = None) -> LoadEngine:
+    """The engine ``cfg.engine`` asks for (:func:`.fastpath.choose`): compiled or Python."""
     _raise_nofile(cfg.max_connections + 256)
     if choose(cfg.engine, cfg.target.scheme) == "fast":
-        fast = FastEngine(cfg, on_progress)
-        fast.prepare()
-        return fast.run(time.monotonic() + lead_s)
-    loop = _new_loop()
+        return FastEngine(cfg, on_progress)
+    return PythonEngine(cfg, on_progress)
+
+
+def run_here(cfg: EngineConfig, on_progress: Callable[[dict[str, Any]], None] | None = None,
+             lead_s: float = START_LEAD_S) -> WorkerResult:
+    """Run one engine in this process, start ``lead_s`` from now."""
+    engine = make_engine(cfg, on_progress)
     try:
-        engine = Engine(cfg, loop, on_progress)
-        loop.run_until_complete(engine.prepare())
-        return loop.run_until_complete(engine.run(time.monotonic() + lead_s))
+        engine.prepare()
+        return engine.run(time.monotonic() + lead_s)
     finally:
-        loop.close()
+        engine.close()
 
 
 def _child(pipe: Pipe, cfg: EngineConfig) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
-    _raise_nofile(cfg.max_connections + 256)
-    if choose(cfg.engine, cfg.target.scheme) == "fast":
-        fast = FastEngine(cfg, lambda d: pipe.send(("progress", cfg.worker, d)))
-        signal.signal(signal.SIGUSR1, lambda *_: fast.stop())
-        signal.signal(signal.SIGUSR2, lambda *_: fast.end_schedule())
-        fast.prepare()
-        pipe.send(("ready", cfg.worker, None))
-        msg = pipe.recv()
-        result = fast.run(msg[1] if msg[0] == "start" else time.monotonic())
-        pipe.send(("done", cfg.worker, result))
-        pipe.close()
-        return
-    loop = _new_loop()
-    asyncio.set_event_loop(loop)
-    engine = Engine(cfg, loop, lambda d: pipe.send(("progress", cfg.worker, d)))
-    # Stop arrives as SIGUSR1: the pipe stays blocking (a loop reader would make it
-    # non-blocking, and a large send could then fail half-written).
-    loop.add_signal_handler(signal.SIGUSR1, engine.stop)
-    loop.add_signal_handler(signal.SIGUSR2, engine.end_schedule)
-    loop.run_until_complete(engine.prepare())
+    engine = make_engine(cfg, lambda d: pipe.send(("progress", cfg.worker, d)))
+    engine.on_signal(signal.SIGUSR1, engine.stop)
+    engine.on_signal(signal.SIGUSR2, engine.end_schedule)
+    engine.prepare()
     pipe.send(("ready", cfg.worker, None))
     msg = pipe.recv()
-    start = msg[1] if msg[0] == "start" else time.monotonic()
-    result = loop.run_until_complete(engine.run(start))
+    result = engine.run(msg[1] if msg[0] == "start" else time.monotonic())
+    engine.close()
     pipe.send(("done", cfg.worker, result))
     pipe.close()
 

@@ -13,9 +13,12 @@ import itertools
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from ..bench.spec import BenchOptions
 
 WORKLOADS = ("fixed", "random", "multiturn", "trace")
 
@@ -77,7 +80,7 @@ def add_llm_arguments(p: argparse.ArgumentParser) -> None:
     add("--log", metavar="FILE", help="write one JSON record per request (JSON lines)")
 
 
-def _max_tokens(args: argparse.Namespace) -> int:
+def _max_tokens(args: BenchOptions) -> int:
     """--max-tokens-per-stream (a usage error below 1)."""
     from ..bench.openai_sse import MAX_TOKENS_PER_STREAM
 
@@ -95,7 +98,7 @@ def _usage(msg: str) -> Exception:
     return UsageError(msg)
 
 
-def workload(args: argparse.Namespace) -> tuple[Iterator[Any], dict[str, Any]]:
+def workload(args: BenchOptions) -> tuple[Iterator[Any], dict[str, Any]]:
     """The workload the options ask for, and its description for the JSON."""
     from . import workload as wl
 
@@ -133,7 +136,7 @@ def workload(args: argparse.Namespace) -> tuple[Iterator[Any], dict[str, Any]]:
     return work, wdesc
 
 
-def llm_requests(args: argparse.Namespace, info: Any, target: Any, slos: list[Any],
+def llm_requests(args: BenchOptions, info: Any, target: Any, slos: list[Any],
                  max_event: int) -> tuple[Any, np.ndarray, dict[str, Any]]:
     """An openai+ run's schedule and its requests' bytes, in intended order.
 

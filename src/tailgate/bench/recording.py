@@ -1,0 +1,298 @@
+"""What both engines share: turning ended requests into histograms, counts, the per-request
+log and progress, and the worker's result.
+
+The Python engine (:mod:`.engine`) and the compiled one (:mod:`.fastpath`) are two
+implementations of one interface (:class:`LoadEngine`): each runs its own loop and hands
+batches of ended requests to its :class:`Recorder` (vectorised, a few times a second);
+at the end it describes its loop in a :class:`LoopState` and the recorder builds the
+:class:`~.engine.WorkerResult`. So the accounting — what is measured, what counts as
+sent, abandoned or relabelled — is written once.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import IO, Any, Protocol
+
+import numpy as np
+
+from ..hist import Histogram
+from .conn import OUT_OF_STEP, monotonic
+from .outcome import KINDS, OK, PROTOCOL, TIMEOUT
+
+# Measured dispatch offsets kept per worker for the arrival test (bench/arrivals.py):
+# 2**18 gaps give a KS test far more power than the timer's tolerance leaves to use.
+MAX_ARRIVALS = 1 << 18
+MAX_REASONS = 5  # distinct example reasons kept per error kind (the rest are counted apart)
+OTHER_REASONS = "(other reasons)"
+
+
+def note_reason(book: dict[str, dict[str, int]], kind: str, reason: str, count: int = 1) -> None:
+    """Count ``count`` examples of ``reason`` under ``kind``, keeping at most MAX_REASONS apart."""
+    reasons = book.setdefault(kind, {})
+    if reason not in reasons and len(reasons) >= MAX_REASONS:
+        reason = OTHER_REASONS
+    reasons[reason] = reasons.get(reason, 0) + count
+
+
+class LoadEngine(Protocol):
+    """One load-generating process: :func:`.workers.run_here` and the worker children drive
+    either engine through this (``prepare`` opens the initial connections, ``run`` runs the
+    schedule from a monotonic start and returns the worker's result)."""
+
+    def prepare(self) -> None: ...
+
+    def run(self, start: float) -> Any: ...
+
+    def stop(self) -> None: ...  # end now (open requests are abandoned); any thread
+
+    def end_schedule(self) -> None: ...  # dispatch nothing more; the rest complete
+
+    def on_signal(self, sig: int, action: Callable[[], None]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class LoopState:
+    """What an engine's loop knows at the end of a run (the recorder knows the rest)."""
+
+    n: int  # the schedule's length (what was dispatched, when end_schedule() cut it)
+    next_i: int  # requests dispatched
+    done: bytes  # a flag per request: it has its outcome
+    n_sent: int  # measured requests that got an outcome (the loop's own counter)
+    retried: int  # measured requests resent after a stale connection
+    interrupted: bool
+    precise_timer: bool
+    schedule_ended: bool
+    opened: int = 0
+    connect_failures: int = 0
+    max_open: int = 0
+    connect_errors: dict[str, int] = field(default_factory=dict)
+    cpu_s: float = 0.0
+    tick_s: float = 0.0
+    connect_s: list[float] = field(default_factory=list)
+    handshake_s: list[float] | None = None  # None: not a TLS target
+
+
+class Recorder:
+    """The recorded side of one worker's run. ``gauges`` says (open connections, queued
+    requests) now, for progress; ``tokens`` is the TokenBook of a streamed (openai+) run."""
+
+    def __init__(self, cfg: Any, times: np.ndarray, first_measured: int,
+                 on_progress: Callable[[dict[str, Any]], None] | None,
+                 gauges: Callable[[], tuple[int, int]], tokens: Any = None) -> None:
+        spec = cfg.spec
+        self.cfg = cfg
+        self.times = times
+        self.first_measured = first_measured
+        self.on_progress = on_progress
+        self.gauges = gauges
+        self.tokens = tokens
+        self.start = 0.0
+        self.examples: dict[str, dict[str, int]] = {}
+        self.conn_errors: dict[str, dict[str, int]] = {}
+        self.counts = np.zeros(len(KINDS), dtype=np.int64)
+        self.latency = Histogram(spec)
+        self.service = Histogram(spec)
+        self.lateness = Histogram(spec)
+        self.intervals: dict[int, Histogram] = {}
+        self.queued = 0
+        self.last_dispatch = 0.0
+        self._relabelled: set[int] = set()  # recorded as ok, found out of step since
+        self._arrivals: list[np.ndarray] = []
+        self._n_arrivals = 0
+        self._disp_all = np.full(times.size, np.nan) if cfg.log_path else None
+        self._log: IO[str] | None = None
+
+    # -- the per-request log -----------------------------------------------------------
+
+    def open_log(self) -> None:
+        if self.cfg.log_path:
+            self._log = open(self.cfg.log_path, "w", encoding="ascii")  # noqa: SIM115
+
+    def close_log(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._patch_log()
+
+    def _patch_log(self) -> None:
+        """Rewrite the --log rows written as ok before their request was found out of
+        step (rare: only after a stray response; one pass over this worker's part)."""
+        if not self._relabelled or not self.cfg.log_path:
+            return
+        with open(self.cfg.log_path, encoding="ascii") as f:
+            rows = f.readlines()
+        fixed = []
+        for row in rows:
+            cols = row.split(",", 7)
+            if len(cols) == 8 and cols[6] == "ok" and int(cols[1]) in self._relabelled:
+                cols[6] = "protocol"
+                row = ",".join(cols)
+            fixed.append(row)
+        with open(self.cfg.log_path, "w", encoding="ascii") as f:
+            f.writelines(fixed)
+
+    # -- recording -----------------------------------------------------------------------
+
+    def out_of_step(self, rids: np.ndarray, note: bool = True) -> None:
+        """Requests recorded as ok that a later stray response showed out of step: their
+        count moves from ok to protocol (their latency stays recorded) and their --log rows
+        are corrected when the run ends."""
+        if not rids.size:
+            return
+        self._relabelled.update(rids.tolist())
+        n = int(np.count_nonzero(rids >= self.first_measured))
+        if n:
+            self.counts[OK] -= n
+            self.counts[PROTOCOL] += n
+            if note:  # (the fast engine's loop notes its own reasons)
+                note_reason(self.examples, "protocol", OUT_OF_STEP, n)
+
+    def record(self, rid: np.ndarray, send: np.ndarray, end: np.ndarray, out: np.ndarray,
+               status: np.ndarray, nbytes: np.ndarray, disp: np.ndarray,
+               disp_ids: np.ndarray, queued: np.ndarray, final: bool,
+               toks: list[Any] | None = None) -> None:
+        """Record ended requests and dispatch times (monotonic seconds, send NaN: never on
+        the wire) into the histograms, --log, --hdr intervals and progress."""
+        cfg, start, times = self.cfg, self.start, self.times
+        if disp.size:
+            self.last_dispatch = float(disp[-1])
+        if self._disp_all is not None:
+            self._disp_all[disp_ids] = disp
+
+        offs = times[rid]
+        measured = offs >= cfg.warmup_s
+        lat = (end - (start + offs))[measured]
+        lat_ns = lat * 1e9
+        chunk = Histogram(cfg.spec)  # this batch's latencies: also the progress delta
+        chunk.record(lat_ns)
+        self.latency.add(chunk)
+        m_send, m_end = send[measured], end[measured]
+        on_wire = ~np.isnan(m_send)
+        self.service.record((m_end[on_wire] - m_send[on_wire]) * 1e9)
+        self.counts += np.bincount(out[measured], minlength=len(KINDS))
+        d_offs = times[disp_ids]
+        d_meas = d_offs >= cfg.warmup_s
+        self.lateness.record(np.maximum(disp[d_meas] - (start + d_offs[d_meas]), 0.0) * 1e9)
+        if self._n_arrivals < MAX_ARRIVALS and np.any(d_meas):
+            keep = (disp[d_meas] - start)[:MAX_ARRIVALS - self._n_arrivals]
+            self._arrivals.append(keep)
+            self._n_arrivals += keep.size
+        self.queued += int(np.count_nonzero(times[queued] >= cfg.warmup_s))
+        if cfg.hdr_interval_s:
+            slot = ((offs[measured] - cfg.warmup_s) // cfg.hdr_interval_s).astype(np.int64)
+            for k in np.unique(slot).tolist():
+                h = self.intervals.get(k)
+                if h is None:
+                    h = self.intervals[k] = Histogram(cfg.spec)
+                h.record(lat_ns[slot == k])
+        if self.tokens is not None:
+            nominal = (cfg.nominal_input[rid] if cfg.nominal_input is not None
+                       else np.zeros(rid.size, dtype=np.int64))
+            self.tokens.record(start + offs, end, out, measured, toks, nominal, start,
+                               cfg.warmup_s, cfg.hdr_interval_s, cfg.good_slos, OK, TIMEOUT)
+        if self._log is not None and rid.size:
+            self._write_log(rid, offs, send, end, out, status, nbytes, toks)
+        if self.on_progress is not None and not final:
+            idx, cnt = chunk.nonzero()
+            extra: dict[str, Any] = {}
+            if self.tokens is not None and self.tokens.ttft_delta is not None:
+                t = self.tokens.ttft_delta
+                extra["ttft"] = (*t.nonzero(), t.min, t.max)
+            n_open, n_queued = self.gauges()
+            self.on_progress({
+                **extra,
+                "worker": cfg.worker,
+                "outcomes": np.bincount(out[measured], minlength=len(KINDS)).tolist(),
+                "dispatched": int(np.count_nonzero(d_meas)),
+                "lat_idx": idx, "lat_cnt": cnt,
+                "lat_lo": chunk.min, "lat_hi": chunk.max,
+                "open": n_open, "queued": n_queued, "t": monotonic(),
+            })
+
+    def _write_log(self, rid: np.ndarray, offs: np.ndarray, send: np.ndarray,
+                   end: np.ndarray, out: np.ndarray, status: np.ndarray,
+                   nbytes: np.ndarray, toks: list[Any] | None) -> None:
+        start, w = self.start, self.cfg.worker
+        rows = []
+        warm = self.cfg.warmup_s
+        disp = self._disp_all[rid] - start  # type: ignore[index]
+        for r, o, d, s, e, oc, st, nb in zip(rid.tolist(), offs.tolist(), disp.tolist(),
+                                             (send - start).tolist(), (end - start).tolist(),
+                                             out.tolist(), status.tolist(), nbytes.tolist(),
+                                             strict=True):
+            s_txt = "" if s != s else f"{s:.9f}"  # NaN: never reached the wire
+            rows.append(f"{w},{r},{o:.9f},{d:.9f},{s_txt},{e:.9f},{KINDS[oc]},{st},{nb},"
+                        f"{int(o < warm)}\n")
+        if self.tokens is not None:
+            rows = [row[:-1] + _token_columns(t, start, nom) + "\n" for row, t, nom in zip(
+                rows, toks or [None] * len(rows),
+                (self.cfg.nominal_input[rid].tolist()
+                 if self.cfg.nominal_input is not None else [0] * len(rows)),
+                strict=True)]
+        self._log.writelines(rows)  # type: ignore[union-attr]
+
+    # -- the end -------------------------------------------------------------------------
+
+    def result(self, loop: LoopState, engine: str) -> Any:
+        from .engine import WorkerResult
+
+        warm = self.cfg.warmup_s
+        # loop.n: the whole schedule, or what was dispatched when end_schedule() cut it
+        measured_sched = int(np.count_nonzero(self.times[:loop.n] >= warm))
+        dispatched = int(np.count_nonzero(self.times[:loop.next_i] >= warm))
+        # Measured requests without an outcome (in flight, queued or never due when stopped).
+        abandoned = int(np.count_nonzero(
+            np.frombuffer(loop.done, dtype=np.uint8)[self.first_measured:loop.n] == 0))
+        return WorkerResult(
+            worker=self.cfg.worker,
+            counts=self.counts.tolist(),
+            latency=self.latency, service=self.service, lateness=self.lateness,
+            intervals=self.intervals,
+            scheduled=measured_sched, dispatched=dispatched, abandoned=abandoned,
+            last_dispatch_s=max(self.last_dispatch - self.start, 0.0) if loop.next_i else 0.0,
+            queued=self.queued,
+            connections={"opened": loop.opened, "connect_failures": loop.connect_failures,
+                         "max_open": loop.max_open, "cap": self.cfg.max_connections},
+            interrupted=loop.interrupted,
+            precise_timer=loop.precise_timer,
+            log_path=self.cfg.log_path,
+            warmup_requests=loop.n - measured_sched,
+            connect_errors=dict(loop.connect_errors),
+            cpu_s=loop.cpu_s,
+            sent=loop.n_sent,
+            error_examples=self.examples,
+            conn_errors=self.conn_errors,
+            retried=loop.retried,
+            schedule_ended=loop.schedule_ended,
+            arrivals_s=(np.concatenate(self._arrivals) if self._arrivals
+                        else np.zeros(0, dtype=np.float64)),
+            tick_s=loop.tick_s,
+            tokens=self.tokens,
+            connect_time=self._times_hist(loop.connect_s),
+            handshake_time=(self._times_hist(loop.handshake_s)
+                            if loop.handshake_s is not None else None),
+            engine=engine,
+        )
+
+    def _times_hist(self, seconds: list[float]) -> Histogram:
+        h = Histogram(self.cfg.spec)
+        h.record(np.array(seconds, dtype=np.float64) * 1e9)
+        return h
+
+
+def _token_columns(t: Any, start: float, nominal: int) -> str:
+    """The log's token columns of one request (empty where it had none)."""
+    if t is None:
+        return f",,,,,0,0,{nominal}"
+    chunk0, times, done, use_out, use_in = t
+
+    def ts(v: float) -> str:
+        return "" if v != v else f"{v - start:.9f}"
+
+    first, last = (times[0], times[-1]) if times else (math.nan, math.nan)
+    return (f",{ts(chunk0)},{ts(first)},{ts(last)},{ts(done)},{len(times)},"
+            f"{use_out if use_out >= 0 else len(times)},{use_in if use_in >= 0 else nominal}")
