@@ -240,7 +240,9 @@ def test_an_llm_run_shows_live_progress_on_a_terminal():
                 [sys.executable, "-m", "tailgate", "bench", "openai+" + srv.base, "--model",
                  "m", "--rate", "10", "--duration", "1.5s", "--output-len", "3", *quiet],
                 stdout=subprocess.PIPE, stderr=slave, text=True,
-                env={**os.environ, "COLUMNS": "200"})  # one line per header
+                # a terminal that can draw (TERM=dumb, as a bare root has it, cannot), one
+                # line per header
+                env={**os.environ, "TERM": "xterm", "COLUMNS": "200"})
             os.close(slave)
             err = b""
             while True:

@@ -87,8 +87,10 @@ def test_latency_agrees_with_the_servers_sleep(server):
 
 
 def test_call_slower_than_the_timeout_is_a_timeout(server):
+    # a connection ready for each of the 10 calls: none waits for one (a loaded machine
+    # opens connections slowly, and a call that waited would time out queued instead)
     data = bench(f"grpc://127.0.0.1:{server}/test.Svc/Sleep", rate=20, duration=0.5,
-                 timeout=SLEEP_S / 2)
+                 timeout=SLEEP_S / 2, connections=10)
     req = accounted(data)
     kind, reason = only_error(req)
     assert kind == "timeout" and "no complete response" in reason

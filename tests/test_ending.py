@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from support.signals import hangup_and_interrupt_default
+
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 
@@ -96,7 +98,7 @@ def test_inspect_with_probes_takes_bpftrace_with_it(tmp_path, sig, rc):
     proc = subprocess.Popen(
         [sys.executable, "-m", "tailgate", "inspect", "--probe-window", "60", "--interval", "0",
          "--no-history", "--quiet"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": SRC})
+        env={**os.environ, "PYTHONPATH": SRC}, preexec_fn=hangup_and_interrupt_default)
     try:
         def bpftrace() -> dict[int, int]:
             kids = descendants(proc.pid)
@@ -134,7 +136,8 @@ def test_a_command_run_by_the_host_dies_with_tailgate(sig):
         sys.exit(cli.main([]))
     """)
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": SRC})
+                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": SRC},
+                            preexec_fn=hangup_and_interrupt_default)
     try:
         assert proc.stdout.readline() == b"started\n"
 

@@ -12,3 +12,12 @@ def sigint_default() -> None:
     handler only where SIGINT is at its default, so the child would never see the test's
     Ctrl-C. A terminal's Ctrl-C reaches a foreground program at its default disposition."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def hangup_and_interrupt_default() -> None:
+    """``preexec_fn`` for a child a test ends with SIGHUP or SIGINT: ``nohup`` starts the
+    suite with SIGHUP ignored as a background job starts it with SIGINT ignored, both stay
+    ignored across exec, and tailgate (rightly) leaves an ignored signal ignored. A terminal
+    that closes, or a Ctrl-C, reaches a program at its default disposition."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
