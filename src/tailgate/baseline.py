@@ -112,74 +112,16 @@ def _finite(value: Any) -> bool:
 
 
 MAX_BASELINE_BYTES = 1 * 2**20
-MAX_DEPTH = 16  # a baseline nests 3 deep (id: {param: [items]})
-MAX_NODES = 10_000  # nodes after alias expansion: a "billion laughs" file stops here
-
-
-def _bounded(text: str, path: str) -> None:
-    """Refuse deep nesting from the event stream (flat: nothing recurses on it yet)."""
-    depth = 0
-    for event in yaml.parse(text, Loader=_Loader):
-        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
-            depth += 1
-            if depth > MAX_DEPTH:
-                line = event.start_mark.line + 1
-                raise BaselineError(f"{path}:{line}: nested deeper than {MAX_DEPTH} levels")
-        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
-            depth -= 1
-
-
-def _expanded_size(root: yaml.Node, path: str) -> int:
-    """Nodes of the document with every alias expanded, computed on the shared graph
-    (memoised, so a bomb costs its own size to measure, not its expansion)."""
-    sizes: dict[int, int] = {}
-    visiting: set[int] = set()
-    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
-    while stack:
-        node, done = stack.pop()
-        if id(node) in sizes:
-            continue
-        if isinstance(node, yaml.ScalarNode):
-            sizes[id(node)] = 1
-            continue
-        children = ([c for kv in node.value for c in kv] if isinstance(node, yaml.MappingNode)
-                    else list(node.value))
-        if done:
-            sizes[id(node)] = min(1 + sum(sizes.get(id(c), MAX_NODES) for c in children),
-                                  MAX_NODES + 1)
-            visiting.discard(id(node))
-            continue
-        if id(node) in visiting:
-            raise BaselineError(f"{path}:{node.start_mark.line + 1}: an alias refers to a node "
-                                "that contains it (a recursive structure)")
-        visiting.add(id(node))
-        stack.append((node, True))
-        stack.extend((c, False) for c in children if id(c) not in sizes)
-    total = sizes[id(root)]
-    if total > MAX_NODES:
-        raise BaselineError(f"{path}: more than {MAX_NODES} values once its aliases are "
-                            "expanded (an alias bomb?)")
-    return total
 
 
 def load_baseline(path: str) -> Baseline:
     from .host import shorten
-    from .userfiles import UserFileError, read_user_text
+    from .userfiles import UserFileError, compose_yaml, read_user_text
 
     try:
-        text = read_user_text(path, MAX_BASELINE_BYTES)
+        root = compose_yaml(read_user_text(path, MAX_BASELINE_BYTES), path)
     except UserFileError as exc:
         raise BaselineError(str(exc)) from exc
-    try:
-        _bounded(text, path)
-        root = yaml.compose(text, Loader=_Loader)
-        if root is not None:
-            _expanded_size(root, path)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else path
-        raise BaselineError(f"{where}: malformed YAML: {getattr(exc, 'problem', None) or exc}"
-                            ) from exc
 
     base = default_baseline()
     params = {cid: dict(p) for cid, p in base.params.items()}

@@ -15,6 +15,8 @@ import os
 import re
 from typing import Any
 
+import yaml
+
 from .host import TooLarge, read_regular, shorten
 from .model import SourceError
 
@@ -24,6 +26,75 @@ MAX_DEPTH = 64  # a snapshot nests ~8 deep; a baseline 3
 
 class UserFileError(ValueError):
     """A user's file that cannot be used; the message names it."""
+
+
+YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+MAX_YAML_DEPTH = 16  # a baseline nests 3 deep, a scenario or campaign 5
+MAX_YAML_NODES = 10_000  # nodes after alias expansion: a "billion laughs" file stops here
+
+
+def compose_yaml(text: str, path: str) -> yaml.Node | None:
+    """The node graph of a user's YAML document (lines kept, for errors naming them), or None
+    for an empty one: nesting deeper than MAX_YAML_DEPTH, an alias bomb or a recursive alias
+    is refused before anything is built from it. Every YAML file a user hands tailgate
+    (baseline, scenario, campaign, web config) is read through here."""
+    try:
+        _bounded(text, path)
+        root = yaml.compose(text, Loader=YAML_LOADER)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else path
+        raise UserFileError(f"{where}: malformed YAML: {getattr(exc, 'problem', None) or exc}"
+                            ) from exc
+    if root is not None:
+        _expanded_size(root, path)
+    return root
+
+
+def _bounded(text: str, path: str) -> None:
+    """Refuse deep nesting from the event stream (flat: nothing recurses on it yet)."""
+    depth = 0
+    for event in yaml.parse(text, Loader=YAML_LOADER):
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > MAX_YAML_DEPTH:
+                line = event.start_mark.line + 1
+                raise UserFileError(f"{path}:{line}: nested deeper than {MAX_YAML_DEPTH} levels")
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
+
+
+def _expanded_size(root: yaml.Node, path: str) -> int:
+    """Nodes of the document with every alias expanded, computed on the shared graph
+    (memoised, so a bomb costs its own size to measure, not its expansion)."""
+    sizes: dict[int, int] = {}
+    visiting: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        if id(node) in sizes:
+            continue
+        if isinstance(node, yaml.ScalarNode):
+            sizes[id(node)] = 1
+            continue
+        children = ([c for kv in node.value for c in kv] if isinstance(node, yaml.MappingNode)
+                    else list(node.value))
+        if done:
+            sizes[id(node)] = min(1 + sum(sizes.get(id(c), MAX_YAML_NODES) for c in children),
+                                  MAX_YAML_NODES + 1)
+            visiting.discard(id(node))
+            continue
+        if id(node) in visiting:
+            raise UserFileError(f"{path}:{node.start_mark.line + 1}: an alias refers to a node "
+                                "that contains it (a recursive structure)")
+        visiting.add(id(node))
+        stack.append((node, True))
+        stack.extend((c, False) for c in children if id(c) not in sizes)
+    total = sizes[id(root)]
+    if total > MAX_YAML_NODES:
+        raise UserFileError(f"{path}: more than {MAX_YAML_NODES} values once its aliases are "
+                            "expanded (an alias bomb?)")
+    return total
 
 
 def read_user_text(path: str, limit: int) -> str:

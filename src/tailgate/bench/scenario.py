@@ -118,13 +118,12 @@ def _options(mapping: yaml.Node, path: str, what: str) -> tuple[dict[str, Any], 
 
 def parse_scenario(text: str, path: str) -> list[ScenarioTarget]:
     """The targets of a scenario document, defaults applied; ScenarioError when malformed."""
+    from ..userfiles import UserFileError, compose_yaml
+
     try:
-        root = yaml.compose(text, Loader=_Loader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else path
-        raise ScenarioError(f"{where}: malformed YAML: {getattr(exc, 'problem', None) or exc}"
-                            ) from exc
+        root = compose_yaml(text, path)
+    except UserFileError as exc:
+        raise ScenarioError(str(exc)) from exc
     if root is None:
         raise ScenarioError(f"{path}: empty scenario (expected `targets:` with a list)")
     if not isinstance(root, yaml.MappingNode):

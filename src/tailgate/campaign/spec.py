@@ -308,13 +308,12 @@ def _collective(node: yaml.Node, path: str, out: dict[str, Any]) -> None:
 
 def parse_campaign(text: str, path: str) -> Campaign:
     """The campaign in ``text`` (read from ``path``), checked; CampaignError when malformed."""
+    from ..userfiles import UserFileError, compose_yaml
+
     try:
-        root = yaml.compose(text, Loader=_Loader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else path
-        raise CampaignError(f"{where}: malformed YAML: {getattr(exc, 'problem', None) or exc}"
-                            ) from exc
+        root = compose_yaml(text, path)
+    except UserFileError as exc:
+        raise CampaignError(str(exc)) from exc
     if root is None:
         raise CampaignError(f"{path}: empty campaign (expected a mapping with `loads:` or "
                             "`inspect:`)")

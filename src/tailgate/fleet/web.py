@@ -178,24 +178,11 @@ class _Doc:
 def load_web_config(path: str) -> WebConfig:
     """Parse and check ``path`` (certificates loaded, hashes checked): every problem is a
     :class:`WebConfigError` naming the file, line and key."""
-    from ..baseline import _bounded, _expanded_size, _Loader
-    from ..userfiles import UserFileError, read_user_text
+    from ..userfiles import UserFileError, compose_yaml, read_user_text
 
     try:
-        text = read_user_text(path, MAX_WEB_CONFIG_BYTES)
+        root = compose_yaml(read_user_text(path, MAX_WEB_CONFIG_BYTES), path)
     except UserFileError as exc:
-        raise WebConfigError(str(exc)) from exc
-    try:
-        _bounded(text, path)
-        root = yaml.compose(text, Loader=_Loader)
-        if root is not None:
-            _expanded_size(root, path)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else path
-        raise WebConfigError(f"{where}: malformed YAML: {getattr(exc, 'problem', None) or exc}"
-                             ) from exc
-    except ConfigError as exc:
         raise WebConfigError(str(exc)) from exc
     if root is None:
         return WebConfig(source=path)
