@@ -18,7 +18,8 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
-import threading
+
+from support.async_server import AsyncServer
 
 ENDLESS_LIMIT = 512 * 1024 * 1024  # an "endless" stream stops here (the client cuts it first)
 
@@ -57,15 +58,16 @@ TCP_MODES = {
 }
 
 
-class FaultServer:
+class FaultServer(AsyncServer):
     """``with FaultServer("unsolicited") as srv: ... srv.url ... srv.completed``."""
+    name = "fault server"
 
     def __init__(self, mode: str, proto: str = "http") -> None:
         modes = HTTP_MODES if proto == "http" else TCP_MODES
         if mode not in modes:
             raise ValueError(f"unknown {proto} mode {mode!r}")
+        super().__init__(proto)
         self.mode = mode
-        self.proto = proto
         self.received = 0
         self.completed = 0
         self.unsolicited = 0
@@ -75,40 +77,6 @@ class FaultServer:
         # The late modes' stray comes 10 ms after a response; after the run's last response
         # nobody reads it (the run ends there), so the test names that request: no stray.
         self.last_seq: int | None = None
-        self.port = 0
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._main, daemon=True)
-        self._writers: set[asyncio.StreamWriter] = set()
-
-    @property
-    def url(self) -> str:
-        return (f"http://127.0.0.1:{self.port}/" if self.proto == "http"
-                else f"tcp://127.0.0.1:{self.port}")
-
-    def __enter__(self) -> FaultServer:
-        self._thread.start()
-        if not self._ready.wait(10):
-            raise RuntimeError("fault server did not start")
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(10)
-
-    def _main(self) -> None:
-        async def main() -> None:
-            self._loop = asyncio.get_running_loop()
-            self._stop = asyncio.Event()
-            srv = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-            self.port = srv.sockets[0].getsockname()[1]
-            self._ready.set()
-            await self._stop.wait()
-            srv.close()
-            for w in list(self._writers):
-                w.transport.abort()
-            await asyncio.sleep(0)
-
-        asyncio.run(main())
 
     # -- one connection ---------------------------------------------------------------
 

@@ -26,7 +26,8 @@ import asyncio
 import contextlib
 import socket
 import struct
-import threading
+
+from support.async_server import AsyncServer
 
 BEHAVIOURS = ("header_first", "double", "reset_alternate", "idle_close", "by_seq")
 
@@ -51,15 +52,16 @@ def by_seq_response(seq: int) -> bytes:
     return b"HTTP/1.1 200 OK\r\n" + stamp + b"Connection: close\r\n\r\n" + body
 
 
-class Misbehaving:
+class Misbehaving(AsyncServer):
     """``with Misbehaving("double", delay_s=0.06) as srv: ... srv.url ...``."""
+    name = "misbehaving server"
 
     def __init__(self, behaviour: str, proto: str = "http", delay_s: float = 0.02,
                  body: bytes = b"hello", body_pause_s: float = 0.0) -> None:
         if behaviour not in BEHAVIOURS:
             raise ValueError(f"unknown behaviour {behaviour!r}")
+        super().__init__(proto)
         self.behaviour = behaviour
-        self.proto = proto
         self.delay_s = delay_s
         self.body = body
         self.body_pause_s = body_pause_s  # header_first: a pause after each 64 KiB of body
@@ -71,40 +73,6 @@ class Misbehaving:
         self.unsolicited = 0  # extra responses written
         self.closed_idle = 0
         self.last_seq = -1
-        self.port = 0
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._main, daemon=True)
-        self._writers: set[asyncio.StreamWriter] = set()
-
-    @property
-    def url(self) -> str:
-        return (f"http://127.0.0.1:{self.port}/" if self.proto == "http"
-                else f"tcp://127.0.0.1:{self.port}")
-
-    def __enter__(self) -> Misbehaving:
-        self._thread.start()
-        if not self._ready.wait(10):
-            raise RuntimeError("misbehaving server did not start")
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(10)
-
-    def _main(self) -> None:
-        async def main() -> None:
-            self._loop = asyncio.get_running_loop()
-            self._stop = asyncio.Event()
-            srv = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-            self.port = srv.sockets[0].getsockname()[1]
-            self._ready.set()
-            await self._stop.wait()
-            srv.close()
-            for w in list(self._writers):
-                w.transport.abort()
-            await asyncio.sleep(0)
-
-        asyncio.run(main())
 
     def response(self, tag: bytes = b"") -> bytes:
         if self.proto == "tcp":
