@@ -47,6 +47,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "(default 0.1)")
     g.add_argument("--min-ms", type=float, default=1.0, metavar="MS",
                    help="... and at least this long per slow request, on average (default 1)")
+    g.add_argument("--profile", action="store_true",
+                   help="also sample the service's on-CPU stacks and record its off-CPU waits "
+                   "with their stacks, and show what is over-represented while the slowest "
+                   "requests were in flight (a third probe)")
+    g.add_argument("--profile-hz", type=int, default=None, metavar="HZ",
+                   help="on-CPU samples per second and CPU (default 997; with --profile)")
     add_load_options(p)
     add_request_options(p)
     p.set_defaults(func=run)
@@ -98,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--duration is required")
     if not 0.001 <= bin_s <= 60:
         raise UsageError("--bin must be between 1ms and 60s")
+    _profile_rate(args)
     pids, cgroups = _service(args, host)
     check_writable(args.json, args.html)
     with tempfile.TemporaryDirectory(prefix="tailgate-diagnose-") as tmp:
@@ -118,12 +125,30 @@ def run(args: argparse.Namespace) -> int:
     return 1 if doc["verdict"]["claimed"] else 0
 
 
+def _profile_rate(args: argparse.Namespace) -> None:
+    from ..diagnose.profile import DEFAULT_HZ, MAX_HZ
+
+    if args.profile_hz is not None and not args.profile:
+        raise UsageError("--profile-hz needs --profile")
+    if args.profile_hz is None:
+        args.profile_hz = DEFAULT_HZ
+    elif not 1 <= args.profile_hz <= MAX_HZ:
+        raise UsageError(f"--profile-hz must be between 1 and {MAX_HZ}")
+
+
 def _cpu_s(pid: int) -> float:
     try:
         fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _children_cpu_s() -> float:
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 def _ctxt() -> int:
@@ -167,6 +192,7 @@ def _collect(args, host, pids, cgroups, window_s, warmup_s, bin_s, tmp,
              say=lambda text: None) -> dict[str, Any]:
     from ..diagnose.counters import CounterPoller
     from ..diagnose.evidence import Poller, parse_events, parse_maps
+    from ..diagnose.profile import program as profile_program
     from ..probes.driver import Run, attached
     from ..probes.output import parse_output
 
@@ -186,12 +212,16 @@ def _collect(args, host, pids, cgroups, window_s, warmup_s, bin_s, tmp,
         say("compiling and attaching the eBPF probes")
         sirq = (stack.enter_context(attached(Run("diagnose_softirq", probe_s)))
                 if args.softirq else None)
+        prof = (stack.enter_context(attached(Run("diagnose_profile", probe_s, 0, pids,
+                                                 text=profile_program(args.profile_hz))))
+                if args.profile else None)
         probe = stack.enter_context(attached(Run("diagnose", probe_s, 0, pids)))
         t_attached = time.monotonic_ns()
         ctxt0 = _ctxt()
         service0 = sum(_cpu_s(p) for p in pids)
         # compiling and attaching, before the window
         probe0 = _cpu_s(probe.proc.pid) + (_cpu_s(sirq.proc.pid) if sirq else 0.0)
+        prof0 = _cpu_s(prof.proc.pid) if prof else 0.0
         if load:
             say(f"loading {args.target} while the probes record")
             bench_doc, bench_out = _drive(args, tmp, log_path)
@@ -201,19 +231,31 @@ def _collect(args, host, pids, cgroups, window_s, warmup_s, bin_s, tmp,
         say("reading the probes and attributing the tail")
         t_end = time.monotonic_ns()
         probe_cpu = _cpu_s(probe.proc.pid) + (_cpu_s(sirq.proc.pid) if sirq else 0.0)
+        prof_cpu = _cpu_s(prof.proc.pid) if prof else 0.0
         switches = _ctxt() - ctxt0
         service_cpu = sum(_cpu_s(p) for p in pids) - service0
+        reaped0 = _children_cpu_s()
+    # after the window, the probes print (and the profile symbolises) their maps: the CPU of
+    # the bpftrace processes reaped since, less what they had used by the window's end
+    readout_s = (time.monotonic_ns() - t_end) / 1e9
+    readout_cpu = _children_cpu_s() - reaped0 - probe_cpu - prof_cpu
     text = "".join(probe.out) + ("".join(sirq.out) if sirq else "")
     output = parse_output(text)
     events = parse_events(output.printf)
     counters.polls.errors.update(spec_unknown)
     if not args.softirq:
         counters.polls.errors["softirq time"] = "not probed (diagnose --softirq)"
-    extra = {"maps": parse_maps(output), "counters": counters.polls, "cpus": spec.cpus}
+    extra = {"maps": parse_maps(output), "counters": counters.polls, "cpus": spec.cpus,
+             "profile": _profile_samples(prof, args.profile_hz) if prof else None}
+    profile_cpu = ({"profile_cpu_s": round(prof_cpu, 3),
+                    "profile_window_cpu_s": round(prof_cpu - prof0, 3)} if prof else {})
     return _analyse(args, bench_doc, bench_out, log_path, events, poller.polls, t_attached,
                     t_end, bin_s, pids, cgroups, extra,
-                    {"probe_cpu_s": round(probe_cpu, 3), "context_switches": switches,
-                     "probe_window_cpu_s": round(probe_cpu - probe0, 3),
+                    {"probe_cpu_s": round(probe_cpu + prof_cpu, 3), "context_switches": switches,
+                     "readout_s": round(readout_s, 3),
+                     "readout_cpu_s": round(max(readout_cpu, 0.0), 3),
+                     "probe_window_cpu_s": round(probe_cpu - probe0 + prof_cpu - prof0, 3),
+                     **profile_cpu,
                      "poll_cpu_s": round(counters.cpu_s + poller.cpu_s, 3),
                      "service_cpu_s": round(service_cpu, 3),
                      "window_s": round((t_end - t_attached) / 1e9, 3),
@@ -325,7 +367,10 @@ def _analyse(args, bench_doc, bench_out, log_path, events, polls, t0, t1, bin_s,
                     a.sentence += (f"; {100 * share:.0f} % of that wait followed a preemption "
                                    "(an involuntary switch: the thread's slice ran out)")
         doc["causes"] = [a.to_json() for a in attributions]
-        doc["accounting"] = _accounting(events, maps, spans, starts, ends, sends, t1)
+        threads = _threads(events, maps, starts, ends, t1)
+        doc["accounting"] = _accounting(threads, spans, starts, ends, sends)
+        if extra.get("profile") is not None:
+            doc["profile"] = _profile(extra["profile"], threads, starts, ends, sends)
         claimed = [a for a in attributions if a.claimed]
         doc["verdict"] = {"claimed": [a.cause.key for a in claimed],
                           "first": claimed[0].cause.key if claimed else None,
@@ -341,6 +386,8 @@ def _analyse(args, bench_doc, bench_out, log_path, events, polls, t0, t1, bin_s,
         doc["verdict"] = {"claimed": [], "first": None, "layer": None,
                           "unexplained": "passive mode: no requests to attribute; the evidence "
                           "is listed by total time"}
+        if extra.get("profile") is not None:
+            doc["profile"] = {"unknown": "passive mode: no requests to split the profile by"}
     instants = {"retransmit": rtx}
     doc["timeline"] = tl = timeline(t0, t1, int(bin_s * 1e9), starts, ends,
                                     {k: v for k, v in spans.items() if k != "retransmit"},
@@ -351,12 +398,12 @@ def _analyse(args, bench_doc, bench_out, log_path, events, polls, t0, t1, bin_s,
     return doc
 
 
-def _accounting(events, maps, spans, starts, ends, sends, t_end: int) -> dict[str, Any]:
-    """Each request's latency split into parts (diagnose.accounting), summarised, with the
-    slowest requests' own splits."""
+def _threads(events, maps, starts, ends, t_end: int) -> dict[int, dict[str, Any]]:
+    """Per thread of the service, its intervals per part of the accounting (diagnose.accounting
+    THREAD_PARTS), from the main probe's events and maps."""
     import numpy as np
 
-    from ..diagnose.accounting import METHOD, account, summarise, syscall_class
+    from ..diagnose.accounting import syscall_class
 
     rows: dict[int, dict[str, list[tuple[int, int]]]] = {}
 
@@ -380,8 +427,17 @@ def _accounting(events, maps, spans, starts, ends, sends, t_end: int) -> dict[st
     for tid, (since, nr) in maps.open_waits.items():  # still waiting when the probe ended
         if since < t_end:
             add(tid, syscall_class(nr), since, t_end)
-    threads = {tid: {k: np.array(v, dtype=np.int64) for k, v in kinds.items()}
-               for tid, kinds in rows.items()}
+    return {tid: {k: np.array(v, dtype=np.int64) for k, v in kinds.items()}
+            for tid, kinds in rows.items()}
+
+
+def _accounting(threads, spans, starts, ends, sends) -> dict[str, Any]:
+    """Each request's latency split into parts (diagnose.accounting), summarised, with the
+    slowest requests' own splits."""
+    import numpy as np
+
+    from ..diagnose.accounting import METHOD, account, summarise
+
     service = {k: spans[k] for k in ("throttled", "softirq", "retransmit") if k in spans}
     acc = account(starts, ends, sends, threads, service)
     out = summarise(acc)
@@ -394,6 +450,35 @@ def _accounting(events, maps, spans, starts, ends, sends, t_end: int) -> dict[st
                        "parts_ms": {p: round(float(v[i]) / 1e6, 4)
                                     for p, v in acc.parts.items() if v[i]}}
                       for i in slowest]
+    return out
+
+
+def _profile_samples(proc, hz: int):
+    """The profile probe's samples and waits; a SourceError's reason when its output is not
+    readable (then the profile is unknown, the rest of diagnose stands)."""
+    from ..diagnose.profile import parse_samples
+    from ..model import SourceError
+    from ..probes.output import parse_output
+
+    try:
+        return parse_samples(parse_output("".join(proc.out)), hz)
+    except SourceError as exc:
+        return str(exc)
+
+
+def _profile(samples, threads, starts, ends, sends) -> dict[str, Any]:
+    """The tail-differential profile (diagnose.profile) over the requests' windows."""
+    import numpy as np
+
+    from ..diagnose.profile import differential, serving_sets
+
+    if isinstance(samples, str):
+        return {"unknown": f"the profile probe's output could not be read: {samples}"}
+    if not len(starts):
+        return {"unknown": "no request ended: nothing to split the profile by"}
+    p99 = float(np.percentile(ends - starts, 99, method="inverted_cdf"))
+    out = differential(samples, serving_sets(starts, ends, sends, threads, p99))
+    out["p99_ms"] = round(p99 / 1e6, 4)
     return out
 
 

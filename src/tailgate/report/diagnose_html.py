@@ -84,6 +84,9 @@ def diagnose_page(doc: dict[str, Any]) -> str:
     series = [(k, decode(t)) for k, t in hists.items() if k != "lateness"]
     if series:
         parts.append(figure_div(spectrum_figure(series, "latency by percentile"), "spectrum"))
+    from .flame import flame_section
+
+    parts.append(flame_section(doc.get("profile")))
     unknown = (doc.get("timeline") or {}).get("unknown") or {}
     if unknown:
         parts.append("<p><b>not measured:</b></p><ul id='unknown'>" + "".join(

@@ -1,0 +1,166 @@
+"""The tail-differential profile's logic with known answers (diagnose.profile, report.flame):
+which thread time is the slow requests', how samples and waits are split and ranked, what the
+notes say about stacks that cannot be trusted."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tailgate.diagnose.profile import Frame, Samples, differential, notes, program, serving_sets, wait_site
+from tailgate.report.flame import flame_section, flame_tree
+
+MS = 1_000_000
+
+
+def frames(*names: str, module: str = "slowpath") -> tuple[Frame, ...]:
+    """Leaf first, as bpftrace prints them."""
+    return tuple(Frame(n, "kernel" if module == "kernel" else module) for n in names)
+
+
+ROOT = ("main", "start_thread", "clone3")
+WAITS_1 = np.array([[0, 1000], [1500, 3000], [3200, 10000]], np.int64) * MS
+
+
+def threads() -> dict[int, dict[str, np.ndarray]]:
+    return {1: {"read": WAITS_1},
+            2: {"poll": np.array([[0, 10000]], np.int64) * MS}}  # idle the whole time
+
+
+def two_requests():
+    starts = np.array([900, 2900], np.int64) * MS
+    ends = np.array([1600, 3300], np.int64) * MS
+    return starts, ends
+
+
+def test_serving_time_is_the_window_less_the_wait_for_it_and_the_wait_after_it():
+    starts, ends = two_requests()
+    sets = serving_sets(starts, ends, None, threads(), p99_ns=700 * MS)
+    assert sets.slow.tolist() == [True, False]
+    # A [900, 1600]: waiting for it until 1000, back to waiting at 1500
+    assert sets.tail[1].tolist() == [[1000 * MS, 1500 * MS]]
+    # B [2900, 3300]: the wait until 3000, the next from 3200
+    assert sets.rest[1].tolist() == [[3000 * MS, 3200 * MS]]
+    # thread 2 waited for work through both windows: it served neither
+    assert len(sets.tail[2]) == 0 and len(sets.rest[2]) == 0
+    assert sets.mode.tolist() == [1, 1]  # one busy thread each: followed per thread
+
+
+def test_several_busy_threads_make_the_split_service_wide():
+    starts, ends = two_requests()
+    th = threads()
+    th[3] = {"read": np.array([[0, 950], [1200, 10000]], np.int64) * MS}  # busy 950-1200
+    sets = serving_sets(starts, ends, None, th, p99_ns=700 * MS)
+    assert sets.mode.tolist() == [2, 1]
+    assert sets.tail[3].tolist() == [[950 * MS, 1200 * MS]]
+
+
+def test_the_send_time_starts_the_window_not_the_intended_start():
+    starts, ends = two_requests()
+    sends = np.array([1100, 0], np.int64) * MS  # A sent late: its window begins at 1100
+    sets = serving_sets(starts, ends, sends, threads(), p99_ns=700 * MS)
+    assert sets.tail[1].tolist() == [[1100 * MS, 1500 * MS]]
+
+
+def samples() -> Samples:
+    burn = frames("slow_burn", "handle", "conn", *ROOT)
+    sleep_k = frames("__schedule", "schedule", "do_nanosleep", "hrtimer_nanosleep",
+                     "__x64_sys_clock_nanosleep", "do_syscall_64", module="kernel")
+    sock_k = frames("__schedule", "schedule", "schedule_timeout", "tcp_recvmsg",
+                    "sock_read_iter", "vfs_read", "ksys_read", "do_syscall_64", module="kernel")
+    s = Samples(hz=1000)
+    s.on = [(1, 1100 * MS, (), burn), (1, 1200 * MS, (), burn),
+            (1, 3050 * MS, (), frames("handle", "conn", *ROOT)),
+            (2, 5000 * MS, (), frames("poll", *ROOT))]  # outside every serving time
+    s.off = [(1, 1300 * MS, 1400 * MS, 230, sleep_k,
+              frames("clock_nanosleep", "slow_sleep", "handle", "conn", *ROOT)),
+             (1, 3100 * MS, 3150 * MS, 0, sock_k, frames("read", "conn", *ROOT)),
+             (2, 0, 10000 * MS, 7, (), frames("poll", *ROOT))]
+    s.taken_on, s.taken_off = 4, 3
+    return s
+
+
+def test_the_differential_ranks_the_injected_wait_first_with_exact_shares():
+    starts, ends = two_requests()
+    prof = differential(samples(), serving_sets(starts, ends, None, threads(), 700 * MS))
+    assert prof["tail"] == {"serving_ms": 500.0, "profiled_ms": 102.0}
+    assert prof["rest"] == {"serving_ms": 200.0, "profiled_ms": 51.0}
+    first, second = prof["ranked"]
+    assert (first["state"], first["syscall"], first["part"], first["site"]) == \
+        ("off CPU", "clock_nanosleep", "sleep", "do_nanosleep")
+    assert first["tail_ms"] == 100.0 and first["rest_ms"] == 0.0
+    assert first["tail_share"] == round(100 / 102, 4) and first["rest_share"] == 0.0
+    assert first["from"] == "conn → handle → slow_sleep → clock_nanosleep"  # 4 leaf-most
+    assert (second["state"], second["tail_ms"]) == ("on CPU", 2.0)
+    assert second["from"] == "main → conn → handle → slow_burn"
+    # what the rest had more of: the socket read between requests, the fast path's CPU
+    assert [r["syscall"] for r in prof["under"]] == ["read", None]
+    assert prof["under"][0]["rest_share"] == round(50 / 51, 4)
+    assert prof["split"]["how"] == "per thread" and prof["split"]["per_thread"] == 1
+    assert prof["dropped"] == {"samples": 0, "waits": 0}
+    assert prof["sentence"] == (
+        "in the slowest 1 % (1 requests above the P99, per thread): 98 % of the service's "
+        f"profiled time off CPU in clock_nanosleep (do_nanosleep) from {first['from']}, "
+        "against 0 % otherwise")
+
+
+def test_a_full_map_is_said():
+    s = samples()
+    s.taken_on = 10
+    starts, ends = two_requests()
+    prof = differential(s, serving_sets(starts, ends, None, threads(), 700 * MS))
+    assert prof["dropped"] == {"samples": 6, "waits": 0}
+
+
+def test_flame_tree_sums_are_inclusive_and_coloured_by_excess():
+    folded = [{"frames": ["off CPU: nanosleep", "conn", "slow_sleep"], "tail_ms": 90.0,
+               "rest_ms": 0.0},
+              {"frames": ["on CPU", "conn", "handle"], "tail_ms": 10.0, "rest_ms": 50.0}]
+    t = flame_tree(folded)
+    node = dict(zip(t["ids"], zip(t["tail_ms"], t["rest_ms"], t["excess"], strict=True),
+                    strict=True))
+    assert node["all"] == (100.0, 50.0, 0.0)
+    assert node["all\x1foff CPU: nanosleep\x1fconn\x1fslow_sleep"] == (90.0, 0.0, 90.0)
+    assert node["all\x1fon CPU"] == (10.0, 50.0, -90.0)
+    assert t["parents"][t["ids"].index("all\x1fon CPU\x1fconn")] == "all\x1fon CPU"
+
+
+def test_flame_section_draws_the_graph_and_the_table():
+    starts, ends = two_requests()
+    prof = differential(samples(), serving_sets(starts, ends, None, threads(), 700 * MS))
+    html = flame_section(prof)
+    assert "id='profile-ranked'" in html and 'id="flame"' in html
+    assert "slow_sleep" in html and "do_nanosleep" in html
+    assert flame_section(None) == ""
+    assert "not measured" in flame_section({"unknown": "passive mode"})
+
+
+def test_wait_site_skips_the_scheduler():
+    assert wait_site(frames("__schedule", "schedule", "schedule_hrtimeout_range",
+                            "do_epoll_wait", module="kernel")) == "do_epoll_wait"
+    assert wait_site(frames("pipe_read", module="kernel")) == "pipe_read"
+    assert wait_site(()) is None
+
+
+def test_notes_say_what_the_stacks_cannot_show():
+    s = Samples(hz=99)
+    # walks that end in libpython, far from the thread's start; frames without symbols
+    s.on = [(1, i, (), (Frame("_PyEval_EvalFrameDefault", "libpython3.11.so.1.0"),
+                        Frame("[unknown]", "libfoo.so")))
+            for i in range(10)]
+    text = "\n".join(notes(s))
+    assert "100 % of the frames in libfoo.so have no symbol" in text
+    assert "100 % of the user stacks stop before the thread's first frame" in text
+    assert "-fno-omit-frame-pointer" in text
+    assert "a Python service: the user frames are its interpreter's" in text
+    # complete stacks with symbols: nothing to say
+    s.on = [(1, 0, (), frames("slow_burn", "handle", "conn", *ROOT))]
+    assert notes(s) == []
+
+
+def test_program_rate_is_validated_and_written_once():
+    text = program(499)
+    assert "\nprofile:hz:499\n" in text and "\nprofile:hz:997\n" not in text
+    for bad in (0, 5000, 1.5, True, "99"):
+        with pytest.raises(ValueError):
+            program(bad)
