@@ -4,6 +4,8 @@ notes say about stacks that cannot be trusted."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -91,7 +93,7 @@ def test_the_differential_ranks_the_injected_wait_first_with_exact_shares():
     assert first["tail_ms"] == 100.0 and first["rest_ms"] == 0.0
     assert first["tail_share"] == round(100 / 102, 4) and first["rest_share"] == 0.0
     assert first["from"] == "conn → handle → slow_sleep → clock_nanosleep"  # 4 leaf-most
-    assert (second["state"], second["tail_ms"]) == ("on CPU", 2.0)
+    assert (second["state"], second["tail_ms"], second["module"]) == ("on CPU", 2.0, "slowpath")
     assert second["from"] == "main → conn → handle → slow_burn"
     # what the rest had more of: the socket read between requests, the fast path's CPU
     assert [r["syscall"] for r in prof["under"]] == ["read", None]
@@ -164,3 +166,18 @@ def test_program_rate_is_validated_and_written_once():
     for bad in (0, 5000, 1.5, True, "99"):
         with pytest.raises(ValueError):
             program(bad)
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--profile-hz", "99"), "--profile-hz needs --profile"),
+    (("--profile", "--profile-hz", "0"), "--profile-hz must be between 1 and 4999"),
+    (("--profile", "--profile-hz", "5000"), "--profile-hz must be between 1 and 4999")])
+def test_a_bad_profile_rate_is_a_usage_error(args, message):
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "tailgate", "diagnose", "tcp://127.0.0.1:9",
+                          "--pid", str(os.getpid()), "--duration", "1s", *args],
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 2, out.stderr
+    assert message in out.stderr and out.stderr.count("\n") == 1, out.stderr

@@ -235,6 +235,22 @@ def _in(spans: np.ndarray, t: np.ndarray) -> np.ndarray:
     return (i >= 0) & (t < spans[np.maximum(i, 0), 1])
 
 
+def _overlap(a: np.ndarray, b: np.ndarray, spans: np.ndarray) -> np.ndarray:
+    """How long each ``[a, b]`` overlaps ``spans`` (sorted, disjoint: no merge needed)."""
+    if not len(spans) or not len(a):
+        return np.zeros(len(a), np.int64)
+    before = np.concatenate([[0], np.cumsum(spans[:, 1] - spans[:, 0])])
+
+    def upto(t: np.ndarray) -> np.ndarray:
+        i = np.searchsorted(spans[:, 0], t, side="right") - 1
+        out = np.zeros(len(t), np.int64)
+        ok = i >= 0
+        out[ok] = before[i[ok]] + np.minimum(t[ok], spans[i[ok], 1]) - spans[i[ok], 0]
+        return out
+
+    return upto(b) - upto(a)
+
+
 def _path(user: tuple[Frame, ...], depth: int = 4) -> str:
     """The user stack's leaf-most frames, caller first: ``conn → handle → slow_read``."""
     return " → ".join(f.label() for f in reversed(user[:depth])) or "(no user stack)"
@@ -258,14 +274,20 @@ def differential(samples: Samples, sets: Sets) -> dict[str, Any]:
             if a or b:
                 _, _, k, u = samples.on[i]
                 acc[("on", None, k, u)][0 if a else 1] += period_ns
-    for tid, a, b, nr, k, u in samples.off:
-        aa, bb = np.array([a]), np.array([b])
-        t_ns = float(overlap_ns(aa, bb, sets.tail.get(tid, empty))[0])
-        r_ns = float(overlap_ns(aa, bb, sets.rest.get(tid, empty))[0])
-        if t_ns or r_ns:
-            v = acc[("off", nr, k, u)]
-            v[0] += t_ns
-            v[1] += r_ns
+    waits: dict[int, list[int]] = defaultdict(list)
+    for i, row in enumerate(samples.off):
+        waits[row[0]].append(i)
+    for tid, idx in waits.items():
+        a = np.array([samples.off[i][1] for i in idx], dtype=np.int64)
+        b = np.array([samples.off[i][2] for i in idx], dtype=np.int64)
+        t_ns = _overlap(a, b, sets.tail.get(tid, empty))
+        r_ns = _overlap(a, b, sets.rest.get(tid, empty))
+        for i, x, y in zip(idx, t_ns, r_ns, strict=True):
+            if x or y:
+                _, _, _, nr, k, u = samples.off[i]
+                v = acc[("off", nr, k, u)]
+                v[0] += float(x)
+                v[1] += float(y)
     tot_t = sum(v[0] for v in acc.values())
     tot_r = sum(v[1] for v in acc.values())
     serving_t = sum(float((s[:, 1] - s[:, 0]).sum()) for s in sets.tail.values())
@@ -279,6 +301,7 @@ def differential(samples: Samples, sets: Sets) -> dict[str, Any]:
                                     "syscall": None if nr is None else _syscall_label(nr),
                                     "part": "on_cpu" if nr is None else syscall_class(nr),
                                     "from": _path(u), "user": [f.label() for f in u],
+                                    "module": u[0].module if u else None,
                                     "kernel": [f.label() for f in k], "tail_ns": 0.0,
                                     "rest_ns": 0.0, "site": None})
         row["tail_ns"] += t_ns
