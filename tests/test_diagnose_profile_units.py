@@ -75,7 +75,8 @@ def samples() -> Samples:
             (1, 3050 * MS, (), frames("handle", "conn", *ROOT)),
             (2, 5000 * MS, (), frames("poll", *ROOT))]  # outside every serving time
     s.off = [(1, 1300 * MS, 1400 * MS, 230, sleep_k,
-              frames("clock_nanosleep", "slow_sleep", "handle", "conn", *ROOT)),
+              (Frame("clock_nanosleep", "libc.so.6"), *frames("slow_sleep", "handle", "conn",
+                                                              *ROOT))),
              (1, 3100 * MS, 3150 * MS, 0, sock_k, frames("read", "conn", *ROOT)),
              (2, 0, 10000 * MS, 7, (), frames("poll", *ROOT))]
     s.taken_on, s.taken_off = 4, 3
@@ -92,7 +93,9 @@ def test_the_differential_ranks_the_injected_wait_first_with_exact_shares():
         ("off CPU", "clock_nanosleep", "sleep", "do_nanosleep")
     assert first["tail_ms"] == 100.0 and first["rest_ms"] == 0.0
     assert first["tail_share"] == round(100 / 102, 4) and first["rest_share"] == 0.0
-    assert first["from"] == "conn → handle → slow_sleep → clock_nanosleep"  # 4 leaf-most
+    # the 4 leaf-most frames of the service's own, the syscall's wrapper in libc left out
+    assert first["from"] == "main → conn → handle → slow_sleep"
+    assert first["user"][:2] == ["clock_nanosleep", "slow_sleep"]  # the whole stack kept
     assert (second["state"], second["tail_ms"], second["module"]) == ("on CPU", 2.0, "slowpath")
     assert second["from"] == "main → conn → handle → slow_burn"
     # what the rest had more of: the socket read between requests, the fast path's CPU
@@ -104,6 +107,21 @@ def test_the_differential_ranks_the_injected_wait_first_with_exact_shares():
         "in the slowest 1 % (1 requests above the P99, per thread): 98 % of the service's "
         f"profiled time off CPU in clock_nanosleep (do_nanosleep) from {first['from']}, "
         "against 0 % otherwise")
+
+
+def test_frames_in_an_interpreter_are_ranked_under_the_interpreter():
+    py = "libpython3.11.so.1.0"
+    s = Samples(hz=1000)
+    s.on = [(1, 1100 * MS, (), (Frame("long_mul", py), Frame("[unknown]", "[unknown]"))),
+            (1, 1200 * MS, (), (Frame("_PyEval_EvalFrameDefault", py),)),
+            (1, 1300 * MS, (), (Frame("__vdso_clock_gettime", "[vdso]"),
+                                Frame("time_thread_time", py)))]
+    starts, ends = two_requests()
+    prof = differential(s, serving_sets(starts, ends, None, threads(), 700 * MS))
+    (row,) = prof["ranked"]
+    assert row["from"] == f"the Python interpreter ({py})" and row["tail_ms"] == 3.0
+    assert row["tail_share"] == 1.0 and row["module"] == py
+    assert any(n.startswith("a Python service") for n in prof["notes"])
 
 
 def test_a_full_map_is_said():

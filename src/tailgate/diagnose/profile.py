@@ -212,6 +212,8 @@ def serving_sets(starts: np.ndarray, ends: np.ndarray, sends: np.ndarray | None,
 
 # -- the differential --------------------------------------------------------------------------
 
+_SYSTEM = re.compile(r"^(libc[.-]|ld-linux|\[vdso\]|libpthread[.-]|libm[.-]|libdl[.-])")
+_INTERP = re.compile(r"(python|ruby|node|lua|perl)", re.I)
 _SCHED = re.compile(r"schedule|^__traceiter|^finish_task_switch|^context_switch")
 
 
@@ -251,9 +253,31 @@ def _overlap(a: np.ndarray, b: np.ndarray, spans: np.ndarray) -> np.ndarray:
     return upto(b) - upto(a)
 
 
-def _path(user: tuple[Frame, ...], depth: int = 4) -> str:
-    """The user stack's leaf-most frames, caller first: ``conn → handle → slow_read``."""
-    return " → ".join(f.label() for f in reversed(user[:depth])) or "(no user stack)"
+def _system(f: Frame) -> bool:
+    return bool(_SYSTEM.match(f.module))
+
+
+def interpreter(module: str) -> str | None:
+    m = _INTERP.search(module)
+    return m.group(1).capitalize() if m else None
+
+
+def row_key(user: tuple[Frame, ...], depth: int = 4) -> tuple[tuple[str, ...], str]:
+    """What a stack is ranked under, and how that reads: its leaf-most frames, caller first
+    (``conn → handle → slow_read_file``), less the system libraries' frames at the leaf (the
+    syscall's wrapper, the vDSO: the syscall and the state say what they did). A leaf in an
+    interpreter is ranked under the interpreter: its frames say nothing of the program's."""
+    own = user
+    while own and _system(own[0]):
+        own = own[1:]
+    own = own or user
+    if not own:
+        return (), "(no user stack)"
+    lang = interpreter(own[0].module)
+    if lang:
+        return (f"[{own[0].module}]",), f"the {lang} interpreter ({own[0].module})"
+    key = tuple(f.label() for f in own[:depth])
+    return key, " → ".join(reversed(key))
 
 
 def differential(samples: Samples, sets: Sets) -> dict[str, Any]:
@@ -296,23 +320,23 @@ def differential(samples: Samples, sets: Sets) -> dict[str, Any]:
     # the table: by state, syscall and user path (the kernel's wait site named alongside)
     rows: dict[tuple, dict[str, Any]] = {}
     for (state, nr, k, u), (t_ns, r_ns) in acc.items():
-        key = (state, nr, tuple(f.label() for f in u[:8]))
-        row = rows.setdefault(key, {"state": "on CPU" if state == "on" else "off CPU",
-                                    "syscall": None if nr is None else _syscall_label(nr),
-                                    "part": "on_cpu" if nr is None else syscall_class(nr),
-                                    "from": _path(u), "user": [f.label() for f in u],
-                                    "module": u[0].module if u else None,
-                                    "kernel": [f.label() for f in k], "tail_ns": 0.0,
-                                    "rest_ns": 0.0, "site": None})
+        key, where = row_key(u)
+        row = rows.setdefault((state, nr, key), {
+            "state": "on CPU" if state == "on" else "off CPU",
+            "syscall": None if nr is None else _syscall_label(nr),
+            "part": "on_cpu" if nr is None else syscall_class(nr), "from": where,
+            "tail_ns": 0.0, "rest_ns": 0.0, "best": -1.0})
         row["tail_ns"] += t_ns
         row["rest_ns"] += r_ns
-        if state == "off" and row["site"] is None:
-            row["site"] = wait_site(k)
+        if t_ns + r_ns > row["best"]:  # the heaviest stack of the row stands for it
+            row.update(best=t_ns + r_ns, user=[f.label() for f in u],
+                       module=u[0].module if u else None, kernel=[f.label() for f in k],
+                       site=wait_site(k) if state == "off" else None)
     ranked = []
     for row in rows.values():
         ts = row["tail_ns"] / tot_t if tot_t else 0.0
         rs = row["rest_ns"] / tot_r if tot_r else 0.0
-        ranked.append({**{k: v for k, v in row.items() if not k.endswith("_ns")},
+        ranked.append({**{k: v for k, v in row.items() if not k.endswith("_ns") and k != "best"},
                        "tail_ms": round(row["tail_ns"] / 1e6, 3),
                        "rest_ms": round(row["rest_ns"] / 1e6, 3),
                        "tail_share": round(ts, 4), "rest_share": round(rs, 4),
@@ -405,7 +429,8 @@ def notes(samples: Samples) -> list[str]:
                    "pointers, so the walk ends early or goes astray; rebuild it with "
                    "-fno-omit-frame-pointer (the callers shown above such a frame may be "
                    "wrong)")
-    langs = sorted({INTERPRETERS[f.name] for f in frames if f.name in INTERPRETERS})
+    langs = sorted({INTERPRETERS[f.name] for f in frames if f.name in INTERPRETERS}
+                   | {lang for f in frames if (lang := interpreter(f.module))})
     for lang in langs:
         out.append(f"a {lang} service: the user frames are its interpreter's (e.g. "
                    "_PyEval_EvalFrameDefault), not the functions of the program it runs"
