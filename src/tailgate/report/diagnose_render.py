@@ -85,18 +85,18 @@ def profile(prof: dict[str, Any] | None, console) -> None:
                   f"{sp['slow_requests']} requests above the P99 ({prof['p99_ms']:.3f} ms) "
                   f"followed {sp['how']} ({sp['per_thread']} on one thread, "
                   f"{sp['service_wide']} over the service's busy threads, {sp['unserved']} on "
-                  f"none); tail {t['profiled_ms']:.1f} ms profiled of {t['serving_ms']:.1f} ms "
-                  f"serving, rest {r['profiled_ms']:.1f} of {r['serving_ms']:.1f}",
+                  f"none);\n  serving time: tail {t['serving_ms']:.1f} ms ({t['profiled_ms']:.1f} "
+                  f"profiled), rest {r['serving_ms']:.1f} ms ({r['profiled_ms']:.1f} profiled)",
                   highlight=False, markup=False)
     if prof["ranked"]:
         console.print(f"  {'tail %':>7}{'rest %':>7}  {'tail ms':>8}  over-represented in the "
                       "tail", highlight=False)
     for row in prof["ranked"][:10]:
-        what = ("on CPU" if row["state"] == "on CPU" else
-                f"off CPU in {row['syscall']}" + (f" ({row['site']})" if row["site"] else ""))
+        what = (f"on CPU in {row['from']}" if row["state"] == "on CPU" else
+                f"off CPU in {row['syscall']}" + (f" ({row['site']})" if row["site"] else "")
+                + f" from {row['from']}")
         console.print(f"  {100 * row['tail_share']:>7.1f}{100 * row['rest_share']:>7.1f}  "
-                      f"{row['tail_ms']:>8.2f}  {what} from {row['from']}", highlight=False,
-                      markup=False)
+                      f"{row['tail_ms']:>8.2f}  {what}", highlight=False, markup=False)
     d = prof["dropped"]
     if d["samples"] or d["waits"]:
         console.print(f"  the probe's maps were full: {d['samples']} samples and {d['waits']} "
