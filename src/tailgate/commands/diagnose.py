@@ -144,6 +144,17 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _await_line(proc, marker: str, timeout_s: float = 10.0) -> None:
+    """Wait until the probe prints ``marker`` (its BEGIN: every probe attached)."""
+    from ..model import SourceError
+
+    deadline = time.monotonic() + timeout_s
+    while not any(marker in line for line in list(proc.out)):
+        if proc.proc.poll() is not None or time.monotonic() > deadline:
+            raise SourceError(f"the profile probe did not say it was attached ({marker!r})")
+        time.sleep(0.01)
+
+
 def _children_cpu_s() -> float:
     import resource
 
@@ -192,6 +203,7 @@ def _collect(args, host, pids, cgroups, window_s, warmup_s, bin_s, tmp,
              say=lambda text: None) -> dict[str, Any]:
     from ..diagnose.counters import CounterPoller
     from ..diagnose.evidence import Poller, parse_events, parse_maps
+    from ..diagnose.profile import ATTACHED as PROFILE_ATTACHED
     from ..diagnose.profile import program as profile_program
     from ..probes.driver import Run, attached
     from ..probes.output import parse_output
@@ -216,6 +228,8 @@ def _collect(args, host, pids, cgroups, window_s, warmup_s, bin_s, tmp,
                                                  text=profile_program(args.profile_hz))))
                 if args.profile else None)
         probe = stack.enter_context(attached(Run("diagnose", probe_s, 0, pids)))
+        if prof:
+            _await_line(prof, PROFILE_ATTACHED)
         t_attached = time.monotonic_ns()
         ctxt0 = _ctxt()
         service0 = sum(_cpu_s(p) for p in pids)
@@ -456,14 +470,16 @@ def _accounting(threads, spans, starts, ends, sends) -> dict[str, Any]:
 def _profile_samples(proc, hz: int):
     """The profile probe's samples and waits; a SourceError's reason when its output is not
     readable (then the profile is unknown, the rest of diagnose stands)."""
-    from ..diagnose.profile import parse_samples
+    from ..diagnose.profile import name_frames, parse_samples
     from ..model import SourceError
     from ..probes.output import parse_output
 
     try:
-        return parse_samples(parse_output("".join(proc.out)), hz)
+        samples = parse_samples(parse_output("".join(proc.out)), hz)
     except SourceError as exc:
         return str(exc)
+    samples.named_by_tailgate = name_frames(samples)
+    return samples
 
 
 def _profile(samples, threads, starts, ends, sends) -> dict[str, Any]:

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from ..model import ParseError
+from ..model import ParseError, SourceError
 from ..probes.output import BpftraceOutput, int_key, split_key
 from .accounting import WAITS, syscall_class
 from .attribution import merge_spans, overlap_ns, subtract_spans
@@ -43,9 +43,12 @@ MAX_HZ = 4999
 TEMPLATE_RATE = "profile:hz:997"
 MAX_RANKED = 15
 MAX_FOLDED = 400
+ATTACHED = "tailgate-profile: attached"
 
-# a frame: "ffffffff8a1b2c3d __schedule+1037 ([kernel.kallsyms])" (bpftrace's perf format)
-_FRAME = re.compile(r"^\s*(?P<addr>[0-9a-fA-F]+)\s+(?P<sym>.*?)\s+\((?P<mod>[^()]*)\)\s*$")
+# a frame in bpftrace's perf format: "ffffffff8a1b2c3d __schedule+1037" (kernel),
+# "7f31f9b352ec __libc_read+76 (/usr/lib/x86_64-linux-gnu/libc.so.6)" (user), or unnamed
+# "7f90d024a2ec 0x7f90d024a2ec ([unknown])"
+_FRAME = re.compile(r"^\s*(?P<addr>[0-9a-fA-F]+)\s+(?P<sym>\S.*?)(?:\s+\((?P<mod>[^()]*)\))?\s*$")
 _OFFSET = re.compile(r"\+(0x[0-9a-fA-F]+|\d+)$")
 # where a user stack walked to the end: a thread's or the process's first frame
 THREAD_ROOTS = ("clone3", "clone", "__clone", "__clone3", "_start", "start_thread",
@@ -77,7 +80,12 @@ def program(hz: int) -> str:
 @dataclass(frozen=True)
 class Frame:
     name: str  # the symbol without its offset, or "[unknown]"
-    module: str  # the file's base name ("kernel" for the kernel)
+    module: str  # the file's base name ("kernel" for the kernel, "[unknown]": not known)
+    addr: int = field(default=0, compare=False)
+
+    @property
+    def named(self) -> bool:
+        return self.name != "[unknown]" and not self.name.startswith("0x")
 
     def label(self) -> str:
         return self.name if self.name != "[unknown]" else f"[unknown] ({self.module})"
@@ -94,9 +102,11 @@ def parse_stack(text: str, kernel: bool = False) -> tuple[Frame, ...]:
         if m is None:
             raise ValueError(f"not a stack frame: {line!r}")
         sym = _OFFSET.sub("", m["sym"].strip()) or "[unknown]"
-        mod = "kernel" if kernel or m["mod"] == "[kernel.kallsyms]" else os.path.basename(
-            m["mod"]) or m["mod"]
-        frames.append(Frame(sym, mod))
+        if sym.startswith("0x"):
+            sym = "[unknown]"
+        mod = m["mod"] or ("kernel" if kernel else "[unknown]")
+        mod = "kernel" if kernel or mod == "[kernel.kallsyms]" else os.path.basename(mod) or mod
+        frames.append(Frame(sym, mod, int(m["addr"], 16)))
     return tuple(frames)
 
 
@@ -112,6 +122,8 @@ class Samples:
     taken_on: int = 0  # counted by the probe (more than len(on): a full map dropped some)
     taken_off: int = 0
     malformed: int = 0
+    tgid: dict[int, int] = field(default_factory=dict)  # thread -> its process
+    named_by_tailgate: int = 0  # user frames bpftrace left unnamed, named by name_frames
 
 
 def _split_stacks(rest: str) -> tuple[str, str]:
@@ -127,21 +139,23 @@ def parse_samples(output: BpftraceOutput, hz: int) -> Samples:
     s = Samples(hz, taken_on=output.scalar("@on_n") or 0, taken_off=output.scalar("@off_n") or 0)
     for key, n in output.map("@on").items():
         try:
-            tid, t, rest = split_key(key, 3)
+            tg, tid, t, rest = split_key(key, 4)
             k, u = _split_stacks(rest)
             row = (int_key(tid), int_key(t), parse_stack(k, kernel=True), parse_stack(u))
+            s.tgid[row[0]] = int_key(tg)
         except (ValueError, ParseError):
             s.malformed += 1
             continue
         s.on.extend([row] * int(n))
     for key, _ in output.map("@off").items():
         try:
-            tid, a, b, nr, rest = split_key(key, 5)
+            tg, tid, a, b, nr, rest = split_key(key, 6)
             k, u = _split_stacks(rest)
             row = (int_key(tid), int_key(a), int_key(b), int_key(nr),
                    parse_stack(k, kernel=True), parse_stack(u))
             if row[2] < row[1]:
                 raise ValueError(key)
+            s.tgid[row[0]] = int_key(tg)
         except (ValueError, ParseError):
             s.malformed += 1
             continue
@@ -149,6 +163,41 @@ def parse_samples(output: BpftraceOutput, hz: int) -> Samples:
     s.on.sort(key=lambda r: (r[0], r[1]))
     s.off.sort(key=lambda r: (r[0], r[1]))
     return s
+
+
+def name_frames(s: Samples, proc: str = "/proc") -> int:
+    """Name the user frames bpftrace left as addresses (their thread had exited when it
+    printed) from their process's maps and ELF symbols, while it still runs; returns how many
+    were named."""
+    from ..sources.symbols import Symbolizer, demangle
+
+    wanted: dict[int, set[int]] = defaultdict(set)
+    for tid, *_, u in [*s.on, *s.off]:
+        for f in u:
+            if not f.named and tid in s.tgid:
+                wanted[s.tgid[tid]].add(f.addr)
+    names: dict[tuple[int, int], Frame] = {}
+    for pid, addrs in wanted.items():
+        try:
+            sym = Symbolizer(pid, proc)
+        except (SourceError, ValueError):  # exited: its frames stay addresses
+            continue
+        for addr in addrs:
+            path = sym.path(addr)
+            if path is None:
+                continue
+            found = sym(addr)
+            names[pid, addr] = Frame(demangle(found[0]) if found else "[unknown]",
+                                     os.path.basename(path), addr)
+
+    def fix(tid: int, u: tuple[Frame, ...]) -> tuple[Frame, ...]:
+        pid = s.tgid.get(tid)
+        return tuple(f if f.named else names.get((pid, f.addr), f) for f in u)
+
+    before = sum(f.named for *_, u in [*s.on, *s.off] for f in u)
+    s.on = [(tid, t, k, fix(tid, u)) for tid, t, k, u in s.on]
+    s.off = [(tid, a, b, nr, k, fix(tid, u)) for tid, a, b, nr, k, u in s.off]
+    return sum(f.named for *_, u in [*s.on, *s.off] for f in u) - before
 
 
 # -- which thread time belongs to which set ------------------------------------------------------
@@ -268,7 +317,7 @@ def row_key(user: tuple[Frame, ...], depth: int = 4) -> tuple[tuple[str, ...], s
     syscall's wrapper, the vDSO: the syscall and the state say what they did). A leaf in an
     interpreter is ranked under the interpreter: its frames say nothing of the program's."""
     own = user
-    while own and _system(own[0]):
+    while own and (_system(own[0]) or own[0].module == "[unknown]"):  # the vDSO shows so
         own = own[1:]
     own = own or user
     if not own:
@@ -357,6 +406,7 @@ def differential(samples: Samples, sets: Sets) -> dict[str, Any]:
         "dropped": {"samples": max(0, samples.taken_on - len(samples.on)),
                     "waits": max(0, samples.taken_off - len(samples.off))},
         "malformed": samples.malformed,
+        "named_by_tailgate": samples.named_by_tailgate,
         "split": split_summary(sets),
         "tail": {"serving_ms": round(serving_t / 1e6, 3), "profiled_ms": round(tot_t / 1e6, 3)},
         "rest": {"serving_ms": round(serving_r / 1e6, 3), "profiled_ms": round(tot_r / 1e6, 3)},
@@ -409,7 +459,7 @@ def notes(samples: Samples) -> list[str]:
     per_mod: dict[str, int] = defaultdict(int)
     for f in frames:
         per_mod[f.module] += 1
-        if f.name == "[unknown]" or f.name.startswith("0x"):
+        if not f.named:
             unknown[f.module] += 1
     for mod, n in sorted(unknown.items(), key=lambda kv: -kv[1]):
         if n >= 0.2 * per_mod[mod]:
@@ -419,7 +469,9 @@ def notes(samples: Samples) -> list[str]:
                        "(/tmp/perf-PID.map)")
     short: dict[str, int] = defaultdict(int)
     for u in stacks:
-        if u and u[-1].name not in THREAD_ROOTS:
+        # complete: it reaches a thread's first frame (named, or unnamed in libc: glibc's
+        # start_thread is a local symbol, absent from a stripped libc)
+        if u and u[-1].name not in THREAD_ROOTS and not (_system(u[-1]) and not u[-1].named):
             short[u[-1].module] += 1
     n_short = sum(short.values())
     if n_short >= 0.2 * len(stacks):

@@ -138,6 +138,11 @@ class Symbolizer:
                 self._tables[key] = None
         return self._tables[key]
 
+    def path(self, addr: int) -> str | None:
+        """The file mapped at ``addr`` (None: none)."""
+        i = bisect.bisect_right(self._starts, addr) - 1
+        return self.regions[i].path if i >= 0 and addr < self.regions[i].end else None
+
     def __call__(self, addr: int) -> tuple[str, int] | None:
         i = bisect.bisect_right(self._starts, addr) - 1
         if i < 0 or addr >= self.regions[i].end:
