@@ -199,3 +199,28 @@ def test_a_bad_profile_rate_is_a_usage_error(args, message):
                          capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 2, out.stderr
     assert message in out.stderr and out.stderr.count("\n") == 1, out.stderr
+
+
+def test_the_probes_real_output_parses():
+    """diagnose_profile.bt's output against slowpath (cpu mode) on this kernel, its maps cut
+    to 6 samples and 3 waits (the counters are the run's: 42 and 20). Its connection thread
+    had exited when bpftrace printed, so every user frame is an address ("[unknown]")."""
+    from pathlib import Path
+
+    from tailgate.diagnose.profile import ATTACHED, parse_samples
+    from tailgate.probes.output import parse_output
+
+    text = (Path(__file__).parent / "fixtures/probes/diagnose_profile.jsonl").read_text()
+    out = parse_output(text)
+    assert out.printf == (ATTACHED + "\n",)
+    s = parse_samples(out, 997)
+    assert (len(s.on), len(s.off), s.taken_on, s.taken_off, s.malformed) == (6, 3, 42, 20, 0)
+    assert set(s.tgid.values()) == {20106}
+    tid, t, k, u = s.on[0]
+    assert t > 0 and all(f.module == "kernel" and f.named for f in k)
+    assert [f.name for f in k][-1] == "entry_SYSCALL_64_after_hwframe"
+    assert u and all(not f.named and f.module == "[unknown]" and f.addr > 0 for f in u)
+    # the waits: a socket read, blocked in tcp_recvmsg
+    tid, a, b, nr, k, u = s.off[0]
+    assert b - a >= 200_000 and nr == 0
+    assert wait_site(k) == "tcp_recvmsg_locked"  # below the generic wait helpers

@@ -263,7 +263,9 @@ def serving_sets(starts: np.ndarray, ends: np.ndarray, sends: np.ndarray | None,
 
 _SYSTEM = re.compile(r"^(libc[.-]|ld-linux|\[vdso\]|libpthread[.-]|libm[.-]|libdl[.-])")
 _INTERP = re.compile(r"(python|ruby|node|lua|perl)", re.I)
-_SCHED = re.compile(r"schedule|^__traceiter|^finish_task_switch|^context_switch")
+# the scheduler's frames and the generic wait helpers above it (the site is their caller)
+_SCHED = re.compile(r"schedule|^__traceiter|^finish_task_switch|^context_switch|^wait_woken$|"
+                    r"^sk_wait_data$|^prepare_to_wait|^finish_wait$")
 
 
 def wait_site(kernel: tuple[Frame, ...]) -> str | None:
