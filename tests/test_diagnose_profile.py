@@ -59,9 +59,20 @@ def _noise():
 
 
 def realtime(pid: int) -> None:
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        os.sched_setaffinity(int(tid), {1})
-        os.sched_setscheduler(int(tid), os.SCHED_FIFO, os.sched_param(RT))
+    """Every thread of ``pid`` and of its children (slowpath's slow device) SCHED_FIFO on
+    CPU 1: the noise must not stretch the injected 10 ms."""
+    children = [int(p) for p in os.listdir("/proc") if p.isdigit() and _ppid(int(p)) == pid]
+    for proc in (pid, *children):
+        for tid in os.listdir(f"/proc/{proc}/task"):
+            os.sched_setaffinity(int(tid), {1})
+            os.sched_setscheduler(int(tid), os.SCHED_FIFO, os.sched_param(RT))
+
+
+def _ppid(pid: int) -> int | None:
+    try:
+        return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 @contextlib.contextmanager
@@ -102,8 +113,9 @@ def check_common(doc: dict, part: str) -> dict:
     assert prof["dropped"] == {"samples": 0, "waits": 0} and prof["malformed"] == 0, prof
     assert prof["split"]["slow_requests"] >= 10, prof["split"]
     first = prof["ranked"][0]
-    # over-represented: most of the tail's profiled time, little of the rest's
-    assert first["tail_share"] >= 0.5 and first["rest_share"] <= 0.1, first
+    # over-represented: most of the tail's profiled time, and far more than in the rest's (1
+    # request in 50 takes the slow path: about half of those are below the P99, in the rest)
+    assert first["tail_share"] >= 0.5 and first["excess"] >= 0.2, first
     return first
 
 
@@ -111,11 +123,13 @@ def test_a_blocking_file_read_is_named_with_its_stack(tmp_path):
     with server("slowpath", "read", 10_000, 50) as (port, pid):
         doc = diagnose(port, pid, tmp_path)
     first = check_common(doc, "read")
-    assert (first["state"], first["syscall"], first["site"]) == ("off CPU", "read",
-                                                                 "pipe_read"), first
+    # the kernel's pipe read (anon_pipe_read since 6.16, pipe_read before)
+    assert (first["state"], first["syscall"]) == ("off CPU", "read"), first
+    assert first["site"] in ("pipe_read", "anon_pipe_read"), first
     assert "slow_read_file" in first["user"], first
     assert "handle" in first["user"] and "conn" in first["user"], first  # frame pointers
-    assert doc["profile"]["notes"] == [], doc["profile"]["notes"]
+    # the service's binary has symbols and frame pointers: no note is about it
+    assert not [n for n in doc["profile"]["notes"] if "slowpath" in n], doc["profile"]["notes"]
 
 
 def test_a_sleep_in_the_handler_is_named_with_its_stack(tmp_path):

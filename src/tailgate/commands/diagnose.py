@@ -125,6 +125,9 @@ def run(args: argparse.Namespace) -> int:
     return 1 if doc["verdict"]["claimed"] else 0
 
 
+DRAIN_S = 0.3
+
+
 def _profile_rate(args: argparse.Namespace) -> None:
     from ..diagnose.profile import DEFAULT_HZ, MAX_HZ
 
@@ -249,6 +252,10 @@ def _collect(args, host, pids, cgroups, window_s, warmup_s, bin_s, tmp,
         switches = _ctxt() - ctxt0
         service_cpu = sum(_cpu_s(p) for p in pids) - service0
         reaped0 = _children_cpu_s()
+        # bpftrace drops the events still in its ring buffers when it is stopped: the last
+        # ones (the waits the load generator's closing connections end, threads exiting) are
+        # read only if it is given a moment first
+        time.sleep(DRAIN_S)
     # after the window, the probes print (and the profile symbolises) their maps: the CPU of
     # the bpftrace processes reaped since, less what they had used by the window's end
     readout_s = (time.monotonic_ns() - t_end) / 1e9
@@ -438,6 +445,9 @@ def _threads(events, maps, starts, ends, t_end: int) -> dict[int, dict[str, Any]
     for tid, first in maps.first_seen.items():  # before it, what the thread did is not known
         if first > t_begin:
             add(tid, "unseen", t_begin, first)
+    for tid, t in events.exits.items():  # gone: no thread of the service from then on
+        if t < t_end:
+            add(tid, "unseen", t, t_end)
     for tid, (since, nr) in maps.open_waits.items():  # still waiting when the probe ended
         if since < t_end:
             add(tid, syscall_class(nr), since, t_end)

@@ -186,7 +186,7 @@ def name_frames(s: Samples, proc: str = "/proc") -> int:
             path = sym.path(addr)
             if path is None:
                 continue
-            found = sym(addr)
+            found = sym(addr) if path.startswith("/") else None
             names[pid, addr] = Frame(demangle(found[0]) if found else "[unknown]",
                                      os.path.basename(path), addr)
 
@@ -261,7 +261,8 @@ def serving_sets(starts: np.ndarray, ends: np.ndarray, sends: np.ndarray | None,
 
 # -- the differential --------------------------------------------------------------------------
 
-_SYSTEM = re.compile(r"^(libc[.-]|ld-linux|\[vdso\]|libpthread[.-]|libm[.-]|libdl[.-])")
+_SYSTEM = re.compile(r"^(libc[.-]|ld-linux|\[vdso\]|\[vsyscall\]|libpthread[.-]|libm[.-]|"
+                     r"libdl[.-])")
 _INTERP = re.compile(r"(python|ruby|node|lua|perl)", re.I)
 # the scheduler's frames and the generic wait helpers above it (the site is their caller)
 _SCHED = re.compile(r"schedule|^__traceiter|^finish_task_switch|^context_switch|^wait_woken$|"
@@ -308,6 +309,12 @@ def _system(f: Frame) -> bool:
     return bool(_SYSTEM.match(f.module))
 
 
+def _root(f: Frame) -> bool:
+    """A thread's first frame: named so, or unnamed in libc (glibc's start_thread is a local
+    symbol, absent from a stripped libc)."""
+    return f.name in THREAD_ROOTS or (_system(f) and not f.named)
+
+
 def interpreter(module: str) -> str | None:
     m = _INTERP.search(module)
     return m.group(1).capitalize() if m else None
@@ -319,8 +326,10 @@ def row_key(user: tuple[Frame, ...], depth: int = 4) -> tuple[tuple[str, ...], s
     syscall's wrapper, the vDSO: the syscall and the state say what they did). A leaf in an
     interpreter is ranked under the interpreter: its frames say nothing of the program's."""
     own = user
-    while own and (_system(own[0]) or own[0].module == "[unknown]"):  # the vDSO shows so
+    while own and (_system(own[0]) or own[0].module == "[unknown]"):  # a vDSO can show so
         own = own[1:]
+    while own and _root(own[-1]):  # the thread's start says nothing of where it was
+        own = own[:-1]
     own = own or user
     if not own:
         return (), "(no user stack)"
@@ -459,11 +468,16 @@ def notes(samples: Samples) -> list[str]:
     frames = [f for u in stacks for f in u]
     unknown: dict[str, int] = defaultdict(int)
     per_mod: dict[str, int] = defaultdict(int)
-    for f in frames:
-        per_mod[f.module] += 1
-        if not f.named:
-            unknown[f.module] += 1
+    for u in stacks:  # a thread's first frame unnamed in libc is no loss (see _root)
+        for f in (u[:-1] if u and _root(u[-1]) else u):
+            per_mod[f.module] += 1
+            if not f.named:
+                unknown[f.module] += 1
     for mod, n in sorted(unknown.items(), key=lambda kv: -kv[1]):
+        # a file, or memory of no file ("[unknown]": JIT code); never [heap] or [stack] (a
+        # walk gone astray, said below) or the vDSO (the kernel's, no file to read)
+        if mod.startswith("[") and mod != "[unknown]":
+            continue
         if n >= 0.2 * per_mod[mod]:
             out.append(f"{100 * n / per_mod[mod]:.0f} % of the frames in {mod} have no symbol: "
                        "install its debug symbols (Debian: its -dbgsym package) or build it "
@@ -473,7 +487,7 @@ def notes(samples: Samples) -> list[str]:
     for u in stacks:
         # complete: it reaches a thread's first frame (named, or unnamed in libc: glibc's
         # start_thread is a local symbol, absent from a stripped libc)
-        if u and u[-1].name not in THREAD_ROOTS and not (_system(u[-1]) and not u[-1].named):
+        if u and not _root(u[-1]):
             short[u[-1].module] += 1
     n_short = sum(short.values())
     if n_short >= 0.2 * len(stacks):
