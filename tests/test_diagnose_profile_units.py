@@ -124,6 +124,18 @@ def test_frames_in_an_interpreter_are_ranked_under_the_interpreter():
     assert any(n.startswith("a Python service") for n in prof["notes"])
 
 
+def test_a_stack_of_library_frames_only_says_its_caller_was_not_seen():
+    from tailgate.diagnose.profile import row_key
+
+    libc = (Frame("read", "libc.so.6"), Frame("[unknown]", "libc.so.6"))
+    assert row_key(libc)[1] == "read in libc.so.6 (its caller not seen: no frame pointer)"
+    assert row_key(())[1] == "(no user stack)"
+    # the vDSO and libc at the leaf, the thread's start at the root, are left out
+    u = (Frame("[unknown]", "[vdso]"), Frame("clock_gettime", "libc.so.6"),
+         *frames("cpu_us", "slow_burn"), Frame("[unknown]", "libc.so.6"))
+    assert row_key(u) == (("cpu_us", "slow_burn"), "slow_burn → cpu_us")
+
+
 def test_a_full_map_is_said():
     s = samples()
     s.taken_on = 10

@@ -330,9 +330,12 @@ def row_key(user: tuple[Frame, ...], depth: int = 4) -> tuple[tuple[str, ...], s
         own = own[1:]
     while own and _root(own[-1]):  # the thread's start says nothing of where it was
         own = own[:-1]
-    own = own or user
-    if not own:
+    if not user:
         return (), "(no user stack)"
+    if not own:  # only a library's frames: the walk lost the caller (no frame pointer)
+        leaf = user[0]
+        return ((leaf.label(), leaf.module),
+                f"{leaf.label()} in {leaf.module} (its caller not seen: no frame pointer)")
     lang = interpreter(own[0].module)
     if lang:
         return (f"[{own[0].module}]",), f"the {lang} interpreter ({own[0].module})"
