@@ -20,35 +20,48 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parents[1]))
+sys.path[0] = str(Path(__file__).parents[1])  # tests/, not tests/support (its inspect.py)
 
 from support.nginx import free_port  # noqa: E402
 from support.workloads import build, finish, start  # noqa: E402
-from tailgate.diagnose.profile import program  # noqa: E402
+from tailgate.commands.diagnose import _stop_patiently  # noqa: E402
+from tailgate.diagnose.profile import ATTACHED, program  # noqa: E402
 from tailgate.probes.driver import Run, attached  # noqa: E402
 from tailgate.probes.output import parse_output  # noqa: E402
 
-WORK = 300_000_000
+WORK = 3_000_000_000
+HZ = tuple(int(x) for x in os.environ.get("HZ", "0,997,4999").split(","))
 
 
-def cpuwork_s() -> float:
-    out = subprocess.run(["chrt", "-f", "10", "taskset", "-c", "1", str(build("cpuwork")),
-                          str(WORK)], capture_output=True, text=True, check=True, timeout=60)
-    return float(out.stdout.split()[-1])
+def cpuwork_paused() -> subprocess.Popen:
+    """cpuwork (SCHED_FIFO on CPU 1) waiting for a line on stdin first: its pid is known
+    before it runs (exec keeps it), so the probe can filter on it."""
+    cmd = f"read x; exec chrt -f 10 taskset -c 1 {build('cpuwork')} {WORK}"
+    return subprocess.Popen(["sh", "-c", cmd], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+
+
+def run(p: subprocess.Popen) -> float:
+    out, _ = p.communicate("go\n", timeout=120)
+    return float(out.split()[-1])
 
 
 def samples(reps: int) -> None:
-    for hz in (0, 997, 4999):
+    for hz in HZ:
         for _ in range(reps):
+            p = cpuwork_paused()
             if hz == 0:
-                print(json.dumps({"hz": 0, "elapsed_s": round(cpuwork_s(), 4)}), flush=True)
+                print(json.dumps({"hz": 0, "elapsed_s": round(run(p), 4)}), flush=True)
                 continue
-            with attached(Run("diagnose_profile", 60, 0, (), text=program(hz))) as p:
-                t = cpuwork_s()
-            out = parse_output("".join(p.out))
-            on = sum(1 for k in out.map("@on") if "cpuwork" in k)
-            print(json.dumps({"hz": hz, "elapsed_s": round(t, 4), "cpuwork_samples": on,
-                              "all_samples": out.scalar("@on_n")}), flush=True)
+            with attached(Run("diagnose_profile", 60, 0, (p.pid,), text=program(hz))) as bt:
+                while not any(ATTACHED in line for line in list(bt.out)):
+                    time.sleep(0.01)
+                t = run(p)
+                _stop_patiently(bt)
+            out = parse_output("".join(bt.out))
+            print(json.dumps({"hz": hz, "elapsed_s": round(t, 4),
+                              "samples": out.scalar("@on_n"),
+                              "kept": sum(out.map("@on").values())}), flush=True)
 
 
 def diagnose(reps: int) -> None:

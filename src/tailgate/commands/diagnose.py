@@ -158,6 +158,32 @@ def _await_line(proc, marker: str, timeout_s: float = 10.0) -> None:
         time.sleep(0.01)
 
 
+def _stop_patiently(proc, start_s: float = 2.0, print_s: float = 30.0) -> None:
+    """Stop the profile probe and let it print: symbolising thousands of stacks takes longer
+    than the driver's stop steps allow (it would be killed mid-print). SIGINT, again if it
+    has printed nothing after ``start_s`` (bpftrace 0.17 may ignore the first), then up to
+    ``print_s`` for it to finish; the driver's steps after that."""
+    import signal
+    import subprocess
+
+    def wait(s: float) -> bool:
+        try:
+            proc.proc.wait(timeout=s)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+
+    n = len(proc.out)
+    for _ in range(2):
+        try:
+            os.killpg(proc.proc.pid, signal.SIGINT)
+        except ProcessLookupError:
+            return
+        if wait(start_s) or len(proc.out) > n:
+            break
+    wait(print_s)
+
+
 def _children_cpu_s() -> float:
     import resource
 
@@ -256,6 +282,8 @@ def _collect(args, host, pids, cgroups, window_s, warmup_s, bin_s, tmp,
         # ones (the waits the load generator's closing connections end, threads exiting) are
         # read only if it is given a moment first
         time.sleep(DRAIN_S)
+        if prof:
+            _stop_patiently(prof)
     # after the window, the probes print (and the profile symbolises) their maps: the CPU of
     # the bpftrace processes reaped since, less what they had used by the window's end
     readout_s = (time.monotonic_ns() - t_end) / 1e9
