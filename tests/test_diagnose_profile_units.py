@@ -236,3 +236,10 @@ def test_the_probes_real_output_parses():
     tid, a, b, nr, k, u = s.off[0]
     assert b - a >= 200_000 and nr == 0
     assert wait_site(k) == "tcp_recvmsg_locked"  # below the generic wait helpers
+
+
+def test_a_thread_exit_line_parses_and_a_bad_one_is_counted():
+    from tailgate.diagnose.evidence import parse_events
+
+    ev = parse_events(["X 4242 15784440405305\nX 4243 -1\nX 4244\n"])
+    assert ev.exits == {4242: 15784440405305} and ev.malformed == 2
