@@ -98,6 +98,7 @@ def diagnose(port: int, pid: int, tmp_path, *extra: str) -> dict:
     doc = json.loads((tmp_path / "d.json").read_text())
     page = (tmp_path / "d.html").read_text()
     assert 'id="flame"' in page and "id='profile-ranked'" in page
+    assert "id='accounting-parts'" in page and "id='accounting-slowest'" in page
     with open(os.environ.get("PROFILE_OUT", os.devnull), "a") as f:
         f.write(json.dumps({"overhead": doc["overhead"], "profile": {
             k: v for k, v in doc["profile"].items() if k != "folded"},

@@ -243,3 +243,22 @@ def test_a_thread_exit_line_parses_and_a_bad_one_is_counted():
 
     ev = parse_events(["X 4242 15784440405305\nX 4243 -1\nX 4244\n"])
     assert ev.exits == {4242: 15784440405305} and ev.malformed == 2
+
+
+def test_the_page_shows_each_slow_requests_time_accounted():
+    from tailgate.diagnose.accounting import account, summarise
+    from tailgate.report.diagnose_html import accounting_section
+
+    starts = np.arange(100, dtype=np.int64) * 10 * MS
+    ends = starts + MS + np.arange(100, dtype=np.int64) * 1000  # 1 ms and a little more
+    ends[50] = starts[50] + 8 * MS  # the slow one: 7 ms of it asleep
+    sleep = np.array([[starts[50] + MS // 2, starts[50] + 7 * MS + MS // 2]], np.int64)
+    acc = account(starts, ends, None, {1: {"sleep": sleep}}, {})
+    summary = summarise(acc)
+    summary["slowest"] = [{"latency_ms": 8.0, "candidates": 1,
+                           "parts_ms": {"sleep": 7.0, "on_cpu": 1.0}}]
+    html = accounting_section(summary)
+    assert summary["grows_most"] == "sleep"
+    assert "<tr class='worse'><td>sleep</td>" in html
+    assert "sleep 7.000, on_cpu 1.000" in html
+    assert accounting_section(None) == ""
