@@ -97,6 +97,10 @@ def profile(prof: dict[str, Any] | None, console) -> None:
                 + f" from {row['from']}")
         console.print(f"  {100 * row['tail_share']:>7.1f}{100 * row['rest_share']:>7.1f}  "
                       f"{row['tail_ms']:>8.2f}  {what}", highlight=False, markup=False)
+    if prof.get("named_by_tailgate"):
+        console.print(f"  {prof['named_by_tailgate']} user frames bpftrace left as addresses "
+                      "(their threads had exited) named by tailgate from the ELF symbols",
+                      highlight=False)
     d = prof["dropped"]
     if d["samples"] or d["waits"]:
         console.print(f"  the probe's maps were full: {d['samples']} samples and {d['waits']} "
