@@ -46,6 +46,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "(default 0.1)")
     g.add_argument("--min-ms", type=float, default=1.0, metavar="MS",
                    help="... and at least this long per slow request, on average (default 1)")
+    g.add_argument("--profile", action="store_true",
+                   help="also sample the service's on-CPU stacks and record its off-CPU waits "
+                   "with their stacks, and show what is over-represented while the slowest "
+                   "requests were in flight (a third probe)")
+    g.add_argument("--profile-hz", type=int, default=None, metavar="HZ",
+                   help="on-CPU samples per second and CPU (default 997; with --profile)")
     add_load_options(p)
     add_request_options(p)
     p.set_defaults(func=run)
@@ -97,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--duration is required")
     if not 0.001 <= bin_s <= 60:
         raise UsageError("--bin must be between 1ms and 60s")
+    _profile_rate(args)
     pids, cgroups = _service(args, host)
     check_writable(args.json, args.html)
     with tempfile.TemporaryDirectory(prefix="tailgate-diagnose-") as tmp:
@@ -117,12 +124,70 @@ def run(args: argparse.Namespace) -> int:
     return 1 if doc["verdict"]["claimed"] else 0
 
 
+DRAIN_S = 0.3
+
+
+def _profile_rate(args: argparse.Namespace) -> None:
+    from ..diagnose.profile import DEFAULT_HZ, MAX_HZ
+
+    if args.profile_hz is not None and not args.profile:
+        raise UsageError("--profile-hz needs --profile")
+    if args.profile_hz is None:
+        args.profile_hz = DEFAULT_HZ
+    elif not 1 <= args.profile_hz <= MAX_HZ:
+        raise UsageError(f"--profile-hz must be between 1 and {MAX_HZ}")
+
+
 def _cpu_s(pid: int) -> float:
     try:
         fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _await_line(proc, marker: str, timeout_s: float = 10.0) -> None:
+    """Wait until the probe prints ``marker`` (its BEGIN: every probe attached)."""
+    from ..model import SourceError
+
+    deadline = time.monotonic() + timeout_s
+    while not any(marker in line for line in list(proc.out)):
+        if proc.proc.poll() is not None or time.monotonic() > deadline:
+            raise SourceError(f"the profile probe did not say it was attached ({marker!r})")
+        time.sleep(0.01)
+
+
+def _stop_patiently(proc, start_s: float = 2.0, print_s: float = 30.0) -> None:
+    """Stop the profile probe and let it print: symbolising thousands of stacks takes longer
+    than the driver's stop steps allow (it would be killed mid-print). SIGINT, again if it
+    has printed nothing after ``start_s`` (bpftrace 0.17 may ignore the first), then up to
+    ``print_s`` for it to finish; the driver's steps after that."""
+    import signal
+    import subprocess
+
+    def wait(s: float) -> bool:
+        try:
+            proc.proc.wait(timeout=s)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+
+    n = len(proc.out)
+    for _ in range(2):
+        try:
+            os.killpg(proc.proc.pid, signal.SIGINT)
+        except ProcessLookupError:
+            return
+        if wait(start_s) or len(proc.out) > n:
+            break
+    wait(print_s)
+
+
+def _children_cpu_s() -> float:
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 def _ctxt() -> int:
@@ -166,6 +231,8 @@ def _collect(args, host, pids, cgroups, window_s, warmup_s, bin_s, tmp,
              say=lambda text: None) -> dict[str, Any]:
     from ..diagnose.counters import CounterPoller
     from ..diagnose.evidence import Poller, parse_events, parse_maps
+    from ..diagnose.profile import ATTACHED as PROFILE_ATTACHED
+    from ..diagnose.profile import program as profile_program
     from ..probes.driver import Run, attached
     from ..probes.output import parse_output
 
@@ -184,12 +251,18 @@ def _collect(args, host, pids, cgroups, window_s, warmup_s, bin_s, tmp,
         say("compiling and attaching the eBPF probes")
         sirq = (stack.enter_context(attached(Run("diagnose_softirq", probe_s)))
                 if args.softirq else None)
+        prof = (stack.enter_context(attached(Run("diagnose_profile", probe_s, 0, pids,
+                                                 text=profile_program(args.profile_hz))))
+                if args.profile else None)
         probe = stack.enter_context(attached(Run("diagnose", probe_s, 0, pids)))
+        if prof:
+            _await_line(prof, PROFILE_ATTACHED)
         t_attached = time.monotonic_ns()
         ctxt0 = _ctxt()
         service0 = sum(_cpu_s(p) for p in pids)
         # compiling and attaching, before the window
         probe0 = _cpu_s(probe.proc.pid) + (_cpu_s(sirq.proc.pid) if sirq else 0.0)
+        prof0 = _cpu_s(prof.proc.pid) if prof else 0.0
         if load:
             say(f"loading {args.target} while the probes record")
             bench_doc = _drive(args, log_path)
@@ -199,19 +272,37 @@ def _collect(args, host, pids, cgroups, window_s, warmup_s, bin_s, tmp,
         say("reading the probes and attributing the tail")
         t_end = time.monotonic_ns()
         probe_cpu = _cpu_s(probe.proc.pid) + (_cpu_s(sirq.proc.pid) if sirq else 0.0)
+        prof_cpu = _cpu_s(prof.proc.pid) if prof else 0.0
         switches = _ctxt() - ctxt0
         service_cpu = sum(_cpu_s(p) for p in pids) - service0
+        reaped0 = _children_cpu_s()
+        # bpftrace drops the events still in its ring buffers when it is stopped: the last
+        # ones (the waits the load generator's closing connections end, threads exiting) are
+        # read only if it is given a moment first
+        time.sleep(DRAIN_S)
+        if prof:
+            _stop_patiently(prof)
+    # after the window, the probes print (and the profile symbolises) their maps: the CPU of
+    # the bpftrace processes reaped since, less what they had used by the window's end
+    readout_s = (time.monotonic_ns() - t_end) / 1e9
+    readout_cpu = _children_cpu_s() - reaped0 - probe_cpu - prof_cpu
     text = "".join(probe.out) + ("".join(sirq.out) if sirq else "")
     output = parse_output(text)
     events = parse_events(output.printf)
     counters.polls.errors.update(spec_unknown)
     if not args.softirq:
         counters.polls.errors["softirq time"] = "not probed (diagnose --softirq)"
-    extra = {"maps": parse_maps(output), "counters": counters.polls, "cpus": spec.cpus}
+    extra = {"maps": parse_maps(output), "counters": counters.polls, "cpus": spec.cpus,
+             "profile": _profile_samples(prof, args.profile_hz) if prof else None}
+    profile_cpu = ({"profile_cpu_s": round(prof_cpu, 3),
+                    "profile_window_cpu_s": round(prof_cpu - prof0, 3)} if prof else {})
     return _analyse(args, bench_doc, log_path, events, poller.polls, t_attached,
                     t_end, bin_s, pids, cgroups, extra,
-                    {"probe_cpu_s": round(probe_cpu, 3), "context_switches": switches,
-                     "probe_window_cpu_s": round(probe_cpu - probe0, 3),
+                    {"probe_cpu_s": round(probe_cpu + prof_cpu, 3), "context_switches": switches,
+                     "readout_s": round(readout_s, 3),
+                     "readout_cpu_s": round(max(readout_cpu, 0.0), 3),
+                     "probe_window_cpu_s": round(probe_cpu - probe0 + prof_cpu - prof0, 3),
+                     **profile_cpu,
                      "poll_cpu_s": round(counters.cpu_s + poller.cpu_s, 3),
                      "service_cpu_s": round(service_cpu, 3),
                      "window_s": round((t_end - t_attached) / 1e9, 3),
@@ -319,7 +410,10 @@ def _analyse(args, bench_doc, log_path, events, polls, t0, t1, bin_s, pids, cgro
                     a.sentence += (f"; {100 * share:.0f} % of that wait followed a preemption "
                                    "(an involuntary switch: the thread's slice ran out)")
         doc["causes"] = [a.to_json() for a in attributions]
-        doc["accounting"] = _accounting(events, maps, spans, starts, ends, sends, t1)
+        threads = _threads(events, maps, starts, ends, t1)
+        doc["accounting"] = _accounting(threads, spans, starts, ends, sends)
+        if extra.get("profile") is not None:
+            doc["profile"] = _profile(extra["profile"], threads, starts, ends, sends)
         claimed = [a for a in attributions if a.claimed]
         doc["verdict"] = {"claimed": [a.cause.key for a in claimed],
                           "first": claimed[0].cause.key if claimed else None,
@@ -335,6 +429,8 @@ def _analyse(args, bench_doc, log_path, events, polls, t0, t1, bin_s, pids, cgro
         doc["verdict"] = {"claimed": [], "first": None, "layer": None,
                           "unexplained": "passive mode: no requests to attribute; the evidence "
                           "is listed by total time"}
+        if extra.get("profile") is not None:
+            doc["profile"] = {"unknown": "passive mode: no requests to split the profile by"}
     instants = {"retransmit": rtx}
     doc["timeline"] = tl = timeline(t0, t1, int(bin_s * 1e9), starts, ends,
                                     {k: v for k, v in spans.items() if k != "retransmit"},
@@ -345,12 +441,12 @@ def _analyse(args, bench_doc, log_path, events, polls, t0, t1, bin_s, pids, cgro
     return doc
 
 
-def _accounting(events, maps, spans, starts, ends, sends, t_end: int) -> dict[str, Any]:
-    """Each request's latency split into parts (diagnose.accounting), summarised, with the
-    slowest requests' own splits."""
+def _threads(events, maps, starts, ends, t_end: int) -> dict[int, dict[str, Any]]:
+    """Per thread of the service, its intervals per part of the accounting (diagnose.accounting
+    THREAD_PARTS), from the main probe's events and maps."""
     import numpy as np
 
-    from ..diagnose.accounting import METHOD, account, summarise, syscall_class
+    from ..diagnose.accounting import syscall_class
 
     rows: dict[int, dict[str, list[tuple[int, int]]]] = {}
 
@@ -371,11 +467,23 @@ def _accounting(events, maps, spans, starts, ends, sends, t_end: int) -> dict[st
     for tid, first in maps.first_seen.items():  # before it, what the thread did is not known
         if first > t_begin:
             add(tid, "unseen", t_begin, first)
+    for tid, t in events.exits.items():  # gone: no thread of the service from then on
+        if t < t_end:
+            add(tid, "unseen", t, t_end)
     for tid, (since, nr) in maps.open_waits.items():  # still waiting when the probe ended
         if since < t_end:
             add(tid, syscall_class(nr), since, t_end)
-    threads = {tid: {k: np.array(v, dtype=np.int64) for k, v in kinds.items()}
-               for tid, kinds in rows.items()}
+    return {tid: {k: np.array(v, dtype=np.int64) for k, v in kinds.items()}
+            for tid, kinds in rows.items()}
+
+
+def _accounting(threads, spans, starts, ends, sends) -> dict[str, Any]:
+    """Each request's latency split into parts (diagnose.accounting), summarised, with the
+    slowest requests' own splits."""
+    import numpy as np
+
+    from ..diagnose.accounting import METHOD, account, summarise
+
     service = {k: spans[k] for k in ("throttled", "softirq", "retransmit") if k in spans}
     acc = account(starts, ends, sends, threads, service)
     out = summarise(acc)
@@ -388,6 +496,37 @@ def _accounting(events, maps, spans, starts, ends, sends, t_end: int) -> dict[st
                        "parts_ms": {p: round(float(v[i]) / 1e6, 4)
                                     for p, v in acc.parts.items() if v[i]}}
                       for i in slowest]
+    return out
+
+
+def _profile_samples(proc, hz: int):
+    """The profile probe's samples and waits; a SourceError's reason when its output is not
+    readable (then the profile is unknown, the rest of diagnose stands)."""
+    from ..diagnose.profile import name_frames, parse_samples
+    from ..model import SourceError
+    from ..probes.output import parse_output
+
+    try:
+        samples = parse_samples(parse_output("".join(proc.out)), hz)
+    except SourceError as exc:
+        return str(exc)
+    samples.named_by_tailgate = name_frames(samples)
+    return samples
+
+
+def _profile(samples, threads, starts, ends, sends) -> dict[str, Any]:
+    """The tail-differential profile (diagnose.profile) over the requests' windows."""
+    import numpy as np
+
+    from ..diagnose.profile import differential, serving_sets
+
+    if isinstance(samples, str):
+        return {"unknown": f"the profile probe's output could not be read: {samples}"}
+    if not len(starts):
+        return {"unknown": "no request ended: nothing to split the profile by"}
+    p99 = float(np.percentile(ends - starts, 99, method="inverted_cdf"))
+    out = differential(samples, serving_sets(starts, ends, sends, threads, p99))
+    out["p99_ms"] = round(p99 / 1e6, 4)
     return out
 
 

@@ -31,6 +31,7 @@ class Events:
     softirqs: list[tuple[int, int, int, int]] = field(default_factory=list)  # vec, cpu, a, b
     preempted: set[tuple[int, int]] = field(default_factory=set)  # (tid, a) of runq waits
     offcpu: list[tuple[int, int, int, int]] = field(default_factory=list)  # tid, a, b, syscall
+    exits: dict[int, int] = field(default_factory=dict)  # tid -> its last switch out
     malformed: int = 0
 
     def softirq_spans(self, cpus: tuple[int, ...], vecs: tuple[int, ...] = NET_SOFTIRQS
@@ -83,6 +84,11 @@ def parse_events(chunks: list[str]) -> Events:
                     if b < a or a <= 0 or nr < -1:
                         raise ValueError(line)
                     ev.offcpu.append((tid, a, b, nr))
+                elif parts and parts[0] == "X" and len(parts) == 3:
+                    tid, t = int(parts[1]), int(parts[2])
+                    if t <= 0:
+                        raise ValueError(line)
+                    ev.exits[tid] = t
                 elif parts and parts[0] == "T" and len(parts) == 4:
                     t, sport, dport = (int(x) for x in parts[1:])
                     ev.retransmits.append((t, sport, dport))

@@ -63,6 +63,36 @@ def timeline_figure(tl: dict[str, Any]):
     return fig
 
 
+def accounting_section(acc: dict[str, Any] | None) -> str:
+    """The slow requests' time by part against all requests' (diagnose.accounting), ranked by
+    the part's share of the tail, and the slowest requests' own splits."""
+    if not acc or not acc.get("sets"):
+        return ""
+    e = html.escape
+    tail, every = acc["sets"]["p99"], acc["sets"]["all"]
+    ranked = sorted(acc["parts"], key=lambda p: -(tail["parts"][p]["share"] or 0))
+    rows = "".join(
+        f"<tr class='{'worse' if p == acc.get('grows_most') else ''}'><td>{e(p)}</td>"
+        f"<td class='num'>{tail['parts'][p]['median_ms']:.3f}</td>"
+        f"<td class='num'>{tail['parts'][p]['p90_ms']:.3f}</td>"
+        f"<td class='num'>{tail['parts'][p]['max_ms']:.3f}</td>"
+        f"<td class='num'>{100 * tail['parts'][p]['share']:.1f}</td>"
+        f"<td class='num'>{100 * every['parts'][p]['share']:.1f}</td></tr>"
+        for p in ranked if tail["parts"][p]["share"] or every["parts"][p]["share"])
+    def split(parts: dict[str, float]) -> str:
+        return ", ".join(f"{k} {v:.3f}" for k, v in sorted(parts.items(), key=lambda kv: -kv[1]))
+
+    slow = "".join(
+        f"<tr><td class='num'>{r['latency_ms']:.3f}</td><td class='num'>{r['candidates']}</td>"
+        f"<td>{e(split(r['parts_ms']))}</td></tr>" for r in acc.get("slowest", []))
+    return (f"<h2>each slow request's time, accounted</h2><p id='accounting'>"
+            f"{e(acc['sentence'])}</p><table id='accounting-parts'><tr><th>part</th>"
+            "<th>median ms</th><th>P90 ms</th><th>max ms</th><th>tail %</th><th>all %</th>"
+            f"</tr>{rows}</table><p>the slowest requests, by part (ms):</p>"
+            "<table id='accounting-slowest'><tr><th>latency ms</th><th>threads</th>"
+            f"<th>parts</th></tr>{slow}</table>")
+
+
 def diagnose_page(doc: dict[str, Any]) -> str:
     from .plots import figure_div, page, spectrum_figure
 
@@ -84,6 +114,10 @@ def diagnose_page(doc: dict[str, Any]) -> str:
     series = [(k, decode(t)) for k, t in hists.items() if k != "lateness"]
     if series:
         parts.append(figure_div(spectrum_figure(series, "latency by percentile"), "spectrum"))
+    from .flame import flame_section
+
+    parts.append(accounting_section(doc.get("accounting")))
+    parts.append(flame_section(doc.get("profile")))
     unknown = (doc.get("timeline") or {}).get("unknown") or {}
     if unknown:
         parts.append("<p><b>not measured:</b></p><ul id='unknown'>" + "".join(

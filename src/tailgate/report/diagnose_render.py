@@ -47,6 +47,7 @@ def terminal(doc: dict[str, Any], console) -> None:
         console.print(f"verdict: nothing claimed - {v['unexplained']}", highlight=False,
                       markup=False)
     accounting(doc.get("accounting"), console)
+    profile(doc.get("profile"), console)
 
 
 def accounting(acc: dict[str, Any] | None, console) -> None:
@@ -69,3 +70,41 @@ def accounting(acc: dict[str, Any] | None, console) -> None:
         console.print(f"  {p:<14}{t['median_ms']:>10.3f}{t['p90_ms']:>9.3f}{t['max_ms']:>9.3f}"
                       f"{100 * t['share']:>8.1f}{100 * a['share']:>7.1f}{mark}", highlight=False)
     console.print(f"accounting: {acc['sentence']}", highlight=False, markup=False)
+
+
+def profile(prof: dict[str, Any] | None, console) -> None:
+    """What is over-represented in the service's time while the slowest requests were in
+    flight, ranked (diagnose.profile)."""
+    if not prof:
+        return
+    if "unknown" in prof:
+        console.print(f"UNKNOWN profile: {prof['unknown']}", highlight=False, markup=False)
+        return
+    sp, t, r = prof["split"], prof["tail"], prof["rest"]
+    console.print(f"profile: {prof['hz']} on-CPU samples/s, off-CPU waits of 200 us or more; "
+                  f"{sp['slow_requests']} requests above the P99 ({prof['p99_ms']:.3f} ms) "
+                  f"followed {sp['how']} ({sp['per_thread']} on one thread, "
+                  f"{sp['service_wide']} over the service's busy threads, {sp['unserved']} on "
+                  f"none);\n  serving time: tail {t['serving_ms']:.1f} ms ({t['profiled_ms']:.1f} "
+                  f"profiled), rest {r['serving_ms']:.1f} ms ({r['profiled_ms']:.1f} profiled)",
+                  highlight=False, markup=False)
+    if prof["ranked"]:
+        console.print(f"  {'tail %':>7}{'rest %':>7}  {'tail ms':>8}  over-represented in the "
+                      "tail", highlight=False)
+    for row in prof["ranked"][:10]:
+        what = (f"on CPU in {row['from']}" if row["state"] == "on CPU" else
+                f"off CPU in {row['syscall']}" + (f" ({row['site']})" if row["site"] else "")
+                + f" from {row['from']}")
+        console.print(f"  {100 * row['tail_share']:>7.1f}{100 * row['rest_share']:>7.1f}  "
+                      f"{row['tail_ms']:>8.2f}  {what}", highlight=False, markup=False)
+    if prof.get("named_by_tailgate"):
+        console.print(f"  {prof['named_by_tailgate']} user frames bpftrace left as addresses "
+                      "(their threads had exited) named by tailgate from the ELF symbols",
+                      highlight=False)
+    d = prof["dropped"]
+    if d["samples"] or d["waits"]:
+        console.print(f"  the probe's maps were full: {d['samples']} samples and {d['waits']} "
+                      "waits were not kept", highlight=False, markup=False)
+    for note in prof["notes"]:
+        console.print(f"  note: {note}", highlight=False, markup=False)
+    console.print(f"profile: {prof['sentence']}", highlight=False, markup=False)

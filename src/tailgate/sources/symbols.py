@@ -121,6 +121,7 @@ class Symbolizer:
         except OSError as exc:
             raise SourceError(f"/proc/{self.pid}/maps: {exc.strerror or exc}") from exc
         self.regions = sorted((m for m in maps if m.path.startswith("/")), key=lambda m: m.start)
+        self.specials = [m for m in maps if m.path.startswith("[")]  # [vdso], [stack], ...
         self._starts = [m.start for m in self.regions]
         self._tables: dict[tuple[int, int], FunctionTable | None] = {}
 
@@ -137,6 +138,14 @@ class Symbolizer:
             except SourceError:
                 self._tables[key] = None
         return self._tables[key]
+
+    def path(self, addr: int) -> str | None:
+        """The file mapped at ``addr``, or the kernel's name of the mapping ("[vdso]"); None:
+        anonymous memory or nothing."""
+        i = bisect.bisect_right(self._starts, addr) - 1
+        if i >= 0 and addr < self.regions[i].end:
+            return self.regions[i].path
+        return next((m.path for m in self.specials if m.start <= addr < m.end), None)
 
     def __call__(self, addr: int) -> tuple[str, int] | None:
         i = bisect.bisect_right(self._starts, addr) - 1
