@@ -137,3 +137,12 @@ def test_metrics_without_an_engines_series_are_unknown():
         values, errors = read_counters(Host("/"), Spec((), (), engine_url=url))
     assert not any(k.startswith("engine.") for k in values)
     assert "no queue, KV-cache or preemption series" in errors[url]
+
+
+def test_the_attached_line_is_no_event_and_no_malformed_line():
+    """diagnose.bt's BEGIN line (the load waits for it) is neither an event nor counted as a
+    malformed one; any other stray text still is."""
+    from tailgate.diagnose.evidence import ATTACHED, parse_events
+
+    ev = parse_events([f"{ATTACHED}\nO 7 100 200 0\nnonsense\n"])
+    assert ev.offcpu == [(7, 100, 200, 0)] and ev.malformed == 1

@@ -153,7 +153,7 @@ def _await_line(proc, marker: str, timeout_s: float = 10.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not any(marker in line for line in list(proc.out)):
         if proc.proc.poll() is not None or time.monotonic() > deadline:
-            raise SourceError(f"the profile probe did not say it was attached ({marker!r})")
+            raise SourceError(f"the probe did not say it was attached ({marker!r})")
         time.sleep(0.01)
 
 
@@ -230,7 +230,7 @@ def _counter_spec(args, host, pids, cgroups):
 def _collect(args, host, pids, cgroups, window_s, warmup_s, bin_s, tmp,
              say=lambda text: None) -> dict[str, Any]:
     from ..diagnose.counters import CounterPoller
-    from ..diagnose.evidence import Poller, parse_events, parse_maps
+    from ..diagnose.evidence import ATTACHED, Poller, parse_events, parse_maps
     from ..diagnose.profile import ATTACHED as PROFILE_ATTACHED
     from ..diagnose.profile import program as profile_program
     from ..probes.driver import Run, attached
@@ -255,6 +255,7 @@ def _collect(args, host, pids, cgroups, window_s, warmup_s, bin_s, tmp,
                                                  text=profile_program(args.profile_hz))))
                 if args.profile else None)
         probe = stack.enter_context(attached(Run("diagnose", probe_s, 0, pids)))
+        _await_line(probe, ATTACHED)  # its BEGIN: the load starts once every probe is on
         if prof:
             _await_line(prof, PROFILE_ATTACHED)
         t_attached = time.monotonic_ns()

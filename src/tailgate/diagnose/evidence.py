@@ -60,6 +60,9 @@ class Events:
                 if not ({a // slack_ns, a // slack_ns - 1} & ends.get(tid, set()))]
 
 
+ATTACHED = "tailgate-diagnose: attached"  # diagnose.bt's BEGIN line: every probe attached
+
+
 def parse_events(chunks: list[str]) -> Events:
     """The probe's printf lines (pure). A line that is not an event is counted, not fatal."""
     ev = Events()
@@ -92,7 +95,7 @@ def parse_events(chunks: list[str]) -> Events:
                 elif parts and parts[0] == "T" and len(parts) == 4:
                     t, sport, dport = (int(x) for x in parts[1:])
                     ev.retransmits.append((t, sport, dport))
-                elif parts:
+                elif parts and line.strip() != ATTACHED:
                     raise ValueError(line)
             except ValueError:
                 ev.malformed += 1
