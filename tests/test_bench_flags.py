@@ -101,6 +101,7 @@ TABLE: dict[str, tuple[list[str], tuple[str, ...]]] = {
     "--allow-no-done": (["--allow-no-done"], ("openai",)),
     "--no-usage": (["--no-usage"], ("openai",)),
     "--ignore-eos": (["--ignore-eos"], ("openai",)),
+    "--continuous-usage": (["--continuous-usage"], ("openai",)),
     "--concurrency": (["--concurrency", "2"], ()),  # closed loop: refused everywhere
     # TLS: for https://, grpcs:// and openai+https:// (tests/test_bench_tls.py): refused
     # for every plaintext target here

@@ -321,7 +321,8 @@ def build_result(info: RunInfo, parts: Sequence[WorkerResult],
         data.update(info.llm)
         data.update(block)
         data["histograms"].update({k: encode(book.hists[k])
-                                   for k in ("ttft", "itl", "tpot", "e2e", "first_chunk")})
+                                   for k in ("ttft", "itl", "itl_per_token", "tpot", "e2e",
+                                             "first_chunk")})
     from .fastpath import fallback_note
 
     note = fallback_note(info.engine, info.protocol)
@@ -430,6 +431,15 @@ def warnings(data: dict[str, Any], info: RunInfo, parts: Sequence[WorkerResult],
                    f"does not")
     if data["arrivals"]["verdict"] == "deviate":
         out.append(data["arrivals"]["statement"])
+    tc = data.get("token_check")
+    if tc and tc["usage_mismatch"]:
+        ex = ", ".join(f"{e['client']} streamed vs {e['usage']}" for e in tc["mismatch_examples"])
+        out.append(f"{tc['usage_mismatch']} of {tc['usage_compared']} request(s): the tokens "
+                   f"streamed do not add up to usage.completion_tokens (e.g. {ex}): "
+                   + ("itl_per_token_ms assumed one token per chunk where the server did not "
+                      "say (--continuous-usage asks vLLM to)" if tc["chunk_tokens_assumed_one"]
+                      else "the server's own per-chunk counts disagree with its usage")
+                   + "; see docs/llm-tokens.md")
     if data["stationarity"]["verdict"] == "drifted":
         out.append(data["stationarity"]["statement"])
     conf = data.get("confidence")
@@ -491,8 +501,9 @@ def _llm_rows(d: dict[str, Any], columns: Sequence[str] = tuple(PERCENTILES)) ->
                 f"median {'-' if b.get('median') is None else format(b['median'], '.3f')}")
 
     out = [row(name, d[key]) for key, name in (
-        ("ttft_ms", "TTFT ms"), ("itl_ms", "ITL ms"), ("tpot_ms", "TPOT ms"),
-        ("e2e_ms", "E2E ms"), ("first_chunk_ms", "1st chunk ms"))]
+        ("ttft_ms", "TTFT ms"), ("itl_ms", "ITL/chunk ms"), ("itl_per_token_ms", "ITL/token ms"),
+        ("tpot_ms", "TPOT ms"), ("e2e_ms", "E2E ms"), ("first_chunk_ms", "1st chunk ms"))
+        if key in d]
     out.append("centre (ms): " + "; ".join(center(name, d[key]) for key, name in (
         ("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("itl_ms", "ITL"), ("e2e_ms", "E2E"))))
     t, tp = d["tokens"], d["throughput"]
@@ -502,6 +513,9 @@ def _llm_rows(d: dict[str, Any], columns: Sequence[str] = tuple(PERCENTILES)) ->
     out.append(f"throughput: {tp['output_tokens_per_s']:.1f} output tok/s, "
                f"{tp['total_tokens_per_s']:.1f} total tok/s, {tp['requests_per_s']:.2f} req/s, "
                f"goodput {tp['goodput_rps']:.2f} req/s (good {d['requests']['good']})")
+    from ..llm.accounting import token_lines
+
+    out += token_lines(d)
     return out
 
 

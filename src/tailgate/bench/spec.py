@@ -92,6 +92,7 @@ class BenchOptions:
     trace_token_scale: float = 1.0
     trace_time_scale: float = 1.0
     no_usage: bool = False
+    continuous_usage: bool = False
     ignore_eos: bool = False
 
     @classmethod

@@ -11,8 +11,14 @@ Definitions (every time from the request's *intended* start):
   first chunk (chat's ``{"role": "assistant"}``, llama.cpp's empty first text)
   does not count: the user has seen nothing yet. Engines that time the first
   *chunk* report a smaller TTFT; ``first_chunk_ms`` gives that figure too.
-* ITL: every gap between consecutive content chunks (a chunk carrying several
-  tokens, as with speculative decoding, is one gap).
+* ITL (``itl_ms``, per chunk): every gap between consecutive content chunks (a chunk
+  carrying several tokens, as with speculative decoding, is one gap).
+* ITL per token (``itl_per_token_ms``): a content chunk after the first that carries
+  *k* tokens counts *k* times, at its gap / *k* (its tokens spread evenly over the gap;
+  the first chunk's tokens are TTFT's). *k* is what the server says of that chunk (the
+  difference of a cumulative ``usage`` sent with every chunk, else its ``logprobs``
+  entries), else one: ``token_check`` says how many chunks were counted and how many
+  assumed. With one token a chunk both figures are the same samples.
 * TPOT: ``(E2E - TTFT) / (output tokens - 1)``, per request with >= 2 tokens.
 * E2E: to ``data: [DONE]`` (or, with ``--allow-no-done``, the end of the response).
 * Output tokens: the server's ``usage.completion_tokens`` when it sent one for
@@ -25,6 +31,14 @@ come) so the tail keeps it; other failures are counted by kind only (the bench's
 ``latency_ms`` counts every request, from intended start to its end).
 Goodput: successful requests per second whose own TTFT, TPOT, E2E and ITLs meet
 every latency SLO given (for ``itl_pXX`` the request's own XX-th percentile gap).
+
+Token truth (``token_check``): for every successful request with a
+``usage.completion_tokens``, the client's own count (its content chunks, each counted
+as above) is compared with it; a mismatch is counted (and shown) — the per-chunk
+figures then do not describe tokens. ``prefix_cache``: the prompt tokens the server
+says it served from its prefix cache (``usage.prompt_tokens_details.cached_tokens``)
+over the prompt tokens of the requests that reported them: the hit rate as the client
+sees it. See docs/llm-tokens.md.
 """
 
 from __future__ import annotations
@@ -41,7 +55,7 @@ from ..bench.slo import Slo, SloError
 from ..bench.slo import parse_slo as _bench_parse_slo
 from ..hist import Histogram, HistogramSpec
 
-METRICS = ("ttft", "itl", "tpot", "e2e")
+METRICS = ("ttft", "itl", "itl_per_token", "tpot", "e2e")
 HISTS = (*METRICS, "first_chunk")
 _STATS = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9, "p9999": 99.99,
           "max": 100.0}
@@ -79,7 +93,7 @@ def good_slos(slos: Iterable[Slo]) -> tuple[GoodSlo, ...]:
     """The latency SLOs a single request can meet or miss (``ttft_p99<2s`` -> TTFT < 2 s)."""
     out = []
     for s in slos:
-        metric, _, stat = s.metric.partition("_")
+        metric, _, stat = s.metric.rpartition("_")
         if metric in METRICS and stat in _STATS:
             out.append(GoodSlo(metric, _STATS[stat], s.op, s.limit))
     return tuple(out)
@@ -98,6 +112,21 @@ class TokenBook:
     input: int = 0
     usage_out: int = 0  # ok requests whose usage gave completion_tokens
     usage_in: int = 0
+    # token truth: chunks whose tokens the server stated / were assumed one, chunks of
+    # several tokens, the most in one; ok requests with usage compared, mismatched
+    chunks_counted: int = 0
+    chunks_assumed: int = 0
+    multi_token_chunks: int = 0
+    max_chunk_tokens: int = 0
+    usage_compared: int = 0
+    usage_mismatch: int = 0
+    mismatch_examples: list[tuple[int, int]] = field(default_factory=list)  # (client, usage)
+    # prefix cache: ok requests whose usage gave cached_tokens, their prompt tokens, the
+    # cached ones, and how many had any
+    cache_reported: int = 0
+    cache_prompt: int = 0
+    cache_tokens: int = 0
+    cache_hit_requests: int = 0
     warmup_ok: int = 0
     last_end_s: float = 0.0  # latest end of a measured request, from the run's start
     ttft_delta: Histogram | None = None  # the last batch's TTFTs (the live display's)
@@ -120,20 +149,49 @@ class TokenBook:
         count = np.zeros(n, dtype=np.int64)
         use_out = np.full(n, -1, dtype=np.int64)
         use_in = np.full(n, -1, dtype=np.int64)
+        cached = np.full(n, -1, dtype=np.int64)
+        nchunks = np.zeros(n, dtype=np.int64)  # content chunks
+        counted_chunks = np.zeros(n, dtype=np.int64)  # of which the server stated the tokens
+        multi = np.zeros(n, dtype=np.int64)
+        biggest = np.zeros(n, dtype=np.int64)
         gaps: list[np.ndarray] = []
         owner: list[np.ndarray] = []
+        tgaps: list[np.ndarray] = []  # per token: gap / k, weight k
+        tweights: list[np.ndarray] = []
+        towner: list[np.ndarray] = []
         for i, t in enumerate(toks):
             if t is None:
                 continue
-            chunk0[i], times, done[i], use_out[i], use_in[i] = t
+            chunk0[i], times, done[i], use_out[i], use_in[i] = t[:5]
+            ntok = t[5] if len(t) > 5 else None
+            if len(t) > 6:
+                cached[i] = t[6]
             if times:
                 first[i] = times[0]
-                count[i] = len(times)
-                if len(times) > 1:
-                    # (arrays, not lists of floats: a long stream's gaps stay 8 bytes each)
-                    gaps.append(np.diff(np.frombuffer(times, dtype=np.float64)
-                                        if isinstance(times, array) else np.asarray(times)))
-                    owner.append(np.full(len(times) - 1, i, dtype=np.int64))
+                # (arrays, not lists of floats: a long stream's gaps stay 8 bytes each)
+                tt = (np.frombuffer(times, dtype=np.float64) if isinstance(times, array)
+                      else np.asarray(times, dtype=np.float64))
+                k = (np.frombuffer(ntok, dtype=np.int32).astype(np.int64)
+                     if isinstance(ntok, array) and ntok.typecode == "i"
+                     else np.asarray(ntok, dtype=np.int64)) \
+                    if ntok is not None and len(ntok) == tt.size \
+                    else np.full(tt.size, -1, dtype=np.int64)
+                known = k >= 0
+                k = np.where(known, k, 1)  # unstated: one token
+                nchunks[i] = tt.size
+                counted_chunks[i] = int(np.count_nonzero(known))
+                multi[i] = int(np.count_nonzero(k > 1))
+                biggest[i] = int(k.max())
+                count[i] = int(k.sum())
+                if tt.size > 1:
+                    gaps.append(np.diff(tt))
+                    owner.append(np.full(tt.size - 1, i, dtype=np.int64))
+                has = k > 0  # a chunk of no new token (the server said 0) is no sample
+                th, kh = tt[has], k[has]
+                if th.size > 1:
+                    tgaps.append(np.diff(th) / kh[1:])
+                    tweights.append(kh[1:])
+                    towner.append(np.full(th.size - 1, i, dtype=np.int64))
         ok = out == ok_code
         self.warmup_ok += int(np.count_nonzero(ok & ~measured))
         timed_out = out == timeout_code
@@ -149,6 +207,12 @@ class TokenBook:
         itl = np.concatenate(gaps) if gaps else np.zeros(0, dtype=np.float64)
         itl_owner = np.concatenate(owner) if owner else np.zeros(0, dtype=np.int64)
         itl_keep = counted[itl_owner] if itl.size else np.zeros(0, dtype=bool)
+        titl = np.concatenate(tgaps) if tgaps else np.zeros(0, dtype=np.float64)
+        tw = np.concatenate(tweights) if tweights else np.zeros(0, dtype=np.int64)
+        t_owner = np.concatenate(towner) if towner else np.zeros(0, dtype=np.int64)
+        t_keep = counted[t_owner] if titl.size else np.zeros(0, dtype=bool)
+        _record_weighted(self.hists["itl_per_token"], np.maximum(titl[t_keep], 0.0) * 1e9,
+                         tw[t_keep])
         values = {
             "ttft": (ttft, counted & ~np.isnan(ttft)),
             "e2e": (e2e, counted),
@@ -164,6 +228,22 @@ class TokenBook:
         self.input += int(n_in[ok_m].sum())
         self.usage_out += int(np.count_nonzero(ok_m & (use_out >= 0)))
         self.usage_in += int(np.count_nonzero(ok_m & (use_in >= 0)))
+        self.chunks_counted += int(counted_chunks[counted].sum())
+        self.chunks_assumed += int((nchunks - counted_chunks)[counted].sum())
+        self.multi_token_chunks += int(multi[counted].sum())
+        if np.any(counted):
+            self.max_chunk_tokens = max(self.max_chunk_tokens, int(biggest[counted].max()))
+        compare = ok_m & (use_out >= 0)
+        self.usage_compared += int(np.count_nonzero(compare))
+        bad = np.flatnonzero(compare & (use_out != count))
+        self.usage_mismatch += int(bad.size)
+        room = MAX_MISMATCH_EXAMPLES - len(self.mismatch_examples)
+        self.mismatch_examples += [(int(count[i]), int(use_out[i])) for i in bad[:room].tolist()]
+        rep_c = ok_m & (cached >= 0)
+        self.cache_reported += int(np.count_nonzero(rep_c))
+        self.cache_prompt += int(np.where(rep_c & (use_in >= 0), use_in, 0).sum())
+        self.cache_tokens += int(cached[rep_c].sum())
+        self.cache_hit_requests += int(np.count_nonzero(rep_c & (cached > 0)))
         if np.any(measured):
             self.last_end_s = max(self.last_end_s, float(np.max(end[measured])) - start)
         good = ok_m.copy()
@@ -175,6 +255,12 @@ class TokenBook:
                     if mine.size:
                         own[i] = (float(mine.max()) if g.pct >= 100.0 else
                                   float(np.percentile(mine, g.pct, method="inverted_cdf")))
+            elif g.metric == "itl_per_token":
+                own = np.full(n, math.nan)
+                for i in np.flatnonzero(ok_m).tolist():
+                    sel = t_owner == i
+                    if np.any(sel):
+                        own[i] = _weighted_percentile(titl[sel], tw[sel], g.pct)
             else:
                 own = {"ttft": ttft, "tpot": tpot, "e2e": e2e}[g.metric]
             meets = _OPS[g.op](own * 1e3, g.limit_ms) | np.isnan(own)  # no value: no test
@@ -204,9 +290,42 @@ class TokenBook:
             mine = self.intervals.setdefault(name, {})
             for k, h in book.items():
                 mine.setdefault(k, Histogram(self.spec)).add(h)
-        for f in ("ok", "good", "output", "input", "usage_out", "usage_in", "warmup_ok"):
+        for f in ("ok", "good", "output", "input", "usage_out", "usage_in", "warmup_ok",
+                  "chunks_counted", "chunks_assumed", "multi_token_chunks", "usage_compared",
+                  "usage_mismatch", "cache_reported", "cache_prompt", "cache_tokens",
+                  "cache_hit_requests"):
             setattr(self, f, getattr(self, f) + getattr(other, f))
+        self.max_chunk_tokens = max(self.max_chunk_tokens, other.max_chunk_tokens)
+        room = MAX_MISMATCH_EXAMPLES - len(self.mismatch_examples)
+        self.mismatch_examples = self.mismatch_examples + other.mismatch_examples[:room]
         self.last_end_s = max(self.last_end_s, other.last_end_s)
+
+
+MAX_MISMATCH_EXAMPLES = 5
+
+
+def _record_weighted(h: Histogram, ns: np.ndarray, weights: np.ndarray) -> None:
+    """Record value ``ns[j]`` ``weights[j]`` times (bucket counts added: no copies made,
+    so a chunk that says it carries a million tokens costs one entry)."""
+    if not ns.size:
+        return
+    keep = weights > 0
+    ns, weights = ns[keep], weights[keep]
+    if not ns.size:
+        return
+    v = np.rint(np.clip(ns, 0.0, float(h.spec.highest))).astype(np.int64)
+    h.clamped += int(weights[ns > h.spec.highest].sum())
+    h.add_sparse(h.spec.index_of(v), weights.astype(np.int64), int(v.min()), int(v.max()))
+
+
+def _weighted_percentile(values: np.ndarray, weights: np.ndarray, pct: float) -> float:
+    """The inverted-CDF percentile of ``values`` each counted ``weights`` times."""
+    order = np.argsort(values, kind="stable")
+    v, cw = values[order], np.cumsum(weights[order])
+    if pct >= 100.0:
+        return float(v[-1])
+    idx = int(np.searchsorted(cw, pct / 100.0 * cw[-1], side="left"))
+    return float(v[min(idx, v.size - 1)])
 
 
 def summary(h: Histogram) -> dict[str, Any]:
@@ -237,6 +356,8 @@ def llm_block(book: TokenBook, warmup_s: float) -> dict[str, Any]:
     out["tokens"] = {"input": book.input, "output": book.output,
                      "counted_by": "usage" if ok and book.usage_out == ok else "chunks",
                      "input_counted_by": "usage" if ok and book.usage_in == ok else "workload"}
+    out["token_check"] = token_check(book)
+    out["prefix_cache"] = prefix_cache(book)
     out["throughput"] = {"output_tokens_per_s": round(book.output / span, 3),
                          "total_tokens_per_s": round((book.input + book.output) / span, 3),
                          "requests_per_s": round(ok / span, 3),
@@ -257,4 +378,60 @@ def llm_block(book: TokenBook, warmup_s: float) -> dict[str, Any]:
                                                       "output_tokens_per_s")})
     out["metrics"] = metrics
     out["good"] = book.good
+    return out
+
+
+def token_check(book: TokenBook) -> dict[str, Any]:
+    """How the tokens of each chunk were known, and the client's count against ``usage``."""
+    chunks = book.chunks_counted + book.chunks_assumed
+    return {
+        "chunks": chunks,
+        "chunk_tokens_stated": book.chunks_counted,  # the server said (usage delta, logprobs)
+        "chunk_tokens_assumed_one": book.chunks_assumed,
+        "multi_token_chunks": book.multi_token_chunks,
+        "max_tokens_in_chunk": book.max_chunk_tokens,
+        "itl_per_token_basis": ("none" if not chunks else "stated" if not book.chunks_assumed
+                                else "assumed_one" if not book.chunks_counted else "mixed"),
+        "usage_compared": book.usage_compared,
+        "usage_mismatch": book.usage_mismatch,
+        "usage_mismatch_rate": (round(book.usage_mismatch / book.usage_compared, 6)
+                                if book.usage_compared else None),
+        "usage_not_reported": book.ok - book.usage_compared,
+        "mismatch_examples": [{"client": c, "usage": u} for c, u in book.mismatch_examples],
+    }
+
+
+def prefix_cache(book: TokenBook) -> dict[str, Any]:
+    """``usage.prompt_tokens_details.cached_tokens`` summed: the client's view of the hit rate."""
+    return {
+        "requests_reporting": book.cache_reported,
+        "requests_with_hits": book.cache_hit_requests,
+        "prompt_tokens": book.cache_prompt,
+        "cached_tokens": book.cache_tokens,
+        "hit_rate": (round(book.cache_tokens / book.cache_prompt, 6)
+                     if book.cache_reported and book.cache_prompt else None),
+    }
+
+
+def token_lines(d: dict[str, Any]) -> list[str]:
+    """The terminal's token-truth lines of an openai+ result (renderers never compute)."""
+    out = []
+    tc = d.get("token_check")
+    if tc:
+        line = (f"token check: {tc['usage_mismatch']} of {tc['usage_compared']} request(s) "
+                f"streamed a token count that disagrees with usage.completion_tokens")
+        if tc["usage_not_reported"]:
+            line += f" ({tc['usage_not_reported']} without usage, not compared)"
+        line += (f"; chunks {tc['chunks']}: tokens stated for {tc['chunk_tokens_stated']}, "
+                 f"assumed one for {tc['chunk_tokens_assumed_one']}, "
+                 f"{tc['multi_token_chunks']} of several tokens (max "
+                 f"{tc['max_tokens_in_chunk']})")
+        out.append(line)
+    pc = d.get("prefix_cache")
+    if pc and pc["requests_reporting"]:
+        rate = "-" if pc["hit_rate"] is None else f"{pc['hit_rate'] * 100:.1f}%"
+        out.append(f"prefix cache (server's usage): {pc['cached_tokens']} of "
+                   f"{pc['prompt_tokens']} prompt tokens cached ({rate}) in "
+                   f"{pc['requests_reporting']} request(s) reporting, "
+                   f"{pc['requests_with_hits']} with a hit")
     return out
