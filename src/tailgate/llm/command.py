@@ -35,8 +35,10 @@ def add_llm_arguments(p: argparse.ArgumentParser) -> None:
     add("--api", choices=("completions", "chat"), default="completions",
         help="/v1/completions or /v1/chat/completions (default completions)")
     add("--rate", help="open loop: requests per second (e.g. 5, 0.5)")
-    add("--arrival", choices=("constant", "poisson"), default="constant",
+    add("--arrival", choices=("constant", "poisson", "gamma"), default="constant",
         help="arrival process of the open-loop schedule (default constant)")
+    add("--burstiness", type=float, default=None, metavar="B",
+        help="--arrival gamma: the gaps' shape (1 is Poisson; default 1)")
     add("--concurrency", type=int, metavar="C",
         help="closed loop: refused (the engine is open-loop; bound the requests in flight "
         "with --max-connections)")
@@ -161,7 +163,8 @@ def llm_requests(args: BenchOptions, info: Any, target: Any, slos: list[Any],
     if info.rate and total is None and info.requests is None:
         raise _usage("give --duration D and/or --requests N")
     if info.rate:  # open loop at --rate (the trace, if any, gives only its prompts)
-        schedule = global_schedule(info.rate, total, info.arrival, info.requests, info.seed)
+        schedule = global_schedule(info.rate, total, info.arrival, info.requests, info.seed,
+                                   burstiness=info.burstiness, ramp=info.ramp)
         pairs = list(itertools.islice(work, int(schedule.size)))
         schedule = schedule[:len(pairs)]  # a finite workload (a trace) may run out first
     else:  # a trace at its own offsets
