@@ -43,6 +43,7 @@ TABLE: dict[str, tuple[list[str], tuple[str, ...]]] = {
     "--rate": (["--rate", "20"], ALL),
     "--duration": (["--duration", "2s"], ALL),
     "--arrival": (["--arrival", "poisson"], ALL),
+    "--burstiness": (["--arrival", "gamma", "--burstiness", "0.5"], ALL),
     "--warmup": (["--warmup", "0.5s"], ALL),
     "--connections": (["--connections", "3"], ALL),
     "--max-connections": (["--max-connections", "7"], ALL),

@@ -143,55 +143,69 @@ class TokenBook:
         which are measured, each one's token state (see ``openai_sse.TokenState``, or
         None: no connection), and the workload's input length of each."""
         n = len(toks)
-        first = np.full(n, math.nan)
-        chunk0 = np.full(n, math.nan)
-        done = np.full(n, math.nan)
-        count = np.zeros(n, dtype=np.int64)
-        use_out = np.full(n, -1, dtype=np.int64)
-        use_in = np.full(n, -1, dtype=np.int64)
-        cached = np.full(n, -1, dtype=np.int64)
-        nchunks = np.zeros(n, dtype=np.int64)  # content chunks
-        counted_chunks = np.zeros(n, dtype=np.int64)  # of which the server stated the tokens
-        multi = np.zeros(n, dtype=np.int64)
-        biggest = np.zeros(n, dtype=np.int64)
-        gaps: list[np.ndarray] = []
-        owner: list[np.ndarray] = []
-        tgaps: list[np.ndarray] = []  # per token: gap / k, weight k
-        tweights: list[np.ndarray] = []
-        towner: list[np.ndarray] = []
+        nan = math.nan
+        c0: list[float] = [nan] * n
+        dn: list[float] = [nan] * n
+        uo: list[int] = [-1] * n
+        ui: list[int] = [-1] * n
+        ca: list[int] = [-1] * n
+        nl: list[int] = [0] * n
+        times_l: list[np.ndarray] = []
+        ntok_l: list[np.ndarray] = []
         for i, t in enumerate(toks):
             if t is None:
                 continue
-            chunk0[i], times, done[i], use_out[i], use_in[i] = t[:5]
-            ntok = t[5] if len(t) > 5 else None
+            c0[i], times, dn[i], uo[i], ui[i] = t[:5]
             if len(t) > 6:
-                cached[i] = t[6]
-            if times:
-                first[i] = times[0]
-                # (arrays, not lists of floats: a long stream's gaps stay 8 bytes each)
-                tt = (np.frombuffer(times, dtype=np.float64) if isinstance(times, array)
-                      else np.asarray(times, dtype=np.float64))
-                k = (np.frombuffer(ntok, dtype=np.int32).astype(np.int64)
-                     if isinstance(ntok, array) and ntok.typecode == "i"
-                     else np.asarray(ntok, dtype=np.int64)) \
-                    if ntok is not None and len(ntok) == tt.size \
-                    else np.full(tt.size, -1, dtype=np.int64)
-                known = k >= 0
-                k = np.where(known, k, 1)  # unstated: one token
-                nchunks[i] = tt.size
-                counted_chunks[i] = int(np.count_nonzero(known))
-                multi[i] = int(np.count_nonzero(k > 1))
-                biggest[i] = int(k.max())
-                count[i] = int(k.sum())
-                if tt.size > 1:
-                    gaps.append(np.diff(tt))
-                    owner.append(np.full(tt.size - 1, i, dtype=np.int64))
-                has = k > 0  # a chunk of no new token (the server said 0) is no sample
-                th, kh = tt[has], k[has]
-                if th.size > 1:
-                    tgaps.append(np.diff(th) / kh[1:])
-                    tweights.append(kh[1:])
-                    towner.append(np.full(th.size - 1, i, dtype=np.int64))
+                ca[i] = t[6]
+            nc = len(times)
+            if not nc:
+                continue
+            nl[i] = nc
+            # (arrays, not lists of floats: a long stream's gaps stay 8 bytes each)
+            times_l.append(np.frombuffer(times, dtype=np.float64) if type(times) is array
+                           else np.asarray(times, dtype=np.float64))
+            ntok = t[5] if len(t) > 5 else None
+            if ntok is not None and len(ntok) == nc:
+                ntok_l.append(np.frombuffer(ntok, dtype=np.int32)
+                              if type(ntok) is array and ntok.typecode == "i"
+                              else np.asarray(ntok, dtype=np.int64))
+            else:
+                ntok_l.append(np.full(nc, -1, dtype=np.int32))
+        chunk0 = np.array(c0, dtype=np.float64)
+        done = np.array(dn, dtype=np.float64)
+        use_out = np.array(uo, dtype=np.int64)
+        use_in = np.array(ui, dtype=np.int64)
+        cached = np.array(ca, dtype=np.int64)
+        lens = np.array(nl, dtype=np.int64)
+        first = np.full(n, math.nan)
+        # Every request's chunks in one array, owner by owner (vectorised over the batch).
+        tt = np.concatenate(times_l) if times_l else np.zeros(0, dtype=np.float64)
+        kk = (np.concatenate(ntok_l).astype(np.int64) if ntok_l
+              else np.zeros(0, dtype=np.int64))
+        owner_all = np.repeat(np.arange(n, dtype=np.int64), lens)
+        has_chunks = lens > 0
+        starts = np.cumsum(lens) - lens
+        first[has_chunks] = tt[starts[has_chunks]]
+        known = kk >= 0
+        kk = np.where(known, kk, 1)  # unstated: one token
+        nchunks = lens
+        count = np.bincount(owner_all, weights=kk, minlength=n).astype(np.int64)
+        counted_chunks = np.bincount(owner_all, weights=known, minlength=n).astype(np.int64)
+        multi = np.bincount(owner_all, weights=kk > 1, minlength=n).astype(np.int64)
+        biggest = np.zeros(n, dtype=np.int64)
+        if tt.size:
+            biggest[has_chunks] = np.maximum.reduceat(kk, starts[has_chunks])
+        same = owner_all[1:] == owner_all[:-1]  # consecutive chunks of one request
+        itl = np.diff(tt)[same]
+        itl_owner = owner_all[1:][same]
+        # per token: chunks of >= 1 token (one the server said has 0 is no sample)
+        pos = kk > 0
+        t2, k2, o2 = tt[pos], kk[pos], owner_all[pos]
+        same2 = o2[1:] == o2[:-1]
+        tw = k2[1:][same2]
+        titl = np.diff(t2)[same2] / np.maximum(tw, 1)
+        t_owner = o2[1:][same2]
         ok = out == ok_code
         self.warmup_ok += int(np.count_nonzero(ok & ~measured))
         timed_out = out == timeout_code
@@ -204,12 +218,7 @@ class TokenBook:
         n_in = np.where(use_in >= 0, use_in, nominal)
         with np.errstate(invalid="ignore", divide="ignore"):
             tpot = np.where(ok_m & (n_out >= 2), (e2e - ttft) / (n_out - 1), math.nan)
-        itl = np.concatenate(gaps) if gaps else np.zeros(0, dtype=np.float64)
-        itl_owner = np.concatenate(owner) if owner else np.zeros(0, dtype=np.int64)
         itl_keep = counted[itl_owner] if itl.size else np.zeros(0, dtype=bool)
-        titl = np.concatenate(tgaps) if tgaps else np.zeros(0, dtype=np.float64)
-        tw = np.concatenate(tweights) if tweights else np.zeros(0, dtype=np.int64)
-        t_owner = np.concatenate(towner) if towner else np.zeros(0, dtype=np.int64)
         t_keep = counted[t_owner] if titl.size else np.zeros(0, dtype=bool)
         _record_weighted(self.hists["itl_per_token"], np.maximum(titl[t_keep], 0.0) * 1e9,
                          tw[t_keep])
@@ -313,9 +322,14 @@ def _record_weighted(h: Histogram, ns: np.ndarray, weights: np.ndarray) -> None:
     ns, weights = ns[keep], weights[keep]
     if not ns.size:
         return
+    if np.all(weights == 1):
+        h.record(ns)
+        return
     v = np.rint(np.clip(ns, 0.0, float(h.spec.highest))).astype(np.int64)
     h.clamped += int(weights[ns > h.spec.highest].sum())
-    h.add_sparse(h.spec.index_of(v), weights.astype(np.int64), int(v.min()), int(v.max()))
+    idx, inv = np.unique(h.spec.index_of(v), return_inverse=True)
+    counts = np.bincount(inv, weights=weights.astype(np.float64)).astype(np.int64)
+    h.add_sparse(idx, counts, int(v.min()), int(v.max()))
 
 
 def _weighted_percentile(values: np.ndarray, weights: np.ndarray, pct: float) -> float:
