@@ -115,9 +115,11 @@ def test_merged_books_add_the_token_truth_and_a_huge_stated_count_costs_nothing(
     assert a.hists["itl_per_token"].max == pytest.approx(100e6 / 2e6, rel=1e-3)
     b = _book([(101.0, array("d", [101.1, 101.2]), 101.3, 5, 5, array("i", [-1, -1]), -1)])
     a.add(b)
+    a.add(b)
     block = llm_block(a, 0.0)
-    assert block["token_check"]["usage_compared"] == 2
-    assert block["token_check"]["usage_mismatch"] == 1  # b: 2 streamed, usage 5
+    assert block["token_check"]["usage_compared"] == 3
+    assert block["token_check"]["usage_mismatch"] == 2  # b twice: 2 streamed, usage 5
+    assert block["token_check"]["mismatch_examples"] == [{"client": 2, "usage": 5}]  # distinct
     assert block["token_check"]["max_tokens_in_chunk"] == 2_000_000
     assert block["prefix_cache"]["hit_rate"] == 1.0  # 5 of 5 in the one request reporting
 

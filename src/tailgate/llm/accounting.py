@@ -120,7 +120,8 @@ class TokenBook:
     max_chunk_tokens: int = 0
     usage_compared: int = 0
     usage_mismatch: int = 0
-    mismatch_examples: list[tuple[int, int]] = field(default_factory=list)  # (client, usage)
+    # distinct (client, usage) pairs of mismatched requests, up to MAX_MISMATCH_EXAMPLES
+    mismatch_examples: list[tuple[int, int]] = field(default_factory=list)
     # prefix cache: ok requests whose usage gave cached_tokens, their prompt tokens, the
     # cached ones, and how many had any
     cache_reported: int = 0
@@ -246,8 +247,7 @@ class TokenBook:
         self.usage_compared += int(np.count_nonzero(compare))
         bad = np.flatnonzero(compare & (use_out != count))
         self.usage_mismatch += int(bad.size)
-        room = MAX_MISMATCH_EXAMPLES - len(self.mismatch_examples)
-        self.mismatch_examples += [(int(count[i]), int(use_out[i])) for i in bad[:room].tolist()]
+        self._examples((int(count[i]), int(use_out[i])) for i in bad.tolist())
         rep_c = ok_m & (cached >= 0)
         self.cache_reported += int(np.count_nonzero(rep_c))
         self.cache_prompt += int(np.where(rep_c & (use_in >= 0), use_in, 0).sum())
@@ -305,9 +305,16 @@ class TokenBook:
                   "cache_hit_requests"):
             setattr(self, f, getattr(self, f) + getattr(other, f))
         self.max_chunk_tokens = max(self.max_chunk_tokens, other.max_chunk_tokens)
-        room = MAX_MISMATCH_EXAMPLES - len(self.mismatch_examples)
-        self.mismatch_examples = self.mismatch_examples + other.mismatch_examples[:room]
+        self._examples(other.mismatch_examples)
         self.last_end_s = max(self.last_end_s, other.last_end_s)
+
+    def _examples(self, pairs: Iterable[tuple[int, int]]) -> None:
+        """Keep up to MAX_MISMATCH_EXAMPLES distinct (client, usage) pairs."""
+        for pair in pairs:
+            if len(self.mismatch_examples) >= MAX_MISMATCH_EXAMPLES:
+                return
+            if pair not in self.mismatch_examples:
+                self.mismatch_examples.append(pair)
 
 
 MAX_MISMATCH_EXAMPLES = 5
