@@ -23,6 +23,8 @@ read::
                   "counts": {...}, "verdict": "match"|"deviate"|"unknown", "statement"},
      "stationarity": {"interval_s", "intervals", "shift": {...}, "trend": {...},
                       "verdict": "stationary"|"drifted"|"unknown", "statement"},
+     "offered": {"interval_s", "ramp", "t_s": [...], "target_rps": [...],
+                 "sent_rps": [...], "p99_ms": [...]},  # the offered rate over time
      "confidence": {"targets": [{"expr", "width_ms", "limit_ms", "reached", ...}],
                     "reached", "after_s", "schedule_ended", "ceiling_s"},  # --confidence
      "warnings": [...], "slo": [{"expr", "observed", "pass", ...}]}
@@ -58,11 +60,12 @@ with fewer than ``min_tail_samples`` above it is reported with a warning.
 An ``openai+`` run is the same document (``protocol: "openai"``; its error kinds
 add ``malformed_sse``, ``server_error``, ``no_token``) plus the LLM figures of
 :mod:`tailgate.llm.accounting`: ``model``, ``api``, ``workload``, ``mode``,
-``ttft_ms``/``itl_ms``/``tpot_ms``/``e2e_ms``/``first_chunk_ms`` (p50..p999, max,
-count), ``tokens``, ``throughput`` (output tokens/s, goodput), ``metrics`` (what
-LLM SLOs read), ``requests.good`` and ``requests.warmup_ok``, and their
-histograms beside ``latency`` (which is the request from intended start to the
-end of its response, every outcome counted).
+``ttft_ms``/``itl_ms`` (per chunk)/``itl_per_token_ms``/``tpot_ms``/``e2e_ms``/
+``first_chunk_ms`` (p50..p999, max, count), ``tokens``, ``token_check`` (the client's
+count against usage), ``prefix_cache`` (usage's cached prompt tokens), ``throughput``
+(output tokens/s, goodput), ``metrics`` (what LLM SLOs read), ``requests.good`` and
+``requests.warmup_ok``, and their histograms beside ``latency`` (which is the request
+from intended start to the end of its response, every outcome counted).
 """
 
 from __future__ import annotations
