@@ -143,7 +143,8 @@ def add_load_options(p: argparse.ArgumentParser) -> None:
                    "openai+ targets)")
     g.add_argument("--requests", type=int, metavar="N",
                    help="send the schedule's first N requests (with --duration: at most N)")
-    g.add_argument("--seed", type=int, default=0, help="Poisson schedule seed (default 0)")
+    g.add_argument("--seed", type=int, default=0,
+                   help="seed of the Poisson and gamma schedules (default 0)")
     g.add_argument("--engine", choices=("auto", "fast", "python"), default="auto",
                    help="load engine: fast (the compiled hot path, http:// and tcp://), "
                    "python (the reference engine) or auto (fast where it applies; default)")
