@@ -43,6 +43,7 @@ TABLE: dict[str, tuple[list[str], tuple[str, ...]]] = {
     "--rate": (["--rate", "20"], ALL),
     "--duration": (["--duration", "2s"], ALL),
     "--arrival": (["--arrival", "poisson"], ALL),
+    "--burstiness": (["--arrival", "gamma", "--burstiness", "0.5"], ALL),
     "--warmup": (["--warmup", "0.5s"], ALL),
     "--connections": (["--connections", "3"], ALL),
     "--max-connections": (["--max-connections", "7"], ALL),
@@ -101,6 +102,7 @@ TABLE: dict[str, tuple[list[str], tuple[str, ...]]] = {
     "--allow-no-done": (["--allow-no-done"], ("openai",)),
     "--no-usage": (["--no-usage"], ("openai",)),
     "--ignore-eos": (["--ignore-eos"], ("openai",)),
+    "--continuous-usage": (["--continuous-usage"], ("openai",)),
     "--concurrency": (["--concurrency", "2"], ()),  # closed loop: refused everywhere
     # TLS: for https://, grpcs:// and openai+https:// (tests/test_bench_tls.py): refused
     # for every plaintext target here

@@ -177,14 +177,20 @@ class ScriptedServer:
 
     Request *n* (in order of arrival) gets behaviour ``modes[n % len(modes)]``;
     ``"ok"`` streams ``max_tokens`` content chunks ``gap_s`` apart (plus a usage
-    chunk when ``stream_options.include_usage`` is asked). Every request body is
+    chunk when ``stream_options.include_usage`` is asked). Token truth: with
+    ``tokens_per_chunk`` k each content chunk carries k tokens (as speculative decoding
+    sends them), listed in its ``logprobs`` when ``logprobs``, with a cumulative usage in
+    every chunk when ``stream_options.continuous_usage_stats`` is asked; the usage chunk
+    reports ``usage_skew`` more completion tokens than were streamed, and
+    ``cached_tokens`` as ``prompt_tokens_details.cached_tokens``. Every request body is
     kept in ``bodies`` so a test can check what the client sent. It runs its own
     event loop in a thread; use it as a context manager.
     """
 
     def __init__(self, modes: tuple[str, ...] = ("ok",), gap_s: float = 0.001,
                  usage: bool = True, first_empty: bool = False,
-                 keep_alive: bool = False) -> None:
+                 keep_alive: bool = False, tokens_per_chunk: int = 1, logprobs: bool = False,
+                 usage_skew: int = 0, cached_tokens: int | None = None) -> None:
         import threading
 
         self.modes = modes
@@ -192,6 +198,10 @@ class ScriptedServer:
         self.usage = usage
         self.first_empty = first_empty
         self.keep_alive = keep_alive  # answer the modes of KEEPS_ALIVE without closing
+        self.tokens_per_chunk = tokens_per_chunk
+        self.logprobs = logprobs
+        self.usage_skew = usage_skew
+        self.cached_tokens = cached_tokens
         self.bodies: list[dict] = []
         self.heads: list[bytes] = []  # each request's header block, as received
         self.send_ns: list[list[int]] = []  # per ok request, when each content chunk was sent
@@ -261,13 +271,25 @@ class ScriptedServer:
         chat = "messages" in body
         n_tokens = int(body.get("max_tokens", 4))
 
-        def chunk(text: str | None, finish: str | None = None) -> bytes:
+        opts = body.get("stream_options") or {}
+        continuous = bool(opts.get("include_usage") and opts.get("continuous_usage_stats"))
+        n_in = len(str(body.get("prompt") or body.get("messages")).split())
+
+        def chunk(text: str | None, finish: str | None = None, pieces: list[str] | None = None,
+                  so_far: int | None = None) -> bytes:
             if chat:
                 delta = {} if text is None else {"content": text}
                 ch = {"index": 0, "delta": delta, "finish_reason": finish}
             else:
                 ch = {"index": 0, "text": text or "", "finish_reason": finish}
-            obj = {"id": "x", "object": "chunk", "choices": [ch]}
+            if self.logprobs and pieces is not None:
+                ch["logprobs"] = ({"content": [{"token": p, "logprob": -0.5} for p in pieces]}
+                                  if chat else {"tokens": pieces,
+                                                "token_logprobs": [-0.5] * len(pieces)})
+            obj: dict = {"id": "x", "object": "chunk", "choices": [ch]}
+            if continuous and so_far is not None:
+                obj["usage"] = {"prompt_tokens": n_in, "completion_tokens": so_far,
+                                "total_tokens": n_in + so_far}
             return b"data: " + _json.dumps(obj).encode() + b"\n\n"
 
         def head_(status: str, ctype: bytes = b"text/event-stream") -> bytes:
@@ -341,7 +363,8 @@ class ScriptedServer:
                     writer.write(piece(chunk("")))
                 sends: list[int] = []
                 tokens = 0 if mode == "no_token" else n_tokens
-                for i in range(tokens):
+                k = self.tokens_per_chunk
+                for i in range((tokens + k - 1) // k):
                     if mode == "reset_mid_stream" and i == max(1, tokens // 2):
                         writer.transport.abort()
                         return False
@@ -351,17 +374,22 @@ class ScriptedServer:
                         writer.write(piece(b"data: \xff\xfe broken utf-8\n\n"))
                     await asyncio.sleep(self.gap_s)
                     sends.append(time.perf_counter_ns())
-                    writer.write(piece(chunk(f" t{i}")))
+                    mine = [f" t{j}" for j in range(i * k, min((i + 1) * k, tokens))]
+                    writer.write(piece(chunk("".join(mine), pieces=mine,
+                                             so_far=min((i + 1) * k, tokens))))
                     await writer.drain()
                 if mode == "error_object":
                     writer.write(piece(b'data: {"error": {"message": "engine overloaded"}}\n\n'))
                 writer.write(piece(chunk(None if chat else "", "length")))
-                want_usage = (body.get("stream_options") or {}).get("include_usage")
+                want_usage = opts.get("include_usage")
                 if self.usage and want_usage:
-                    n_in = len(str(body.get("prompt") or body.get("messages")).split())
+                    said = tokens + self.usage_skew
                     u = {"id": "x", "choices": [], "usage": {
-                        "prompt_tokens": n_in, "completion_tokens": tokens,
-                        "total_tokens": n_in + tokens}}
+                        "prompt_tokens": n_in, "completion_tokens": said,
+                        "total_tokens": n_in + said}}
+                    if self.cached_tokens is not None:
+                        u["usage"]["prompt_tokens_details"] = {
+                            "cached_tokens": min(self.cached_tokens, n_in)}
                     writer.write(piece(b"data: " + _json.dumps(u).encode() + b"\n\n"))
                 if mode == "eof_mid_chunk":
                     writer.write(b"40\r\ndata: [DO")  # the close cuts the last chunk

@@ -28,7 +28,7 @@ import json
 import math
 from array import array
 
-from ..llm.openai import ChunkError, parse_chunk
+from ..llm.openai import ChunkError, chunk_tokens, parse_chunk
 from ..llm.sse import SSEError, SSEParser, SSETooLarge
 from .conn import Connection, Sink, monotonic
 from .http1 import Data, End, FramingError, Head, Limits, ResponseReader, Unsolicited
@@ -46,9 +46,12 @@ from .protocols import Protocol
 from .target import openai_target
 
 # What the engine reads of one request: (first chunk, token times, [DONE] time,
-# usage completion tokens or -1, usage prompt tokens or -1); times NaN when absent.
-# The token times are an array of doubles (8 bytes a token), at most max_tokens long.
-TokenState = tuple[float, "array[float]", float, int, int]
+# usage completion tokens or -1, usage prompt tokens or -1, tokens of each content
+# chunk (-1: the server did not say), usage cached prompt tokens or -1); times NaN
+# when absent. The token times are an array of doubles (8 bytes a content chunk), the
+# counts of ints (4 bytes), at most max_tokens long. The accounting also takes the
+# first five alone (every chunk's count unknown, no cached count).
+TokenState = tuple[float, "array[float]", float, int, int, "array[int]", int]
 MAX_TOKENS_PER_STREAM = 1_000_000  # --max-tokens-per-stream: 8 MB of token times a stream
 
 
@@ -99,10 +102,14 @@ class OpenAIConnection(Connection):
         self.finish_reason: str | None = None
         self.out_tokens = -1
         self.in_tokens = -1
+        self.ntok: array[int] = array("i")  # per content chunk: its tokens, -1 unknown
+        self.cached = -1
+        self.usage_each = True  # every content chunk so far carried a cumulative usage
         self.settled = False  # the stream's outcome is decided (the HTTP end may follow)
 
     def tokens(self) -> TokenState:
-        return self.first_chunk, self.tok, self.t_done, self.out_tokens, self.in_tokens
+        return (self.first_chunk, self.tok, self.t_done, self.out_tokens, self.in_tokens,
+                self.ntok, self.cached)
 
     # -- Connection hooks ----------------------------------------------------------------
 
@@ -212,12 +219,16 @@ class OpenAIConnection(Connection):
                     raise _Fail(TOO_LARGE, f"more than {self.max_tokens} tokens in one stream "
                                            f"(--max-tokens-per-stream)")
                 self.tok.append(now)
+                self.ntok.append(chunk_tokens(chunk, self.out_tokens, self.usage_each))
+                self.usage_each = self.usage_each and chunk.completion_tokens is not None
             if chunk.finish_reason:
                 self.finish_reason = chunk.finish_reason
             if chunk.completion_tokens is not None:
                 self.out_tokens = chunk.completion_tokens
             if chunk.prompt_tokens is not None:
                 self.in_tokens = chunk.prompt_tokens
+            if chunk.cached_tokens is not None:
+                self.cached = chunk.cached_tokens
 
     def _end(self, ev: End, now: float) -> None:
         """The HTTP response is complete: decide the request's outcome."""
@@ -274,6 +285,7 @@ BENCH_PROTOCOL = Protocol(
     flags=("--header", "--max-event-bytes", "--max-tokens-per-stream", "--model", "--api",
            "--workload", "--input-len", "--output-len", "--range-ratio", "--conversations",
            "--turns", "--system-len", "--trace", "--allow-no-done", "--trace-token-scale",
-           "--trace-time-scale", "--no-usage", "--ignore-eos", "--concurrency"),
+           "--trace-time-scale", "--no-usage", "--ignore-eos", "--concurrency",
+           "--continuous-usage"),
     kinds=tuple(k for k in ERROR_KINDS if k != "grpc_status"), default_timeout="60s",
     target=openai_target, connections=_connections, parse_slo=_parse_slo, tokens=True)

@@ -288,7 +288,7 @@ def _token_columns(t: Any, start: float, nominal: int) -> str:
     """The log's token columns of one request (empty where it had none)."""
     if t is None:
         return f",,,,,0,0,{nominal}"
-    chunk0, times, done, use_out, use_in = t
+    chunk0, times, done, use_out, use_in = t[:5]
 
     def ts(v: float) -> str:
         return "" if v != v else f"{v - start:.9f}"

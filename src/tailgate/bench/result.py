@@ -23,6 +23,8 @@ read::
                   "counts": {...}, "verdict": "match"|"deviate"|"unknown", "statement"},
      "stationarity": {"interval_s", "intervals", "shift": {...}, "trend": {...},
                       "verdict": "stationary"|"drifted"|"unknown", "statement"},
+     "offered": {"interval_s", "ramp", "t_s": [...], "target_rps": [...],
+                 "sent_rps": [...], "p99_ms": [...]},  # the offered rate over time
      "confidence": {"targets": [{"expr", "width_ms", "limit_ms", "reached", ...}],
                     "reached", "after_s", "schedule_ended", "ceiling_s"},  # --confidence
      "warnings": [...], "slo": [{"expr", "observed", "pass", ...}]}
@@ -58,11 +60,12 @@ with fewer than ``min_tail_samples`` above it is reported with a warning.
 An ``openai+`` run is the same document (``protocol: "openai"``; its error kinds
 add ``malformed_sse``, ``server_error``, ``no_token``) plus the LLM figures of
 :mod:`tailgate.llm.accounting`: ``model``, ``api``, ``workload``, ``mode``,
-``ttft_ms``/``itl_ms``/``tpot_ms``/``e2e_ms``/``first_chunk_ms`` (p50..p999, max,
-count), ``tokens``, ``throughput`` (output tokens/s, goodput), ``metrics`` (what
-LLM SLOs read), ``requests.good`` and ``requests.warmup_ok``, and their
-histograms beside ``latency`` (which is the request from intended start to the
-end of its response, every outcome counted).
+``ttft_ms``/``itl_ms`` (per chunk)/``itl_per_token_ms``/``tpot_ms``/``e2e_ms``/
+``first_chunk_ms`` (p50..p999, max, count), ``tokens``, ``token_check`` (the client's
+count against usage), ``prefix_cache`` (usage's cached prompt tokens), ``throughput``
+(output tokens/s, goodput), ``metrics`` (what LLM SLOs read), ``requests.good`` and
+``requests.warmup_ok``, and their histograms beside ``latency`` (which is the request
+from intended start to the end of its response, every outcome counted).
 """
 
 from __future__ import annotations
@@ -91,6 +94,7 @@ from .http1 import Limits
 from .outcome import KINDS
 from .protocols import kinds_for
 from .recording import MAX_REASONS, OTHER_REASONS
+from .schedule import Ramp
 from .stationarity import stationarity_test
 
 PERCENTILES = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9,
@@ -124,9 +128,17 @@ class RunInfo:
     requests: int | None = None  # --requests: the schedule's first N
     llm: dict[str, Any] | None = None  # openai+: model, api, workload, mode (echoed)
     engine: str = "auto"  # asked for: auto, fast or python (bench.fastpath.choose)
+    burstiness: float = 1.0  # --arrival gamma: the gaps' shape (1: Poisson)
+    ramp: Ramp | None = None  # --rate LO..HI: the offered rate over time (rate: its mean)
 
     def config_json(self) -> dict[str, Any]:
+        extra: dict[str, Any] = {}
+        if self.arrival == "gamma":
+            extra["burstiness"] = self.burstiness
+        if self.ramp is not None:
+            extra["ramp"] = self.ramp.json()
         return {"rate": self.rate, "duration_s": self.duration_s, "arrival": self.arrival,
+                **extra,
                 "requests": self.requests,
                 "warmup_s": self.warmup_s, "workers": self.workers,
                 "connections": self.connections, "max_connections": self.max_connections,
@@ -301,8 +313,10 @@ def build_result(info: RunInfo, parts: Sequence[WorkerResult],
     }
     data["arrivals"] = arrival_test(info.arrival, info.rate, info.workers, info.warmup_s,
                                     [p.arrivals_s for p in parts],
-                                    max((p.tick_s for p in parts), default=0.0))
+                                    max((p.tick_s for p in parts), default=0.0),
+                                    burstiness=info.burstiness, ramp=info.ramp)
     data["stationarity"] = stationarity_test(intervals, info.hdr_interval_s)
+    data["offered"] = offered_series(info, intervals, window)
     if info.confidence:
         data["confidence"] = {**judge_targets(list(info.confidence), latency,
                                               confidence_after_s, info.duration_s),
@@ -321,7 +335,8 @@ def build_result(info: RunInfo, parts: Sequence[WorkerResult],
         data.update(info.llm)
         data.update(block)
         data["histograms"].update({k: encode(book.hists[k])
-                                   for k in ("ttft", "itl", "tpot", "e2e", "first_chunk")})
+                                   for k in ("ttft", "itl", "itl_per_token", "tpot", "e2e",
+                                             "first_chunk")})
     from .fastpath import fallback_note
 
     note = fallback_note(info.engine, info.protocol)
@@ -335,6 +350,33 @@ def build_result(info: RunInfo, parts: Sequence[WorkerResult],
     data["accounting"] = accounting(data)
     data["warnings"] = warnings(data, info, parts, missing_workers)
     return BenchResult(data, latency, service, lateness, intervals, info, book)
+
+
+def offered_series(info: RunInfo, intervals: Mapping[int, Histogram],
+                   measured_s: float) -> dict[str, Any]:
+    """The offered rate over time, per interval of the measured part (by intended start):
+    what the schedule asked for (``target_rps``: the ramp's mean over the interval, else
+    ``--rate``), the requests intended in it that were sent (``sent_rps``), and their
+    latency P99 (ms; None without samples)."""
+    step = info.hdr_interval_s
+    out: dict[str, Any] = {"interval_s": step, "ramp": info.ramp.json() if info.ramp else None}
+    if not step or measured_s <= 0:
+        return {**out, "t_s": [], "target_rps": [], "sent_rps": [], "p99_ms": []}
+    n = max(int(math.ceil(measured_s / step - 1e-9)), 1)
+    t0 = np.arange(n, dtype=np.float64) * step
+    width = np.minimum(t0 + step, measured_s) - t0
+    if info.ramp is not None:
+        w = info.warmup_s
+        target = (info.ramp.cumulative(w + t0 + width) - info.ramp.cumulative(w + t0)) / width
+    else:
+        target = np.full(n, float(info.rate))
+    hs = [intervals.get(k) for k in range(n)]
+    sent = np.array([h.total if h is not None else 0 for h in hs], dtype=np.float64) / width
+    p99 = [round(min(h.value_at_percentile(99.0), h.max) / NS_PER_MS, 3)
+           if h is not None and h.total else None for h in hs]
+    return {**out, "t_s": [round(float(t), 6) for t in t0],
+            "target_rps": [round(float(v), 3) for v in target],
+            "sent_rps": [round(float(v), 3) for v in sent], "p99_ms": p99}
 
 
 def _dial_times(parts: Sequence[WorkerResult], spec: HistogramSpec) -> dict[str, Any]:
@@ -430,6 +472,15 @@ def warnings(data: dict[str, Any], info: RunInfo, parts: Sequence[WorkerResult],
                    f"does not")
     if data["arrivals"]["verdict"] == "deviate":
         out.append(data["arrivals"]["statement"])
+    tc = data.get("token_check")
+    if tc and tc["usage_mismatch"]:
+        ex = ", ".join(f"{e['client']} streamed vs {e['usage']}" for e in tc["mismatch_examples"])
+        out.append(f"{tc['usage_mismatch']} of {tc['usage_compared']} request(s): the tokens "
+                   f"streamed do not add up to usage.completion_tokens (e.g. {ex}): "
+                   + ("itl_per_token_ms assumed one token per chunk where the server did not "
+                      "say (--continuous-usage asks vLLM to)" if tc["chunk_tokens_assumed_one"]
+                      else "the server's own per-chunk counts disagree with its usage")
+                   + "; see docs/llm-tokens.md")
     if data["stationarity"]["verdict"] == "drifted":
         out.append(data["stationarity"]["statement"])
     conf = data.get("confidence")
@@ -491,8 +542,9 @@ def _llm_rows(d: dict[str, Any], columns: Sequence[str] = tuple(PERCENTILES)) ->
                 f"median {'-' if b.get('median') is None else format(b['median'], '.3f')}")
 
     out = [row(name, d[key]) for key, name in (
-        ("ttft_ms", "TTFT ms"), ("itl_ms", "ITL ms"), ("tpot_ms", "TPOT ms"),
-        ("e2e_ms", "E2E ms"), ("first_chunk_ms", "1st chunk ms"))]
+        ("ttft_ms", "TTFT ms"), ("itl_ms", "ITL/chunk ms"), ("itl_per_token_ms", "ITL/token ms"),
+        ("tpot_ms", "TPOT ms"), ("e2e_ms", "E2E ms"), ("first_chunk_ms", "1st chunk ms"))
+        if key in d]
     out.append("centre (ms): " + "; ".join(center(name, d[key]) for key, name in (
         ("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("itl_ms", "ITL"), ("e2e_ms", "E2E"))))
     t, tp = d["tokens"], d["throughput"]
@@ -502,6 +554,9 @@ def _llm_rows(d: dict[str, Any], columns: Sequence[str] = tuple(PERCENTILES)) ->
     out.append(f"throughput: {tp['output_tokens_per_s']:.1f} output tok/s, "
                f"{tp['total_tokens_per_s']:.1f} total tok/s, {tp['requests_per_s']:.2f} req/s, "
                f"goodput {tp['goodput_rps']:.2f} req/s (good {d['requests']['good']})")
+    from ..llm.accounting import token_lines
+
+    out += token_lines(d)
     return out
 
 
@@ -514,7 +569,10 @@ def summary_text(result: BenchResult, spectrum: bool = False,
     req = d["requests"]
     errs = ", ".join(f"{k} {v}" for k, v in req["errors"].items() if v) or "none"
     lines = [
-        f"tailgate bench {d['target']}  {info.arrival} {info.rate:g} req/s for "
+        f"tailgate bench {d['target']}  {info.arrival}"
+        + (f" (burstiness {info.burstiness:g})" if info.arrival == "gamma" else "")
+        + (f" {info.ramp.lo:g}..{info.ramp.hi:g} req/s (mean {info.rate:g})"
+           if info.ramp is not None else f" {info.rate:g} req/s") + " for "
         f"{info.duration_s:g} s  ({info.workers} worker(s), {info.connections}.."
         f"{info.max_connections} connections, time-out {info.timeout_s:g} s)"
         + ("  [INTERRUPTED]" if d["interrupted"] else ""),
@@ -565,6 +623,9 @@ def summary_text(result: BenchResult, spectrum: bool = False,
     # a failed test is a warning (below); a passed or untested one a plain line here
     if d["arrivals"]["verdict"] != "deviate":
         lines.append(d["arrivals"]["statement"])
+    off = d.get("offered") or {}
+    if off.get("ramp") and off["t_s"]:
+        lines.append(_ramp_line(off))
     if d["stationarity"]["verdict"] != "drifted":
         lines.append(d["stationarity"]["statement"])
     if spectrum:
@@ -585,6 +646,19 @@ def summary_text(result: BenchResult, spectrum: bool = False,
             shown = f"estimate {shown}, {s['reason']}"
         lines.append(f"SLO {s['expr']}: {verdict} (observed {shown})")
     return "\n".join(lines)
+
+
+def _ramp_line(off: dict[str, Any]) -> str:
+    """The ramp in a line: offered and sent at its start, middle and end (JSON: offered)."""
+    n = len(off["t_s"])
+    picks = sorted({0, n // 2, n - 1})
+    cells = [f"{off['t_s'][i]:g} s: {off['target_rps'][i]:,.1f}/s offered, "
+             f"{off['sent_rps'][i]:,.1f}/s sent, p99 "
+             + ("-" if off["p99_ms"][i] is None else f"{off['p99_ms'][i]:.3f} ms")
+             for i in picks]
+    r = off["ramp"]
+    return (f"ramp {r['from_rps']:g}..{r['to_rps']:g}/s over the measured part ("
+            f"{off['interval_s']:g} s intervals): " + "; ".join(cells))
 
 
 def write_hdr(out: IO[str], result: BenchResult, start_epoch_s: float) -> None:

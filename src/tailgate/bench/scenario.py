@@ -42,7 +42,7 @@ MAX_TARGETS = 64
 KEYS: dict[str, type | tuple[type, ...]] = {
     "url": str, "name": str,
     "rate": (str, int, float), "duration": (str, int, float), "warmup": (str, int, float),
-    "arrival": str, "connections": int, "max_connections": int, "workers": int,
+    "arrival": str, "burstiness": (int, float), "connections": int, "max_connections": int, "workers": int,
     "timeout": (str, int, float), "seed": int, "min_tail_samples": int,
     "slo": list, "method": str, "header": list, "body": str, "body_file": str,
     "payload": str, "delimiter": str, "response_length": int, "retry_stale": bool,
@@ -192,7 +192,9 @@ def target_args(base: argparse.Namespace, t: ScenarioTarget) -> argparse.Namespa
         elif isinstance(val, (int, float)) and not isinstance(val, bool) \
                 and key not in ("connections", "max_connections", "workers", "seed",
                                 "min_tail_samples", "response_length", "input_len",
-                                "output_len", "requests"):
+                                "output_len", "requests", "burstiness"):
             val = str(val)  # "rate: 2000" is the text "2000", parsed like the command line
+        if key == "burstiness":
+            val = float(val)
         setattr(ns, key, val)
     return ns

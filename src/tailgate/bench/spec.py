@@ -38,6 +38,7 @@ class BenchOptions:
     rate: str | None = None
     duration: str | None = None
     arrival: str = "constant"
+    burstiness: float | None = None
     warmup: str = "0s"
     connections: int = 16
     max_connections: int = 1024
@@ -92,6 +93,7 @@ class BenchOptions:
     trace_token_scale: float = 1.0
     trace_time_scale: float = 1.0
     no_usage: bool = False
+    continuous_usage: bool = False
     ignore_eos: bool = False
 
     @classmethod
@@ -181,6 +183,7 @@ def build(opts: BenchOptions) -> BenchSpec:
     from .fastpath import EngineUnavailable, choose
     from .protocols import protocol_of, refuse_flags
     from .result import RunInfo
+    from .schedule import Ramp, parse_ramp
     from .slo import SloError
     from .target import TargetError, parse_header, parse_target
     from .tls import client_context
@@ -205,7 +208,8 @@ def build(opts: BenchOptions) -> BenchSpec:
     if opts.requests is not None and opts.requests < 1:
         raise UsageError("--requests must be >= 1")
     try:
-        rate = parse_rate(opts.rate) if opts.rate is not None else None
+        pair = parse_ramp(opts.rate) if opts.rate is not None else None
+        rate = (pair[1] if pair else parse_rate(opts.rate)) if opts.rate is not None else None
         duration = parse_duration(opts.duration) if opts.duration is not None else None
         warmup = parse_duration(opts.warmup or "0s")
         timeout = parse_duration(opts.timeout or proto.default_timeout)
@@ -229,8 +233,15 @@ def build(opts: BenchOptions) -> BenchSpec:
     if (duration is not None and duration <= 0) or timeout <= 0 or warmup < 0 \
             or hdr_interval <= 0:
         raise UsageError("--duration, --timeout and --hdr-interval must be > 0, --warmup >= 0")
-    if rate is not None and rate <= 0:
+    if rate is not None and (rate <= 0 or (pair is not None and pair[0] <= 0)):
         raise UsageError("--rate must be > 0")
+    ramp = None
+    if pair is not None:
+        if duration is None:
+            raise UsageError(f"--rate {opts.rate}: a ramp runs over --duration: give it")
+        ramp = Ramp(pair[0], pair[1], warmup, warmup + duration)
+        rate = ramp.mean_rate
+    burstiness = _burstiness(opts)
     try:
         choose(opts.engine, target.scheme)
     except EngineUnavailable as exc:
@@ -241,7 +252,8 @@ def build(opts: BenchOptions) -> BenchSpec:
     if opts.max_connections < workers:
         raise UsageError(f"--max-connections {opts.max_connections} is fewer than --workers "
                          f"{workers} (each worker needs one)")
-    if rate is not None and duration is not None and rate * (duration + warmup) > MAX_REQUESTS:
+    peak = ramp.peak if ramp is not None else rate
+    if peak is not None and duration is not None and peak * (duration + warmup) > MAX_REQUESTS:
         raise UsageError("more than 100 million requests in one run: shorten it")
     if opts.requests is not None and opts.requests > MAX_REQUESTS:
         raise UsageError("more than 100 million requests in one run: fewer --requests")
@@ -253,7 +265,8 @@ def build(opts: BenchOptions) -> BenchSpec:
                    timeout_s=timeout, seed=opts.seed, min_tail_samples=opts.min_tail_samples,
                    hdr_interval_s=hdr_interval if opts.hdr else None, limits=limits,
                    retry_stale=opts.retry_stale, requests=opts.requests,
-                   confidence=confidence, engine=opts.engine)
+                   confidence=confidence, engine=opts.engine, burstiness=burstiness,
+                   ramp=ramp)
     schedule = None
     extra: dict[str, Any] = {}
     if llm:
@@ -264,7 +277,8 @@ def build(opts: BenchOptions) -> BenchSpec:
         from .workers import global_schedule
 
         total = duration + warmup if duration is not None else None
-        schedule = global_schedule(rate, total, opts.arrival, opts.requests, opts.seed)  # type: ignore[arg-type]
+        schedule = global_schedule(rate, total, opts.arrival, opts.requests, opts.seed,  # type: ignore[arg-type]
+                                   burstiness=burstiness, ramp=ramp)
         info = _span(info, schedule)
     # At most ~600 intervals in the --hdr log, whatever the duration; without --hdr,
     # 20..100 for the stationarity test (0.25 s ones up to 25 s: a --confidence run
@@ -273,6 +287,23 @@ def build(opts: BenchOptions) -> BenchSpec:
     info = replace(info, hdr_interval_s=max(hdr_interval, (span + 1e-9) / 600) if opts.hdr
                    else max(span / 100, min(span / 20, 0.25), 1e-6))
     return BenchSpec(opts, info, target, slos, schedule, MappingProxyType(extra))
+
+
+MIN_BURSTINESS, MAX_BURSTINESS = 1e-3, 1e3  # beyond, gamma gaps are degenerate in doubles
+
+
+def _burstiness(opts: BenchOptions) -> float:
+    """--burstiness (only with --arrival gamma; 1 when not given)."""
+    b = opts.burstiness
+    if b is None:
+        return 1.0
+    if opts.arrival != "gamma":
+        raise UsageError(f"--burstiness is the shape of --arrival gamma, not of "
+                         f"--arrival {opts.arrival}")
+    if not MIN_BURSTINESS <= b <= MAX_BURSTINESS:
+        raise UsageError(f"--burstiness must be between {MIN_BURSTINESS:g} and "
+                         f"{MAX_BURSTINESS:g}, not {b:g}")
+    return float(b)
 
 
 def _body(opts: BenchOptions) -> bytes:

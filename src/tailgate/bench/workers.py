@@ -37,7 +37,7 @@ from .engine import EngineConfig, PythonEngine, WorkerResult
 from .fastpath import FastEngine, choose
 from .recording import LoadEngine
 from .result import RunInfo
-from .schedule import arrival_times
+from .schedule import Ramp, arrival_times
 from .target import Target
 
 START_LEAD_S = 0.1  # between "go" and the first intended start: every worker is listening
@@ -56,19 +56,21 @@ def _share(total: int, k: int, n: int) -> int:
 
 
 def global_schedule(rate: float, duration_s: float | None, arrival: str,
-                    requests: int | None, seed: int | None) -> np.ndarray:
+                    requests: int | None, seed: int | None, *, burstiness: float = 1.0,
+                    ramp: Ramp | None = None) -> np.ndarray:
     """One process's view of the whole schedule: offsets within ``duration_s``, the first
     ``requests`` of them (with no duration: the first ``requests`` arrivals)."""
+    kw = {"seed": seed, "burstiness": burstiness, "ramp": ramp}
     if duration_s is not None:
-        times = arrival_times(rate, duration_s, arrival, seed=seed)  # type: ignore[arg-type]
+        times = arrival_times(rate, duration_s, arrival, **kw)  # type: ignore[arg-type]
         return times[:requests] if requests is not None else times
     if requests is None:
         raise ValueError("a schedule needs a duration or a request count")
-    horizon = (requests + 6 * requests ** 0.5 + 16) / rate
-    times = arrival_times(rate, horizon, arrival, seed=seed)  # type: ignore[arg-type]
+    horizon = (requests + 6 * (requests / min(burstiness, 1.0)) ** 0.5 + 16) / rate
+    times = arrival_times(rate, horizon, arrival, **kw)  # type: ignore[arg-type]
     while times.size < requests:
         horizon *= 2
-        times = arrival_times(rate, horizon, arrival, seed=seed)  # type: ignore[arg-type]
+        times = arrival_times(rate, horizon, arrival, **kw)  # type: ignore[arg-type]
     return times[:requests]
 
 
@@ -94,7 +96,8 @@ def plan(info: RunInfo, target: Target, log_parts: list[str] | None = None,
                 mine["nominal_input"] = np.asarray(nominal[k::n], dtype=np.int64)
         else:
             times = arrival_times(info.rate, info.warmup_s + info.duration_s, info.arrival,  # type: ignore[arg-type]
-                                  worker=k, workers=n, seed=info.seed)
+                                  worker=k, workers=n, seed=info.seed,
+                                  burstiness=info.burstiness, ramp=info.ramp)
         cfgs.append(EngineConfig(
             target=target, times=times, warmup_s=info.warmup_s,
             connections=_share(info.connections, k, n),

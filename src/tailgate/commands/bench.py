@@ -119,10 +119,16 @@ def add_load_options(p: argparse.ArgumentParser) -> None:
     # Required for http/tcp (checked in _parse); an openai+ target may use --concurrency
     # or --requests instead.
     g.add_argument("--rate", help="requests per second, all workers together "
-                   "(e.g. 1000, 20k)")
+                   "(e.g. 1000, 20k); LO..HI (e.g. 1k..10k) ramps linearly from LO to HI over "
+                   "--duration (the warm-up at LO)")
     g.add_argument("--duration", help="measured run time (e.g. 30s, 2m)")
-    g.add_argument("--arrival", choices=("constant", "poisson"), default="constant",
-                   help="inter-arrival times: constant (default) or exponential (Poisson)")
+    g.add_argument("--arrival", choices=("constant", "poisson", "gamma"), default="constant",
+                   help="inter-arrival times: constant (default), exponential (Poisson) or "
+                   "gamma (shape --burstiness)")
+    g.add_argument("--burstiness", type=float, default=None, metavar="B",
+                   help="--arrival gamma: the gaps' shape, mean 1/rate (as vllm bench serve "
+                   "--burstiness): 1 is Poisson, below 1 burstier, above 1 more regular "
+                   "(default 1)")
     g.add_argument("--warmup", default="0s", help="run this long first, not measured")
     g.add_argument("--connections", type=int, default=16,
                    help="connections opened before the run (default 16)")
@@ -137,7 +143,8 @@ def add_load_options(p: argparse.ArgumentParser) -> None:
                    "openai+ targets)")
     g.add_argument("--requests", type=int, metavar="N",
                    help="send the schedule's first N requests (with --duration: at most N)")
-    g.add_argument("--seed", type=int, default=0, help="Poisson schedule seed (default 0)")
+    g.add_argument("--seed", type=int, default=0,
+                   help="seed of the Poisson and gamma schedules (default 0)")
     g.add_argument("--engine", choices=("auto", "fast", "python"), default="auto",
                    help="load engine: fast (the compiled hot path, http:// and tcp://), "
                    "python (the reference engine) or auto (fast where it applies; default)")

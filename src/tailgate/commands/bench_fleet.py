@@ -49,12 +49,17 @@ def wanted(args: argparse.Namespace) -> bool:
 
 def _check_key(t: Any, path: str) -> None:
     """Per-key checks, so an error names the key's own line."""
+    from ..bench.schedule import ARRIVALS, parse_ramp
     from ..bench.slo import SloError, parse_slo
     from ..bench.spec import parse_size
     from ..bench.target import TargetError, parse_header
     from ..bench.units import parse_duration, parse_rate
 
-    checks = {"rate": parse_rate, "duration": parse_duration, "warmup": parse_duration,
+    def rate_or_ramp(text: str) -> None:
+        if parse_ramp(text) is None:
+            parse_rate(text)
+
+    checks = {"rate": rate_or_ramp, "duration": parse_duration, "warmup": parse_duration,
               "timeout": parse_duration, "max_header_bytes": parse_size,
               "max_body_bytes": parse_size, "max_event_bytes": parse_size}
     llm = str(t.options.get("url", "")).startswith("openai+")
@@ -68,8 +73,11 @@ def _check_key(t: Any, path: str) -> None:
             elif key == "header":
                 for h in val:
                     parse_header(h)
-            elif key == "arrival" and val not in ("constant", "poisson"):
-                raise ValueError(f"expected constant or poisson, not {val!r}")
+            elif key == "arrival" and val not in ARRIVALS:
+                raise ValueError(f"expected {', '.join(ARRIVALS[:-1])} or {ARRIVALS[-1]}, "
+                                 f"not {val!r}")
+            elif key == "burstiness" and not 1e-3 <= float(val) <= 1e3:
+                raise ValueError(f"expected a gamma shape between 0.001 and 1000, not {val!r}")
         except (ValueError, SloError, TargetError) as exc:
             raise UsageError(f"{t.where(path, key)}: {exc}") from None
 

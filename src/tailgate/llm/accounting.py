@@ -11,8 +11,14 @@ Definitions (every time from the request's *intended* start):
   first chunk (chat's ``{"role": "assistant"}``, llama.cpp's empty first text)
   does not count: the user has seen nothing yet. Engines that time the first
   *chunk* report a smaller TTFT; ``first_chunk_ms`` gives that figure too.
-* ITL: every gap between consecutive content chunks (a chunk carrying several
-  tokens, as with speculative decoding, is one gap).
+* ITL (``itl_ms``, per chunk): every gap between consecutive content chunks (a chunk
+  carrying several tokens, as with speculative decoding, is one gap).
+* ITL per token (``itl_per_token_ms``): a content chunk after the first that carries
+  *k* tokens counts *k* times, at its gap / *k* (its tokens spread evenly over the gap;
+  the first chunk's tokens are TTFT's). *k* is what the server says of that chunk (the
+  difference of a cumulative ``usage`` sent with every chunk, else its ``logprobs``
+  entries), else one: ``token_check`` says how many chunks were counted and how many
+  assumed. With one token a chunk both figures are the same samples.
 * TPOT: ``(E2E - TTFT) / (output tokens - 1)``, per request with >= 2 tokens.
 * E2E: to ``data: [DONE]`` (or, with ``--allow-no-done``, the end of the response).
 * Output tokens: the server's ``usage.completion_tokens`` when it sent one for
@@ -25,6 +31,14 @@ come) so the tail keeps it; other failures are counted by kind only (the bench's
 ``latency_ms`` counts every request, from intended start to its end).
 Goodput: successful requests per second whose own TTFT, TPOT, E2E and ITLs meet
 every latency SLO given (for ``itl_pXX`` the request's own XX-th percentile gap).
+
+Token truth (``token_check``): for every successful request with a
+``usage.completion_tokens``, the client's own count (its content chunks, each counted
+as above) is compared with it; a mismatch is counted (and shown) — the per-chunk
+figures then do not describe tokens. ``prefix_cache``: the prompt tokens the server
+says it served from its prefix cache (``usage.prompt_tokens_details.cached_tokens``)
+over the prompt tokens of the requests that reported them: the hit rate as the client
+sees it. See docs/llm-tokens.md.
 """
 
 from __future__ import annotations
@@ -41,7 +55,7 @@ from ..bench.slo import Slo, SloError
 from ..bench.slo import parse_slo as _bench_parse_slo
 from ..hist import Histogram, HistogramSpec
 
-METRICS = ("ttft", "itl", "tpot", "e2e")
+METRICS = ("ttft", "itl", "itl_per_token", "tpot", "e2e")
 HISTS = (*METRICS, "first_chunk")
 _STATS = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9, "p9999": 99.99,
           "max": 100.0}
@@ -79,7 +93,7 @@ def good_slos(slos: Iterable[Slo]) -> tuple[GoodSlo, ...]:
     """The latency SLOs a single request can meet or miss (``ttft_p99<2s`` -> TTFT < 2 s)."""
     out = []
     for s in slos:
-        metric, _, stat = s.metric.partition("_")
+        metric, _, stat = s.metric.rpartition("_")
         if metric in METRICS and stat in _STATS:
             out.append(GoodSlo(metric, _STATS[stat], s.op, s.limit))
     return tuple(out)
@@ -98,6 +112,22 @@ class TokenBook:
     input: int = 0
     usage_out: int = 0  # ok requests whose usage gave completion_tokens
     usage_in: int = 0
+    # token truth: chunks whose tokens the server stated / were assumed one, chunks of
+    # several tokens, the most in one; ok requests with usage compared, mismatched
+    chunks_counted: int = 0
+    chunks_assumed: int = 0
+    multi_token_chunks: int = 0
+    max_chunk_tokens: int = 0
+    usage_compared: int = 0
+    usage_mismatch: int = 0
+    # distinct (client, usage) pairs of mismatched requests, up to MAX_MISMATCH_EXAMPLES
+    mismatch_examples: list[tuple[int, int]] = field(default_factory=list)
+    # prefix cache: ok requests whose usage gave cached_tokens, their prompt tokens, the
+    # cached ones, and how many had any
+    cache_reported: int = 0
+    cache_prompt: int = 0
+    cache_tokens: int = 0
+    cache_hit_requests: int = 0
     warmup_ok: int = 0
     last_end_s: float = 0.0  # latest end of a measured request, from the run's start
     ttft_delta: Histogram | None = None  # the last batch's TTFTs (the live display's)
@@ -114,26 +144,69 @@ class TokenBook:
         which are measured, each one's token state (see ``openai_sse.TokenState``, or
         None: no connection), and the workload's input length of each."""
         n = len(toks)
-        first = np.full(n, math.nan)
-        chunk0 = np.full(n, math.nan)
-        done = np.full(n, math.nan)
-        count = np.zeros(n, dtype=np.int64)
-        use_out = np.full(n, -1, dtype=np.int64)
-        use_in = np.full(n, -1, dtype=np.int64)
-        gaps: list[np.ndarray] = []
-        owner: list[np.ndarray] = []
+        nan = math.nan
+        c0: list[float] = [nan] * n
+        dn: list[float] = [nan] * n
+        uo: list[int] = [-1] * n
+        ui: list[int] = [-1] * n
+        ca: list[int] = [-1] * n
+        nl: list[int] = [0] * n
+        times_l: list[np.ndarray] = []
+        ntok_l: list[np.ndarray] = []
         for i, t in enumerate(toks):
             if t is None:
                 continue
-            chunk0[i], times, done[i], use_out[i], use_in[i] = t
-            if times:
-                first[i] = times[0]
-                count[i] = len(times)
-                if len(times) > 1:
-                    # (arrays, not lists of floats: a long stream's gaps stay 8 bytes each)
-                    gaps.append(np.diff(np.frombuffer(times, dtype=np.float64)
-                                        if isinstance(times, array) else np.asarray(times)))
-                    owner.append(np.full(len(times) - 1, i, dtype=np.int64))
+            c0[i], times, dn[i], uo[i], ui[i] = t[:5]
+            if len(t) > 6:
+                ca[i] = t[6]
+            nc = len(times)
+            if not nc:
+                continue
+            nl[i] = nc
+            # (arrays, not lists of floats: a long stream's gaps stay 8 bytes each)
+            times_l.append(np.frombuffer(times, dtype=np.float64) if type(times) is array
+                           else np.asarray(times, dtype=np.float64))
+            ntok = t[5] if len(t) > 5 else None
+            if ntok is not None and len(ntok) == nc:
+                ntok_l.append(np.frombuffer(ntok, dtype=np.int32)
+                              if type(ntok) is array and ntok.typecode == "i"
+                              else np.asarray(ntok, dtype=np.int64))
+            else:
+                ntok_l.append(np.full(nc, -1, dtype=np.int32))
+        chunk0 = np.array(c0, dtype=np.float64)
+        done = np.array(dn, dtype=np.float64)
+        use_out = np.array(uo, dtype=np.int64)
+        use_in = np.array(ui, dtype=np.int64)
+        cached = np.array(ca, dtype=np.int64)
+        lens = np.array(nl, dtype=np.int64)
+        first = np.full(n, math.nan)
+        # Every request's chunks in one array, owner by owner (vectorised over the batch).
+        tt = np.concatenate(times_l) if times_l else np.zeros(0, dtype=np.float64)
+        kk = (np.concatenate(ntok_l).astype(np.int64) if ntok_l
+              else np.zeros(0, dtype=np.int64))
+        owner_all = np.repeat(np.arange(n, dtype=np.int64), lens)
+        has_chunks = lens > 0
+        starts = np.cumsum(lens) - lens
+        first[has_chunks] = tt[starts[has_chunks]]
+        known = kk >= 0
+        kk = np.where(known, kk, 1)  # unstated: one token
+        nchunks = lens
+        count = np.bincount(owner_all, weights=kk, minlength=n).astype(np.int64)
+        counted_chunks = np.bincount(owner_all, weights=known, minlength=n).astype(np.int64)
+        multi = np.bincount(owner_all, weights=kk > 1, minlength=n).astype(np.int64)
+        biggest = np.zeros(n, dtype=np.int64)
+        if tt.size:
+            biggest[has_chunks] = np.maximum.reduceat(kk, starts[has_chunks])
+        same = owner_all[1:] == owner_all[:-1]  # consecutive chunks of one request
+        itl = np.diff(tt)[same]
+        itl_owner = owner_all[1:][same]
+        # per token: chunks of >= 1 token (one the server said has 0 is no sample)
+        pos = kk > 0
+        t2, k2, o2 = tt[pos], kk[pos], owner_all[pos]
+        same2 = o2[1:] == o2[:-1]
+        tw = k2[1:][same2]
+        titl = np.diff(t2)[same2] / np.maximum(tw, 1)
+        t_owner = o2[1:][same2]
         ok = out == ok_code
         self.warmup_ok += int(np.count_nonzero(ok & ~measured))
         timed_out = out == timeout_code
@@ -146,9 +219,10 @@ class TokenBook:
         n_in = np.where(use_in >= 0, use_in, nominal)
         with np.errstate(invalid="ignore", divide="ignore"):
             tpot = np.where(ok_m & (n_out >= 2), (e2e - ttft) / (n_out - 1), math.nan)
-        itl = np.concatenate(gaps) if gaps else np.zeros(0, dtype=np.float64)
-        itl_owner = np.concatenate(owner) if owner else np.zeros(0, dtype=np.int64)
         itl_keep = counted[itl_owner] if itl.size else np.zeros(0, dtype=bool)
+        t_keep = counted[t_owner] if titl.size else np.zeros(0, dtype=bool)
+        _record_weighted(self.hists["itl_per_token"], np.maximum(titl[t_keep], 0.0) * 1e9,
+                         tw[t_keep])
         values = {
             "ttft": (ttft, counted & ~np.isnan(ttft)),
             "e2e": (e2e, counted),
@@ -164,6 +238,21 @@ class TokenBook:
         self.input += int(n_in[ok_m].sum())
         self.usage_out += int(np.count_nonzero(ok_m & (use_out >= 0)))
         self.usage_in += int(np.count_nonzero(ok_m & (use_in >= 0)))
+        self.chunks_counted += int(counted_chunks[counted].sum())
+        self.chunks_assumed += int((nchunks - counted_chunks)[counted].sum())
+        self.multi_token_chunks += int(multi[counted].sum())
+        if np.any(counted):
+            self.max_chunk_tokens = max(self.max_chunk_tokens, int(biggest[counted].max()))
+        compare = ok_m & (use_out >= 0)
+        self.usage_compared += int(np.count_nonzero(compare))
+        bad = np.flatnonzero(compare & (use_out != count))
+        self.usage_mismatch += int(bad.size)
+        self._examples((int(count[i]), int(use_out[i])) for i in bad.tolist())
+        rep_c = ok_m & (cached >= 0)
+        self.cache_reported += int(np.count_nonzero(rep_c))
+        self.cache_prompt += int(np.where(rep_c & (use_in >= 0), use_in, 0).sum())
+        self.cache_tokens += int(cached[rep_c].sum())
+        self.cache_hit_requests += int(np.count_nonzero(rep_c & (cached > 0)))
         if np.any(measured):
             self.last_end_s = max(self.last_end_s, float(np.max(end[measured])) - start)
         good = ok_m.copy()
@@ -175,6 +264,12 @@ class TokenBook:
                     if mine.size:
                         own[i] = (float(mine.max()) if g.pct >= 100.0 else
                                   float(np.percentile(mine, g.pct, method="inverted_cdf")))
+            elif g.metric == "itl_per_token":
+                own = np.full(n, math.nan)
+                for i in np.flatnonzero(ok_m).tolist():
+                    sel = t_owner == i
+                    if np.any(sel):
+                        own[i] = _weighted_percentile(titl[sel], tw[sel], g.pct)
             else:
                 own = {"ttft": ttft, "tpot": tpot, "e2e": e2e}[g.metric]
             meets = _OPS[g.op](own * 1e3, g.limit_ms) | np.isnan(own)  # no value: no test
@@ -204,9 +299,54 @@ class TokenBook:
             mine = self.intervals.setdefault(name, {})
             for k, h in book.items():
                 mine.setdefault(k, Histogram(self.spec)).add(h)
-        for f in ("ok", "good", "output", "input", "usage_out", "usage_in", "warmup_ok"):
+        for f in ("ok", "good", "output", "input", "usage_out", "usage_in", "warmup_ok",
+                  "chunks_counted", "chunks_assumed", "multi_token_chunks", "usage_compared",
+                  "usage_mismatch", "cache_reported", "cache_prompt", "cache_tokens",
+                  "cache_hit_requests"):
             setattr(self, f, getattr(self, f) + getattr(other, f))
+        self.max_chunk_tokens = max(self.max_chunk_tokens, other.max_chunk_tokens)
+        self._examples(other.mismatch_examples)
         self.last_end_s = max(self.last_end_s, other.last_end_s)
+
+    def _examples(self, pairs: Iterable[tuple[int, int]]) -> None:
+        """Keep up to MAX_MISMATCH_EXAMPLES distinct (client, usage) pairs."""
+        for pair in pairs:
+            if len(self.mismatch_examples) >= MAX_MISMATCH_EXAMPLES:
+                return
+            if pair not in self.mismatch_examples:
+                self.mismatch_examples.append(pair)
+
+
+MAX_MISMATCH_EXAMPLES = 5
+
+
+def _record_weighted(h: Histogram, ns: np.ndarray, weights: np.ndarray) -> None:
+    """Record value ``ns[j]`` ``weights[j]`` times (bucket counts added: no copies made,
+    so a chunk that says it carries a million tokens costs one entry)."""
+    if not ns.size:
+        return
+    keep = weights > 0
+    ns, weights = ns[keep], weights[keep]
+    if not ns.size:
+        return
+    if np.all(weights == 1):
+        h.record(ns)
+        return
+    v = np.rint(np.clip(ns, 0.0, float(h.spec.highest))).astype(np.int64)
+    h.clamped += int(weights[ns > h.spec.highest].sum())
+    idx, inv = np.unique(h.spec.index_of(v), return_inverse=True)
+    counts = np.bincount(inv, weights=weights.astype(np.float64)).astype(np.int64)
+    h.add_sparse(idx, counts, int(v.min()), int(v.max()))
+
+
+def _weighted_percentile(values: np.ndarray, weights: np.ndarray, pct: float) -> float:
+    """The inverted-CDF percentile of ``values`` each counted ``weights`` times."""
+    order = np.argsort(values, kind="stable")
+    v, cw = values[order], np.cumsum(weights[order])
+    if pct >= 100.0:
+        return float(v[-1])
+    idx = int(np.searchsorted(cw, pct / 100.0 * cw[-1], side="left"))
+    return float(v[min(idx, v.size - 1)])
 
 
 def summary(h: Histogram) -> dict[str, Any]:
@@ -237,6 +377,8 @@ def llm_block(book: TokenBook, warmup_s: float) -> dict[str, Any]:
     out["tokens"] = {"input": book.input, "output": book.output,
                      "counted_by": "usage" if ok and book.usage_out == ok else "chunks",
                      "input_counted_by": "usage" if ok and book.usage_in == ok else "workload"}
+    out["token_check"] = token_check(book)
+    out["prefix_cache"] = prefix_cache(book)
     out["throughput"] = {"output_tokens_per_s": round(book.output / span, 3),
                          "total_tokens_per_s": round((book.input + book.output) / span, 3),
                          "requests_per_s": round(ok / span, 3),
@@ -257,4 +399,60 @@ def llm_block(book: TokenBook, warmup_s: float) -> dict[str, Any]:
                                                       "output_tokens_per_s")})
     out["metrics"] = metrics
     out["good"] = book.good
+    return out
+
+
+def token_check(book: TokenBook) -> dict[str, Any]:
+    """How the tokens of each chunk were known, and the client's count against ``usage``."""
+    chunks = book.chunks_counted + book.chunks_assumed
+    return {
+        "chunks": chunks,
+        "chunk_tokens_stated": book.chunks_counted,  # the server said (usage delta, logprobs)
+        "chunk_tokens_assumed_one": book.chunks_assumed,
+        "multi_token_chunks": book.multi_token_chunks,
+        "max_tokens_in_chunk": book.max_chunk_tokens,
+        "itl_per_token_basis": ("none" if not chunks else "stated" if not book.chunks_assumed
+                                else "assumed_one" if not book.chunks_counted else "mixed"),
+        "usage_compared": book.usage_compared,
+        "usage_mismatch": book.usage_mismatch,
+        "usage_mismatch_rate": (round(book.usage_mismatch / book.usage_compared, 6)
+                                if book.usage_compared else None),
+        "usage_not_reported": book.ok - book.usage_compared,
+        "mismatch_examples": [{"client": c, "usage": u} for c, u in book.mismatch_examples],
+    }
+
+
+def prefix_cache(book: TokenBook) -> dict[str, Any]:
+    """``usage.prompt_tokens_details.cached_tokens`` summed: the client's view of the hit rate."""
+    return {
+        "requests_reporting": book.cache_reported,
+        "requests_with_hits": book.cache_hit_requests,
+        "prompt_tokens": book.cache_prompt,
+        "cached_tokens": book.cache_tokens,
+        "hit_rate": (round(book.cache_tokens / book.cache_prompt, 6)
+                     if book.cache_reported and book.cache_prompt else None),
+    }
+
+
+def token_lines(d: dict[str, Any]) -> list[str]:
+    """The terminal's token-truth lines of an openai+ result (renderers never compute)."""
+    out = []
+    tc = d.get("token_check")
+    if tc:
+        line = (f"token check: {tc['usage_mismatch']} of {tc['usage_compared']} request(s) "
+                f"streamed a token count that disagrees with usage.completion_tokens")
+        if tc["usage_not_reported"]:
+            line += f" ({tc['usage_not_reported']} without usage, not compared)"
+        line += (f"; chunks {tc['chunks']}: tokens stated for {tc['chunk_tokens_stated']}, "
+                 f"assumed one for {tc['chunk_tokens_assumed_one']}, "
+                 f"{tc['multi_token_chunks']} of several tokens (max "
+                 f"{tc['max_tokens_in_chunk']})")
+        out.append(line)
+    pc = d.get("prefix_cache")
+    if pc and pc["requests_reporting"]:
+        rate = "-" if pc["hit_rate"] is None else f"{pc['hit_rate'] * 100:.1f}%"
+        out.append(f"prefix cache (server's usage): {pc['cached_tokens']} of "
+                   f"{pc['prompt_tokens']} prompt tokens cached ({rate}) in "
+                   f"{pc['requests_reporting']} request(s) reporting, "
+                   f"{pc['requests_with_hits']} with a hit")
     return out

@@ -35,8 +35,10 @@ def add_llm_arguments(p: argparse.ArgumentParser) -> None:
     add("--api", choices=("completions", "chat"), default="completions",
         help="/v1/completions or /v1/chat/completions (default completions)")
     add("--rate", help="open loop: requests per second (e.g. 5, 0.5)")
-    add("--arrival", choices=("constant", "poisson"), default="constant",
+    add("--arrival", choices=("constant", "poisson", "gamma"), default="constant",
         help="arrival process of the open-loop schedule (default constant)")
+    add("--burstiness", type=float, default=None, metavar="B",
+        help="--arrival gamma: the gaps' shape (1 is Poisson; default 1)")
     add("--concurrency", type=int, metavar="C",
         help="closed loop: refused (the engine is open-loop; bound the requests in flight "
         "with --max-connections)")
@@ -69,6 +71,10 @@ def add_llm_arguments(p: argparse.ArgumentParser) -> None:
     add("--seed", type=int, default=0, help="seed of the workload and the Poisson schedule")
     add("--no-usage", action="store_true",
         help="do not ask for usage (stream_options); tokens are then counted as chunks")
+    add("--continuous-usage", action="store_true",
+        help="ask for usage in every chunk (vLLM's stream_options.continuous_usage_stats): "
+        "each chunk's tokens are then known, so ITL per token is exact when a chunk carries "
+        "several (speculative decoding)")
     add("--ignore-eos", action="store_true",
         help="send ignore_eos (vLLM/SGLang): generate exactly --output-len tokens")
     add("--slo", action="append", default=[], metavar="EXPR",
@@ -150,12 +156,15 @@ def llm_requests(args: BenchOptions, info: Any, target: Any, slos: list[Any],
 
     if not args.model:
         raise _usage("--model is required for an openai+ target")
+    if args.no_usage and args.continuous_usage:
+        raise _usage("--continuous-usage asks for usage in every chunk: not with --no-usage")
     work, wdesc = workload(args)
     total = info.duration_s + info.warmup_s if args.duration is not None else None
     if info.rate and total is None and info.requests is None:
         raise _usage("give --duration D and/or --requests N")
     if info.rate:  # open loop at --rate (the trace, if any, gives only its prompts)
-        schedule = global_schedule(info.rate, total, info.arrival, info.requests, info.seed)
+        schedule = global_schedule(info.rate, total, info.arrival, info.requests, info.seed,
+                                   burstiness=info.burstiness, ramp=info.ramp)
         pairs = list(itertools.islice(work, int(schedule.size)))
         schedule = schedule[:len(pairs)]  # a finite workload (a trace) may run out first
     else:  # a trace at its own offsets
@@ -174,6 +183,7 @@ def llm_requests(args: BenchOptions, info: Any, target: Any, slos: list[Any],
         raise _usage("the workload has no request to send in this run")
     bodies = [target.with_body(request_body(args.api, args.model, r.prompt, r.max_tokens,
                                             usage=not args.no_usage,
+                                            continuous_usage=args.continuous_usage,
                                             ignore_eos=args.ignore_eos)) for r in pairs]
     nominal = np.asarray([r.input_words for r in pairs], dtype=np.int64)
     info = replace(info, llm={"model": args.model, "api": args.api, "workload": wdesc,

@@ -6,6 +6,13 @@ role, no content). With ``stream_options: {"include_usage": true}`` vLLM,
 SGLang and OpenAI end the stream with a chunk whose ``usage`` gives the exact
 prompt and completion token counts; servers that ignore the option (llama.cpp's
 Python server) send none, and tokens are then counted as content chunks.
+
+How many tokens one chunk carries (speculative decoding and batching engines send
+several) is known only when the server says so in the chunk: a cumulative ``usage``
+in every chunk (vLLM's ``stream_options.continuous_usage_stats``; the connection takes
+the difference), or the chunk's ``logprobs`` (one entry per token). Otherwise it is
+unknown (:attr:`Chunk.tokens` is None) and the accounting assumes one
+(:mod:`tailgate.llm.accounting`, docs/llm-tokens.md).
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ PATHS = {"completions": "/completions", "chat": "/chat/completions"}
 
 def request_body(api: Api, model: str, prompt: str | list[dict[str, str]], max_tokens: int,
                  *, usage: bool = True, ignore_eos: bool = False,
+                 continuous_usage: bool = False,
                  extra: dict[str, Any] | None = None) -> bytes:
     """The JSON body of one streamed request."""
     body: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "stream": True}
@@ -31,6 +39,8 @@ def request_body(api: Api, model: str, prompt: str | list[dict[str, str]], max_t
             m["content"] for m in prompt)
     if usage:
         body["stream_options"] = {"include_usage": True}
+        if continuous_usage:  # vLLM: usage in every chunk, so each chunk's tokens are known
+            body["stream_options"]["continuous_usage_stats"] = True
     if ignore_eos:
         body["ignore_eos"] = True  # vLLM/SGLang extension: generate exactly max_tokens
     if extra:
@@ -49,6 +59,8 @@ class Chunk:
     prompt_tokens: int | None = None  # from ``usage`` when present
     completion_tokens: int | None = None
     error: str | None = None  # an in-stream {"error": ...} object
+    tokens: int | None = None  # tokens in this chunk as the server lists them (logprobs)
+    cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens
 
 
 def parse_chunk(data: str, api: Api) -> Chunk:
@@ -64,16 +76,19 @@ def parse_chunk(data: str, api: Api) -> Chunk:
         msg = err.get("message") if isinstance(err, dict) else err
         return Chunk("", error=str(msg)[:200])
     usage = obj.get("usage")
-    prompt = completion = None
+    prompt = completion = cached = None
     if isinstance(usage, dict):
         p, c = usage.get("prompt_tokens"), usage.get("completion_tokens")
-        prompt = p if isinstance(p, int) else None
-        completion = c if isinstance(c, int) else None
+        prompt = _count(p)
+        completion = _count(c)
+        details = usage.get("prompt_tokens_details")
+        if isinstance(details, dict):
+            cached = _count(details.get("cached_tokens"))
     choices = obj.get("choices")
     if not isinstance(choices, list):
         raise ChunkError("chunk has no 'choices' list")
     if not choices:  # the usage-only final chunk
-        return Chunk("", None, prompt, completion)
+        return Chunk("", None, prompt, completion, cached_tokens=cached)
     choice = choices[0]
     if not isinstance(choice, dict):
         raise ChunkError("choices[0] is not an object")
@@ -84,4 +99,32 @@ def parse_chunk(data: str, api: Api) -> Chunk:
         text = choice.get("text")
     if text is not None and not isinstance(text, str):
         raise ChunkError("chunk content is not a string")
-    return Chunk(text or "", choice.get("finish_reason"), prompt, completion)
+    return Chunk(text or "", choice.get("finish_reason"), prompt, completion,
+                 tokens=_logprob_tokens(choice.get("logprobs"), api), cached_tokens=cached)
+
+
+def _count(v: Any) -> int | None:
+    """A token count: a non-negative int (a bool or a negative number is no count)."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+
+
+def _logprob_tokens(lp: Any, api: Api) -> int | None:
+    """The tokens a chunk's ``logprobs`` lists: chat ``{"content": [...]}``, completions
+    ``{"tokens": [...]}`` (one entry per token); None without logprobs."""
+    if not isinstance(lp, dict):
+        return None
+    items = lp.get("content") if api == "chat" else lp.get("tokens")
+    return len(items) if isinstance(items, list) else None
+
+
+def chunk_tokens(chunk: Chunk, usage_before: int, usage_each: bool) -> int:
+    """Tokens in a content chunk as the server tells, -1 when it does not.
+
+    ``usage_before``: the cumulative ``completion_tokens`` of the stream's chunks so far
+    (-1: none); ``usage_each``: every earlier content chunk carried one. The difference
+    of cumulative counts is used only then (a usage on the last content chunk alone is a
+    total, not this chunk's share); else the chunk's logprobs entries."""
+    c = chunk.completion_tokens
+    if c is not None and usage_each:
+        return max(c - max(usage_before, 0), 0)
+    return chunk.tokens if chunk.tokens is not None else -1

@@ -10,7 +10,8 @@ from ..hist import decode
 
 _TABLES = {  # histogram name -> the summary key that holds its percentiles
     "latency": "latency_ms", "service": "service_time_ms", "lateness": "lateness_ms",
-    "ttft": "ttft_ms", "itl": "itl_ms", "tpot": "tpot_ms", "e2e": "e2e_ms",
+    "ttft": "ttft_ms", "itl": "itl_ms", "itl_per_token": "itl_per_token_ms", "tpot": "tpot_ms",
+    "e2e": "e2e_ms",
 }
 _COLS = ("p50", "p90", "p95", "p99", "p999", "p9999", "max", "count")
 
@@ -52,6 +53,10 @@ def bench_page(doc: dict[str, Any]) -> str:
         block = doc.get(key)
         if isinstance(block, dict) and block.get("statement"):
             head.append(f"<p>{e(str(block['statement']))}</p>")
+    if isinstance(doc.get("token_check"), dict):
+        from ..llm.accounting import token_lines
+
+        head += [f"<p class='tokens'>{e(line)}</p>" for line in token_lines(doc)]
     for s in doc.get("slo") or []:
         head.append(f"<p>SLO {e(str(s.get('expr')))}: "
                     f"{'pass' if s.get('pass') else '<b class=worse>fail</b>'}</p>")
