@@ -23,6 +23,11 @@ read::
                   "counts": {...}, "verdict": "match"|"deviate"|"unknown", "statement"},
      "stationarity": {"interval_s", "intervals", "shift": {...}, "trend": {...},
                       "verdict": "stationary"|"drifted"|"unknown", "statement"},
+     "over_time": {"interval_s", "by": "intended start",
+                   "latency": {"t_s", "count", "p50_ms", "p99_ms", "max_ms"},
+                   # openai+: the same for "ttft" and "itl", and by end of request
+                   "completed": {"by": "end", "t_s", "ok_per_s", "good_per_s",
+                                 "output_tokens_per_s"}},
      "confidence": {"targets": [{"expr", "width_ms", "limit_ms", "reached", ...}],
                     "reached", "after_s", "schedule_ended", "ceiling_s"},  # --confidence
      "warnings": [...], "slo": [{"expr", "observed", "pass", ...}]}
@@ -89,7 +94,7 @@ from .confidence import ConfidenceTarget, judge_targets, quantile_ci
 from .engine import LLM_LOG_HEADER, LOG_HEADER, MAX_REASONS, OTHER_REASONS, WorkerResult
 from .http1 import Limits
 from .outcome import KINDS, kinds_for
-from .stationarity import stationarity_test
+from .stationarity import over_time, stationarity_test
 
 PERCENTILES = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9,
                "p9999": 99.99}
@@ -271,6 +276,8 @@ def build_result(info: RunInfo, parts: Sequence[WorkerResult],
                                     [p.arrivals_s for p in parts],
                                     max((p.tick_s for p in parts), default=0.0))
     data["stationarity"] = stationarity_test(intervals, info.hdr_interval_s)
+    data["over_time"] = {"interval_s": info.hdr_interval_s, "by": "intended start",
+                         "latency": over_time(intervals, info.hdr_interval_s)}
     if info.confidence:
         data["confidence"] = {**judge_targets(list(info.confidence), latency,
                                               confidence_after_s, info.duration_s),
@@ -290,6 +297,12 @@ def build_result(info: RunInfo, parts: Sequence[WorkerResult],
         data.update(block)
         data["histograms"].update({k: encode(book.hists[k])
                                    for k in ("ttft", "itl", "tpot", "e2e", "first_chunk")})
+        if info.hdr_interval_s:
+            from ..llm.accounting import completed_over_time
+
+            for k in ("ttft", "itl"):  # ITL: by its request's intended start
+                data["over_time"][k] = over_time(book.intervals.get(k, {}), info.hdr_interval_s)
+            data["over_time"]["completed"] = completed_over_time(book, info.hdr_interval_s)
     from .fastpath import fallback_note
 
     note = fallback_note(info.engine, info.protocol)

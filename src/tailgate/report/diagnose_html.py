@@ -32,9 +32,42 @@ def timeline_rows(tl: dict[str, Any]) -> list[tuple[str, list[tuple[str, str, li
     return [(layer, rows[layer]) for layer in LAYERS if layer in rows]
 
 
-def timeline_figure(tl: dict[str, Any]):
+def acted(values: list, t: list[float], bin_ms: float, limit: int = 200) -> list[tuple[float, float]]:
+    """The time ranges (ms) of the bins where ``values`` is non-zero, contiguous bins merged;
+    past ``limit`` ranges the shortest gaps are closed too (a page draws a few hundred shapes,
+    not one per bin)."""
+    runs: list[list[float]] = []
+    for x, v in zip(t, values, strict=False):
+        if v:
+            if runs and abs(runs[-1][1] - x) < 1e-9:
+                runs[-1][1] = x + bin_ms
+            else:
+                runs.append([x, x + bin_ms])
+    while len(runs) > limit:
+        gaps = sorted(runs[i + 1][0] - runs[i][1] for i in range(len(runs) - 1))
+        close = gaps[len(runs) - limit - 1]
+        merged = [runs[0]]
+        for r in runs[1:]:
+            if r[0] - merged[-1][1] <= close:
+                merged[-1][1] = r[1]
+            else:
+                merged.append(r)
+        runs = merged
+    return [(a, b) for a, b in runs]
+
+
+def palette(n: int) -> list[str]:
+    """``n`` colours, none repeated for n <= 48 (plotly's Dark24 then Light24)."""
+    from plotly.colors import qualitative
+
+    colours = list(qualitative.Dark24) + list(qualitative.Light24)
+    return [colours[i % len(colours)] for i in range(n)]
+
+
+def timeline_figure(tl: dict[str, Any], claimed: str | None = None):
     """Request latency on top, then one zoomable row per layer (time per bin on the left axis,
-    counts and levels on the right), all on the window's shared time axis."""
+    counts and levels on the right), all on the window's shared time axis; no colour twice in
+    a row; the bins where the claimed cause acted shaded across every row."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -48,17 +81,29 @@ def timeline_figure(tl: dict[str, Any]):
     t = tl["t_ms"]
     step = max(1, len(t) // MAX_POINTS)
     if "latency_p99_ms" in tl:
+        top = palette(2)
         fig.add_trace(go.Scatter(x=t[::step], y=tl["latency_p99_ms"][::step], name="P99",
-                                 mode="lines"), row=1, col=1)
+                                 mode="lines", line={"color": top[0]}), row=1, col=1)
         fig.add_trace(go.Scatter(x=t[::step], y=tl["latency_max_ms"][::step], name="max",
-                                 mode="lines"), row=1, col=1)
+                                 mode="lines", line={"color": top[1]}), row=1, col=1)
     for i, (layer, series) in enumerate(layers, 2):
-        for name, unit, values in series:
+        for (name, unit, values), colour in zip(series, palette(len(series)), strict=True):
+            mark = name == claimed
             fig.add_trace(go.Scatter(x=t[::step], y=values[::step], mode="lines",
-                                     name=f"{layer} {name} ({unit})",
-                                     line={"dash": "solid" if unit == "ms" else "dot"}),
+                                     name=f"{layer} {name} ({unit})" + (" (claimed)" if mark else ""),
+                                     line={"dash": "solid" if unit == "ms" else "dot",
+                                           "color": colour, "width": 3 if mark else 1.5}),
                           row=i, col=1, secondary_y=unit != "ms")
-    fig.update_layout(height=260 * rows, title="timeline (ms from the window's start)",
+    title = "timeline (ms from the window's start)"
+    if claimed is not None:
+        where = tl.get("evidence_ms", {}).get(claimed) or tl.get("instants", {}).get(claimed) or []
+        ranges = acted(where, t, float(tl.get("bin_ms") or 0.0))
+        for a, b in ranges:  # one shape per range over the whole height (the x axes are shared)
+            fig.add_shape(type="rect", xref="x", yref="paper", x0=a, x1=b, y0=0, y1=1,
+                          fillcolor="#cf222e", opacity=0.12, line_width=0, layer="below",
+                          name=f"claimed: {claimed}")
+        title += f"; shaded: where {claimed} (claimed) acted"
+    fig.update_layout(height=260 * rows, title=title,
                       margin={"l": 60, "r": 60, "t": 60, "b": 40})
     return fig
 
@@ -79,7 +124,7 @@ def diagnose_page(doc: dict[str, Any]) -> str:
         for c in doc["causes"])
     parts.append("<table id='causes'><tr><th>layer</th><th>cause</th><th></th><th>evidence</th>"
                  f"<th>remedy</th></tr>{rows}</table>")
-    parts.append(figure_div(timeline_figure(doc["timeline"]), "timeline"))
+    parts.append(figure_div(timeline_figure(doc["timeline"], v.get("first")), "timeline"))
     hists = (doc.get("bench") or {}).get("histograms") or {}
     series = [(k, decode(t)) for k, t in hists.items() if k != "lateness"]
     if series:
