@@ -109,3 +109,9 @@ def test_without_plotly_the_terminal_works_and_html_is_refused_first(tmp_path):
     assert r.stderr.strip() == ("tailgate inspect: error: --html needs plotly, which a minimal "
                                 "install leaves out: pip install 'tailgate[html]'")
     assert r.stdout == "" and not page.exists()  # refused before inspecting anything
+    # the sweep's page too: refused before the first rate is offered (nothing listens on :9)
+    r = subprocess.run([sys.executable, "-c", _NO_PLOTLY, "bench", "http://127.0.0.1:9/",
+                        "--sweep", "10..20", "--duration", "1s", "--sweep-html",
+                        str(tmp_path / "sweep.html")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.startswith("tailgate bench: error: --sweep-html needs "
+                                                     "plotly"), r.stderr

@@ -80,9 +80,11 @@ def main(argv: list[str] | None = None) -> int:
         args.command, args.func = "bench allreduce", collective_run
     else:
         args = build_parser().parse_args(argv)
-    if getattr(args, "html", None) and args.command != "bench allreduce" and _missing("plotly"):
+    pages = [k for k in ("html", "sweep_html") if getattr(args, k, None)]
+    if pages and args.command != "bench allreduce" and _missing("plotly"):
         # Refused before anything runs (a long bench must not end without its page).
-        print(f"tailgate {args.command}: error: --html needs plotly, which a minimal install "
+        flag = "--" + pages[0].replace("_", "-")
+        print(f"tailgate {args.command}: error: {flag} needs plotly, which a minimal install "
               "leaves out: pip install 'tailgate[html]'", file=sys.stderr)
         return EXIT_USAGE
     ending.install()
