@@ -38,7 +38,7 @@ def bars(dom: str) -> int:
 def figure(dom: str, div_id: str) -> str:
     """The DOM of one plot, from its div to the next plot's."""
     start = dom.index(f'id="{div_id}"')
-    nxt = dom.find('class="plotly-graph-div', start + 1)
+    nxt = dom.find('class="plotly-graph-div', dom.index(">", start))
     return dom[start:nxt if nxt > 0 else len(dom)]
 
 
@@ -206,12 +206,16 @@ def test_compare_page(bench_runs, tmp_path):
 
 
 def _row_colours(dom: str) -> dict[str, list[str]]:
-    """The line colour of every trace, by the x axis (= the row) of its subplot."""
+    """The line colour of every trace, by the x axis (= the row) of its subplot (the legend's
+    samples, after the subplots, left out)."""
+    start = dom.index('class="cartesianlayer"')
+    end = min(i for i in (dom.find('class="polarlayer"', start), dom.find('class="infolayer"', start),
+                          len(dom)) if i >= 0)
     out: dict[str, list[str]] = {}
-    for axis, body in re.findall(r'<g class="subplot (x\d*)y\d*">(.*?)(?=<g class="subplot |'
-                                 r'<g class="(?:cartesianlayer|polarlayer)"|$)', dom, re.S):
-        colours = re.findall(r'class="js-line"[^>]*stroke: (rgb\([^)]*\))', body)
-        out.setdefault(axis, []).extend(colours)
+    for chunk in re.split(r'(?=<g class="subplot x\d*y\d*")', dom[start:end])[1:]:
+        axis = re.match(r'<g class="subplot (x\d*)y', chunk).group(1)
+        out.setdefault(axis, []).extend(
+            re.findall(r'class="js-line"[^>]*stroke: (rgb\([^)]*\))', chunk))
     return out
 
 

@@ -107,6 +107,15 @@ def runqlat_series(report: Report) -> list[tuple[str, dict[str, Any], float | No
             and f.evidence["buckets"]]
 
 
+def _vline(fig, x: float, text: str, line: dict[str, Any], side: str) -> None:
+    """A labelled vertical line on a log x axis: a shape takes the value, an annotation its
+    log10 (plotly's rule for log axes, which add_vline's own label does not follow)."""
+    fig.add_vline(x=x, line=line)
+    fig.add_annotation(x=math.log10(x), xref="x", y=1.0, yref="paper", text=text,
+                       showarrow=False, xanchor=side, yanchor="bottom",
+                       font={"color": line.get("color", "#000"), "size": 11})
+
+
 def runqlat_figure(series: list[tuple[str, dict[str, Any], float | None]]):
     """Run-queue waits per log-linear bucket (log axes: the tail stays visible), the red line
     and each subject's P999."""
@@ -128,13 +137,12 @@ def runqlat_figure(series: list[tuple[str, dict[str, Any], float | None]]):
                                  hovertemplate="%{x:.3g} us: %{y} waits<extra>"
                                  + html.escape(subject) + "</extra>"))
         if ev.get("p999") is not None:
-            fig.add_vline(x=max(float(ev["p999"]), 0.001), line={"dash": "dot", "width": 1},
-                          annotation_text=f"{subject} P999 {ev['p999']:g} us",
-                          annotation_position="top left")
+            _vline(fig, max(float(ev["p999"]), 0.001), f"{subject} P999 {ev['p999']:g} us",
+                   {"dash": "dot", "width": 1, "color": "#57606a"}, "right")
         limit = lim if lim is not None else limit
     if limit:
-        fig.add_vline(x=limit, line={"color": "#cf222e", "width": 2, "dash": "dash"},
-                      annotation_text=f"red line {limit:g} us", annotation_position="top right")
+        _vline(fig, limit, f"red line {limit:g} us",
+               {"color": "#cf222e", "width": 2, "dash": "dash"}, "left")
     fig.update_xaxes(type="log", title="run-queue wait (us)")
     fig.update_yaxes(type="log", title="waits")
     fig.update_layout(title="l2.sched.runqlat: run-queue latency histogram", height=380,
