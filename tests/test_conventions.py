@@ -83,7 +83,7 @@ def test_zsh_and_tcsh_completion_scripts_name_every_command():
 def test_plotly_is_the_html_extra_and_only_html_code_imports_it():
     project = PYPROJECT["project"]
     assert not [d for d in project["dependencies"] if d.startswith("plotly")]
-    assert project["optional-dependencies"]["html"] == ["plotly>=5"]
+    assert project["optional-dependencies"]["html"] == ["plotly>=5.15"]
     importers = sorted(str(p.relative_to(ROOT / "src")) for p in (ROOT / "src").rglob("*.py")
                        if "import plotly" in p.read_text() or "from plotly" in p.read_text())
     assert importers == ["tailgate/plan/plot.py", "tailgate/report/bench_html.py",

@@ -18,7 +18,8 @@ from support.nginx import Nginx, available
 from support.require import require
 from tailgate.baseline import catalog
 from tailgate.diagnose.causes import CAUSES
-from tailgate.report.diagnose_html import acted, timeline_rows
+from tailgate.hist import decode
+from tailgate.report.diagnose_html import acted, timeline_panels
 
 tailgate = pages.tailgate
 
@@ -116,15 +117,19 @@ def test_llm_page(tmp_path):
     assert sum(ot["ttft"]["count"]) == doc["ttft_ms"]["count"]
     r = render(page, "llm", size="1200,5200")
     assert r.console == []
-    spectra = sum(1 for k, v in doc["histograms"].items() if v and doc.get(
-        {"latency": "latency_ms", "service": "service_time_ms", "lateness": "lateness_ms"}.get(
-            k, f"{k}_ms"), {}).get("count"))
+    spectra = sum(1 for v in doc["histograms"].values() if decode(v).total)
+    assert spectra >= 7  # latency, service, lateness, TTFT, ITL, TPOT, E2E (+ first chunk)
     # latency over time, throughput, goodput, TTFT/ITL over time, then the spectra
     assert plots(r.dom) == 4 + spectra, (plots(r.dom), spectra)
     assert traces(figure(r.dom, "throughput")) == 1
     assert traces(figure(r.dom, "goodput")) == 2  # ok and good requests per second
     assert traces(figure(r.dom, "llm-over-time")) == 6  # P50, P99, max of TTFT and of ITL
-    assert 'id="throughput"' in r.dom and "goodput (good requests/s)" in r.dom
+    assert 'id="throughput-table"' in r.dom and "goodput (good requests/s)" in r.dom
+    # every figure is drawn into its own div (an id shared with another element was not)
+    divs = re.findall(r'<div id="([^"]+)" class="([^"]*\bplotly-graph-div\b[^"]*)"', r.dom)
+    assert all("js-plotly-plot" in cls for _, cls in divs), divs
+    assert len(divs) == plots(r.dom) == len({i for i, _ in divs})
+    assert {"over-time", "throughput", "goodput", "llm-over-time"} <= {i for i, _ in divs}
 
 
 def _inspect_expectations(doc: dict) -> tuple[dict[str, str], int, int]:
@@ -238,17 +243,22 @@ def test_diagnose_page(tmp_path):
              + sum(1 for v in tl["instants"].values() if any(v)) + len(tl["series"]))
     assert len(tl["series"]) >= 20, sorted(tl["series"])
     assert traces(r.dom) == drawn + 2
-    # one row per layer that has evidence, under the latency row, titled in the drawing
+    # under the latency row, one row per layer and evidence kind (the causes' evidence, then
+    # each counter source), titled in the drawing
     layers = {s["layer"] for s in tl["series"].values()} | {
         CAUSES[k].layer for k, v in {**tl["evidence_ms"], **tl["instants"]}.items() if any(v)}
-    titles = re.findall(r'class="annotation-text[^"]*"[^>]*data-unformatted="(L\d): ms per bin',
+    kinds = {(s["layer"], k.split(".", 1)[0]) for k, s in tl["series"].items()} | {
+        (CAUSES[k].layer, "evidence") for k, v in {**tl["evidence_ms"], **tl["instants"]}.items()
+        if any(v)}
+    titles = re.findall(r'class="annotation-text[^"]*"[^>]*data-unformatted="(L\d) (\w+): ',
                         r.dom)
-    assert sorted(titles) == sorted(layers) and "L2" in layers, (titles, layers)
+    assert sorted(titles) == sorted(kinds) and "L2" in layers, (titles, kinds)
+    assert {"evidence", "psi", "softirq", "switches"} <= {k for _, k in kinds}
     # no colour twice in a row (each row's traces, left and right axis together)
     timeline = figure(r.dom, "timeline")
     rows = _row_colours(timeline)
-    assert len(rows) == 1 + len(layers), rows.keys()
-    want = [2] + [len(series) for _, series in timeline_rows(tl)]
+    assert len(rows) == 1 + len(kinds), rows.keys()
+    want = [2] + [len(series) for _, _, series in timeline_panels(tl)]
     assert sorted(len(c) for c in rows.values()) == sorted(want)
     for axis, colours in rows.items():
         assert len(set(colours)) == len(colours), (axis, Counter(colours).most_common(3))

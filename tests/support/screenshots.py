@@ -14,7 +14,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# tests/ on the path, not this folder (its inspect.py would shadow the standard library's)
+sys.path[0] = str(Path(__file__).resolve().parents[1])
 
 from support import pages  # noqa: E402
 from support.browser import render, screenshot_dir  # noqa: E402

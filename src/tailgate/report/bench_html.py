@@ -60,8 +60,7 @@ def latency_figure(doc: dict[str, Any]):
         title += f": {st.get('verdict')}"
     fig.update_xaxes(title="seconds from the end of the warm-up (intended start)")
     fig.update_yaxes(title="latency (ms)", rangemode="tozero")
-    fig.update_layout(title=title, height=380, margin={"l": 60, "r": 20, "t": 50, "b": 50},
-                      legend={"orientation": "h"})
+    fig.update_layout(title=title, height=380, margin={"l": 60, "r": 20, "t": 50, "b": 50})
     return fig
 
 
@@ -86,7 +85,7 @@ def llm_figures(doc: dict[str, Any]) -> list[tuple[str, Any]]:
         fig.update_layout(title="throughput: output tokens per second (by end of request)",
                           height=320, margin={"l": 60, "r": 20, "t": 50, "b": 50},
                           xaxis_title="seconds from the end of the warm-up",
-                          yaxis_title="tokens/s", legend={"orientation": "h"})
+                          yaxis_title="tokens/s", showlegend=False)
         out.append(("throughput", fig))
         fig = go.Figure()
         fig.add_trace(go.Scatter(x=done["t_s"], y=done["ok_per_s"], mode="lines",
@@ -99,7 +98,7 @@ def llm_figures(doc: dict[str, Any]) -> list[tuple[str, Any]]:
         fig.update_layout(title="goodput: requests per second that met every SLO (by end of "
                           "request)", height=320, margin={"l": 60, "r": 20, "t": 50, "b": 50},
                           xaxis_title="seconds from the end of the warm-up",
-                          yaxis_title="requests/s", legend={"orientation": "h"})
+                          yaxis_title="requests/s")
         out.append(("goodput", fig))
     names = [k for k in ("ttft", "itl") if (ot.get(k) or {}).get("t_s")]
     if names:
@@ -111,7 +110,7 @@ def llm_figures(doc: dict[str, Any]) -> list[tuple[str, Any]]:
         fig.update_xaxes(title_text="seconds from the end of the warm-up (intended start)",
                          row=len(names), col=1)
         fig.update_layout(title="TTFT and ITL over time", height=260 * len(names) + 80,
-                          margin={"l": 60, "r": 20, "t": 60, "b": 50}, legend={"orientation": "h"})
+                          margin={"l": 60, "r": 20, "t": 60, "b": 50})
         out.append(("llm-over-time", fig))
     return out
 
@@ -121,7 +120,7 @@ def _throughput_table(tp: dict[str, Any]) -> str:
     names = {"output_tokens_per_s": "output tokens/s", "total_tokens_per_s": "total tokens/s",
              "requests_per_s": "requests/s", "goodput_rps": "goodput (good requests/s)",
              "span_s": "span (s)"}
-    return ("<table id='throughput' style='width:auto'>" + "".join(
+    return ("<table id='throughput-table' style='width:auto'>" + "".join(
         f"<tr><td>{e(label)}</td><td class='num'>{e(str(tp[k]))}</td></tr>"
         for k, label in names.items() if k in tp) + "</table>")
 
