@@ -95,7 +95,7 @@ def findings_figure(layer: str, findings: list[Finding]):
                          title_standoff=2, row=i, col=1)
         fig.update_yaxes(showticklabels=False, row=i, col=1)
     fig.update_layout(title=f"{layer}: observed value against the red line (dashed)",
-                      height=90 + 110 * len(findings), bargap=0.3,
+                      height=90 + 85 * len(findings), bargap=0.3,
                       margin={"l": 30, "r": 30, "t": 70, "b": 30})
     return fig
 
