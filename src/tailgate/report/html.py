@@ -79,8 +79,12 @@ def findings_figure(layer: str, findings: list[Finding]):
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    fig = make_subplots(rows=len(findings), cols=1, vertical_spacing=0.5 / max(len(findings), 1),
-                        subplot_titles=[f"{f.id} [{f.subject}]: {f.status}" for f in findings])
+    height = 100 + 100 * len(findings)
+    gap = 50 / (height - 100)  # 50 px between rows: each row's title clears the axis above it
+    fig = make_subplots(rows=len(findings), cols=1, vertical_spacing=min(gap, 0.9 / len(findings)),
+                        subplot_titles=[f"{f.id} [{f.subject}]: {f.status}, {float(f.observed):.4g}"
+                                        f" {f.unit} (red line {float(f.limit):g})".replace("  ", " ")
+                                        for f in findings])
     for i, f in enumerate(findings, 1):
         obs, limit = float(f.observed), float(f.limit)
         fig.add_trace(go.Bar(x=[obs], y=[f.subject], orientation="h", name=f.id,
@@ -91,11 +95,10 @@ def findings_figure(layer: str, findings: list[Finding]):
                       row=i, col=1)
         lo, hi = min(obs, limit, 0.0), max(obs, limit, 0.0)
         span = (hi - lo) or 1.0
-        fig.update_xaxes(range=[lo - 0.05 * span, hi + 0.15 * span], title_text=f.unit or None,
-                         title_standoff=2, row=i, col=1)
+        fig.update_xaxes(range=[lo - 0.05 * span, hi + 0.15 * span], row=i, col=1)
         fig.update_yaxes(showticklabels=False, row=i, col=1)
     fig.update_layout(title=f"{layer}: observed value against the red line (dashed)",
-                      height=90 + 85 * len(findings), bargap=0.3,
+                      height=height, bargap=0.3,
                       margin={"l": 30, "r": 30, "t": 70, "b": 30})
     return fig
 
