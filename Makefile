@@ -13,7 +13,7 @@ APT_TEST := $(APT_RUN) nginx-light wrk prometheus-node-exporter g++ cmake liburi
             musl-tools libjemalloc-dev libgoogle-perftools-dev libmimalloc-dev golang-go
 
 .PHONY: run test check venv venv-test apt-boot apt-run apt-test tracefs lint bench clean \
-        fresh-root-run fresh-root-test
+        fresh-root-run fresh-root-test screenshots
 
 # A venv counts only once pip works in it: a set-up that failed half way (no python3-venv,
 # no space) is removed and made again by the next `make`, never left to break it.
@@ -28,11 +28,11 @@ $(VENV)/.venv-ok: | apt-boot
 	$(PY) -m pip install -q --upgrade pip
 	@touch $@
 
-# tailgate and its runtime dependencies (what `make run` needs)
+# tailgate, its runtime dependencies and the HTML pages' plotly (what `make run` needs)
 # The compiled engine is optional for pip users without a compiler, never for `make run`,
 # which installs one: a build that failed must not leave --engine auto on the slow engine.
 $(VENV)/.installed-run: pyproject.toml | $(VENV)/.venv-ok apt-run
-	$(PY) -m pip install -q -e .
+	$(PY) -m pip install -q -e '.[html]'
 	@$(PY) -c "import tailgate.bench.fastloop" || { \
 	  echo "the compiled load engine (bench/fastloop.c) did not build: gcc and python3-dev"; exit 1; }
 	touch $@
@@ -100,6 +100,10 @@ fresh-root-run:
 	tests/support/fresh_root.sh run
 fresh-root-test:
 	tests/support/fresh_root.sh test
+
+# A PNG of every HTML page kind, from real runs, under build/screenshots/ (root: bpftrace).
+screenshots: venv-test apt-test tracefs
+	$(PY) tests/support/screenshots.py
 
 bench: venv-test apt-test
 	$(PY) benchmarks/run_all.py

@@ -20,7 +20,7 @@ import sys
 import traceback
 
 from . import __version__, ending
-from .errors import EXIT_BUG, EXIT_INTERRUPTED, TailgateError
+from .errors import EXIT_BUG, EXIT_INTERRUPTED, EXIT_USAGE, TailgateError
 
 COMMAND_MODULES = (
     "tailgate.commands.inspect",
@@ -34,6 +34,7 @@ COMMAND_MODULES = (
     "tailgate.commands.diagnose",
     "tailgate.commands.plan",
     "tailgate.commands.report",
+    "tailgate.commands.completion",
 )
 
 
@@ -41,6 +42,12 @@ def one_line(text: str, limit: int = 400) -> str:
     from .report.safe import one_line as _one_line
 
     return _one_line(text, limit)
+
+
+def _missing(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -73,6 +80,13 @@ def main(argv: list[str] | None = None) -> int:
         args.command, args.func = "bench allreduce", collective_run
     else:
         args = build_parser().parse_args(argv)
+    pages = [k for k in ("html", "sweep_html") if getattr(args, k, None)]
+    if pages and args.command != "bench allreduce" and _missing("plotly"):
+        # Refused before anything runs (a long bench must not end without its page).
+        flag = "--" + pages[0].replace("_", "-")
+        print(f"tailgate {args.command}: error: {flag} needs plotly, which a minimal install "
+              "leaves out: pip install 'tailgate[html]'", file=sys.stderr)
+        return EXIT_USAGE
     ending.install()
     try:
         return int(args.func(args) or 0)

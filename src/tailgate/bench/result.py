@@ -25,6 +25,11 @@ read::
                       "verdict": "stationary"|"drifted"|"unknown", "statement"},
      "offered": {"interval_s", "ramp", "t_s": [...], "target_rps": [...],
                  "sent_rps": [...], "p99_ms": [...]},  # the offered rate over time
+     "over_time": {"interval_s", "by": "intended start",
+                   "latency": {"t_s", "count", "p50_ms", "p99_ms", "max_ms"},
+                   # openai+: the same for "ttft" and "itl", and by end of request
+                   "completed": {"by": "end", "t_s", "ok_per_s", "good_per_s",
+                                 "output_tokens_per_s"}},
      "confidence": {"targets": [{"expr", "width_ms", "limit_ms", "reached", ...}],
                     "reached", "after_s", "schedule_ended", "ceiling_s"},  # --confidence
      "warnings": [...], "slo": [{"expr", "observed", "pass", ...}]}
@@ -95,7 +100,7 @@ from .outcome import KINDS
 from .protocols import kinds_for
 from .recording import MAX_REASONS, OTHER_REASONS
 from .schedule import Ramp
-from .stationarity import stationarity_test
+from .stationarity import over_time, stationarity_test
 
 PERCENTILES = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9,
                "p9999": 99.99}
@@ -317,6 +322,8 @@ def build_result(info: RunInfo, parts: Sequence[WorkerResult],
                                     burstiness=info.burstiness, ramp=info.ramp)
     data["stationarity"] = stationarity_test(intervals, info.hdr_interval_s)
     data["offered"] = offered_series(info, intervals, window)
+    data["over_time"] = {"interval_s": info.hdr_interval_s, "by": "intended start",
+                         "latency": over_time(intervals, info.hdr_interval_s)}
     if info.confidence:
         data["confidence"] = {**judge_targets(list(info.confidence), latency,
                                               confidence_after_s, info.duration_s),
@@ -337,6 +344,12 @@ def build_result(info: RunInfo, parts: Sequence[WorkerResult],
         data["histograms"].update({k: encode(book.hists[k])
                                    for k in ("ttft", "itl", "itl_per_token", "tpot", "e2e",
                                              "first_chunk")})
+        if info.hdr_interval_s:
+            from ..llm.accounting import completed_over_time
+
+            for k in ("ttft", "itl"):  # ITL: by its request's intended start
+                data["over_time"][k] = over_time(book.intervals.get(k, {}), info.hdr_interval_s)
+            data["over_time"]["completed"] = completed_over_time(book, info.hdr_interval_s)
     from .fastpath import fallback_note
 
     note = fallback_note(info.engine, info.protocol)

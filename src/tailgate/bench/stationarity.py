@@ -51,6 +51,7 @@ def stationarity_test(intervals: dict[int, Histogram], interval_s: float | None,
     later = exceedance_shift(first, second, PERCENTILE)  # the second half's tail heavier
     earlier = exceedance_shift(second, first, PERCENTILE)  # the first half's tail heavier
     out["shift"] = {
+        "split_s": round(cut * interval_s, 6),  # where the second half starts
         "first_half_p99": round(later.threshold / scale, 6),
         "second_half_p99": round(earlier.threshold / scale, 6),
         "second_above_first_p99": round(later.share_b, 6), "pvalue_later": later.pvalue,
@@ -81,4 +82,20 @@ def stationarity_test(intervals: dict[int, Histogram], interval_s: float | None,
         out["verdict"] = "stationary"
         out["statement"] = (f"the tail held still: first half P99 {later.threshold / scale:.3f}"
                             f" ms, second half {earlier.threshold / scale:.3f} ms")
+    return out
+
+
+def over_time(intervals: dict[int, Histogram], interval_s: float | None,
+              scale: float = 1e6) -> dict[str, Any]:
+    """The per-interval tail the test above reads, for a page to draw: each interval with
+    samples, by intended start (``t_s`` from the end of the warm-up), its count, P50, P99
+    and max (in ``1/scale`` of the recorded unit, ms by default)."""
+    keys = sorted(k for k, h in intervals.items() if h.total)
+    step = interval_s or 0.0
+    out: dict[str, Any] = {"t_s": [round(k * step, 6) for k in keys],
+                           "count": [intervals[k].total for k in keys]}
+    for name, pct in (("p50", 50.0), ("p99", PERCENTILE)):
+        out[f"{name}_ms"] = [round(min(intervals[k].value_at_percentile(pct),
+                                       intervals[k].max) / scale, 6) for k in keys]
+    out["max_ms"] = [round(intervals[k].max / scale, 6) for k in keys]
     return out

@@ -83,6 +83,8 @@ def sched_context(snap: Snapshot) -> dict[str, Any]:
 def _runqlat_result(subject: str, s: dict[str, Any], limit: float, window: str,
                     context: dict[str, Any]) -> Result:
     evidence = {k: s.get(k) for k in ("count", "p50", "p90", "p99", "p999", "max")}
+    if s.get("buckets"):  # the non-empty log-linear buckets (us): the inspect page draws them
+        evidence["buckets"] = s["buckets"]
     evidence.update(window=window, **({"context": context} if context else {}))
     count = int(s.get("count") or 0)
     if count == 0 or s.get("p999") is None:

@@ -130,6 +130,9 @@ class TokenBook:
     cache_hit_requests: int = 0
     warmup_ok: int = 0
     last_end_s: float = 0.0  # latest end of a measured request, from the run's start
+    # By the interval each measured ok request ended in (from the end of the warm-up):
+    # [ok requests, good requests, output tokens], for throughput and goodput over time.
+    done: dict[int, list[int]] = field(default_factory=dict)
     ttft_delta: Histogram | None = None  # the last batch's TTFTs (the live display's)
 
     def __post_init__(self) -> None:
@@ -275,6 +278,15 @@ class TokenBook:
             meets = _OPS[g.op](own * 1e3, g.limit_ms) | np.isnan(own)  # no value: no test
             good &= meets
         self.good += int(np.count_nonzero(good))
+        if slot_s and np.any(ok_m):
+            slot = np.maximum((end[ok_m] - start - warmup_s) // slot_s, 0).astype(np.int64)
+            g, toks_out = good[ok_m], n_out[ok_m]
+            for k in np.unique(slot).tolist():
+                here = slot == k
+                row = self.done.setdefault(k, [0, 0, 0])
+                row[0] += int(np.count_nonzero(here))
+                row[1] += int(np.count_nonzero(g & here))
+                row[2] += int(toks_out[here].sum())
 
     def _add(self, name: str, secs: np.ndarray, at: np.ndarray, warmup_s: float,
              slot_s: float | None) -> None:
@@ -299,6 +311,10 @@ class TokenBook:
             mine = self.intervals.setdefault(name, {})
             for k, h in book.items():
                 mine.setdefault(k, Histogram(self.spec)).add(h)
+        for k, row in other.done.items():
+            mine_row = self.done.setdefault(k, [0, 0, 0])
+            for i, n in enumerate(row):
+                mine_row[i] += n
         for f in ("ok", "good", "output", "input", "usage_out", "usage_in", "warmup_ok",
                   "chunks_counted", "chunks_assumed", "multi_token_chunks", "usage_compared",
                   "usage_mismatch", "cache_reported", "cache_prompt", "cache_tokens",
@@ -456,3 +472,14 @@ def token_lines(d: dict[str, Any]) -> list[str]:
                    f"{pc['requests_reporting']} request(s) reporting, "
                    f"{pc['requests_with_hits']} with a hit")
     return out
+
+
+def completed_over_time(book: TokenBook, slot_s: float) -> dict[str, Any]:
+    """Requests, good requests and output tokens per second, by the interval a request
+    ended in: every interval from the first to the last (a zero is a fact)."""
+    last = max(book.done, default=-1)
+    rows = [book.done.get(k, [0, 0, 0]) for k in range(last + 1)]
+    return {"by": "end", "t_s": [round(k * slot_s, 6) for k in range(last + 1)],
+            "ok_per_s": [round(r[0] / slot_s, 3) for r in rows],
+            "good_per_s": [round(r[1] / slot_s, 3) for r in rows],
+            "output_tokens_per_s": [round(r[2] / slot_s, 3) for r in rows]}

@@ -29,6 +29,103 @@ def _cell(s: dict[str, Any], c: str) -> str:
     return f"<td class='num'>{text}</td>"
 
 
+def latency_figure(doc: dict[str, Any]):
+    """Latency over time (P50, P99, max per interval, by intended start); the halves' P99
+    of the stationarity test as dashed steps, and the heavier half shaded when the result
+    says the tail drifted."""
+    import plotly.graph_objects as go
+
+    from .plots import tails_over_time
+
+    ot = doc["over_time"]
+    fig = go.Figure()
+    tails_over_time(fig, ot["latency"], "latency")
+    st = doc.get("stationarity") or {}
+    shift = st.get("shift") or {}
+    t = ot["latency"]["t_s"]
+    step = float(ot.get("interval_s") or 0.0)
+    title = f"latency over time ({step * 1e3:.0f} ms intervals)"
+    if shift.get("split_s") is not None and t:
+        cut, end = shift["split_s"], t[-1] + step
+        halves = ((t[0], cut, shift["first_half_p99"]), (cut, end, shift["second_half_p99"]))
+        drifted = st.get("verdict") == "drifted"
+        for i, (x0, x1, p99) in enumerate(halves):
+            fig.add_trace(go.Scatter(x=[x0, x1], y=[p99, p99], mode="lines",
+                                     name=f"{'first' if i == 0 else 'second'} half P99",
+                                     line={"dash": "dash", "width": 2,
+                                           "color": "#cf222e" if drifted else "#6e7781"}))
+        if drifted:
+            x0, x1, _ = max(halves, key=lambda h: h[2])
+            fig.add_vrect(x0=x0, x1=x1, fillcolor="#cf222e", opacity=0.08, line_width=0,
+                          annotation_text="drifted", annotation_position="top left")
+        title += f": {st.get('verdict')}"
+    fig.update_xaxes(title="seconds from the end of the warm-up (intended start)")
+    fig.update_yaxes(title="latency (ms)", rangemode="tozero")
+    fig.update_layout(title=title, height=380, margin={"l": 60, "r": 20, "t": 50, "b": 50})
+    return fig
+
+
+def llm_figures(doc: dict[str, Any]) -> list[tuple[str, Any]]:
+    """An openai+ result: throughput and goodput over time (by end of request) against the
+    run's figures, and TTFT/ITL over time."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    from .plots import tails_over_time
+
+    ot = doc["over_time"]
+    done = ot.get("completed") or {}
+    tp = doc.get("throughput") or {}
+    out = []
+    if done.get("t_s"):
+        fig = go.Figure(go.Scatter(x=done["t_s"], y=done["output_tokens_per_s"], mode="lines",
+                                   line={"shape": "hv"}, name="output tokens/s"))
+        if tp.get("output_tokens_per_s") is not None:
+            fig.add_hline(y=tp["output_tokens_per_s"], line={"dash": "dash", "color": "#6e7781"},
+                          annotation_text=f"run: {tp['output_tokens_per_s']:g} tokens/s")
+        fig.update_layout(title="throughput: output tokens per second (by end of request)",
+                          height=320, margin={"l": 60, "r": 20, "t": 50, "b": 50},
+                          xaxis_title="seconds from the end of the warm-up",
+                          yaxis_title="tokens/s", showlegend=False)
+        out.append(("throughput", fig))
+        fig = go.Figure()
+        fig.add_trace(go.Scatter(x=done["t_s"], y=done["ok_per_s"], mode="lines",
+                                 line={"shape": "hv"}, name="ok requests/s"))
+        fig.add_trace(go.Scatter(x=done["t_s"], y=done["good_per_s"], mode="lines",
+                                 line={"shape": "hv"}, name="good requests/s (goodput)"))
+        if tp.get("goodput_rps") is not None:
+            fig.add_hline(y=tp["goodput_rps"], line={"dash": "dash", "color": "#6e7781"},
+                          annotation_text=f"run goodput: {tp['goodput_rps']:g}/s")
+        fig.update_layout(title="goodput: requests per second that met every SLO (by end of "
+                          "request)", height=320, margin={"l": 60, "r": 20, "t": 50, "b": 50},
+                          xaxis_title="seconds from the end of the warm-up",
+                          yaxis_title="requests/s")
+        out.append(("goodput", fig))
+    names = [k for k in ("ttft", "itl") if (ot.get(k) or {}).get("t_s")]
+    if names:
+        fig = make_subplots(rows=len(names), cols=1, shared_xaxes=True, vertical_spacing=0.12,
+                            subplot_titles=[f"{k.upper()} per interval (ms)" for k in names])
+        for i, k in enumerate(names, 1):
+            tails_over_time(fig, ot[k], k.upper(), row=i)
+            fig.update_yaxes(title_text="ms", rangemode="tozero", row=i, col=1)
+        fig.update_xaxes(title_text="seconds from the end of the warm-up (intended start)",
+                         row=len(names), col=1)
+        fig.update_layout(title="TTFT and ITL over time", height=260 * len(names) + 80,
+                          margin={"l": 60, "r": 20, "t": 60, "b": 50})
+        out.append(("llm-over-time", fig))
+    return out
+
+
+def _throughput_table(tp: dict[str, Any]) -> str:
+    e = html.escape
+    names = {"output_tokens_per_s": "output tokens/s", "total_tokens_per_s": "total tokens/s",
+             "requests_per_s": "requests/s", "goodput_rps": "goodput (good requests/s)",
+             "span_s": "span (s)"}
+    return ("<table id='throughput-table' style='width:auto'>" + "".join(
+        f"<tr><td>{e(label)}</td><td class='num'>{e(str(tp[k]))}</td></tr>"
+        for k, label in names.items() if k in tp) + "</table>")
+
+
 def bench_page(doc: dict[str, Any]) -> str:
     from .plots import figure_div, page, spectrum_figure
 
@@ -62,8 +159,14 @@ def bench_page(doc: dict[str, Any]) -> str:
                     f"{'pass' if s.get('pass') else '<b class=worse>fail</b>'}</p>")
     for w in doc.get("warnings") or []:
         head.append(f"<p class='noise'>warning: {e(str(w))}</p>")
-    hists = {k: decode(v) for k, v in (doc.get("histograms") or {}).items()}
+    if isinstance(doc.get("throughput"), dict):
+        head.append(_throughput_table(doc["throughput"]))
     plots = []
+    if (doc.get("over_time") or {}).get("latency", {}).get("t_s"):
+        plots.append(figure_div(latency_figure(doc), "over-time"))
+    if doc.get("over_time") and doc.get("protocol") == "openai":
+        plots += [figure_div(fig, div) for div, fig in llm_figures(doc)]
+    hists = {k: decode(v) for k, v in (doc.get("histograms") or {}).items()}
     for i, (name, h) in enumerate(hists.items()):
         if h.total:
             plots.append(figure_div(spectrum_figure([(name, h)], f"{name}: latency by "

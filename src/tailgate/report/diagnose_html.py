@@ -32,34 +32,114 @@ def timeline_rows(tl: dict[str, Any]) -> list[tuple[str, list[tuple[str, str, li
     return [(layer, rows[layer]) for layer in LAYERS if layer in rows]
 
 
-def timeline_figure(tl: dict[str, Any]):
-    """Request latency on top, then one zoomable row per layer (time per bin on the left axis,
-    counts and levels on the right), all on the window's shared time axis."""
+def timeline_panels(tl: dict[str, Any]) -> list[tuple[str, str, list[tuple[str, str, list]]]]:
+    """Each layer's row cut by evidence kind: ``(layer, kind, series)``, the causes' own
+    evidence (``evidence``: intervals and instants) first, then the counters by source (the
+    series name up to its first dot: ``psi``, ``softirq``, ``switches``...), so no row holds
+    more than a handful of lines."""
+    cause_keys = set(tl.get("evidence_ms", {})) | set(tl.get("instants", {}))
+    out = []
+    for layer, series in timeline_rows(tl):
+        kinds: dict[str, list[tuple[str, str, list]]] = {}
+        for name, unit, values in series:
+            kind = "evidence" if name in cause_keys else name.split(".", 1)[0]
+            kinds.setdefault(kind, []).append((name, unit, values))
+        out += [(layer, kind, kinds[kind]) for kind in kinds]
+    return out
+
+
+def acted(values: list, t: list[float], bin_ms: float, limit: int = 200) -> list[tuple[float, float]]:
+    """The time ranges (ms) of the bins where ``values`` is non-zero, contiguous bins merged;
+    past ``limit`` ranges the shortest gaps are closed too (a page draws a few hundred shapes,
+    not one per bin)."""
+    runs: list[list[float]] = []
+    for x, v in zip(t, values, strict=False):
+        if v:
+            if runs and abs(runs[-1][1] - x) < 1e-9:
+                runs[-1][1] = x + bin_ms
+            else:
+                runs.append([x, x + bin_ms])
+    while len(runs) > limit:
+        gaps = sorted(runs[i + 1][0] - runs[i][1] for i in range(len(runs) - 1))
+        close = gaps[len(runs) - limit - 1]
+        merged = [runs[0]]
+        for r in runs[1:]:
+            if r[0] - merged[-1][1] <= close:
+                merged[-1][1] = r[1]
+            else:
+                merged.append(r)
+        runs = merged
+    return [(a, b) for a, b in runs]
+
+
+def palette(n: int) -> list[str]:
+    """``n`` colours, none repeated for n <= 48 (plotly's Dark24 then Light24)."""
+    from plotly.colors import qualitative
+
+    colours = list(qualitative.Dark24) + list(qualitative.Light24)
+    return [colours[i % len(colours)] for i in range(n)]
+
+
+def _units(series: list[tuple[str, str, list]]) -> str:
+    ms = {unit == "ms" for _, unit, _ in series}
+    if ms == {True, False}:
+        return "ms per bin (left), counts and levels (right)"
+    return "ms per bin" if ms == {True} else "counts and levels per bin"
+
+
+def timeline_figure(tl: dict[str, Any], claimed: str | None = None):
+    """Request latency on top, then one zoomable row per layer and evidence kind (time per bin
+    on the left axis, counts and levels on the right), all on the window's shared time axis,
+    each row with its own legend beside it and no colour twice in it; the bins where the
+    claimed cause acted shaded across every row."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    layers = timeline_rows(tl)
-    rows = 1 + len(layers)
-    fig = make_subplots(rows=rows, cols=1, shared_xaxes=True, vertical_spacing=0.04,
+    panels = timeline_panels(tl)
+    rows = 1 + len(panels)
+    fig = make_subplots(rows=rows, cols=1, shared_xaxes=True, vertical_spacing=0.3 / rows,
                         specs=[[{"secondary_y": True}]] * rows,
                         subplot_titles=["request latency (P99 and max per bin, ms)"]
-                        + [f"{layer}: ms per bin (left), counts and levels (right)"
-                           for layer, _ in layers])
+                        + [f"{layer} {kind}: {_units(series)}" for layer, kind, series in panels])
     t = tl["t_ms"]
     step = max(1, len(t) // MAX_POINTS)
     if "latency_p99_ms" in tl:
+        top = palette(2)
         fig.add_trace(go.Scatter(x=t[::step], y=tl["latency_p99_ms"][::step], name="P99",
-                                 mode="lines"), row=1, col=1)
+                                 mode="lines", line={"color": top[0]}), row=1, col=1)
         fig.add_trace(go.Scatter(x=t[::step], y=tl["latency_max_ms"][::step], name="max",
-                                 mode="lines"), row=1, col=1)
-    for i, (layer, series) in enumerate(layers, 2):
-        for name, unit, values in series:
+                                 mode="lines", line={"color": top[1]}), row=1, col=1)
+    legends: dict[str, Any] = {}
+    for i, (_, _, series) in enumerate(panels, 2):
+        legend = f"legend{i}"
+        # the right axis only beside a left one: plotly cannot lay out an overlaying axis
+        # whose base axis has no trace (the whole figure then draws nothing)
+        both = len({unit == "ms" for _, unit, _ in series}) == 2
+        for (name, unit, values), colour in zip(series, palette(len(series)), strict=True):
+            mark = name == claimed
             fig.add_trace(go.Scatter(x=t[::step], y=values[::step], mode="lines",
-                                     name=f"{layer} {name} ({unit})",
-                                     line={"dash": "solid" if unit == "ms" else "dot"}),
-                          row=i, col=1, secondary_y=unit != "ms")
-    fig.update_layout(height=260 * rows, title="timeline (ms from the window's start)",
-                      margin={"l": 60, "r": 60, "t": 60, "b": 40})
+                                     name=f"{name} ({unit})" + (" (claimed)" if mark else ""),
+                                     legend=legend,
+                                     line={"dash": "solid" if unit == "ms" else "dot",
+                                           "color": colour, "width": 3 if mark else 1.5}),
+                          row=i, col=1, secondary_y=both and unit != "ms")
+        domain = fig.get_subplot(i, 1).yaxis.domain
+        legends[legend] = {"y": domain[1], "yanchor": "top", "x": 1.06, "xanchor": "left",
+                           "font": {"size": 10}}
+    title = "timeline (ms from the window's start)"
+    if claimed is not None:
+        where = tl.get("evidence_ms", {}).get(claimed) or tl.get("instants", {}).get(claimed) or []
+        ranges = acted(where, t, float(tl.get("bin_ms") or 0.0))
+        for a, b in ranges:  # one shape per range over the whole height (the x axes are shared)
+            fig.add_shape(type="rect", xref="x", yref="paper", x0=a, x1=b, y0=0, y1=1,
+                          fillcolor="#cf222e", opacity=0.12, line_width=0, layer="below",
+                          name=f"claimed: {claimed}")
+        title += f"; shaded: where {claimed} (claimed) acted"
+    top_domain = fig.get_subplot(1, 1).yaxis.domain
+    fig.update_layout(height=120 + 200 * rows, title=title,
+                      margin={"l": 60, "r": 260, "t": 70, "b": 40},
+                      legend={"y": top_domain[1], "yanchor": "top", "x": 1.06, "xanchor": "left",
+                              "font": {"size": 10}}, **legends)
     return fig
 
 
@@ -109,7 +189,7 @@ def diagnose_page(doc: dict[str, Any]) -> str:
         for c in doc["causes"])
     parts.append("<table id='causes'><tr><th>layer</th><th>cause</th><th></th><th>evidence</th>"
                  f"<th>remedy</th></tr>{rows}</table>")
-    parts.append(figure_div(timeline_figure(doc["timeline"]), "timeline"))
+    parts.append(figure_div(timeline_figure(doc["timeline"], v.get("first")), "timeline"))
     hists = (doc.get("bench") or {}).get("histograms") or {}
     series = [(k, decode(t)) for k, t in hists.items() if k != "lateness"]
     if series:

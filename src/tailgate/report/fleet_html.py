@@ -43,7 +43,7 @@ def render_fleet_html(view: dict[str, Any], hosts: Sequence[Any]) -> str:
     for h in hosts:
         if h.report is None:
             continue
-        page = render_html(h.report)
+        page = render_html(h.report, with_plots=False)
         style = style or page.split("<style>", 1)[1].split("</style>", 1)[0]
         body = page.split("<body>", 1)[1].rsplit("</body>", 1)[0]
         parts.append(f"<section id='h-{_e(h.node.address)}'><hr><h2>{_e(h.node.address)}</h2>"

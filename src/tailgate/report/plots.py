@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Sequence
+from typing import Any
 
 from ..hist import Histogram
 
@@ -61,6 +62,21 @@ def spectrum_figure(series: Sequence[tuple[str, Histogram]], title: str, unit: s
     return fig
 
 
+def tails_over_time(fig, series: dict[str, Any], what: str, row: int | None = None,
+                    unit: str = "ms") -> None:
+    """P50, P99 and max per interval (an ``over_time`` series of a bench result) as three
+    lines, on ``fig`` or on its subplot ``row``."""
+    import plotly.graph_objects as go
+
+    at = {} if row is None else {"row": row, "col": 1}
+    for key, name, dash in (("p50_ms", "P50", "solid"), ("p99_ms", "P99", "solid"),
+                            ("max_ms", "max", "dot")):
+        fig.add_trace(go.Scatter(x=series.get("t_s", []), y=series.get(key, []), mode="lines",
+                                 name=f"{what} {name}", line={"dash": dash},
+                                 hovertemplate=f"%{{x:.3f}} s: %{{y:.3f}} {unit}"
+                                 f"<extra>{html.escape(what)} {name}</extra>"), **at)
+
+
 def figure_div(fig, div_id: str) -> str:
     return fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id,
                        config={"displaylogo": False, "responsive": True})
@@ -74,7 +90,7 @@ STYLE = ("body{font-family:sans-serif;margin:2em;max-width:1200px}"
          ".noise{color:#6e7781}pre{white-space:pre-wrap;font-size:.8em}")
 
 
-def page(title: str, body: str, with_plots: bool) -> str:
+def page(title: str, body: str, with_plots: bool, extra_style: str = "") -> str:
     """A complete, self-contained page: the plotly library inlined when the page has plots."""
     script = ""
     if with_plots:
@@ -82,5 +98,5 @@ def page(title: str, body: str, with_plots: bool) -> str:
 
         script = f"<script type='text/javascript'>{get_plotlyjs()}</script>"
     return (f"<!doctype html><html><head><meta charset='utf-8'>"
-            f"<title>{html.escape(title)}</title><style>{STYLE}</style>{script}</head>"
+            f"<title>{html.escape(title)}</title><style>{STYLE}{extra_style}</style>{script}</head>"
             f"<body>{body}</body></html>\n")
