@@ -263,7 +263,7 @@ class FastEngine:
         self._c.end_schedule()
 
     def _take(self, final: bool) -> None:
-        recs, disp, queued, reasons, n_open, n_queued, fixes = self._c.take()
+        recs, disp, queued, reasons, n_open, n_queued, fixes, _evs, _blob = self._c.take()
         self._gauge = (n_open, n_queued)
         self.rec.out_of_step(np.frombuffer(fixes, dtype=np.int64), note=False)
         start = self.start

@@ -1,0 +1,111 @@
+"""openai+http:// on the compiled loop (issue 27): the C loop frames each response and its
+event stream and timestamps each event as its read arrives; bench/fast_sse.py reads the
+JSON off the hot path. Here: the feed function (``fastloop.frame``, no socket) against the
+Python engine's OpenAIConnection on what the codec table (tests/test_http1_codec.py) cannot
+hold: huge lines, never-ending events, where a read's boundary decides; then whole runs
+against the misbehaving servers the Python path is tested against, request by request
+against the Python engine."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tailgate.bench.framing import frame, frame_fast
+
+HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n")
+EOF_HEAD = b"HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\n"
+DONE = b"data: [DONE]\n\n"
+
+
+def piece(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def tok(text: str, finish: str | None = None) -> bytes:
+    choice = {"index": 0, "text": text, "finish_reason": finish}
+    return b"data: " + json.dumps({"id": "x", "choices": [choice]}).encode() + b"\n\n"
+
+
+def split(msg: bytes, size: int) -> list[bytes]:
+    return [msg[i:i + size] for i in range(0, len(msg), size)]
+
+
+def both(chunks: list[bytes], **opts):
+    py = frame("openai", chunks, **opts)
+    fast = frame_fast("openai", chunks, **opts)
+    assert py == fast
+    return py
+
+
+# -- huge lines and never-ending events: the bound holds at any read boundary ---------------
+
+@pytest.mark.parametrize("size", [1 << 30, 65536, 4093])
+def test_a_line_past_one_mib_is_too_large_at_any_read_boundary(size):
+    msg = EOF_HEAD + tok(" a") + b"data: " + b"x" * (1 << 20) + b"\n\n" + DONE
+    got = both(split(msg, size), eof=True)
+    assert got.outcome == "too_large"
+    assert got.reason == "an event-stream line exceeds 1048576 bytes"
+    # the read that carried the token before the huge line: whole, it is dropped with the
+    # failing read (SSEParser.feed raised); in pieces it came first and counted
+    assert got.tokens == (0 if size > len(msg) else 1)
+
+
+@pytest.mark.parametrize(("length", "want"), [(1 << 20, "ok"), ((1 << 20) + 1, "too_large")])
+def test_a_line_of_exactly_one_mib_is_the_last_that_passes(length, want):
+    line = b'data: {"choices":[{"text":"' + b"y" * (length - 31) + b'"}]}'
+    assert len(line) == length
+    got = both(split(EOF_HEAD + line + b"\r\n\r\n" + DONE, 65536), eof=True)
+    assert got.outcome == want
+
+
+@pytest.mark.parametrize("size", [1 << 30, 65536])
+def test_an_event_that_never_ends_is_cut_at_max_event(size):
+    line = b"data: " + b"z" * 65530 + b"\n"  # 65537 bytes: 16 of them pass 1 MiB
+    msg = EOF_HEAD + line * 17
+    got = both(split(msg, size), max_event=1 << 20)
+    assert got.outcome == "too_large"
+    assert got.reason == "an event exceeds 1048576 bytes without its closing blank line"
+
+
+def test_an_endless_token_stream_stops_at_max_tokens():
+    msg = HEAD + piece(tok(" t") * 300)
+    got = both(split(msg, 997), max_tokens=250)
+    assert (got.outcome, got.tokens) == ("too_large", 250)
+    assert got.reason == "more than 250 tokens in one stream (--max-tokens-per-stream)"
+
+
+# -- which failure wins depends on the read, on both engines alike ---------------------------
+
+def test_a_framing_error_in_the_same_read_beats_a_bad_chunk():
+    bad = HEAD + piece(b"data: {bad\n\n") + b"zz\r\n"
+    whole = both([bad])
+    assert (whole.outcome, whole.reason) == ("protocol", "bad chunk-size line b'zz\\r'")
+    apart = both([bad[:-4], bad[-4:]])  # the bad chunk's read came first
+    assert apart.outcome == "malformed_sse"
+
+
+def test_a_bad_line_after_done_in_the_same_chunk_still_fails_it():
+    # SSEParser.feed reads a whole chunk before its events count: the line after [DONE]
+    # fails it; in a chunk of its own it is after the stream's end and ignored.
+    same = both([HEAD + piece(tok(" a") + DONE + b"\xff\n") + b"0\r\n\r\n"])
+    assert same.outcome == "malformed_sse"
+    assert same.reason.startswith("event-stream line is not UTF-8: 'utf-8' codec can't decode")
+    apart = both([HEAD + piece(tok(" a") + DONE) + piece(b"\xff\n") + b"0\r\n\r\n"])
+    assert (apart.outcome, apart.tokens) == ("ok", 1)
+
+
+def test_an_error_event_ends_the_stream_where_it_stands():
+    msg = HEAD + piece(tok(" a") + b'event: error\ndata: {"error": {"message": "m"}}\n\n'
+                       + tok(" b")) + b"0\r\n\r\n"
+    got = both([msg])
+    assert (got.outcome, got.reason, got.tokens) == ("server_error", "event: error: m", 1)
+
+
+def test_the_stream_settles_at_done_and_the_framing_still_ends_it():
+    chunks = [HEAD + piece(tok(" a") + tok(" b", "stop")), piece(DONE), piece(b"junk\n\n")]
+    assert both(chunks).outcome is None  # the response is not over yet
+    got = both([*chunks, b"0\r\n\r\n"])
+    assert (got.outcome, got.tokens, got.open) == ("ok", 2, True)
