@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from tailgate.bench.framing import frame, frame_fast
@@ -109,3 +110,78 @@ def test_the_stream_settles_at_done_and_the_framing_still_ends_it():
     assert both(chunks).outcome is None  # the response is not over yet
     got = both([*chunks, b"0\r\n\r\n"])
     assert (got.outcome, got.tokens, got.open) == ("ok", 2, True)
+
+
+# -- whole runs: `tailgate bench` on both engines against real servers ------------------------
+
+def llm_run(engine: str, base: str, *args: str, n: int = 84):
+    from support.bench_cli import bench
+
+    return bench("openai+" + base, "--engine", engine, "--model", "m", "--workload", "random",
+                 "--input-len", "8", "--output-len", "6", "--range-ratio", "0.5",
+                 "--rate", "60", "--requests", str(n), "--seed", "7", "--timeout", "1s",
+                 "--workers", "1", *args)
+
+
+def test_both_engines_agree_request_by_request_on_a_deterministic_server():
+    """Each request's behaviour depends only on its body (support/sse_server.py): the same
+    workload through both engines must give every request the same outcome, status, bytes,
+    content chunks and token counts; and the compiled run's token times lie inside each
+    request."""
+    from support.bench_cli import errors
+    from support.sse_server import WANT, SseServer
+
+    runs, modes = {}, {}
+    for engine in ("fast", "python"):
+        with SseServer() as srv:
+            runs[engine] = llm_run(engine, srv.base)
+            modes[engine] = dict(srv.modes)
+    fast, py = runs["fast"], runs["python"]
+    assert fast.json["generator"]["engine"] == "fast", fast.stderr
+    assert py.json["generator"]["engine"] == "python", py.stderr
+    assert modes["fast"] == modes["python"] and len(modes["fast"]) == len(set(WANT))
+    want: dict[str, int] = {}
+    for mode, count in modes["fast"].items():
+        want[WANT[mode]] = want.get(WANT[mode], 0) + count
+    for run in (fast, py):
+        req = run.json["requests"]
+        assert req["scheduled"] == req["sent"] == 84 and req["abandoned"] == 0, req
+        assert run.json["accounting"]["consistent"], run.json["accounting"]
+        assert {"ok": req["ok"], **errors(run.json)} == want
+    assert fast.json["requests"]["error_examples"] == py.json["requests"]["error_examples"]
+    order_f, order_p = np.argsort(fast.log["id"]), np.argsort(py.log["id"])
+    for col in ("id", "outcome", "status", "bytes", "chunks", "output_tokens", "input_tokens",
+                "warmup"):
+        assert fast.log[col][order_f].tolist() == py.log[col][order_p].tolist(), col
+    for name in ("ok", "good", "warmup_ok"):
+        assert fast.json["requests"][name] == py.json["requests"][name]
+    assert fast.json["tokens"] == py.json["tokens"]
+    for key in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms"):
+        assert fast.json[key]["count"] == py.json[key]["count"], key
+    log = fast.log
+    ok = log["outcome"] == "ok"
+    assert np.all(log["send_s"][ok] <= log["first_token_s"][ok])
+    assert np.all(log["first_token_s"][ok] <= log["last_token_s"][ok])
+    assert np.all(log["last_token_s"][ok] <= log["done_s"][ok])
+    assert np.all(log["done_s"][ok] <= log["end_s"][ok])
+
+
+def test_every_scripted_fault_counts_alike_on_both_engines():
+    """tests/test_llm_faults.py's faults (its server: tests/support/llm_server.py), through
+    both engines on a kept-alive server: the same counts and the same example reasons."""
+    from support.bench_cli import bench
+    from support.llm_server import FAULTS, ScriptedServer
+
+    got = {}
+    for engine in ("fast", "python"):
+        with ScriptedServer(modes=FAULTS, gap_s=0.002, keep_alive=True) as srv:
+            got[engine] = bench("openai+" + srv.base, "--engine", engine, "--model", "m",
+                                "--rate", "40", "--seed", "1", "--timeout", "1.5s",
+                                "--input-len", "12", "--output-len", "6",
+                                "--requests", str(2 * len(FAULTS)), "--workers", "1")
+    fast, py = got["fast"].json, got["python"].json
+    assert fast["generator"]["engine"] == "fast" and py["generator"]["engine"] == "python"
+    assert fast["requests"]["errors"] == py["requests"]["errors"]
+    assert fast["requests"]["ok"] == py["requests"]["ok"] == 6  # ok, eof_delimited_done, interim_100
+    assert fast["requests"]["error_examples"] == py["requests"]["error_examples"]
+    assert fast["tokens"] == py["tokens"]

@@ -61,6 +61,12 @@ enum { SC_REQUEST = 0, SC_CONN = 1, SC_CONNECT = 2 };
 enum { EV_DATA = 0, EV_DONE, R_TEXT, R_STATUS, R_EVERR, R_CTYPE, R_TRUNC_PENDING,
        R_TRUNC_CLEAN, R_UTF8 };
 #define ERROR_BODY 300 /* openai_sse: the first 300 bytes of an error body are kept */
+/* The events waiting for Python (sse): past EV_SOFT bytes the recorder is woken to take
+ * them (Loop.wait), past EV_HARD the loop reads no more until they are taken, so a client
+ * that cannot interpret chunks as fast as they come holds a bounded backlog (it reads
+ * later instead, as the Python engine does when it falls behind). */
+#define EV_SOFT (1u << 20)
+#define EV_HARD (4u << 20)
 
 typedef struct {
     int64_t rid, send, end, nbytes;
@@ -194,6 +200,8 @@ typedef struct {
     int rtype;
     const char *rdata;
     size_t rlen;
+    pthread_cond_t ev_cv; /* sse: events past EV_SOFT, the loop's end, or a take */
+    int woke; /* ev_cv was signalled for the backlog now waiting */
 } Loop;
 
 static int64_t clock_ns(void) {
@@ -283,6 +291,8 @@ static int put(Bytes *b, const char *d, size_t n) {
     return 0;
 }
 
+static size_t ev_bytes(Loop *L) { return L->evs.n * sizeof(Ev) + L->blob.n; }
+
 static void ev_push(Loop *L, int64_t rid, int64_t t, int64_t nbytes, int type, const char *d,
                     size_t n) {
     if (grow((void **)&L->evs.v, &L->evs.cap, L->evs.n + 1, sizeof(Ev))) return;
@@ -295,6 +305,10 @@ static void ev_push(Loop *L, int64_t rid, int64_t t, int64_t nbytes, int type, c
     e->off = (int64_t)off;
     e->len = (int32_t)n;
     e->type = type;
+    if (!L->woke && ev_bytes(L) >= EV_SOFT) { /* the recorder takes them now */
+        L->woke = 1;
+        pthread_cond_broadcast(&L->ev_cv);
+    }
 }
 
 /* ---- the queue ---------------------------------------------------------------------- */
@@ -1616,6 +1630,7 @@ static void on_bytes(Loop *L, Conn *c, const char *buf, size_t r) {
 static void on_readable(Loop *L, Conn *c) {
     char *buf = L->rbuf;
     for (;;) {
+        if (L->sse && ev_bytes(L) >= EV_HARD) return; /* read once the backlog is taken */
         ssize_t r = recv(c->fd, buf, READ_CHUNK, 0);
         if (r > 0) {
             on_bytes(L, c, buf, (size_t)r);
@@ -1825,6 +1840,7 @@ static void Loop_dealloc(Loop *L) {
     free(L->recs.v); free(L->queued.v); free(L->fixes.v); free(L->rbuf); free(L->scratch);
     free(L->reqs); free(L->req_off); free(L->evs.v); free(L->blob.v); free(L->cuts.v);
     pthread_mutex_destroy(&L->mu);
+    pthread_cond_destroy(&L->ev_cv);
     Py_TYPE(L)->tp_free((PyObject *)L);
 }
 
@@ -1855,6 +1871,11 @@ static int Loop_init(Loop *L, PyObject *args, PyObject *kw) {
     pthread_mutexattr_init(&ma);
     pthread_mutexattr_setprotocol(&ma, PTHREAD_PRIO_INHERIT);
     pthread_mutex_init(&L->mu, &ma);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&L->ev_cv, &ca);
+    pthread_condattr_destroy(&ca);
     pthread_mutexattr_destroy(&ma);
     L->tcp = !strcmp(kind, "tcp");
     L->sse = !strcmp(kind, "openai");
@@ -2056,6 +2077,19 @@ static PyObject *Loop_run(Loop *L, PyObject *args) {
         int64_t until = next_sweep;
         int have_due = !L->ended && L->next_i < L->n;
         if (have_due && L->times[L->next_i] < until) until = L->times[L->next_i];
+        if (L->sse && ev_bytes(L) >= EV_HARD) {
+            /* the backlog is full: sleep (sends still go when due) until it is taken */
+            int64_t d = (have_due ? until - spin_ns : until) - now_rel(L);
+            if (d > 0) {
+                struct timespec ts;
+                clock_gettime(CLOCK_MONOTONIC, &ts);
+                int64_t abs_ns = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec + d;
+                ts.tv_sec = abs_ns / 1000000000LL;
+                ts.tv_nsec = abs_ns % 1000000000LL;
+                pthread_cond_timedwait(&L->ev_cv, &L->mu, &ts);
+            }
+            continue;
+        }
         pthread_mutex_unlock(&L->mu);
         int r;
         if (have_due && until - now_rel(L) <= spin_ns) {
@@ -2067,6 +2101,7 @@ static PyObject *Loop_run(Loop *L, PyObject *args) {
         if (r > 0) handle(L, evs, r);
     }
     L->running = 0;
+    pthread_cond_broadcast(&L->ev_cv);
     pthread_mutex_unlock(&L->mu);
     prctl(PR_SET_TIMERSLACK, old_slack > 0 ? old_slack : 0, 0, 0, 0);
     Py_END_ALLOW_THREADS
@@ -2121,6 +2156,8 @@ static PyObject *Loop_take(Loop *L, PyObject *unused) {
     memset(&L->evs, 0, sizeof L->evs);
     blob = L->blob;
     memset(&L->blob, 0, sizeof L->blob);
+    L->woke = 0;
+    pthread_cond_broadcast(&L->ev_cv); /* a loop waiting on a full backlog reads again */
     nr = L->n_reasons;
     memcpy(reasons, L->reasons, (size_t)nr * sizeof(Reason));
     L->n_reasons = 0;
@@ -2151,6 +2188,25 @@ static PyObject *Loop_take(Loop *L, PyObject *unused) {
     Py_XDECREF(rb); Py_XDECREF(qb); Py_XDECREF(db); Py_XDECREF(rl); Py_XDECREF(fb);
     Py_XDECREF(eb); Py_XDECREF(bb);
     return res;
+}
+
+/* wait(timeout_s): until events waiting for Python pass EV_SOFT bytes, the run ends, or
+ * timeout_s (the recorder's pace: it takes at least every progress_s). */
+static PyObject *Loop_wait(Loop *L, PyObject *args) {
+    double timeout_s;
+    if (!PyArg_ParseTuple(args, "d", &timeout_s)) return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    int64_t abs_ns = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec + (int64_t)(timeout_s * 1e9);
+    ts.tv_sec = abs_ns / 1000000000LL;
+    ts.tv_nsec = abs_ns % 1000000000LL;
+    pthread_mutex_lock(&L->mu);
+    while (L->running && ev_bytes(L) < EV_SOFT)
+        if (pthread_cond_timedwait(&L->ev_cv, &L->mu, &ts) == ETIMEDOUT) break;
+    pthread_mutex_unlock(&L->mu);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
 }
 
 /* cut(rids int64 bytes): requests whose stream Python found failed; the loop drops their
@@ -2330,6 +2386,7 @@ static PyMethodDef Loop_methods[] = {
     {"end_schedule", (PyCFunction)Loop_end_schedule, METH_NOARGS, "dispatch nothing more"},
     {"take", (PyCFunction)Loop_take, METH_NOARGS, "records completed since the last take"},
     {"cut", (PyCFunction)Loop_cut, METH_VARARGS, "drop these requests' connections"},
+    {"wait", (PyCFunction)Loop_wait, METH_VARARGS, "until events pile up, or a time-out"},
     {"state", (PyCFunction)Loop_state, METH_NOARGS, "counters and flags"},
     {NULL, NULL, 0, NULL},
 };

@@ -323,8 +323,9 @@ def build_result(info: RunInfo, parts: Sequence[WorkerResult],
         data["histograms"].update({k: encode(book.hists[k])
                                    for k in ("ttft", "itl", "tpot", "e2e", "first_chunk")})
     from .fastpath import fallback_note
+    from .protocols import scheme_of
 
-    note = fallback_note(info.engine, info.protocol)
+    note = fallback_note(info.engine, scheme_of(info.target) or info.protocol)
     if note and data["generator"]["engine"] == "python":
         data["generator"]["engine_note"] = note
     missing_workers = sorted(missing_workers)
