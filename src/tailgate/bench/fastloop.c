@@ -2190,10 +2190,11 @@ static PyObject *Loop_take(Loop *L, PyObject *unused) {
     return res;
 }
 
-/* wait(timeout_s): until events waiting for Python pass EV_SOFT bytes, the run ends, or
- * timeout_s (the recorder's pace: it takes at least every progress_s). */
+/* wait(timeout_s) -> True when events waiting for Python passed EV_SOFT bytes (else the
+ * run ended or timeout_s passed: the recorder's pace, it takes at least every progress_s). */
 static PyObject *Loop_wait(Loop *L, PyObject *args) {
     double timeout_s;
+    int backlog;
     if (!PyArg_ParseTuple(args, "d", &timeout_s)) return NULL;
     Py_BEGIN_ALLOW_THREADS
     struct timespec ts;
@@ -2204,9 +2205,10 @@ static PyObject *Loop_wait(Loop *L, PyObject *args) {
     pthread_mutex_lock(&L->mu);
     while (L->running && ev_bytes(L) < EV_SOFT)
         if (pthread_cond_timedwait(&L->ev_cv, &L->mu, &ts) == ETIMEDOUT) break;
+    backlog = ev_bytes(L) >= EV_SOFT;
     pthread_mutex_unlock(&L->mu);
     Py_END_ALLOW_THREADS
-    Py_RETURN_NONE;
+    return PyBool_FromLong(backlog);
 }
 
 /* cut(rids int64 bytes): requests whose stream Python found failed; the loop drops their

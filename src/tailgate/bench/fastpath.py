@@ -39,7 +39,8 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -112,6 +113,21 @@ def _background() -> bool:
     from ..sched import background
 
     return background()
+
+
+@contextmanager
+def _competing(yes: bool) -> Iterator[None]:
+    """An idle-policy recorder competes as an ordinary thread while it reads a backlog of
+    streamed events: the loop stops reading when 4 MiB of them wait (fastloop.c EV_HARD),
+    and an idle task on a CPU that other work keeps busy might not run for seconds."""
+    idle = yes and os.sched_getscheduler(0) == os.SCHED_IDLE
+    if idle:
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+    try:
+        yield
+    finally:
+        if idle:
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
 
 
 def _restore(tid: int | None, policy: int, param: os.sched_param) -> None:
@@ -266,13 +282,15 @@ class FastEngine:
         self.background = _background()
         try:
             while loop.is_alive():
+                backlog = False
                 if self._streams is not None:  # sooner when events pile up (fast_sse)
-                    self._c.wait(self.cfg.progress_s)
+                    backlog = self._c.wait(self.cfg.progress_s)
                     loop.join(0.0)
                 else:
                     loop.join(self.cfg.progress_s)
                 if loop.is_alive():
-                    self._take(final=False)
+                    with _competing(backlog and self.background):
+                        self._take(final=False)
         except BaseException as exc:  # a bug in recording: end the run, re-raise in run()
             self._error = exc
             self._c.stop()
