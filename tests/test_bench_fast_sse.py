@@ -119,7 +119,7 @@ def llm_run(engine: str, base: str, *args: str, n: int = 84):
 
     return bench("openai+" + base, "--engine", engine, "--model", "m", "--workload", "random",
                  "--input-len", "8", "--output-len", "6", "--range-ratio", "0.5",
-                 "--rate", "60", "--requests", str(n), "--seed", "7", "--timeout", "1s",
+                 "--rate", "60", "--requests", str(n), "--seed", "7", "--timeout", "3s",
                  "--workers", "1", *args)
 
 
@@ -176,7 +176,7 @@ def test_every_scripted_fault_counts_alike_on_both_engines():
     for engine in ("fast", "python"):
         with ScriptedServer(modes=FAULTS, gap_s=0.002, keep_alive=True) as srv:
             got[engine] = bench("openai+" + srv.base, "--engine", engine, "--model", "m",
-                                "--rate", "40", "--seed", "1", "--timeout", "1.5s",
+                                "--rate", "40", "--seed", "1", "--timeout", "3s",
                                 "--input-len", "12", "--output-len", "6",
                                 "--requests", str(2 * len(FAULTS)), "--workers", "1")
     fast, py = got["fast"].json, got["python"].json
