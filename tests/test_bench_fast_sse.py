@@ -185,3 +185,66 @@ def test_every_scripted_fault_counts_alike_on_both_engines():
     assert fast["requests"]["ok"] == py["requests"]["ok"] == 6  # ok, eof_delimited_done, interim_100
     assert fast["requests"]["error_examples"] == py["requests"]["error_examples"]
     assert fast["tokens"] == py["tokens"]
+
+
+def test_a_stray_response_after_streams_relabels_them_on_both_engines():
+    """A server that follows every third stream on a connection with a response nobody
+    asked for: the streams completed ok on that connection after its first may have been
+    answered out of step, so they become protocol (conn.py), on both engines alike, in the
+    counts and the --log rows."""
+    import asyncio
+    import threading
+
+    from support.bench_cli import bench
+
+    async def handle(reader, writer):
+        served = 0
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                n = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+                await reader.readexactly(n)
+                served += 1
+                out = HEAD + piece(tok(" a")) + piece(DONE) + b"0\r\n\r\n"
+                if served == 3:
+                    out += b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
+                writer.write(out)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    ready, box = threading.Event(), {}
+
+    def serve():
+        async def main():
+            srv = await asyncio.start_server(handle, "127.0.0.1", 0)
+            box["port"], box["loop"], box["stop"] = (srv.sockets[0].getsockname()[1],
+                                                     asyncio.get_running_loop(), asyncio.Event())
+            ready.set()
+            await box["stop"].wait()
+            srv.close()
+
+        asyncio.run(main())
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    assert ready.wait(10)
+    try:
+        runs = {e: bench(f"openai+http://127.0.0.1:{box['port']}/v1", "--engine", e, "--model",
+                         "m", "--rate", "20", "--requests", "6", "--workers", "1",
+                         "--connections", "1", "--max-connections", "1", "--input-len", "4",
+                         "--output-len", "1", "--timeout", "5s")
+                for e in ("fast", "python")}
+    finally:
+        box["loop"].call_soon_threadsafe(box["stop"].set)
+        thread.join(10)
+    for engine, run in runs.items():
+        req = run.json["requests"]
+        assert run.json["generator"]["engine"] == engine
+        assert (req["ok"], req["errors"]["protocol"]) == (2, 4), (engine, req)
+        (ex,) = req["error_examples"]["protocol"]
+        assert ex["reason"].startswith("out of step: ") and ex["count"] == 4
+        assert sorted(run.log["outcome"].tolist()) == ["ok"] * 2 + ["protocol"] * 4
+    fast, py = runs["fast"].log, runs["python"].log
+    assert fast["outcome"][np.argsort(fast["id"])].tolist() == \
+        py["outcome"][np.argsort(py["id"])].tolist()

@@ -45,8 +45,9 @@ from typing import Any
 
 import numpy as np
 
+from .conn import OUT_OF_STEP
 from .engine import EngineConfig, WorkerResult
-from .outcome import KINDS, OK
+from .outcome import KINDS, OK, PROTOCOL
 from .protocols import compiled_schemes
 from .recording import LoopState, Recorder, note_reason
 
@@ -349,7 +350,15 @@ class FastEngine:
             done = self._streams.settle(rid, end, out, status, nbytes)
             out, end, status, nbytes, toks = (done.out, done.end, done.status, done.nbytes,
                                               done.toks)
-            for r_, o, why in zip(rid.tolist(), out.tolist(), done.reasons, strict=True):
+            reasons_now = done.reasons
+            fx = np.frombuffer(fixes, dtype=np.int64)
+            if fx.size:  # out of step before being recorded: protocol now (as engine.py does)
+                here = np.isin(rid, fx) & (out == OK)
+                out[here] = PROTOCOL
+                reasons_now = [OUT_OF_STEP if h else w
+                               for h, w in zip(here.tolist(), reasons_now, strict=True)]
+                fixes = fx[~np.isin(fx, rid[here])].tobytes()
+            for r_, o, why in zip(rid.tolist(), out.tolist(), reasons_now, strict=True):
                 if o == OK:
                     self._final_ok[r_] = 1
                 elif r_ >= self.first_measured:
