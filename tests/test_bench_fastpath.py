@@ -212,14 +212,20 @@ def test_engine_choice_rules():
     assert fastpath.choose("auto", "http") == "fast"
     assert fastpath.choose("auto", "tcp") == "fast"
     assert fastpath.choose("python", "http") == "python"
-    with pytest.raises(fastpath.EngineUnavailable, match="http:// and tcp:// only"):
-        fastpath.choose("fast", "openai")
+    assert fastpath.choose("auto", "openai+http") == "fast"
+    assert fastpath.choose("auto", "openai+https") == "python"  # TLS: the Python engine
+    with pytest.raises(fastpath.EngineUnavailable,
+                       match="http://, tcp://, openai\\+http:// only"):
+        fastpath.choose("fast", "openai+https")
     with pytest.raises(fastpath.EngineUnavailable, match="must be one of"):
         fastpath.choose("turbo", "http")
 
 
-def test_engine_fast_is_refused_for_an_openai_target():
-    r = subprocess.run([sys.executable, "-m", "tailgate", "bench", "openai+http://127.0.0.1:9/v1",
-                        "--engine", "fast", "--rate", "1", "--duration", "1s", "--model", "m"],
+def test_engine_fast_is_refused_for_an_openai_tls_target():
+    r = subprocess.run([sys.executable, "-m", "tailgate", "bench",
+                        "openai+https://127.0.0.1:9/v1", "--engine", "fast", "--rate", "1",
+                        "--duration", "1s", "--model", "m"],
                        capture_output=True, text=True, timeout=60, check=False)
-    assert r.returncode == 2 and "--engine fast speaks http:// and tcp:// only" in r.stderr
+    assert r.returncode == 2, r.stderr
+    assert ("--engine fast speaks http://, tcp://, openai+http:// only (TLS runs on the python "
+            "engine), not openai+https:// targets") in r.stderr

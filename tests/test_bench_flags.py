@@ -53,7 +53,7 @@ TABLE: dict[str, tuple[list[str], tuple[str, ...]]] = {
     "--seed": (["--seed", "5"], ALL),
     "--slo": (["--slo", "p99<1s"], ALL),
     "--confidence": (["--confidence", "p99=10%@95%"], ALL),
-    "--engine": (["--engine", "fast"], ("http", "tcp")),  # the compiled loop: no LLM
+    "--engine": (["--engine", "fast"], ("http", "tcp", "openai")),  # openai+http://: yes
     # many generators (tests/test_scenario.py, test_fleet_ray.py): run() hands these to
     # commands/bench_fleet.py before _parse, for every protocol
     "--ray": (["--ray", "127.0.0.1:6379"], ALL),

@@ -315,6 +315,118 @@ def test_tcp_truncated_closed_and_too_large():
 
 CL = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"
 CHUNKED = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+def _sse_piece(data: bytes) -> bytes:  # one HTTP chunk
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def _tok(text: str, finish: str | None = None, chat: bool = False) -> bytes:
+    import json
+
+    choice = ({"index": 0, "delta": {"content": text}, "finish_reason": finish} if chat
+              else {"index": 0, "text": text, "finish_reason": finish})
+    return b"data: " + json.dumps({"id": "x", "choices": [choice]}).encode() + b"\n\n"
+
+
+SSE_HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n")
+DONE = _sse_piece(b"data: [DONE]\n\n")
+END = b"0\r\n\r\n"
+USAGE = b'data: {"id":"x","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}\n\n'
+TWO = _sse_piece(_tok(" a")) + _sse_piece(_tok(" b", "length"))
+# openai+http:// streams (issue 27): the HTTP framing and the event stream of the Python
+# engine's OpenAIConnection against the compiled loop's scanner (its JSON read by
+# bench/fast_sse.py): (id, bytes, options, the outcome)
+SSE_TABLE: list[tuple[str, bytes, dict, str | None]] = [
+    ("ok", SSE_HEAD + TWO + _sse_piece(USAGE) + DONE + END, {}, "ok"),
+    ("chat", SSE_HEAD + _sse_piece(b'data: {"choices":[{"delta":{"role":"assistant"}}]}\n\n')
+     + _sse_piece(_tok("hi", chat=True)) + DONE + END, {"api": "chat"}, "ok"),
+    ("content-length", b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+     b"Content-Length: %d\r\n\r\n" % (len(_tok(" a")) + 14) + _tok(" a") + b"data: [DONE]\n\n",
+     {}, "ok"),
+    ("eof-delimited", b"HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\n"
+     + _tok(" a") + b"data: [DONE]\n\n", {"eof": True}, "ok"),
+    ("eof-delimited-open", b"HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\n"
+     + _tok(" a") + b"data: [DONE]\n\n", {}, None),
+    ("interim", b"HTTP/1.1 100 Continue\r\n\r\n" + SSE_HEAD + TWO + DONE + END, {}, "ok"),
+    ("crlf-and-cr", SSE_HEAD + _sse_piece(b'data: {"choices":[{"text":"x"}]}\r\n\r')
+     + _sse_piece(b'\ndata: {"choices":[{"text":"y"}]}\r\rdata: [DONE]\r\n\r\n') + END, {},
+     "ok"),
+    ("comments-ids-retry", SSE_HEAD + _sse_piece(b": keep-alive\n\nid: 7\nretry: 10\n"
+                                                 b"event: message\nbogus\n" + _tok(" a"))
+     + DONE + END, {}, "ok"),
+    ("multiline-data", SSE_HEAD + _sse_piece(b'data: {"choices":\ndata: [{"text":"x"}]}\n\n')
+     + DONE + END, {}, "ok"),
+    ("one-chunk-many-events", SSE_HEAD + _sse_piece(_tok(" a") + _tok(" b") + USAGE
+                                                    + b"data: [DONE]\n\n") + END, {}, "ok"),
+    ("split-events", SSE_HEAD + _sse_piece(_tok(" a")[:9]) + _sse_piece(_tok(" a")[9:])
+     + DONE + END, {}, "ok"),
+    ("bytes-after-done", SSE_HEAD + TWO + DONE + _sse_piece(b"\xff garbage {\n\n") + END, {},
+     "ok"),
+    ("ctype-case-params", SSE_HEAD.replace(b"text/event-stream", b"Text/Event-Stream; "
+                                           b"charset=utf-8") + TWO + DONE + END, {}, "ok"),
+    ("ctype-empty", SSE_HEAD.replace(b"text/event-stream", b"") + TWO + DONE + END, {}, "ok"),
+    ("no-ctype", SSE_HEAD.replace(b"Content-Type: text/event-stream\r\n", b"") + TWO + DONE
+     + END, {}, "ok"),
+    ("no-token", SSE_HEAD + _sse_piece(_tok("", "length")) + DONE + END, {}, "no_token"),
+    ("bad-json", SSE_HEAD + _sse_piece(_tok(" a")) + _sse_piece(b"data: {not json\n\n") + TWO
+     + DONE + END, {}, "malformed_sse"),
+    ("no-choices", SSE_HEAD + _sse_piece(b'data: {"id": 1}\n\n') + DONE + END, {},
+     "malformed_sse"),
+    ("not-an-object", SSE_HEAD + _sse_piece(b"data: [1, 2]\n\n") + DONE + END, {},
+     "malformed_sse"),
+    ("not-utf8", SSE_HEAD + _sse_piece(_tok(" a")) + _sse_piece(b"data: \xff\xfe broken\n\n")
+     + DONE + END, {}, "malformed_sse"),
+    ("not-utf8-field", SSE_HEAD + _sse_piece(b"ev\xc3\x28nt: x\n") + TWO + DONE + END, {},
+     "malformed_sse"),
+    ("overlong-utf8", SSE_HEAD + _sse_piece(b"data: \xc0\xafx\n\n") + DONE + END, {},
+     "malformed_sse"),
+    ("utf8-ok", SSE_HEAD + _sse_piece(_tok(" \u00e9\u4e2d\U0001f600")) + _sse_piece(
+        'data: {"choices":[{"text":"é中😀"}]}\n\n'.encode()) + DONE + END, {}, "ok"),
+    ("error-event-json", SSE_HEAD + _sse_piece(_tok(" a")) + _sse_piece(
+        b'event: error\ndata: {"message": "out of KV cache", "code": 500}\n\n') + END, {},
+     "server_error"),
+    ("error-event-text", SSE_HEAD + _sse_piece(b"event: error\ndata: backend died\n\n") + END,
+     {}, "server_error"),
+    ("error-object", SSE_HEAD + _sse_piece(_tok(" a")) + _sse_piece(
+        b'data: {"error": {"message": "engine overloaded"}}\n\n') + DONE + END, {},
+     "server_error"),
+    ("ends-before-done", SSE_HEAD + TWO + END, {}, "truncated"),
+    ("ends-before-done-allowed", SSE_HEAD + TWO + END, {"require_done": False}, "ok"),
+    ("ends-inside-event", SSE_HEAD + TWO + _sse_piece(b"data: {") + END, {"require_done": False},
+     "truncated"),
+    ("ends-without-finish", SSE_HEAD + _sse_piece(_tok(" a")) + END, {"require_done": False},
+     "truncated"),
+    ("eof-mid-chunk", SSE_HEAD + TWO + b"40\r\ndata: [DO", {"eof": True}, "truncated"),
+    ("eof-before-done", b"HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\n" + _tok(" a"),
+     {"eof": True}, "truncated"),
+    ("framing-error-after-tokens", SSE_HEAD + TWO + b"zz\r\n", {}, "protocol"),
+    ("status-500", b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\n"
+     b'Content-Length: 42\r\n\r\n{"error": {"message": "scripted failure"}}', {}, "status_5xx"),
+    ("status-404", b"HTTP/1.1 404 Not Found\r\nContent-Length: 4\r\n\r\nnope", {},
+     "status_4xx"),
+    ("status-302", b"HTTP/1.1 302 Found\r\nContent-Length: 0\r\n\r\n", {}, "protocol"),
+    ("status-201", SSE_HEAD.replace(b"200 OK", b"201 Created") + TWO + DONE + END, {},
+     "protocol"),
+    ("status-500-cut", b"HTTP/1.1 500 X\r\nContent-Length: 900\r\n\r\n\xffpartial " + b"e" * 400,
+     {"eof": True}, "status_5xx"),
+    ("not-event-stream", b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+     b'Content-Length: 2\r\n\r\n{}', {}, "protocol"),
+    ("not-event-stream-empty", b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+     b"Content-Length: 0\r\n\r\n", {}, "protocol"),
+    ("upgrade", b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n\x81", {},
+     "upgrade"),
+    ("unsolicited-after", SSE_HEAD + TWO + DONE + END + b"HTTP/1.1 200 OK\r\n\r\n", {}, "ok"),
+    ("event-too-large", SSE_HEAD + _sse_piece(b"data: " + b"x" * 40 + b"\ndata: " + b"y" * 40
+                                              + b"\n\n") + END, {"max_event": 64}, "too_large"),
+    ("event-at-its-limit", SSE_HEAD + _sse_piece(b'data: {"choices":[{"text":"z"}]}\n\n')
+     + DONE + END, {"max_event": 34}, "ok"),
+    ("tokens-past-limit", SSE_HEAD + TWO + _sse_piece(_tok(" c")) + DONE + END,
+     {"max_tokens": 2}, "too_large"),
+    ("tokens-at-limit", SSE_HEAD + TWO + DONE + END, {"max_tokens": 2}, "ok"),
+    ("eof-before-any-byte", b"", {"eof": True}, "reset"),
+]
 # (id, kind, bytes, options, the outcome)
 TABLE: list[tuple[str, str, bytes, dict, str | None]] = [
     ("content-length", "http", CL, {}, "ok"),
@@ -393,6 +505,7 @@ TABLE: list[tuple[str, str, bytes, dict, str | None]] = [
     ("tcp-truncated", "tcp", b"partial", {"delimiter": b"\n", "eof": True}, "truncated"),
     ("tcp-closed", "tcp", b"", {"delimiter": b"\n", "eof": True}, "reset"),
     ("tcp-too-large", "tcp", b"x" * 5000, {"delimiter": b"\n", "limits": SMALL}, "too_large"),
+    *[(f"sse-{name}", "openai", msg, opts, want) for name, msg, opts, want in SSE_TABLE],
 ]
 
 

@@ -27,7 +27,8 @@ The library call (:mod:`.spec`, :mod:`.runner`)::
   :mod:`tailgate.llm.sse` and times each token, see :mod:`tailgate.llm.accounting`).
 * :mod:`.engine`   — one process: schedule, connection pool, time-outs, recording.
 * :mod:`.fastpath` — the same engine with its hot loop compiled (``fastloop.c``) for
-  ``http://`` and ``tcp://``; :func:`.fastpath.choose` picks the engine (``--engine``).
+  ``http://``, ``tcp://`` and ``openai+http://`` (its JSON read by :mod:`.fast_sse`);
+  :func:`.fastpath.choose` picks the engine (``--engine``).
 * :mod:`.workers`  — N engine processes, merged exactly.
 * :mod:`.result`   — the merged result: JSON, summary, warnings, per-request log.
 * :mod:`.progress` — the live display.

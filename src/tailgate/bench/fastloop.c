@@ -35,7 +35,7 @@
 
 /* outcome codes: bench/outcome.py */
 enum { OK = 0, CONNECT, TIMEOUT, RESET, S4XX, S5XX, PROTOCOL, TRUNCATED, TOO_LARGE, UPGRADE,
-       STALE };
+       STALE, MALFORMED_SSE, SERVER_ERROR, NO_TOKEN };
 /* error kinds that are not outcomes (http1.FramingError "closed") */
 #define K_CLOSED 100
 
@@ -55,6 +55,18 @@ enum { C_FREE = 0, C_CONNECTING, C_OPEN };
 enum { IDLE = 0, HEAD, BODY_LEN, BODY_EOF, CHUNK_SIZE, CHUNK_DATA, CHUNK_CRLF, TRAILER, DEAD };
 /* reason scopes */
 enum { SC_REQUEST = 0, SC_CONN = 1, SC_CONNECT = 2 };
+/* openai+http:// (sse): what the event buffer holds (fast_sse.py reads it): a data event,
+ * data: [DONE], or the reason of an ended request, typed so Python words it as the Python
+ * engine does (an error body, an SSE error event's data, a Content-Type, a bad line...) */
+enum { EV_DATA = 0, EV_DONE, R_TEXT, R_STATUS, R_EVERR, R_CTYPE, R_TRUNC_PENDING,
+       R_TRUNC_CLEAN, R_UTF8 };
+#define ERROR_BODY 300 /* openai_sse: the first 300 bytes of an error body are kept */
+/* The events waiting for Python (sse): past EV_SOFT bytes the recorder is woken to take
+ * them (Loop.wait), past EV_HARD the loop reads no more until they are taken, so a client
+ * that cannot interpret chunks as fast as they come holds a bounded backlog (it reads
+ * later instead, as the Python engine does when it falls behind). */
+#define EV_SOFT (1u << 20)
+#define EV_HARD (4u << 20)
 
 typedef struct {
     int64_t rid, send, end, nbytes;
@@ -76,6 +88,22 @@ typedef struct {
     int64_t count;
     char reason[MAX_REASON];
 } Reason;
+
+/* one event (or reason) of a streamed response: its bytes are blob[off, off + len) */
+typedef struct {
+    int64_t rid, t, nbytes, off;
+    int32_t len, type;
+} Ev;
+
+typedef struct {
+    Ev *v;
+    size_t n, cap;
+} Evs;
+
+typedef struct {
+    char *v;
+    size_t n, cap;
+} Bytes;
 
 typedef struct Conn {
     int fd, state, idle, reusable, eof;
@@ -106,6 +134,12 @@ typedef struct Conn {
     size_t first_len;
     char *tail;
     size_t tail_len;
+    /* sse (openai+http://): the event stream of the response in flight (llm/sse.py rules) */
+    int is_stream, settled, skip_lf, ev_error, seg_stop, seg_err, seg_err_type, read_fail;
+    int read_fail_type;
+    int64_t n_data, ev_size, line_len, t_read;
+    size_t read_mark, read_bmark, seg_mark, seg_bmark;
+    Bytes line, ev, ctype, ebody, seg_why, fail_why;
 } Conn;
 
 typedef struct {
@@ -153,6 +187,21 @@ typedef struct {
     char *rbuf;
     char *scratch;
     size_t scratch_cap;
+    /* sse (openai+http://): each request's own bytes, the SSE bounds, the events taken by
+     * take() (guarded by mu), requests Python found failed that the loop is to cut, and the
+     * typed reason of the next record (set just before it is recorded) */
+    int sse;
+    char *reqs;
+    int64_t *req_off;
+    int64_t max_event, sse_max_line;
+    Evs evs;
+    Bytes blob;
+    I64s cuts;
+    int rtype;
+    const char *rdata;
+    size_t rlen;
+    pthread_cond_t ev_cv; /* sse: events past EV_SOFT, the loop's end, or a take */
+    int woke; /* ev_cv was signalled for the backlog now waiting */
 } Loop;
 
 static int64_t clock_ns(void) {
@@ -230,7 +279,37 @@ static void note_reason(Loop *L, int scope, int kind, const char *reason) {
 
 static const char *KIND_NAMES[] = {"ok", "connect", "timeout", "reset", "status_4xx",
                                    "status_5xx", "protocol", "truncated", "too_large",
-                                   "upgrade", "stale_connection"};
+                                   "upgrade", "stale_connection", "malformed_sse",
+                                   "server_error", "no_token"};
+
+/* ---- the event buffer (sse) ------------------------------------------------------------ */
+
+static int put(Bytes *b, const char *d, size_t n) {
+    if (grow((void **)&b->v, &b->cap, b->n + n + 1, 1)) return -1;
+    if (n) memcpy(b->v + b->n, d, n);
+    b->n += n;
+    return 0;
+}
+
+static size_t ev_bytes(Loop *L) { return L->evs.n * sizeof(Ev) + L->blob.n; }
+
+static void ev_push(Loop *L, int64_t rid, int64_t t, int64_t nbytes, int type, const char *d,
+                    size_t n) {
+    if (grow((void **)&L->evs.v, &L->evs.cap, L->evs.n + 1, sizeof(Ev))) return;
+    size_t off = L->blob.n;
+    if (put(&L->blob, d, n)) return;
+    Ev *e = &L->evs.v[L->evs.n++];
+    e->rid = rid;
+    e->t = t;
+    e->nbytes = nbytes;
+    e->off = (int64_t)off;
+    e->len = (int32_t)n;
+    e->type = type;
+    if (!L->woke && ev_bytes(L) >= EV_SOFT) { /* the recorder takes them now */
+        L->woke = 1;
+        pthread_cond_broadcast(&L->ev_cv);
+    }
+}
 
 /* ---- the queue ---------------------------------------------------------------------- */
 
@@ -260,13 +339,24 @@ static void check_finished(Loop *L) {
 /* A request ends (exactly once: the done flag). */
 static int64_t record(Loop *L, int64_t rid, int outcome, int status, int64_t send,
                       int64_t end, int64_t nbytes, const char *reason) {
+    int rtype = L->rtype;
+    const char *rdata = L->rdata;
+    size_t rlen = L->rlen;
+    L->rtype = 0;
     if (rid < 0 || L->done[rid]) return -1;
     L->done[rid] = 1;
     L->n_done++;
-    if (rid >= L->first_measured) {
-        L->n_sent++;
-        if (outcome) note_reason(L, SC_REQUEST, outcome,
-                                 reason && *reason ? reason : KIND_NAMES[outcome]);
+    if (rid >= L->first_measured) L->n_sent++;
+    if (L->sse) { /* Python words the reason once the stream's JSON is read (fast_sse.py) */
+        if (outcome || rtype) {
+            if (!rtype) {
+                rdata = reason && *reason ? reason : KIND_NAMES[outcome];
+                rlen = strlen(rdata);
+            }
+            ev_push(L, rid, end, nbytes, rtype ? rtype : R_TEXT, rdata, rlen);
+        }
+    } else if (outcome && rid >= L->first_measured) {
+        note_reason(L, SC_REQUEST, outcome, reason && *reason ? reason : KIND_NAMES[outcome]);
     }
     if (grow((void **)&L->recs.v, &L->recs.cap, L->recs.n + 1, sizeof(Record)) == 0) {
         Record *r = &L->recs.v[L->recs.n++];
@@ -430,6 +520,21 @@ static void expect_resp(Loop *L, Conn *c) {
         c->blen = 0;
         c->mismatch[0] = 0;
     }
+    if (L->sse) { /* openai_sse._reset: a fresh event stream per request */
+        c->status = 0;
+        c->is_stream = 1;
+        c->settled = c->skip_lf = c->ev_error = c->seg_stop = c->seg_err = c->read_fail = 0;
+        c->n_data = c->ev_size = c->line_len = 0;
+        Bytes *bufs[] = {&c->line, &c->ev, &c->ctype, &c->ebody, &c->seg_why, &c->fail_why};
+        for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) {
+            bufs[i]->n = 0;
+            if (bufs[i]->cap > (1u << 20)) { /* a huge event's buffer is not kept */
+                free(bufs[i]->v);
+                bufs[i]->v = NULL;
+                bufs[i]->cap = 0;
+            }
+        }
+    }
 }
 
 static void send_req(Loop *L, Conn *c, int64_t rid, int64_t now) {
@@ -437,7 +542,10 @@ static void send_req(Loop *L, Conn *c, int64_t rid, int64_t now) {
     c->t_send = now;
     c->nbytes = 0;
     expect_resp(L, c);
-    if (L->check_seq) {
+    if (L->sse) { /* each request's own bytes (the workload's prompt) */
+        c->out = L->reqs + L->req_off[rid];
+        c->out_len = (size_t)(L->req_off[rid + 1] - L->req_off[rid]);
+    } else if (L->check_seq) {
         char stamp[48];
         int sl;
         size_t cut = L->tcp ? 0 : L->req_cut;
@@ -494,8 +602,10 @@ static void complete(Loop *L, Conn *c, int outcome, int status, const char *reas
     c->rid = -1;
     int reused = c->served > 0;
     c->served++;
+    /* sse: a stream ended by its framing after a finish_reason may be ok (Python decides) */
+    int maybe_ok = outcome == OK || (L->sse && L->rtype == R_TRUNC_CLEAN);
     int64_t at = record(L, rid, outcome, status, c->t_send, now_rel(L), c->nbytes, reason);
-    if (at >= 0 && outcome == OK && reused) {
+    if (at >= 0 && maybe_ok && reused) {
         c->sus[c->sus_at] = rid;
         c->sus_at = (c->sus_at + 1) % MAX_SUSPECTS;
         if (c->n_sus < MAX_SUSPECTS) c->n_sus++;
@@ -509,6 +619,11 @@ static void complete(Loop *L, Conn *c, int outcome, int status, const char *reas
 static void out_of_step(Loop *L, Conn *c) {
     for (int k = 0; k < c->n_sus; k++) {
         int64_t rid = c->sus[k];
+        if (L->sse) { /* Python relabels those it recorded ok, once their JSON is read */
+            if (grow((void **)&L->fixes.v, &L->fixes.cap, L->fixes.n + 1, sizeof(int64_t)) == 0)
+                L->fixes.v[L->fixes.n++] = rid;
+            continue;
+        }
         size_t j = L->recs.n;
         while (j > 0 && L->recs.v[j - 1].rid != rid) j--;
         if (j > 0) {
@@ -608,7 +723,7 @@ static int has_token(const char *v, size_t n, const char *tok) {
     return 0;
 }
 
-enum { F_TE = 0, F_CL, F_CONN, F_SEQ, F_UPGRADE, F_OTHER };
+enum { F_TE = 0, F_CL, F_CONN, F_SEQ, F_UPGRADE, F_CTYPE, F_OTHER };
 #define MAX_FIELDS 64
 
 typedef struct {
@@ -680,7 +795,8 @@ static int on_head(Loop *L, Conn *c, const char *blk, size_t n, Err *e, int *kee
                     : ieq(ln, nlen, "content-length") ? F_CL
                     : ieq(ln, nlen, "connection") ? F_CONN
                     : ieq(ln, nlen, "x-tailgate-seq") ? F_SEQ
-                    : ieq(ln, nlen, "upgrade") ? F_UPGRADE : F_OTHER;
+                    : ieq(ln, nlen, "upgrade") ? F_UPGRADE
+                    : L->sse && ieq(ln, nlen, "content-type") ? F_CTYPE : F_OTHER;
         if (which == F_OTHER || nf >= MAX_FIELDS) {
             last = -2;
             continue;
@@ -722,6 +838,21 @@ static int on_head(Loop *L, Conn *c, const char *blk, size_t n, Err *e, int *kee
     if (has_conn)
         keep = !has_token(joined, jl, "close") && (minor >= 1 || has_token(joined, jl, "keep-alive"));
     c->status = status;
+    if (L->sse) { /* openai_sse: no Content-Type is taken for an event stream */
+        const char *ct = NULL;
+        size_t cl = 0;
+        for (int i = 0; i < nf; i++)
+            if (f[i].which == F_CTYPE) { ct = S + f[i].off; cl = f[i].len; break; }
+        if (!cl) { ct = "text/event-stream"; cl = 17; }
+        c->ctype.n = 0;
+        put(&c->ctype, ct, cl);
+        c->is_stream = cl >= 17;
+        for (size_t i = 0; c->is_stream && i < 17; i++) {
+            char x = ct[i];
+            if (x >= 'A' && x <= 'Z') x = (char)(x + 32);
+            c->is_stream = x == "text/event-stream"[i];
+        }
+    }
     if (L->check_seq) {
         const char *sv = NULL;
         size_t sl = 0;
@@ -840,6 +971,197 @@ static int find_blank(const char *buf, size_t from, size_t n, size_t *end, size_
     return 0;
 }
 
+/* ---- server-sent events (llm/sse.py, bench/openai_sse.py) ------------------------------- */
+
+/* Strict UTF-8, as Python's decoder (no overlongs, surrogates or code points past U+10FFFF). */
+static int utf8_ok(const unsigned char *s, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        unsigned char c = s[i];
+        if (c < 0x80) { i++; continue; }
+        if (c >= 0xC2 && c <= 0xDF) {
+            if (i + 1 >= n || (s[i + 1] & 0xC0) != 0x80) return 0;
+            i += 2;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            if (i + 2 >= n) return 0;
+            unsigned char c1 = s[i + 1];
+            if ((c1 & 0xC0) != 0x80 || (s[i + 2] & 0xC0) != 0x80) return 0;
+            if ((c == 0xE0 && c1 < 0xA0) || (c == 0xED && c1 >= 0xA0)) return 0;
+            i += 3;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            if (i + 3 >= n) return 0;
+            unsigned char c1 = s[i + 1];
+            if ((c1 & 0xC0) != 0x80 || (s[i + 2] & 0xC0) != 0x80 || (s[i + 3] & 0xC0) != 0x80)
+                return 0;
+            if ((c == 0xF0 && c1 < 0x90) || (c == 0xF4 && c1 >= 0x90)) return 0;
+            i += 4;
+        } else return 0;
+    }
+    return 1;
+}
+
+/* An error in the segment being scanned: which one wins follows SSEParser.feed: a line past
+ * the bound anywhere in the segment (checked first, over all its lines), else the first
+ * line or event error (seg_err 2 and 1). */
+static void seg_fail(Conn *c, int level, int type, const char *d, size_t n) {
+    if (c->seg_err >= level) return;
+    c->seg_err = level;
+    c->seg_err_type = type;
+    c->seg_why.n = 0;
+    put(&c->seg_why, d, n);
+}
+
+/* A blank line: the event is complete (SSEParser: data lines joined with LF). Python
+ * interprets it (fast_sse.py); an ``event: error`` or ``data: [DONE]`` ends the stream. */
+static void sse_dispatch(Loop *L, Conn *c) {
+    if (c->n_data && !c->seg_stop) {
+        if (c->ev_error) { /* openai_sse: server_error, with the event's message */
+            c->seg_stop = 2;
+            c->fail_why.n = 0;
+            put(&c->fail_why, c->ev.v, c->ev.n);
+        } else if (c->ev.n == 6 && !memcmp(c->ev.v, "[DONE]", 6)) {
+            c->seg_stop = 1;
+            ev_push(L, c->rid, c->t_read, c->nbytes, EV_DONE, NULL, 0);
+        } else ev_push(L, c->rid, c->t_read, c->nbytes, EV_DATA, c->ev.v, c->ev.n);
+    }
+    c->n_data = c->ev_size = 0;
+    c->ev.n = 0;
+    c->ev_error = 0;
+}
+
+static void sse_line(Loop *L, Conn *c, const char *p, size_t n) {
+    if (n == 0) {
+        sse_dispatch(L, c);
+        return;
+    }
+    if (p[0] == ':') return; /* a comment (keep-alive) */
+    if (!utf8_ok((const unsigned char *)p, n)) {
+        seg_fail(c, 1, R_UTF8, p, n);
+        return;
+    }
+    const char *colon = memchr(p, ':', n);
+    size_t nl = colon ? (size_t)(colon - p) : n;
+    const char *v = colon ? colon + 1 : p + n;
+    size_t vl = colon ? n - nl - 1 : 0;
+    if (colon && vl && v[0] == ' ') { v++; vl--; }
+    if (nl == 4 && !memcmp(p, "data", 4)) {
+        c->ev_size += (int64_t)n;
+        if (c->ev_size > L->max_event) {
+            char why[MAX_REASON];
+            int k = snprintf(why, sizeof why, "an event exceeds %lld bytes without its closing "
+                             "blank line", (long long)L->max_event);
+            seg_fail(c, 1, R_TEXT, why, (size_t)k);
+            return;
+        }
+        if (c->n_data) put(&c->ev, "\n", 1);
+        put(&c->ev, v, vl);
+        c->n_data++;
+    } else if (nl == 5 && !memcmp(p, "event", 5)) {
+        c->ev_error = vl == 5 && !memcmp(v, "error", 5);
+    } /* id, retry and unknown fields: ignored */
+}
+
+/* One Data segment of the body (what openai_sse._body gets: body bytes of one read, one
+ * HTTP chunk at a time). Lines end in LF, CRLF or CR. */
+static void sse_segment(Loop *L, Conn *c, const char *p, size_t n) {
+    c->seg_mark = L->evs.n;
+    c->seg_bmark = L->blob.n;
+    c->seg_stop = c->seg_err = 0;
+    size_t i = 0;
+    while (i < n) {
+        if (c->skip_lf) {
+            c->skip_lf = 0;
+            if (p[i] == '\n') { i++; continue; }
+        }
+        size_t j = i;
+        while (j < n && p[j] != '\n' && p[j] != '\r') j++;
+        c->line_len += (int64_t)(j - i);
+        if (c->line_len > L->sse_max_line) {
+            char why[MAX_REASON];
+            int k = snprintf(why, sizeof why, "an event-stream line exceeds %lld bytes",
+                             (long long)L->sse_max_line);
+            seg_fail(c, 2, R_TEXT, why, (size_t)k);
+        }
+        if (j == n) { /* no line end yet: the line grows */
+            if (!c->seg_err) put(&c->line, p + i, j - i);
+            break;
+        }
+        if (!c->seg_err) {
+            if (c->line.n) {
+                put(&c->line, p + i, j - i);
+                sse_line(L, c, c->line.v, c->line.n);
+            } else sse_line(L, c, p + i, j - i);
+        }
+        c->line.n = 0;
+        c->line_len = 0;
+        if (p[j] == '\r') c->skip_lf = 1;
+        i = j + 1;
+    }
+    if (c->seg_err) { /* SSEParser.feed raised: none of this segment's events count */
+        L->evs.n = c->seg_mark;
+        L->blob.n = c->seg_bmark;
+        c->read_fail = c->seg_err_type == R_UTF8 ? MALFORMED_SSE : TOO_LARGE;
+        c->read_fail_type = c->seg_err_type;
+        c->fail_why.n = 0;
+        put(&c->fail_why, c->seg_why.v, c->seg_why.n);
+    } else if (c->seg_stop == 2) {
+        c->read_fail = SERVER_ERROR;
+        c->read_fail_type = R_EVERR;
+    } else if (c->seg_stop == 1) c->settled = 1; /* the rest of the response is not read */
+}
+
+/* Body bytes of the response in flight (openai_sse._body). A failure waits for the end of
+ * the read: a framing error anywhere in the read wins (ResponseReader.feed raises first). */
+static void body_segment(Loop *L, Conn *c, const char *p, size_t n) {
+    if (c->read_fail || !n) return;
+    if (c->status != 200) {
+        size_t room = c->ebody.n < ERROR_BODY ? ERROR_BODY - c->ebody.n : 0;
+        put(&c->ebody, p, n < room ? n : room);
+        return;
+    }
+    if (!c->is_stream) {
+        c->read_fail = PROTOCOL;
+        c->read_fail_type = R_CTYPE;
+        c->fail_why.n = 0;
+        put(&c->fail_why, c->ctype.v, c->ctype.n);
+        return;
+    }
+    if (c->settled) return; /* after data: [DONE] the framing still ends the response */
+    sse_segment(L, c, p, n);
+}
+
+/* The stream failed in this read: the request ends now, the connection goes. */
+static void sse_fail(Loop *L, Conn *c) {
+    L->rtype = c->read_fail_type;
+    L->rdata = c->fail_why.v;
+    L->rlen = c->fail_why.n;
+    fail(L, c, c->read_fail, "");
+}
+
+/* The HTTP response is complete (openai_sse._end): its outcome as far as the framing and
+ * the event boundaries tell; Python finishes it with the JSON (no_token, a finish_reason). */
+static int sse_end(Loop *L, Conn *c) {
+    int s = c->status;
+    if (s != 200) {
+        L->rtype = R_STATUS;
+        L->rdata = c->ebody.v;
+        L->rlen = c->ebody.n;
+        return s >= 400 && s < 500 ? S4XX : s < 400 ? PROTOCOL : S5XX;
+    }
+    if (!c->is_stream) {
+        c->reusable = 0;
+        L->rtype = R_CTYPE;
+        L->rdata = c->ctype.v;
+        L->rlen = c->ctype.n;
+        return PROTOCOL;
+    }
+    if (c->settled) return OK;
+    L->rtype = c->line_len || c->n_data ? R_TRUNC_PENDING : R_TRUNC_CLEAN;
+    L->rdata = "";
+    L->rlen = 0;
+    return TRUNCATED;
+}
+
 /* Feed one read to the HTTP reader of connection c (which has a request in flight). */
 static void http_feed(Loop *L, Conn *c, const char *data, size_t n) {
     Err e = {0};
@@ -898,17 +1220,19 @@ static void http_feed(Loop *L, Conn *c, const char *data, size_t n) {
             continue;
         } else if (st == BODY_LEN) {
             int64_t take = c->remaining < (int64_t)(n - pos) ? c->remaining : (int64_t)(n - pos);
+            if (L->sse) body_segment(L, c, buf + pos, (size_t)take);
             pos += (size_t)take;
             c->remaining -= take;
             c->body += take;
             if (!c->remaining) goto end_resp;
         } else if (st == BODY_EOF) {
             c->body += (int64_t)(n - pos);
-            pos = n;
             if (c->body > L->max_body) {
                 seterr(&e, TOO_LARGE, "body exceeds %lld bytes", (long long)L->max_body);
                 goto error;
             }
+            if (L->sse) body_segment(L, c, buf + pos, n - pos);
+            pos = n;
         } else if (st == CHUNK_SIZE || st == TRAILER) {
             /* a line: from data, or completed in c->buf */
             const char *p = memchr(buf + pos, '\n', n - pos);
@@ -994,6 +1318,7 @@ static void http_feed(Loop *L, Conn *c, const char *data, size_t n) {
             }
         } else if (st == CHUNK_DATA) {
             int64_t take = c->remaining < (int64_t)(n - pos) ? c->remaining : (int64_t)(n - pos);
+            if (L->sse) body_segment(L, c, buf + pos, (size_t)take);
             pos += (size_t)take;
             c->remaining -= take;
             c->body += take;
@@ -1034,12 +1359,18 @@ static void http_feed(Loop *L, Conn *c, const char *data, size_t n) {
             /* The response is complete. Bytes after it belong to no request. */
             c->ps = IDLE;
             c->remaining = 0;
+            if (L->sse && c->read_fail) { /* the stream failed first (openai_sse._Fail) */
+                sse_fail(L, c);
+                conn_close(L, c);
+                return;
+            }
             size_t extra = n - pos;
             if (extra || !c->keep) c->reusable = 0;
             int outcome;
             const char *reason = "";
             char rs[32];
-            if (c->mismatch[0]) {
+            if (L->sse) outcome = sse_end(L, c);
+            else if (c->mismatch[0]) {
                 c->reusable = 0;
                 outcome = PROTOCOL;
                 reason = c->mismatch;
@@ -1067,6 +1398,10 @@ head_big:
 error:
     c->ps = DEAD;
     c->blen = 0;
+    if (L->sse) { /* a framing error drops the whole read (ResponseReader.feed raised) */
+        L->evs.n = c->read_mark;
+        L->blob.n = c->read_bmark;
+    }
     fail(L, c, e.kind, e.reason);
     conn_close(L, c);
 }
@@ -1081,13 +1416,21 @@ static int http_eof(Loop *L, Conn *c, Err *e) {
         int s = c->status, outcome;
         const char *reason = "";
         char rs[32];
-        if (c->mismatch[0]) { outcome = PROTOCOL; reason = c->mismatch; }
+        if (L->sse) outcome = sse_end(L, c);
+        else if (c->mismatch[0]) { outcome = PROTOCOL; reason = c->mismatch; }
         else {
             outcome = s >= 200 && s < 400 ? OK : s >= 400 && s < 500 ? S4XX
                       : s >= 500 && s < 600 ? S5XX : PROTOCOL;
             if (outcome) { snprintf(rs, sizeof rs, "HTTP %d", s); reason = rs; }
         }
         complete(L, c, outcome, s, reason);
+        return 1;
+    }
+    if (L->sse && st != HEAD && c->status && c->status != 200) {
+        /* openai_sse: an error answer cut short is still its status error */
+        c->reusable = 0;
+        int outcome = sse_end(L, c);
+        complete(L, c, outcome, c->status, "");
         return 1;
     }
     if (st == HEAD) {
@@ -1267,7 +1610,18 @@ static void on_bytes(Loop *L, Conn *c, const char *buf, size_t r) {
         return;
     }
     if (L->tcp) tcp_feed(L, c, buf, r);
-    else {
+    else if (L->sse) { /* one timestamp per read: every event in it arrived then */
+        c->nbytes += (int64_t)r;
+        c->t_read = now_rel(L);
+        c->read_fail = 0;
+        c->read_mark = L->evs.n;
+        c->read_bmark = L->blob.n;
+        http_feed(L, c, buf, r);
+        if (c->state == C_OPEN && c->rid >= 0 && c->read_fail) {
+            sse_fail(L, c);
+            conn_close(L, c);
+        }
+    } else {
         c->nbytes += (int64_t)r;
         http_feed(L, c, buf, r);
     }
@@ -1276,6 +1630,7 @@ static void on_bytes(Loop *L, Conn *c, const char *buf, size_t r) {
 static void on_readable(Loop *L, Conn *c) {
     char *buf = L->rbuf;
     for (;;) {
+        if (L->sse && ev_bytes(L) >= EV_HARD) return; /* read once the backlog is taken */
         ssize_t r = recv(c->fd, buf, READ_CHUNK, 0);
         if (r > 0) {
             on_bytes(L, c, buf, (size_t)r);
@@ -1387,6 +1742,25 @@ static void sweep(Loop *L) {
     check_finished(L);
 }
 
+/* Requests whose stream Python found failed (its JSON: a malformed chunk, an error object,
+ * past --max-tokens-per-stream) and that are still in flight: the connection goes now,
+ * as the Python engine drops it (their outcome is Python's; this record is replaced). */
+static void do_cuts(Loop *L) {
+    for (size_t i = 0; i < L->cuts.n; i++) {
+        int64_t rid = L->cuts.v[i];
+        if (rid < 0 || rid >= L->n || L->done[rid]) continue;
+        for (int k = 0; k < L->cap; k++) {
+            Conn *c = &L->conns[k];
+            if (c->state == C_OPEN && c->rid == rid) {
+                fail(L, c, PROTOCOL, "cut: its stream failed");
+                conn_close(L, c);
+                break;
+            }
+        }
+    }
+    L->cuts.n = 0;
+}
+
 /* Wait for events until abs time ``until`` (relative ns), or a wake-up. */
 static int wait_events(Loop *L, struct epoll_event *evs, int max, int64_t until) {
     int64_t d = until - now_rel(L);
@@ -1455,6 +1829,8 @@ static void Loop_dealloc(Loop *L) {
             free(c->buf);
             free(c->stamped);
             free(c->tail);
+            free(c->line.v); free(c->ev.v); free(c->ctype.v); free(c->ebody.v);
+            free(c->seg_why.v); free(c->fail_why.v);
         }
     }
     if (L->ep >= 0) close(L->ep);
@@ -1462,7 +1838,9 @@ static void Loop_dealloc(Loop *L) {
     free(L->conns); free(L->idle); free(L->free_slots); free(L->times); free(L->done);
     free(L->retried); free(L->disp); free(L->q); free(L->req); free(L->delim);
     free(L->recs.v); free(L->queued.v); free(L->fixes.v); free(L->rbuf); free(L->scratch);
+    free(L->reqs); free(L->req_off); free(L->evs.v); free(L->blob.v); free(L->cuts.v);
     pthread_mutex_destroy(&L->mu);
+    pthread_cond_destroy(&L->ev_cv);
     Py_TYPE(L)->tp_free((PyObject *)L);
 }
 
@@ -1470,17 +1848,20 @@ static int Loop_init(Loop *L, PyObject *args, PyObject *kw) {
     static char *names[] = {"kind", "family", "address", "port", "request", "times_ns",
                             "first_measured", "max_connections", "timeout_s", "max_header",
                             "max_line", "max_body", "delimiter", "response_length",
-                            "retry_stale", "check_seq", NULL};
+                            "retry_stale", "check_seq", "requests", "request_offsets",
+                            "max_event", "sse_max_line", NULL};
     const char *kind, *address;
     int family, port, cap, retry_stale = 0, check_seq = 0;
-    Py_buffer reqb, times;
+    Py_buffer reqb, times, reqs = {0}, offs = {0};
     long long first_measured, max_header, max_line, max_body, resp_len = -1;
+    long long max_event = 16 << 20, sse_max_line = 1 << 20;
     double timeout_s;
     PyObject *delim_obj = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "sisiy*y*LidLLL|OLpp", names, &kind, &family,
-                                     &address, &port, &reqb, &times, &first_measured, &cap,
-                                     &timeout_s, &max_header, &max_line, &max_body, &delim_obj,
-                                     &resp_len, &retry_stale, &check_seq))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sisiy*y*LidLLL|OLppy*y*LL", names, &kind,
+                                     &family, &address, &port, &reqb, &times, &first_measured,
+                                     &cap, &timeout_s, &max_header, &max_line, &max_body,
+                                     &delim_obj, &resp_len, &retry_stale, &check_seq, &reqs,
+                                     &offs, &max_event, &sse_max_line))
         return -1;
     int rc = -1;
     L->ep = L->wake_fd = -1;
@@ -1490,8 +1871,16 @@ static int Loop_init(Loop *L, PyObject *args, PyObject *kw) {
     pthread_mutexattr_init(&ma);
     pthread_mutexattr_setprotocol(&ma, PTHREAD_PRIO_INHERIT);
     pthread_mutex_init(&L->mu, &ma);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&L->ev_cv, &ca);
+    pthread_condattr_destroy(&ca);
     pthread_mutexattr_destroy(&ma);
     L->tcp = !strcmp(kind, "tcp");
+    L->sse = !strcmp(kind, "openai");
+    L->max_event = max_event;
+    L->sse_max_line = sse_max_line;
     L->family = family;
     memset(&L->addr, 0, sizeof L->addr);
     if (family == AF_INET6) {
@@ -1515,7 +1904,26 @@ static int Loop_init(Loop *L, PyObject *args, PyObject *kw) {
     L->req = malloc(L->req_len + 1);
     memcpy(L->req, reqb.buf, L->req_len);
     L->head_req = L->req_len >= 5 && !memcmp(L->req, "HEAD ", 5);
-    if (!L->tcp) {
+    if (L->sse) { /* each request its own bytes: offsets[i]..offsets[i+1] of requests */
+        L->head_req = 0;
+        check_seq = 0; /* (openai_sse stamps nothing) */
+        int64_t nreq = (int64_t)(times.len / 8);
+        if (!reqs.buf || !offs.buf || offs.len != (nreq + 1) * 8) {
+            PyErr_SetString(PyExc_ValueError, "an openai loop needs requests and n + 1 offsets");
+            goto out;
+        }
+        L->reqs = malloc((size_t)reqs.len + 1);
+        L->req_off = malloc((size_t)offs.len);
+        if (!L->reqs || !L->req_off) { PyErr_NoMemory(); goto out; }
+        memcpy(L->reqs, reqs.buf, (size_t)reqs.len);
+        memcpy(L->req_off, offs.buf, (size_t)offs.len);
+        for (int64_t i = 0; i < nreq; i++)
+            if (L->req_off[i] < 0 || L->req_off[i] > L->req_off[i + 1] ||
+                L->req_off[i + 1] > (int64_t)reqs.len) {
+                PyErr_SetString(PyExc_ValueError, "request offsets out of order");
+                goto out;
+            }
+    } else if (!L->tcp) {
         void *m = memmem(L->req, L->req_len, "\r\n\r\n", 4);
         if (!m) {
             PyErr_SetString(PyExc_ValueError, "an HTTP request ends its header block with CRLF CRLF");
@@ -1590,6 +1998,8 @@ bad_addr:
 out:
     PyBuffer_Release(&reqb);
     PyBuffer_Release(&times);
+    if (reqs.buf) PyBuffer_Release(&reqs);
+    if (offs.buf) PyBuffer_Release(&offs);
     return rc;
 }
 
@@ -1656,6 +2066,7 @@ static PyObject *Loop_run(Loop *L, PyObject *args) {
     int64_t next_sweep = 0;
     check_finished(L);
     while (!L->finished && !L->stopping) {
+        if (L->cuts.n) do_cuts(L);
         dispatch(L);
         int64_t now = now_rel(L);
         if (now >= next_sweep) {
@@ -1666,6 +2077,19 @@ static PyObject *Loop_run(Loop *L, PyObject *args) {
         int64_t until = next_sweep;
         int have_due = !L->ended && L->next_i < L->n;
         if (have_due && L->times[L->next_i] < until) until = L->times[L->next_i];
+        if (L->sse && ev_bytes(L) >= EV_HARD) {
+            /* the backlog is full: sleep (sends still go when due) until it is taken */
+            int64_t d = (have_due ? until - spin_ns : until) - now_rel(L);
+            if (d > 0) {
+                struct timespec ts;
+                clock_gettime(CLOCK_MONOTONIC, &ts);
+                int64_t abs_ns = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec + d;
+                ts.tv_sec = abs_ns / 1000000000LL;
+                ts.tv_nsec = abs_ns % 1000000000LL;
+                pthread_cond_timedwait(&L->ev_cv, &L->mu, &ts);
+            }
+            continue;
+        }
         pthread_mutex_unlock(&L->mu);
         int r;
         if (have_due && until - now_rel(L) <= spin_ns) {
@@ -1677,6 +2101,7 @@ static PyObject *Loop_run(Loop *L, PyObject *args) {
         if (r > 0) handle(L, evs, r);
     }
     L->running = 0;
+    pthread_cond_broadcast(&L->ev_cv);
     pthread_mutex_unlock(&L->mu);
     prctl(PR_SET_TIMERSLACK, old_slack > 0 ? old_slack : 0, 0, 0, 0);
     Py_END_ALLOW_THREADS
@@ -1713,6 +2138,8 @@ static PyObject *Loop_end_schedule(Loop *L, PyObject *unused) {
 static PyObject *Loop_take(Loop *L, PyObject *unused) {
     Records recs;
     I64s queued, fixes;
+    Evs evs;
+    Bytes blob;
     Reason reasons[MAX_REASONS];
     int nr;
     int64_t d0, d1;
@@ -1725,6 +2152,12 @@ static PyObject *Loop_take(Loop *L, PyObject *unused) {
     memset(&L->queued, 0, sizeof L->queued);
     fixes = L->fixes;
     memset(&L->fixes, 0, sizeof L->fixes);
+    evs = L->evs;
+    memset(&L->evs, 0, sizeof L->evs);
+    blob = L->blob;
+    memset(&L->blob, 0, sizeof L->blob);
+    L->woke = 0;
+    pthread_cond_broadcast(&L->ev_cv); /* a loop waiting on a full backlog reads again */
     nr = L->n_reasons;
     memcpy(reasons, L->reasons, (size_t)nr * sizeof(Reason));
     L->n_reasons = 0;
@@ -1741,15 +2174,60 @@ static PyObject *Loop_take(Loop *L, PyObject *unused) {
     PyObject *db = PyBytes_FromStringAndSize((const char *)(L->disp + d0), (Py_ssize_t)((d1 - d0) * 8));
     PyObject *fb = PyBytes_FromStringAndSize((const char *)fixes.v, (Py_ssize_t)(fixes.n * 8));
     free(fixes.v);
+    PyObject *eb = PyBytes_FromStringAndSize((const char *)evs.v, (Py_ssize_t)(evs.n * sizeof(Ev)));
+    free(evs.v);
+    PyObject *bb = PyBytes_FromStringAndSize(blob.v, (Py_ssize_t)blob.n);
+    free(blob.v);
     PyObject *rl = PyList_New(nr);
     for (int i = 0; rl && i < nr; i++)
         PyList_SET_ITEM(rl, i, Py_BuildValue("(iisL)", reasons[i].scope, reasons[i].kind,
                                              reasons[i].reason, (long long)reasons[i].count));
     PyObject *res = NULL;
-    if (rb && qb && db && rl && fb)
-        res = Py_BuildValue("(OOOOiiO)", rb, db, qb, rl, n_open, q_len, fb);
+    if (rb && qb && db && rl && fb && eb && bb)
+        res = Py_BuildValue("(OOOOiiOOO)", rb, db, qb, rl, n_open, q_len, fb, eb, bb);
     Py_XDECREF(rb); Py_XDECREF(qb); Py_XDECREF(db); Py_XDECREF(rl); Py_XDECREF(fb);
+    Py_XDECREF(eb); Py_XDECREF(bb);
     return res;
+}
+
+/* wait(timeout_s) -> True when events waiting for Python passed EV_SOFT bytes (else the
+ * run ended or timeout_s passed: the recorder's pace, it takes at least every progress_s). */
+static PyObject *Loop_wait(Loop *L, PyObject *args) {
+    double timeout_s;
+    int backlog;
+    if (!PyArg_ParseTuple(args, "d", &timeout_s)) return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    int64_t abs_ns = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec + (int64_t)(timeout_s * 1e9);
+    ts.tv_sec = abs_ns / 1000000000LL;
+    ts.tv_nsec = abs_ns % 1000000000LL;
+    pthread_mutex_lock(&L->mu);
+    while (L->running && ev_bytes(L) < EV_SOFT)
+        if (pthread_cond_timedwait(&L->ev_cv, &L->mu, &ts) == ETIMEDOUT) break;
+    backlog = ev_bytes(L) >= EV_SOFT;
+    pthread_mutex_unlock(&L->mu);
+    Py_END_ALLOW_THREADS
+    return PyBool_FromLong(backlog);
+}
+
+/* cut(rids int64 bytes): requests whose stream Python found failed; the loop drops their
+ * connections at its next turn (do_cuts). */
+static PyObject *Loop_cut(Loop *L, PyObject *args) {
+    Py_buffer b;
+    if (!PyArg_ParseTuple(args, "y*", &b)) return NULL;
+    size_t n = (size_t)b.len / 8;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&L->mu);
+    if (grow((void **)&L->cuts.v, &L->cuts.cap, L->cuts.n + n, sizeof(int64_t)) == 0) {
+        memcpy(L->cuts.v + L->cuts.n, b.buf, n * 8);
+        L->cuts.n += n;
+    }
+    pthread_mutex_unlock(&L->mu);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&b);
+    wake(L);
+    Py_RETURN_NONE;
 }
 
 /* state() -> dict of counters and the done/retried flags (after run() returned) */
@@ -1773,14 +2251,16 @@ static PyObject *Loop_state(Loop *L, PyObject *unused) {
  *  "conn_errors": [reasons charged to the connection], "open": still usable}. */
 static PyObject *fl_frame(PyObject *self, PyObject *args, PyObject *kw) {
     static char *names[] = {"kind", "chunks", "head", "eof", "max_header", "max_line",
-                            "max_body", "delimiter", "response_length", NULL};
+                            "max_body", "delimiter", "response_length", "max_event",
+                            "sse_max_line", NULL};
     const char *kind;
     PyObject *chunks, *delim_obj = Py_None;
     int head = 0, eof = 0;
     long long max_header = 256 * 1024, max_line = 4096, max_body = 1LL << 30, resp_len = -1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "sO|ppLLLOL", names, &kind, &chunks, &head,
+    long long max_event = 16 << 20, sse_max_line = 1 << 20;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sO|ppLLLOLLL", names, &kind, &chunks, &head,
                                      &eof, &max_header, &max_line, &max_body, &delim_obj,
-                                     &resp_len))
+                                     &resp_len, &max_event, &sse_max_line))
         return NULL;
     PyObject *seq = PySequence_Fast(chunks, "chunks must be a sequence of bytes");
     if (!seq) return NULL;
@@ -1789,6 +2269,9 @@ static PyObject *fl_frame(PyObject *self, PyObject *args, PyObject *kw) {
     if (!L) { Py_DECREF(seq); return PyErr_NoMemory(); }
     L->ep = L->wake_fd = -1;
     L->tcp = !strcmp(kind, "tcp");
+    L->sse = !strcmp(kind, "openai");
+    L->max_event = max_event;
+    L->sse_max_line = sse_max_line;
     L->head_req = head;
     L->max_header = max_header;
     L->max_line = max_line;
@@ -1858,7 +2341,16 @@ static PyObject *fl_frame(PyObject *self, PyObject *args, PyObject *kw) {
         } else if (r->scope == SC_REQUEST) reason = r->reason;
     }
     if (!errs) goto out;
-    if (L->recs.n) {
+    if (L->sse) { /* the raw pieces: fast_sse.py words the outcome, as the engine does */
+        res = Py_BuildValue("{sy#sy#sy#sNsOsL}", "recs",
+                            L->recs.v ? (const char *)L->recs.v : "",
+                            (Py_ssize_t)(L->recs.n * sizeof(Record)), "events",
+                            L->evs.v ? (const char *)L->evs.v : "",
+                            (Py_ssize_t)(L->evs.n * sizeof(Ev)), "blob",
+                            L->blob.v ? L->blob.v : "", (Py_ssize_t)L->blob.n, "conn_errors",
+                            errs, "open", open ? Py_True : Py_False, "bytes",
+                            (long long)c->nbytes);
+    } else if (L->recs.n) {
         Record *r = &L->recs.v[0];
         res = Py_BuildValue("{sssisLsssNsO}", "outcome", KIND_NAMES[r->outcome], "status",
                             (int)r->status, "bytes", (long long)r->nbytes, "reason", reason,
@@ -1870,9 +2362,15 @@ static PyObject *fl_frame(PyObject *self, PyObject *args, PyObject *kw) {
     }
 out:
     Py_DECREF(seq);
-    if (L->conns) { free(L->conns[0].buf); free(L->conns[0].stamped); free(L->conns[0].tail); }
+    if (L->conns) {
+        Conn *c0 = &L->conns[0];
+        free(c0->buf); free(c0->stamped); free(c0->tail);
+        free(c0->line.v); free(c0->ev.v); free(c0->ctype.v); free(c0->ebody.v);
+        free(c0->seg_why.v); free(c0->fail_why.v);
+    }
     free(L->done); free(L->retried); free(L->disp); free(L->q); free(L->conns); free(L->idle);
     free(L->free_slots); free(L->delim); free(L->recs.v); free(L->queued.v); free(L->fixes.v);
+    free(L->evs.v); free(L->blob.v);
     free(L);
     return res;
 }
@@ -1889,6 +2387,8 @@ static PyMethodDef Loop_methods[] = {
     {"stop", (PyCFunction)Loop_stop, METH_NOARGS, "end the run now"},
     {"end_schedule", (PyCFunction)Loop_end_schedule, METH_NOARGS, "dispatch nothing more"},
     {"take", (PyCFunction)Loop_take, METH_NOARGS, "records completed since the last take"},
+    {"cut", (PyCFunction)Loop_cut, METH_VARARGS, "drop these requests' connections"},
+    {"wait", (PyCFunction)Loop_wait, METH_VARARGS, "until events pile up, or a time-out"},
     {"state", (PyCFunction)Loop_state, METH_NOARGS, "counters and flags"},
     {NULL, NULL, 0, NULL},
 };
@@ -1933,5 +2433,6 @@ PyMODINIT_FUNC PyInit_fastloop(void) {
     }
     PyModule_AddIntConstant(m, "K_CLOSED", K_CLOSED);
     PyModule_AddIntConstant(m, "MAX_SUSPECTS", MAX_SUSPECTS);
+    PyModule_AddIntConstant(m, "EVENT_SIZE", (long)sizeof(Ev));
     return m;
 }

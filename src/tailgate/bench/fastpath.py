@@ -1,5 +1,10 @@
 """The fast engine: the same open-loop engine with its hot loop in C (``fastloop.c``).
 
+It speaks http://, tcp:// and openai+http:// (TLS targets run on the Python engine). For
+openai+http:// the loop frames each response and its event stream and timestamps each event
+when its read arrives; the JSON of the chunks is read by :mod:`.fast_sse` on the recorder
+thread, off the hot path, into the same token state and outcomes as the Python engine.
+
 Theory of operation
 -------------------
 :class:`FastEngine` is the :class:`.recording.LoadEngine` whose send/receive loop runs in
@@ -34,13 +39,15 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
+from .conn import OUT_OF_STEP
 from .engine import EngineConfig, WorkerResult
-from .outcome import KINDS
+from .outcome import KINDS, OK, PROTOCOL
 from .protocols import compiled_schemes
 from .recording import LoopState, Recorder, note_reason
 
@@ -109,6 +116,21 @@ def _background() -> bool:
     return background()
 
 
+@contextmanager
+def _competing(yes: bool) -> Iterator[None]:
+    """An idle-policy recorder competes as an ordinary thread while it reads a backlog of
+    streamed events: the loop stops reading when 4 MiB of them wait (fastloop.c EV_HARD),
+    and an idle task on a CPU that other work keeps busy might not run for seconds."""
+    idle = yes and os.sched_getscheduler(0) == os.SCHED_IDLE
+    if idle:
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+    try:
+        yield
+    finally:
+        if idle:
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+
+
 def _restore(tid: int | None, policy: int, param: os.sched_param) -> None:
     """Give thread `tid` the caller's policy back: once the loop has ended, an idle-policy
     recorder on a busy core would otherwise hold up the end of the run (it might never get
@@ -125,17 +147,26 @@ class EngineUnavailable(ValueError):
     """``--engine fast`` was asked for but cannot run (the message says why)."""
 
 
+def url_scheme(target: Any) -> str:
+    """The URL scheme of a target as the registry names it (``openai+http`` or
+    ``openai+https``; ``Target.scheme`` says ``openai`` for both)."""
+    if target.kind == "openai":
+        return "openai+https" if target.tls is not None else "openai+http"
+    return str(target.scheme)
+
+
 def choose(engine: str, scheme: str) -> str:
-    """Which engine runs a ``scheme`` target: "fast" or "python" (raises EngineUnavailable)."""
+    """Which engine runs a ``scheme`` target (a URL scheme, see :func:`url_scheme`): "fast"
+    or "python" (raises EngineUnavailable)."""
     if engine not in ENGINES:
         raise EngineUnavailable(f"--engine must be one of {', '.join(ENGINES)}, not {engine!r}")
     if engine == "python":
         return "python"
     if engine == "fast":
         if scheme not in FAST_SCHEMES:
-            shown = {"openai": "openai+http"}.get(scheme, scheme)
-            raise EngineUnavailable(f"--engine fast speaks http:// and tcp:// only, "
-                                    f"not {shown}:// targets")
+            raise EngineUnavailable(f"--engine fast speaks "
+                                    f"{', '.join(s + '://' for s in FAST_SCHEMES)} only "
+                                    f"(TLS runs on the python engine), not {scheme}:// targets")
         if UNAVAILABLE is not None:
             raise EngineUnavailable(f"--engine fast: {UNAVAILABLE}")
         return "fast"
@@ -168,13 +199,34 @@ class FastEngine:
         if fastloop is None:
             raise EngineUnavailable(UNAVAILABLE)
         t, lim = cfg.target, cfg.limits
-        if t.scheme not in FAST_SCHEMES:
-            raise EngineUnavailable(f"the fast engine speaks http:// and tcp://, not {t.scheme}://")
+        if url_scheme(t) not in FAST_SCHEMES:
+            raise EngineUnavailable(f"the fast engine speaks "
+                                    f"{', '.join(s + '://' for s in FAST_SCHEMES)}, "
+                                    f"not {url_scheme(t)}://")
         self.cfg = cfg
         self.times = np.asarray(cfg.times, dtype=np.float64)
         self.first_measured = int(np.searchsorted(self.times, cfg.warmup_s, side="left"))
+        self._streams = None
+        tokens = None
+        sse: dict[str, Any] = {}
+        if t.kind == "openai":
+            from ..llm.accounting import TokenBook
+            from .fast_sse import Streams
+
+            reqs = list(cfg.requests or ())
+            if len(reqs) != self.times.size:
+                raise ValueError(f"{len(reqs)} request bodies for {self.times.size} "
+                                 f"scheduled requests")
+            self._streams = Streams(t.api or "completions", cfg.max_tokens_per_stream,
+                                    cfg.require_done)
+            tokens = TokenBook(cfg.spec)
+            offsets = np.zeros(len(reqs) + 1, dtype=np.int64)
+            np.cumsum([len(r) for r in reqs], out=offsets[1:])
+            sse = {"requests": b"".join(reqs), "request_offsets": offsets.tobytes(),
+                   "max_event": cfg.max_event_bytes}
+            self._final_ok = np.zeros(self.times.size, dtype=np.uint8)  # recorded ok
         self.rec = Recorder(cfg, self.times, self.first_measured, on_progress,
-                            lambda: self._gauge)
+                            lambda: self._gauge, tokens)
         self.start = 0.0
         self.stopping = False
         self._disp_base = 0  # request id of the next dispatch time taken
@@ -186,7 +238,7 @@ class FastEngine:
             cfg.max_connections, cfg.timeout_s, lim.max_header_bytes, lim.max_line_bytes,
             lim.max_body_bytes, t.delimiter,
             t.response_length if t.response_length is not None else -1,
-            cfg.retry_stale, cfg.check_seq)
+            cfg.retry_stale, cfg.check_seq, **sse)
         self._gauge = (0, 0)
         self._connect_errors: dict[str, int] = {}
         self._ended = False
@@ -231,9 +283,15 @@ class FastEngine:
         self.background = _background()
         try:
             while loop.is_alive():
-                loop.join(self.cfg.progress_s)
+                backlog = False
+                if self._streams is not None:  # sooner when events pile up (fast_sse)
+                    backlog = self._c.wait(self.cfg.progress_s)
+                    loop.join(0.0)
+                else:
+                    loop.join(self.cfg.progress_s)
                 if loop.is_alive():
-                    self._take(final=False)
+                    with _competing(backlog and self.background):
+                        self._take(final=False)
         except BaseException as exc:  # a bug in recording: end the run, re-raise in run()
             self._error = exc
             self._c.stop()
@@ -263,9 +321,10 @@ class FastEngine:
         self._c.end_schedule()
 
     def _take(self, final: bool) -> None:
-        recs, disp, queued, reasons, n_open, n_queued, fixes = self._c.take()
+        recs, disp, queued, reasons, n_open, n_queued, fixes, evs, blob = self._c.take()
         self._gauge = (n_open, n_queued)
-        self.rec.out_of_step(np.frombuffer(fixes, dtype=np.int64), note=False)
+        if self._streams is None:
+            self.rec.out_of_step(np.frombuffer(fixes, dtype=np.int64), note=False)
         start = self.start
         r = np.frombuffer(recs, dtype=RECORD)
         send = np.where(r["send"] == NO_TIME, np.nan, r["send"] * 1e-9 + start)
@@ -280,9 +339,38 @@ class FastEngine:
                 note_reason(self.rec.conn_errors, KINDS[kind], reason, count)
             else:
                 self._connect_errors[reason] = self._connect_errors.get(reason, 0) + count
-        self.rec.record(r["rid"].astype(np.int64), send, end, r["out"].astype(np.int64),
-                        r["status"].astype(np.int64), r["bytes"].astype(np.int64), d,
-                        disp_ids, np.frombuffer(queued, dtype=np.int64), final)
+        rid, out = r["rid"].astype(np.int64), r["out"].astype(np.int64)
+        status, nbytes = r["status"].astype(np.int64), r["bytes"].astype(np.int64)
+        toks = None
+        if self._streams is not None:
+            # The JSON of this take's events, then each ended request's final outcome.
+            cut = self._streams.events(evs, blob, start)
+            if cut and not final:
+                self._c.cut(np.array(cut, dtype=np.int64).tobytes())
+            done = self._streams.settle(rid, end, out, status, nbytes)
+            out, end, status, nbytes, toks = (done.out, done.end, done.status, done.nbytes,
+                                              done.toks)
+            reasons_now = done.reasons
+            fx = np.frombuffer(fixes, dtype=np.int64)
+            if fx.size:  # out of step before being recorded: protocol now (as engine.py does)
+                here = np.isin(rid, fx) & (out == OK)
+                out[here] = PROTOCOL
+                reasons_now = [OUT_OF_STEP if h else w
+                               for h, w in zip(here.tolist(), reasons_now, strict=True)]
+                fixes = fx[~np.isin(fx, rid[here])].tobytes()
+            for r_, o, why in zip(rid.tolist(), out.tolist(), reasons_now, strict=True):
+                if o == OK:
+                    self._final_ok[r_] = 1
+                elif r_ >= self.first_measured:
+                    note_reason(self.rec.examples, KINDS[o], why or KINDS[o])
+        self.rec.record(rid, send, end, out, status, nbytes, d, disp_ids,
+                        np.frombuffer(queued, dtype=np.int64), final, toks)
+        if self._streams is not None:  # found out of step: those recorded ok become protocol
+            fx = np.frombuffer(fixes, dtype=np.int64)
+            fx = fx[self._final_ok[fx] == 1] if fx.size else fx
+            if fx.size:
+                self._final_ok[fx] = 0
+                self.rec.out_of_step(fx, note=True)
 
     def _result(self) -> WorkerResult:
         st = self._c.state()

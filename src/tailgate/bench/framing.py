@@ -1,11 +1,13 @@
 """One response's framing, fed bytes without a socket, by either engine's own code.
 
 :func:`frame` runs the Python engine's connection classes (:class:`.http.HttpConnection`,
-:class:`.tcp.TcpConnection`: the sans-I/O readers of :mod:`.http1` and :mod:`.tcp`
-behind the same ``complete``/``fail``/``stray`` calls the engine sees), and
-:func:`frame_fast` the compiled loop's (``fastloop.frame``: the same ``http_feed`` /
-``tcp_feed`` the loop runs on a socket's reads). Each chunk is one read; ``eof`` closes
-the stream after the last. Both return a :class:`Framed`, so one codec table runs
+:class:`.tcp.TcpConnection`, :class:`.openai_sse.OpenAIConnection`: the sans-I/O readers
+of :mod:`.http1`, :mod:`.tcp` and :mod:`tailgate.llm.sse` behind the same
+``complete``/``fail``/``stray`` calls the engine sees), and :func:`frame_fast` the
+compiled loop's (``fastloop.frame``: the same ``http_feed`` / ``tcp_feed`` and event
+scanner the loop runs on a socket's reads; for ``openai`` the JSON is then read by
+:mod:`.fast_sse`, as the compiled engine reads it). Each chunk is one read; ``eof``
+closes the stream after the last. Both return a :class:`Framed`, so one codec table runs
 against both engines and every case must agree (tests/test_http1_codec.py).
 """
 
@@ -17,6 +19,7 @@ from typing import Any
 from .conn import Connection
 from .http import HttpConnection
 from .http1 import Limits
+from .openai_sse import MAX_TOKENS_PER_STREAM, OpenAIConnection
 from .outcome import KINDS
 from .tcp import TcpConnection
 
@@ -32,6 +35,7 @@ class Framed:
     reason: str
     conn_errors: tuple[str, ...]
     open: bool
+    tokens: int | None = None  # openai: the token times kept (content chunks)
 
 
 class _Sink:
@@ -72,12 +76,17 @@ class _Wire:
 
 def frame(kind: str, chunks: list[bytes], *, head: bool = False, eof: bool = False,
           limits: Limits | None = None, delimiter: bytes | None = None,
-          response_length: int | None = None) -> Framed:
+          response_length: int | None = None, api: str = "completions",
+          max_event: int = 16 << 20, require_done: bool = True,
+          max_tokens: int = MAX_TOKENS_PER_STREAM) -> Framed:
     """The Python engine's framing of one response to request 0 (see the module doc)."""
     sink = _Sink()
     lim = limits or Limits()
     conn: Connection
-    if kind == "tcp":
+    if kind == "openai":
+        conn = OpenAIConnection(sink, [b"POST /v1/completions HTTP/1.1\r\n\r\n"], api, lim,
+                                max_event, require_done, max_tokens)
+    elif kind == "tcp":
         conn = TcpConnection(sink, b"ping\n", delimiter, response_length, lim)
     else:
         conn = HttpConnection(sink, b"HEAD / HTTP/1.1\r\n\r\n" if head
@@ -95,16 +104,19 @@ def frame(kind: str, chunks: list[bytes], *, head: bool = False, eof: bool = Fal
         conn.eof_received()
         conn.connection_lost(None)
         is_open = False
+    tokens = len(conn.tok) if isinstance(conn, OpenAIConnection) else None
     if sink.ended is None:
-        return Framed(None, 0, conn.nbytes, "", tuple(sink.conn_errors), is_open)
+        return Framed(None, 0, conn.nbytes, "", tuple(sink.conn_errors), is_open, tokens)
     outcome, status, nbytes, reason = sink.ended
     return Framed(KINDS[outcome], status, nbytes, reason if outcome else "",
-                  tuple(sink.conn_errors), is_open)
+                  tuple(sink.conn_errors), is_open, tokens)
 
 
 def frame_fast(kind: str, chunks: list[bytes], *, head: bool = False, eof: bool = False,
                limits: Limits | None = None, delimiter: bytes | None = None,
-               response_length: int | None = None) -> Framed:
+               response_length: int | None = None, api: str = "completions",
+               max_event: int = 16 << 20, require_done: bool = True,
+               max_tokens: int = MAX_TOKENS_PER_STREAM) -> Framed:
     """The compiled loop's framing of the same (``fastloop.frame``)."""
     from .fastpath import UNAVAILABLE, fastloop
 
@@ -113,7 +125,15 @@ def frame_fast(kind: str, chunks: list[bytes], *, head: bool = False, eof: bool 
     lim = limits or Limits()
     got: dict[str, Any] = fastloop.frame(
         kind, list(chunks), head, eof, lim.max_header_bytes, lim.max_line_bytes,
-        lim.max_body_bytes, delimiter, response_length if response_length is not None else -1)
+        lim.max_body_bytes, delimiter, response_length if response_length is not None else -1,
+        max_event)
+    if kind == "openai":
+        from .fast_sse import frame_stream
+
+        out, status, nbytes, reason, is_open, tokens = frame_stream(got, api, max_tokens,
+                                                                    require_done)
+        return Framed(KINDS[out] if out is not None else None, status, nbytes,
+                      reason if out else "", tuple(got["conn_errors"]), is_open, tokens)
     return Framed(got["outcome"], got["status"], got["bytes"],
                   got["reason"] if got["outcome"] not in (None, "ok") else "",
                   tuple(got["conn_errors"]), got["open"])

@@ -351,8 +351,9 @@ def build_result(info: RunInfo, parts: Sequence[WorkerResult],
                 data["over_time"][k] = over_time(book.intervals.get(k, {}), info.hdr_interval_s)
             data["over_time"]["completed"] = completed_over_time(book, info.hdr_interval_s)
     from .fastpath import fallback_note
+    from .protocols import scheme_of
 
-    note = fallback_note(info.engine, info.protocol)
+    note = fallback_note(info.engine, scheme_of(info.target) or info.protocol)
     if note and data["generator"]["engine"] == "python":
         data["generator"]["engine_note"] = note
     missing_workers = sorted(missing_workers)

@@ -180,7 +180,7 @@ def tls_options(opts: BenchOptions) -> Any:
 def build(opts: BenchOptions) -> BenchSpec:
     """Check ``opts`` and resolve them into a spec; a usage error names the option."""
     from .confidence import parse_targets
-    from .fastpath import EngineUnavailable, choose
+    from .fastpath import EngineUnavailable, choose, url_scheme
     from .protocols import protocol_of, refuse_flags
     from .result import RunInfo
     from .schedule import Ramp, parse_ramp
@@ -243,7 +243,7 @@ def build(opts: BenchOptions) -> BenchSpec:
         rate = ramp.mean_rate
     burstiness = _burstiness(opts)
     try:
-        choose(opts.engine, target.scheme)
+        choose(opts.engine, url_scheme(target))
     except EngineUnavailable as exc:
         raise UsageError(str(exc)) from None
     workers = opts.workers if opts.workers is not None else default_workers()

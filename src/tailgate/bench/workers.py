@@ -14,7 +14,8 @@ enough (``--confidence``).
 :func:`run_here` runs one engine in the calling process instead (library use).
 
 Each config's ``engine`` picks the engine (:func:`.fastpath.choose`): the compiled
-fast path for http:// and tcp:// when it is built, else the Python reference.
+fast path for http://, tcp:// and openai+http:// when it is built, else the Python
+reference.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import numpy as np
 
 from .. import ending
 from .engine import EngineConfig, PythonEngine, WorkerResult
-from .fastpath import FastEngine, choose
+from .fastpath import FastEngine, choose, url_scheme
 from .recording import LoadEngine
 from .result import RunInfo
 from .schedule import Ramp, arrival_times
@@ -122,7 +123,7 @@ def make_engine(cfg: EngineConfig,
                 on_progress: Callable[[dict[str, Any]], None] | None = None) -> LoadEngine:
     """The engine ``cfg.engine`` asks for (:func:`.fastpath.choose`): compiled or Python."""
     _raise_nofile(cfg.max_connections + 256)
-    if choose(cfg.engine, cfg.target.scheme) == "fast":
+    if choose(cfg.engine, url_scheme(cfg.target)) == "fast":
         return FastEngine(cfg, on_progress)
     return PythonEngine(cfg, on_progress)
 

@@ -1,0 +1,186 @@
+"""openai+ load at scale (issue 27): the compiled engine against the Python one, at rising
+rates, on one generator core.
+
+The server is the benchmark's own, compiled (``benchmarks/sse_fake_server.c``, built here
+with gcc): every stream gets ``--tokens`` content chunks exactly ``--itl-ms`` apart from
+the moment its request was read (true TTFT about 0), and it notes CLOCK_MONOTONIC right
+after each write. ``tailgate bench`` (one worker) runs pinned to one core (``taskset``),
+the server to another. Per run:
+
+* lateness P50/P99: how late the generator sent each request behind its schedule;
+* chunk delay P50/P99: each stream's first and last content chunk, the client's receive
+  time minus the server's write time of it (same clock), so the client's own delay;
+* achieved chunks/s (content chunks of the requests that ended ok, per second of the
+  schedule: offered rate x tokens when every stream completes) and the concurrency
+  (offered rate x tokens x ITL);
+* the client's CPU per chunk (its process's CPU time over every chunk it read).
+
+Each point is the median of ``--repeats`` runs with the range (min-max) beside it. The
+goal (issue 27): 2,000 concurrent streams and 100,000 chunks/s with lateness P99 <= 0.1 ms
+and chunk delay P99 <= 50 us; the ceiling is the highest rate that holds both.
+
+Run: ``.venv/bin/python benchmarks/bench_llm_scale.py [--rates 100,500,1000,2000]
+[--duration 3] [--repeats 3] [--engines fast,python]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+SRC = HERE.parent / "src"
+sys.path.insert(0, str(SRC))
+
+
+def build_server(tmp: str) -> str:
+    exe = os.path.join(tmp, "sse_fake_server")
+    subprocess.run(["gcc", "-O2", "-o", exe, str(HERE / "sse_fake_server.c")], check=True)
+    return exe
+
+
+def one_run(exe: str, engine: str, rate: float, duration: float, tokens: int, itl_s: float,
+            client_cpu: str, server_cpu: str, tmp: str) -> dict:
+    from tailgate.bench.result import read_log
+
+    port_file, out = os.path.join(tmp, "port"), os.path.join(tmp, "sends.txt")
+    for f in (port_file, out):
+        if os.path.exists(f):
+            os.unlink(f)
+    server = subprocess.Popen(["taskset", "-c", server_cpu, exe, port_file, out, str(tokens),
+                               str(int(itl_s * 1e9))])
+    try:
+        for _ in range(500):
+            if os.path.exists(port_file) and Path(port_file).read_text():
+                break
+            time.sleep(0.01)
+        port = int(Path(port_file).read_text())
+        res, log = os.path.join(tmp, "r.json"), os.path.join(tmp, "log.csv")
+        stream_s = tokens * itl_s
+        conns = int(rate * stream_s * 1.3) + 16
+        cmd = ["taskset", "-c", client_cpu, sys.executable, "-m", "tailgate", "bench",
+               f"openai+http://127.0.0.1:{port}/v1", "--model", "m", "--engine", engine,
+               "--rate", f"{rate:g}", "--duration", f"{duration:g}s", "--workers", "1",
+               "--output-len", str(tokens), "--input-len", "4", "--no-usage",
+               "--connections", str(conns), "--max-connections", str(conns + 256),
+               "--timeout", f"{stream_s + 30:g}s", "--quiet", "--json", res, "--log", log]
+        p = subprocess.run(cmd, capture_output=True, text=True, check=False,
+                           env={**os.environ, "PYTHONPATH": str(SRC)},
+                           timeout=duration + stream_s + 300)
+        if p.returncode not in (0, 1) or not os.path.exists(res):
+            raise SystemExit(f"tailgate bench failed ({p.returncode}): {p.stderr[-800:]}")
+    finally:
+        server.terminate()
+        server.wait(30)
+    data = json.loads(Path(res).read_text())
+    cols = read_log(Path(log).read_text())
+    sends: dict[str, list[int]] = {}
+    for line in Path(out).read_text().splitlines():
+        key, *ts = line.split()
+        sends[key] = [int(t) for t in ts]
+    t0 = data["clock"]["start_monotonic_s"]
+    delays = []
+    ok = cols["outcome"] == "ok"
+    for i in np.flatnonzero(ok).tolist():
+        st = sends.get(str(int(cols["id"][i])), [])
+        if len(st) != int(cols["chunks"][i]) or not st:
+            continue
+        for col, s_ns in (("first_token_s", st[0]), ("last_token_s", st[-1])):
+            delays.append((cols[col][i] + t0) * 1e9 - s_ns)
+    d = np.array(delays) / 1e3
+    chunks = int(cols["chunks"][ok].sum())
+    all_chunks = int(cols["chunks"].sum())
+    req = data["requests"]
+    return {
+        "engine": data["generator"]["engine"], "sent": req["sent"], "ok": req["ok"],
+        "errors": {k: v for k, v in req["errors"].items() if v},
+        "late_p50_ms": data["lateness_ms"]["p50"], "late_p99_ms": data["lateness_ms"]["p99"],
+        "delay_p50_us": float(np.percentile(d, 50)) if d.size else float("nan"),
+        "delay_p99_us": float(np.percentile(d, 99)) if d.size else float("nan"),
+        "chunks_per_s": chunks / duration,  # ok streams' chunks per second of schedule
+        "cpu_us_per_chunk": data["generator"]["cpu_s"] * 1e6 / max(all_chunks, 1),
+        "ttft_p99_ms": data["ttft_ms"]["p99"], "itl_p99_ms": data["itl_ms"]["p99"],
+    }
+
+
+def med(runs: list[dict], key: str) -> tuple[float, float, float]:
+    vals = [r[key] for r in runs]
+    return statistics.median(vals), min(vals), max(vals)
+
+
+def fmt(m: tuple[float, float, float], digits: int) -> str:
+    return f"{m[0]:.{digits}f} ({m[1]:.{digits}f}-{m[2]:.{digits}f})"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rates", default="100,200,500,1000,2000", help="requests/s, rising")
+    ap.add_argument("--engines", default="fast,python")
+    ap.add_argument("--duration", type=float, default=3.0)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--tokens", type=int, default=50)
+    ap.add_argument("--itl-ms", type=float, default=20.0)
+    ap.add_argument("--client-cpu", default="0")
+    ap.add_argument("--server-cpu", default="1")
+    ap.add_argument("--json", help="write every run's figures here")
+    args = ap.parse_args()
+    itl = args.itl_ms / 1e3
+    rates = [float(r) for r in args.rates.split(",")]
+    load = os.getloadavg()
+    print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} CPUs, load "
+          f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; client on CPU {args.client_cpu}, "
+          f"server on CPU {args.server_cpu}; {args.tokens} chunks per stream "
+          f"{args.itl_ms:g} ms apart; {args.duration:g} s per run, median of {args.repeats} "
+          f"(min-max)")
+    print("| engine | offered req/s | streams | chunks/s offered | chunks/s got | lateness P50 "
+          "/ P99 ms | chunk delay P50 / P99 us | CPU us/chunk | errors |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    everything = []
+    ceiling: dict[str, float] = {}
+    broken: set[str] = set()  # a rate broke the goal: higher ones do not raise the ceiling
+    with tempfile.TemporaryDirectory(prefix="tailgate-scale-") as tmp:
+        exe = build_server(tmp)
+        for engine in args.engines.split(","):
+            for rate in rates:
+                runs = [one_run(exe, engine, rate, args.duration, args.tokens, itl,
+                                args.client_cpu, args.server_cpu, tmp)
+                        for _ in range(args.repeats)]
+                everything.append({"rate": rate, "engine": engine, "runs": runs})
+                late = med(runs, "late_p99_ms")
+                delay = med(runs, "delay_p99_us")
+                errs: dict[str, int] = {}
+                for r in runs:
+                    for k, v in r["errors"].items():
+                        errs[k] = errs.get(k, 0) + v
+                print(f"| {runs[0]['engine']} | {rate:g} | {rate * args.tokens * itl:.0f} | "
+                      f"{rate * args.tokens:,.0f} | {fmt(med(runs, 'chunks_per_s'), 0)} | "
+                      f"{fmt(med(runs, 'late_p50_ms'), 3)} / {fmt(late, 3)} | "
+                      f"{fmt(med(runs, 'delay_p50_us'), 0)} / {fmt(delay, 0)} | "
+                      f"{fmt(med(runs, 'cpu_us_per_chunk'), 1)} | {errs or '-'} |", flush=True)
+                if late[0] <= 0.1 and delay[0] <= 50 and not errs:
+                    if engine not in broken:
+                        ceiling[engine] = rate
+                else:
+                    broken.add(engine)
+    for engine in args.engines.split(","):
+        held = ceiling.get(engine)
+        print(f"{engine}: lateness P99 <= 0.1 ms and chunk delay P99 <= 50 us up to "
+              + (f"{held:g} req/s ({held * args.tokens:,.0f} chunks/s, "
+                 f"{held * args.tokens * itl:.0f} streams)" if held else "no rate measured"))
+    if args.json:
+        Path(args.json).write_text(json.dumps(everything, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

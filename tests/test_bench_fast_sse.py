@@ -1,0 +1,250 @@
+"""openai+http:// on the compiled loop (issue 27): the C loop frames each response and its
+event stream and timestamps each event as its read arrives; bench/fast_sse.py reads the
+JSON off the hot path. Here: the feed function (``fastloop.frame``, no socket) against the
+Python engine's OpenAIConnection on what the codec table (tests/test_http1_codec.py) cannot
+hold: huge lines, never-ending events, where a read's boundary decides; then whole runs
+against the misbehaving servers the Python path is tested against, request by request
+against the Python engine."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tailgate.bench.framing import frame, frame_fast
+
+HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n")
+EOF_HEAD = b"HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\n"
+DONE = b"data: [DONE]\n\n"
+
+
+def piece(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def tok(text: str, finish: str | None = None) -> bytes:
+    choice = {"index": 0, "text": text, "finish_reason": finish}
+    return b"data: " + json.dumps({"id": "x", "choices": [choice]}).encode() + b"\n\n"
+
+
+def split(msg: bytes, size: int) -> list[bytes]:
+    return [msg[i:i + size] for i in range(0, len(msg), size)]
+
+
+def both(chunks: list[bytes], **opts):
+    py = frame("openai", chunks, **opts)
+    fast = frame_fast("openai", chunks, **opts)
+    assert py == fast
+    return py
+
+
+# -- huge lines and never-ending events: the bound holds at any read boundary ---------------
+
+@pytest.mark.parametrize("size", [1 << 30, 65536, 4093])
+def test_a_line_past_one_mib_is_too_large_at_any_read_boundary(size):
+    msg = EOF_HEAD + tok(" a") + b"data: " + b"x" * (1 << 20) + b"\n\n" + DONE
+    got = both(split(msg, size), eof=True)
+    assert got.outcome == "too_large"
+    assert got.reason == "an event-stream line exceeds 1048576 bytes"
+    # the read that carried the token before the huge line: whole, it is dropped with the
+    # failing read (SSEParser.feed raised); in pieces it came first and counted
+    assert got.tokens == (0 if size > len(msg) else 1)
+
+
+@pytest.mark.parametrize(("length", "want"), [(1 << 20, "ok"), ((1 << 20) + 1, "too_large")])
+def test_a_line_of_exactly_one_mib_is_the_last_that_passes(length, want):
+    line = b'data: {"choices":[{"text":"' + b"y" * (length - 31) + b'"}]}'
+    assert len(line) == length
+    got = both(split(EOF_HEAD + line + b"\r\n\r\n" + DONE, 65536), eof=True)
+    assert got.outcome == want
+
+
+@pytest.mark.parametrize("size", [1 << 30, 65536])
+def test_an_event_that_never_ends_is_cut_at_max_event(size):
+    line = b"data: " + b"z" * 65530 + b"\n"  # 65537 bytes: 16 of them pass 1 MiB
+    msg = EOF_HEAD + line * 17
+    got = both(split(msg, size), max_event=1 << 20)
+    assert got.outcome == "too_large"
+    assert got.reason == "an event exceeds 1048576 bytes without its closing blank line"
+
+
+def test_an_endless_token_stream_stops_at_max_tokens():
+    msg = HEAD + piece(tok(" t") * 300)
+    got = both(split(msg, 997), max_tokens=250)
+    assert (got.outcome, got.tokens) == ("too_large", 250)
+    assert got.reason == "more than 250 tokens in one stream (--max-tokens-per-stream)"
+
+
+# -- which failure wins depends on the read, on both engines alike ---------------------------
+
+def test_a_framing_error_in_the_same_read_beats_a_bad_chunk():
+    bad = HEAD + piece(b"data: {bad\n\n") + b"zz\r\n"
+    whole = both([bad])
+    assert (whole.outcome, whole.reason) == ("protocol", "bad chunk-size line b'zz\\r'")
+    apart = both([bad[:-4], bad[-4:]])  # the bad chunk's read came first
+    assert apart.outcome == "malformed_sse"
+
+
+def test_a_bad_line_after_done_in_the_same_chunk_still_fails_it():
+    # SSEParser.feed reads a whole chunk before its events count: the line after [DONE]
+    # fails it; in a chunk of its own it is after the stream's end and ignored.
+    same = both([HEAD + piece(tok(" a") + DONE + b"\xff\n") + b"0\r\n\r\n"])
+    assert same.outcome == "malformed_sse"
+    assert same.reason.startswith("event-stream line is not UTF-8: 'utf-8' codec can't decode")
+    apart = both([HEAD + piece(tok(" a") + DONE) + piece(b"\xff\n") + b"0\r\n\r\n"])
+    assert (apart.outcome, apart.tokens) == ("ok", 1)
+
+
+def test_an_error_event_ends_the_stream_where_it_stands():
+    msg = HEAD + piece(tok(" a") + b'event: error\ndata: {"error": {"message": "m"}}\n\n'
+                       + tok(" b")) + b"0\r\n\r\n"
+    got = both([msg])
+    assert (got.outcome, got.reason, got.tokens) == ("server_error", "event: error: m", 1)
+
+
+def test_the_stream_settles_at_done_and_the_framing_still_ends_it():
+    chunks = [HEAD + piece(tok(" a") + tok(" b", "stop")), piece(DONE), piece(b"junk\n\n")]
+    assert both(chunks).outcome is None  # the response is not over yet
+    got = both([*chunks, b"0\r\n\r\n"])
+    assert (got.outcome, got.tokens, got.open) == ("ok", 2, True)
+
+
+# -- whole runs: `tailgate bench` on both engines against real servers ------------------------
+
+def llm_run(engine: str, base: str, *args: str, n: int = 84):
+    from support.bench_cli import bench
+
+    return bench("openai+" + base, "--engine", engine, "--model", "m", "--workload", "random",
+                 "--input-len", "8", "--output-len", "6", "--range-ratio", "0.5",
+                 "--rate", "60", "--requests", str(n), "--seed", "7", "--timeout", "3s",
+                 "--workers", "1", *args)
+
+
+def test_both_engines_agree_request_by_request_on_a_deterministic_server():
+    """Each request's behaviour depends only on its body (support/sse_server.py): the same
+    workload through both engines must give every request the same outcome, status, bytes,
+    content chunks and token counts; and the compiled run's token times lie inside each
+    request."""
+    from support.bench_cli import errors
+    from support.sse_server import WANT, SseServer
+
+    runs, modes = {}, {}
+    for engine in ("fast", "python"):
+        with SseServer() as srv:
+            runs[engine] = llm_run(engine, srv.base)
+            modes[engine] = dict(srv.modes)
+    fast, py = runs["fast"], runs["python"]
+    assert fast.json["generator"]["engine"] == "fast", fast.stderr
+    assert py.json["generator"]["engine"] == "python", py.stderr
+    assert modes["fast"] == modes["python"] and len(modes["fast"]) == len(set(WANT))
+    want: dict[str, int] = {}
+    for mode, count in modes["fast"].items():
+        want[WANT[mode]] = want.get(WANT[mode], 0) + count
+    for run in (fast, py):
+        req = run.json["requests"]
+        assert req["scheduled"] == req["sent"] == 84 and req["abandoned"] == 0, req
+        assert run.json["accounting"]["consistent"], run.json["accounting"]
+        assert {"ok": req["ok"], **errors(run.json)} == want
+    assert fast.json["requests"]["error_examples"] == py.json["requests"]["error_examples"]
+    order_f, order_p = np.argsort(fast.log["id"]), np.argsort(py.log["id"])
+    for col in ("id", "outcome", "status", "bytes", "chunks", "output_tokens", "input_tokens",
+                "warmup"):
+        assert fast.log[col][order_f].tolist() == py.log[col][order_p].tolist(), col
+    for name in ("ok", "good", "warmup_ok"):
+        assert fast.json["requests"][name] == py.json["requests"][name]
+    assert fast.json["tokens"] == py.json["tokens"]
+    for key in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms"):
+        assert fast.json[key]["count"] == py.json[key]["count"], key
+    log = fast.log
+    ok = log["outcome"] == "ok"
+    assert np.all(log["send_s"][ok] <= log["first_token_s"][ok])
+    assert np.all(log["first_token_s"][ok] <= log["last_token_s"][ok])
+    assert np.all(log["last_token_s"][ok] <= log["done_s"][ok])
+    assert np.all(log["done_s"][ok] <= log["end_s"][ok])
+
+
+def test_every_scripted_fault_counts_alike_on_both_engines():
+    """tests/test_llm_faults.py's faults (its server: tests/support/llm_server.py), through
+    both engines on a kept-alive server: the same counts and the same example reasons."""
+    from support.bench_cli import bench
+    from support.llm_server import FAULTS, ScriptedServer
+
+    got = {}
+    for engine in ("fast", "python"):
+        with ScriptedServer(modes=FAULTS, gap_s=0.002, keep_alive=True) as srv:
+            got[engine] = bench("openai+" + srv.base, "--engine", engine, "--model", "m",
+                                "--rate", "40", "--seed", "1", "--timeout", "3s",
+                                "--input-len", "12", "--output-len", "6",
+                                "--requests", str(2 * len(FAULTS)), "--workers", "1")
+    fast, py = got["fast"].json, got["python"].json
+    assert fast["generator"]["engine"] == "fast" and py["generator"]["engine"] == "python"
+    assert fast["requests"]["errors"] == py["requests"]["errors"]
+    assert fast["requests"]["ok"] == py["requests"]["ok"] == 6  # ok, eof_delimited_done, interim_100
+    assert fast["requests"]["error_examples"] == py["requests"]["error_examples"]
+    assert fast["tokens"] == py["tokens"]
+
+
+def test_a_stray_response_after_streams_relabels_them_on_both_engines():
+    """A server that follows every third stream on a connection with a response nobody
+    asked for: the streams completed ok on that connection after its first may have been
+    answered out of step, so they become protocol (conn.py), on both engines alike, in the
+    counts and the --log rows."""
+    import asyncio
+    import threading
+
+    from support.bench_cli import bench
+
+    async def handle(reader, writer):
+        served = 0
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                n = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+                await reader.readexactly(n)
+                served += 1
+                out = HEAD + piece(tok(" a")) + piece(DONE) + b"0\r\n\r\n"
+                if served == 3:
+                    out += b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
+                writer.write(out)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    ready, box = threading.Event(), {}
+
+    def serve():
+        async def main():
+            srv = await asyncio.start_server(handle, "127.0.0.1", 0)
+            box["port"], box["loop"], box["stop"] = (srv.sockets[0].getsockname()[1],
+                                                     asyncio.get_running_loop(), asyncio.Event())
+            ready.set()
+            await box["stop"].wait()
+            srv.close()
+
+        asyncio.run(main())
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    assert ready.wait(10)
+    try:
+        runs = {e: bench(f"openai+http://127.0.0.1:{box['port']}/v1", "--engine", e, "--model",
+                         "m", "--rate", "20", "--requests", "6", "--workers", "1",
+                         "--connections", "1", "--max-connections", "1", "--input-len", "4",
+                         "--output-len", "1", "--timeout", "5s")
+                for e in ("fast", "python")}
+    finally:
+        box["loop"].call_soon_threadsafe(box["stop"].set)
+        thread.join(10)
+    for engine, run in runs.items():
+        req = run.json["requests"]
+        assert run.json["generator"]["engine"] == engine
+        assert (req["ok"], req["errors"]["protocol"]) == (2, 4), (engine, req)
+        (ex,) = req["error_examples"]["protocol"]
+        assert ex["reason"].startswith("out of step: ") and ex["count"] == 4
+        assert sorted(run.log["outcome"].tolist()) == ["ok"] * 2 + ["protocol"] * 4
+    fast, py = runs["fast"].log, runs["python"].log
+    assert fast["outcome"][np.argsort(fast["id"])].tolist() == \
+        py["outcome"][np.argsort(py["id"])].tolist()
