@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from ..llm.openai import ChunkError, parse_chunk
+from ..llm.openai import ChunkError, chunk_tokens, parse_chunk
 from .openai_sse import MAX_TOKENS_PER_STREAM, TokenState, error_event
 from .outcome import MALFORMED_SSE, NO_TOKEN, OK, SERVER_ERROR, TOO_LARGE, TRUNCATED
 
@@ -45,8 +45,8 @@ NO_CONTENT = "the stream finished without any content"
 class _Stream:
     """One request's stream so far (openai_sse.OpenAIConnection's per-request fields)."""
 
-    __slots__ = ("fail", "finish", "first_chunk", "in_tokens", "out_tokens", "reason",
-                 "t_done", "tok")
+    __slots__ = ("cached", "fail", "finish", "first_chunk", "in_tokens", "ntok",
+                 "out_tokens", "reason", "t_done", "tok", "usage_each")
 
     def __init__(self) -> None:
         self.first_chunk = math.nan
@@ -55,11 +55,15 @@ class _Stream:
         self.finish: str | None = None
         self.out_tokens = -1
         self.in_tokens = -1
+        self.ntok: array[int] = array("i")  # per content chunk: its tokens, -1 unknown
+        self.cached = -1
+        self.usage_each = True  # every content chunk so far carried a cumulative usage
         self.fail: tuple[int, str, float, int] | None = None  # (outcome, reason, t, bytes)
         self.reason: tuple[int, bytes] | None = None  # the loop's typed reason
 
     def tokens(self) -> TokenState:
-        return self.first_chunk, self.tok, self.t_done, self.out_tokens, self.in_tokens
+        return (self.first_chunk, self.tok, self.t_done, self.out_tokens, self.in_tokens,
+                self.ntok, self.cached)
 
 
 @dataclass(frozen=True)
@@ -136,12 +140,16 @@ class Streams:
                     cut.append(rid)
                     continue
                 st.tok.append(now)
+                st.ntok.append(chunk_tokens(chunk, st.out_tokens, st.usage_each))
+                st.usage_each = st.usage_each and chunk.completion_tokens is not None
             if chunk.finish_reason:
                 st.finish = chunk.finish_reason
             if chunk.completion_tokens is not None:
                 st.out_tokens = chunk.completion_tokens
             if chunk.prompt_tokens is not None:
                 st.in_tokens = chunk.prompt_tokens
+            if chunk.cached_tokens is not None:
+                st.cached = chunk.cached_tokens
         return cut
 
     def settle(self, rid: np.ndarray, end: np.ndarray, out: np.ndarray, status: np.ndarray,
