@@ -175,6 +175,66 @@ def test_a_key_twice_in_a_snapshot_exits_2(failing_snapshot, tmp_path):
     assert rc == 2 and "'interval_s' appears twice" in err and len(err.splitlines()) == 1, err
 
 
+# -- what the property found (issue 24): each as a concrete mutant of the same baseline ----
+
+def _mutate(data: dict, part: str, name: str, path: tuple, value) -> None:
+    target = data[part][name]["value"]
+    for k in path[:-1]:
+        target = target[k]
+    target[path[-1]] = value
+
+
+UP = "0000:80:01.0"
+FOUND = {  # (part, fact, path, value), the check, {subject: what its reason must say}
+    # pci.aer refused: the upstream ports, whose only recovery stand-in is AER, were left
+    # out of l1.pcie.link_recovery (no finding at all) instead of unknown
+    "AER refused: upstream ports": (
+        ("facts", "pci.aer", ("counters",), [0]), "l1.pcie.link_recovery",
+        {f"{b} upstream": "AER unreadable (" for b in (UP, "0000:c0:01.0", "0000:e0:01.0")}),
+    # the max width a chain of mutations left at 1 while its sysfs text says 16: the NIC's
+    # link judged x8 of x1, "full capability" (a pass from a fail)
+    "a link width its raw text denies": (
+        ("facts", "pci.links", ("links", UP, "max_width"), 1), "l1.pcie.link_downtrained",
+        {"host": f"pci.links.links['{UP}']: a speed or width that is not what its raw"}),
+    "a link speed its raw text denies": (
+        ("facts", "pci.links", ("links", "0000:c1:00.0", "current_gts"), 1),
+        "l1.pcie.link_downtrained", {"host": "that is not what its raw sysfs text"}),
+    # a cgroup path that is no path: its own subject, judged (warn) from the mutant alone
+    "a cgroup path that is a number": (
+        ("facts", "cgroup.pid.4242", ("path",), "18446744073709551616"),
+        "l2.cgroup.throttling",
+        {"pid 4242": "cgroup.pid.4242.path: '18446744073709551616' is not of the form /"}),
+    # the earlier cpu.stat without nr_throttled: its counters read as 0, growth since boot
+    # (3 throttled periods) judged a fail
+    "an earlier cpu.stat of other keys": (
+        ("before", "cgroup.target", ("stat",), {"0": 73899}), "l2.cgroup.throttling",
+        {"/sys/fs/cgroup/svc": "the earlier sample: "}),
+    # nr_throttled grew by 2 while nr_periods did not: impossible, was judged a fail
+    "more throttled periods than periods": (
+        ("before", "cgroup.target", ("stat", "nr_throttled"), 1), "l2.cgroup.throttling",
+        {"/sys/fs/cgroup/svc": "implausible: nr_throttled grew by 2 but nr_periods by 0"}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FOUND))
+def test_what_the_property_found(case, failing_snapshot, tmp_path):
+    (part, name, path, value), cid, want = FOUND[case]
+    data = json.loads(failing_snapshot.read_text())
+    rc, _, report = run_from(failing_snapshot)
+    was = {f["subject"]: f["status"] for f in report["findings"] if f["id"] == cid}
+    _mutate(data, part, name, path, value)
+    mutant = tmp_path / "snap.json"
+    mutant.write_text(json.dumps(data))
+    rc, err, report = run_from(mutant)
+    assert err == "" and rc == 1
+    now = {f["subject"]: f for f in report["findings"] if f["id"] == cid}
+    for subject, why in want.items():
+        assert subject in now, (subject, sorted(now))
+        assert now[subject]["status"] == "unknown" and why in now[subject]["reason"], now[subject]
+    for subject, f in now.items():  # the rest keep their status or say they cannot tell
+        assert f["status"] == "unknown" or f["status"] == was.get(subject), (subject, f)
+
+
 # -- property: mutations never turn a finding into a pass -----------------------------------
 
 def _leaves(value, path=()):

@@ -268,7 +268,20 @@ _INT_KNOBS = {"net.ipv4.tcp_moderate_rcvbuf": 1, "net.ipv4.tcp_mem": 3,
               "net.ipv4.tcp_rmem": 3, "net.ipv4.tcp_wmem": 3, "net.core.rmem_max": 1,
               "kernel.io_uring_disabled": 1, "net.core.rps_sock_flow_entries": 1}
 
-_CGROUP = Rec({"path": TEXT, "stat": COUNTERS, "version": one_of(1, 2),
+def _cpu_stat_ok(stat: dict[str, int]) -> bool:
+    # what parse_cpu_stat guarantees, and the kernel's own relation: a period is
+    # throttled or not, so never more throttled periods than periods
+    return ("usage_usec" in stat or "nr_periods" in stat) and \
+        stat.get("nr_throttled", 0) <= stat.get("nr_periods", stat.get("nr_throttled", 0))
+
+
+# cgroup_of_pid and resolve_cgroup write absolute, normalised paths (a subject of the
+# report: a path of another shape would be a cgroup no collector read)
+_CGROUP = Rec({"path": Str(r"/[^\x00]*", max=4095),
+               "stat": Check(Map(U64, key=Str(r"[a-z][a-z0-9_.]{0,63}")), _cpu_stat_ok,
+                             "neither usage_usec nor nr_periods, or more throttled periods "
+                             "(nr_throttled) than periods (nr_periods)"),
+               "version": one_of(1, 2),
                "quota_us": Opt(Int(0, I64)), "period_us": Opt(Int(1, I64))},
               optional={"controller": Bool()})
 _STATUS = Rec({"name": Opt(TEXT), "cpus_allowed": List(CPU, min=1, max=MAX_CPUS),
@@ -316,9 +329,33 @@ _PCI_DEVICE = Rec({"kind": one_of("nic", "gpu", "accelerator", "upstream", "unre
                   optional={"class": Str(r"0x[0-9a-fA-F]{6}"), "vendor": Str(r"0x[0-9a-fA-F]{4}"),
                             "serves": List(BDF), "numa_node": Opt(Int(-1, 65535)),
                             "local_cpus": Opt(CPUS), "error": TEXT})
-_LINK = Rec({"current_gts": Opt(Num(0, 1000)), "current_width": Int(0, 32),
-             "max_gts": Opt(Num(0, 1000)), "max_width": Int(0, 32),
-             "raw": Map(Opt(TEXT))})
+_LINK_FIELDS = {"current_gts": "current_link_speed", "current_width": "current_link_width",
+                "max_gts": "max_link_speed", "max_width": "max_link_width"}
+
+
+def _link_agrees(link: dict[str, Any]) -> bool:
+    """Each parsed value is what its raw sysfs text reads as (read_link keeps both)."""
+    from .model import ParseError
+    from .sources.pci import parse_link_speed, parse_link_width
+
+    for key, name in _LINK_FIELDS.items():
+        raw = link["raw"].get(name)
+        if raw is None:
+            return False
+        parse = parse_link_speed if key.endswith("_gts") else parse_link_width
+        try:
+            if parse(raw) != link[key]:
+                return False
+        except ParseError:
+            return False
+    return True
+
+
+_LINK = Check(Rec({"current_gts": Opt(Num(0, 1000)), "current_width": Int(0, 32),
+                   "max_gts": Opt(Num(0, 1000)), "max_width": Int(0, 32),
+                   "raw": Map(Opt(TEXT))}), _link_agrees,
+              "a speed or width that is not what its raw sysfs text "
+              f"({', '.join(_LINK_FIELDS.values())}) reads as")
 
 # eBPF probes (probes/analyze.py and probes/__init__.py _summary)
 _PROBE_COMMON = {"probe": NAME, "unit": NAME, "duration_s": Opt(SECONDS), "wall_s": Opt(SECONDS),
