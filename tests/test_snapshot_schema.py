@@ -209,6 +209,10 @@ FOUND = {  # (part, fact, path, value), the check, {subject: what its reason mus
     "an earlier cpu.stat of other keys": (
         ("before", "cgroup.target", ("stat",), {"0": 73899}), "l2.cgroup.throttling",
         {"/sys/fs/cgroup/svc": "the earlier sample: "}),
+    # RAM of 2^64 bytes: tcp_mem became "0.00 % of RAM", a warn from a pass
+    "RAM beyond any physical address space": (
+        ("facts", "proc.meminfo", ("MemTotal",), 2**64), "l2.tcp.mem_sizing",
+        {"host": "proc.meminfo: no MemTotal in 1 byte .. 4 PiB"}),
     # nr_throttled grew by 2 while nr_periods did not: impossible, was judged a fail
     "more throttled periods than periods": (
         ("before", "cgroup.target", ("stat", "nr_throttled"), 1), "l2.cgroup.throttling",

@@ -469,8 +469,11 @@ SCHEMAS: tuple[tuple[str, Schema], ...] = (
     (r"net\.dev", Map(_NET_DEV)),
     (r"proc\.softirqs", Map(List(U64, max=MAX_CPUS))),
     (r"proc\.interrupts", _INTERRUPTS),
-    (r"proc\.meminfo", Check(Map(Int(0, 2**74)), lambda v: v.get("MemTotal", 0) > 0,
-                             "no MemTotal above 0")),
+    # MemTotal is RAM: at most the 52-bit physical address space of any architecture
+    # Linux runs on (4 PiB); other fields (VmallocTotal) are address space, kB of a u64
+    (r"proc\.meminfo", Check(Map(Int(0, 2**74)), lambda v: 0 < v.get("MemTotal", 0) <= 2**52,
+                             "no MemTotal in 1 byte .. 4 PiB (2^52, the largest physical "
+                             "address space)")),
     (r"pressure\.(cpu|io|memory)", Check(_PRESSURE, lambda v: "some" in v, "no 'some' line")),
     *((r"sysctl\." + re.escape(k), _ints(n)) for k, n in _INT_KNOBS.items()),
     (r"sysctl\.[a-z0-9_.]+", Str(max=64 * 1024)),
