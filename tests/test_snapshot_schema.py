@@ -84,6 +84,22 @@ def test_every_collected_fact_matches_its_schema(name, tmp_path):
     assert checked >= (60 if name == "hostile" else 10)
 
 
+GPU = Path(__file__).parent / "fixtures" / "gpu"
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in GPU.glob("nvidia-smi-q-*")) + sorted(
+    p.name for p in GPU.glob("dcgm-exporter-*")))
+def test_real_gpu_captures_match_the_gpu_health_schema(name):
+    # ecc_mode, clock_event_us and xid_last were once missing: every real GPU's
+    # gpu.health was refused on --from
+    from tailgate.sources import engine, gpu
+
+    text = (GPU / name).read_text()
+    gpus = (gpu.parse_smi_health(text) if name.startswith("nvidia-smi")
+            else gpu.parse_dcgm(engine.parse_exposition(text)))
+    assert gpus and refusal("gpu.health", {"source": name, "gpus": gpus, "tried": {}}) is None
+
+
 def test_every_collector_has_a_schema():
     for name, c in collectors().items():
         # a multi collector's own fact is its list of entries (or it only names others)
@@ -213,6 +229,26 @@ FOUND = {  # (part, fact, path, value), the check, {subject: what its reason mus
     "RAM beyond any physical address space": (
         ("facts", "proc.meminfo", ("MemTotal",), 2**64), "l2.tcp.mem_sizing",
         {"host": "proc.meminfo: no MemTotal in 1 byte .. 4 PiB"}),
+    # an idle interface's counters as 1 packet of 0 bytes: the drop rate went unknown -> pass
+    "a packet without bytes": (
+        ("facts", "net.dev", ("ifb0", "rx_packets"), 1), "l2.net.drop_rate",
+        {"host": "implausible: ifb0 rx_packets grew by 1 but rx_bytes by 0"}),
+    # one RX ring under a table spreading over 12: "one ring, nothing to spread", a skip
+    "an RSS table beyond its rings": (
+        ("facts", "ethtool.rss.eth2", ("rings",), 1), "l3.rss.symmetric",
+        {"eth2": "an indirection table entry names a ring beyond the RX rings"}),
+    # the weak lane's dBm as 1 beside its 0.0562 mW: the fail became a pass
+    "a power reading whose mW and dBm disagree": (
+        ("facts", "ethtool.module.eth2", ("rx_power", 2, "dbm"), 1), "l1.optics.rx_power",
+        {"eth2": "rx_power[2]: mw and dbm are not one reading"}),
+    # clock event reasons under a name no source writes: unknown became "no slowdown", a pass
+    "a clock event reason of no source": (
+        ("facts", "gpu.health", ("gpus", "0000:c1:00.0", "clock_events"), {"v": True}),
+        "l1.gpu.clock_events", {"host": "clock_events key: 'v' is none of 'idle'"}),
+    # the unreadable NVLink source renamed: unknown became "no NVLink on this GPU", a skip
+    "an unreadable source of no name": (
+        ("facts", "gpu.health", ("gpus", "0000:c1:00.0", "unreadable"), {"v": "object"}),
+        "l1.gpu.nvlink", {"host": "unreadable key: 'v' is none of 'nvlink', 'nvlink_state'"}),
     # nr_throttled grew by 2 while nr_periods did not: impossible, was judged a fail
     "more throttled periods than periods": (
         ("before", "cgroup.target", ("stat", "nr_throttled"), 1), "l2.cgroup.throttling",

@@ -306,6 +306,13 @@ _FEC = Either("supported", (
                                        "lanes": _LANES}))})),
 ))
 _DBM = Num(-60, 30)
+
+
+def _power_agrees(r: dict[str, Any]) -> bool:
+    """ethtool -m prints one reading twice: mW to 4 decimals, dBm to 2 (0.005 dB is 0.12 %)."""
+    if r["dbm"] is None:
+        return r["mw"] == 0
+    return abs(10 ** (r["dbm"] / 10) - r["mw"]) <= 0.00005 + 0.0012 * r["mw"] + 1e-9
 _MODULE = Either("supported", (
     (False, Rec({"supported": Bool(), "reason": TEXT})),
     (True, Rec({
@@ -314,8 +321,10 @@ _MODULE = Either("supported", (
         "media": one_of("copper", "optical", "unknown"), "attached_cable": Bool(),
         "cable_length_m": Opt(Num(0, 1e6)), "lengths": Map(TEXT), "vendor": Opt(TEXT),
         "part": Opt(TEXT),
-        "rx_power": List(Rec({"lane": Int(1, 64), "mw": Num(0, 1000), "dbm": Opt(_DBM),
-                              "kind": one_of("oma", "avg")})),
+        "rx_power": List(Check(Rec({"lane": Int(1, 64), "mw": Num(0, 1000), "dbm": Opt(_DBM),
+                                    "kind": one_of("oma", "avg")}), _power_agrees,
+                               "mw and dbm are not one reading (ethtool prints both of one "
+                               "value: mw to 4 decimals, dbm to 2)")),
         "lane_flags": Map(List(Int(1, 64), max=64)),
         "rx_thresholds_dbm": Map(Opt(_DBM))})),
 ))
@@ -446,10 +455,22 @@ class CountOrFlag(Schema):
         U64.check(v, at)
 
 
-_GPU = Rec({"ecc": Map(Map(U64)), "clock_events": Map(Bool())}, optional={
+# The names sources/gpu.py writes (nvidia-smi -q, NVML's reason bits, DCGM's fields): a
+# reason, counter or unreadable source under another name would be one no check looks at.
+_CLOCK_REASONS = one_of("idle", "applications_clocks", "sw_power_cap", "hw_slowdown",
+                        "hw_thermal", "hw_power_brake", "sync_boost", "sw_thermal",
+                        "display_clock")
+_GPU = Rec({"ecc": Map(Map(U64)), "clock_events": Map(Bool(), key=_CLOCK_REASONS)},  # type: ignore[arg-type]
+           optional={
     "uuid": Opt(TEXT), "retired_pages": Map(CountOrFlag()), "remapped_rows": Map(CountOrFlag()),
-    "nvlink": Map(Map(U64)), "nvlink_state": Map(TEXT), "unreadable": Map(TEXT),
-    "clock_event_ns": Map(U64), "name": Opt(TEXT)})
+    "nvlink": Map(Map(U64)), "nvlink_state": Map(TEXT),
+    "unreadable": Map(TEXT, key=one_of("nvlink", "nvlink_state")),  # type: ignore[arg-type]
+    "ecc_mode": Opt(NAME), "xid_last": Int(0, 2**32),
+    "clock_event_us": Map(U64, key=_CLOCK_REASONS),  # type: ignore[arg-type]
+    "violation_us": Map(U64, key=one_of("power", "thermal", "sync_boost", "board_limit",  # type: ignore[arg-type]
+                                        "reliability")),
+    "nvlink_total": Map(U64, key=one_of("crc_flit", "crc_data", "replay", "recovery")),  # type: ignore[arg-type]
+    "name": Opt(TEXT)})
 _XID = Rec({"t_s": Opt(SECONDS), "bdf": Opt(TEXT), "code": Int(0, 2**16), "text": TEXT})
 _PFC = Rec({"global": COUNTERS, "prio": Map(COUNTERS, key=Str(r"[0-7]")),
             "link_pause": Opt(Map(Bool())), "unreadable": Map(TEXT),
@@ -509,9 +530,13 @@ SCHEMAS: tuple[tuple[str, Schema], ...] = (
     (r"ethtool\.fec\..+", _FEC),
     (r"ethtool\.phy\..+", COUNTERS),
     (r"ethtool\.module\..+", _MODULE),
-    (r"ethtool\.rss\..+", Rec({"rings": Int(0, 65535), "table": List(Int(0, 65535)),
-                               "key": Opt(Str(r"[0-9a-f]{2,1024}")), "functions": Map(Bool()),
-                               "transforms": Map(Bool()), "unknown_bits": COUNTERS})),
+    # the kernel refuses an indirection table entry beyond the RX rings (ethtool -X, -L)
+    (r"ethtool\.rss\..+", Check(Rec({"rings": Int(0, 65535), "table": List(Int(0, 65535)),
+                                     "key": Opt(Str(r"[0-9a-f]{2,1024}")),
+                                     "functions": Map(Bool()), "transforms": Map(Bool()),
+                                     "unknown_bits": COUNTERS}),
+                                lambda v: all(t < v["rings"] for t in v["table"]),
+                                "an indirection table entry names a ring beyond the RX rings")),
     (r"ethtool\.rings\..+", Rec({"current": _RING}, optional={"max": _RING})),
     (r"ethtool\.ts\..+", Rec({"capabilities": NAMES, "phc_index": Opt(Int(0, 2**31)),
                               "tx_modes": NAMES, "rx_filters": NAMES, "hardware": Bool()})),

@@ -455,6 +455,15 @@ def drop_rate(snap: Snapshot, p: dict) -> Result:
     per_iface = {k: {f: _dev_grown(dev0, dev1, k, f) for f in
                      ("rx_packets", "tx_packets", "rx_drop", "tx_drop", "rx_fifo", "tx_fifo")}
                  for k in common}
+    for k in common:  # every packet has bytes: more packets than bytes is no count
+        for d in ("rx", "tx"):
+            if f"{d}_bytes" not in dev0[k] or f"{d}_bytes" not in dev1[k]:
+                continue
+            grown = _dev_grown(dev0, dev1, k, f"{d}_bytes")
+            if per_iface[k][f"{d}_packets"] > grown:
+                raise Unknown(f"implausible: {k} {d}_packets grew by "
+                              f"{per_iface[k][f'{d}_packets']} but {d}_bytes by {grown} in "
+                              "/proc/net/dev")
     packets = sum(r["rx_packets"] + r["tx_packets"] for r in per_iface.values())
     parts = {
         "interface_drops": sum(r["rx_drop"] + r["tx_drop"] for r in per_iface.values()),
