@@ -207,6 +207,18 @@ FOUND = {  # (part, fact, path, value), the check, {subject: what its reason mus
     "AER refused: upstream ports": (
         ("facts", "pci.aer", ("counters",), [0]), "l1.pcie.link_recovery",
         {f"{b} upstream": "AER unreadable (" for b in (UP, "0000:c0:01.0", "0000:e0:01.0")}),
+    # one upstream port's AER counters without Rollover or Timeout (its only stand-in):
+    # its l1.pcie.link_recovery vanished, and no other finding of the check was unknown
+    "AER counters without a recovery stand-in": (
+        ("facts", "pci.aer", ("counters", UP), {"v": 1}), "l1.pcie.link_recovery",
+        {f"{UP} upstream": "its AER counters have neither Rollover nor Timeout"}),
+    # a Tcp line without OutSegs: a KeyError in l2.net.retransmit_rate, an error (exit 3)
+    "a Tcp line without OutSegs": (
+        ("facts", "net.snmp", ("Tcp",), {"RetransSegs": 1}), "l2.net.retransmit_rate",
+        {"host": "/proc/net/snmp: no Tcp OutSegs in the later sample"}),
+    "a Tcp counter of no kernel name": (
+        ("facts", "net.snmp", ("Tcp",), {"v": 1}), "l2.net.retransmit_rate",
+        {"host": "net.snmp: a counter name that is not the kernel's"}),
     # the max width a chain of mutations left at 1 while its sysfs text says 16: the NIC's
     # link judged x8 of x1, "full capability" (a pass from a fail)
     "a link width its raw text denies": (

@@ -484,7 +484,14 @@ _PLATFORM = Rec({"kind": one_of("baremetal", "vm", "container"), "hypervisor": O
 # Fact name (full match, ASCII) -> schema; the first match decides.
 SCHEMAS: tuple[tuple[str, Schema], ...] = (
     # Tcp MaxConn is -1 ("no limit"), the one signed value; everything else counts
-    (r"net\.(snmp|netstat)", Map(Rec({}, optional={"MaxConn": Int(-1, U64_MAX)}, rest=U64))),
+    # protocol and counter names are the kernel's (SNMP_MIB_ITEM: "Tcp", "RetransSegs",
+    # "TCPTimeouts", "InType3"): a name of another shape is a counter no check knows
+    (r"net\.(snmp|netstat)", Check(
+        Map(Rec({}, optional={"MaxConn": Int(-1, U64_MAX)}, rest=U64),
+            key=Str(r"[A-Z][A-Za-z0-9]{1,31}")),
+        lambda v: all(re.fullmatch(r"[A-Z][A-Za-z0-9_]{0,63}", k, re.ASCII)
+                      for c in v.values() for k in c),
+        "a counter name that is not the kernel's ([A-Z][A-Za-z0-9_]*)")),
     (r"net\.softnet", List(Rec({"cpu": U64, "processed": U64, "dropped": U64,
                                "time_squeeze": U64}), min=1, max=MAX_CPUS)),
     (r"net\.dev", Map(_NET_DEV)),

@@ -434,6 +434,9 @@ def _lost_stand_ins(bdf: str, entry: dict[str, Any], aer_f: Any, aer: dict[str, 
         elif bdf not in aer:
             lost.append("pci.devices found aer_dev_correctable but pci.aer has no counters "
                         "for it")
+        elif not {"Rollover", "Timeout"} & set(aer[bdf]):
+            # every kernel that has the file writes both (drivers/pci/pcie/aer.c)
+            lost.append("its AER counters have neither Rollover nor Timeout")
     if entry.get("amdgpu_replay") and bdf not in replay.get("counters", {}):
         lost.append(f"vendor replay counters unreadable ({replay_f.missing})" if not replay_f.ok
                     else "pci.devices found pcie_replay_count but pci.replay has no count "

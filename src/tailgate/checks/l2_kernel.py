@@ -442,6 +442,9 @@ def _dev_grown(d0: dict, d1: dict, iface: str, field: str) -> int:
 
 
 def _snmp_grown(s0: dict, s1: dict, proto: str, key: str, source: str = "/proc/net/snmp") -> int:
+    for which, sample in (("the earlier", s0), ("the later", s1)):
+        if key not in sample.get(proto, {}):
+            raise Unknown(f"{source}: no {proto} {key} in {which} sample")
     return _grown(s0[proto][key], s1[proto][key], f"{proto} {key}", source)
 
 
