@@ -589,6 +589,27 @@ def schema_for(name: str) -> Schema | None:
     return None
 
 
+# The per-interface collectors (ethtool.per_iface, netdev.nics) write the list of the
+# interfaces they read under their own name and one fact PREFIX.IFACE (a value or the reason
+# it is missing) for each: the list and those facts name the same interfaces.
+INDEX = re.compile(r"nic|rps|xps|tc\.qdisc|net\.pfc|ethtool\.(info|fec|phy|module|rss|rings|ts)",
+                   re.ASCII)
+
+
+def index_refusals(names: list[str], values: dict[str, Any]) -> dict[str, str]:
+    """Why each interface list among ``values`` (fact name -> value, of one sample) does not
+    name the interfaces whose facts the sample holds (``names``: every fact in it)."""
+    out = {}
+    for prefix, listed in values.items():
+        if not INDEX.fullmatch(prefix) or not isinstance(listed, list):
+            continue
+        held = sorted(n[len(prefix) + 1:] for n in names if n.startswith(prefix + "."))
+        if sorted(listed) != held:
+            out[prefix] = (f"{prefix}: lists {_short(sorted(listed))} but holds the facts of "
+                           f"{_short(held)}: not one collection")
+    return out
+
+
 def refusal(name: str, value: Any) -> str | None:
     """Why ``value`` cannot be the fact ``name`` (None when it matches its schema)."""
     schema = schema_for(name)
