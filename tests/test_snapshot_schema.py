@@ -28,7 +28,7 @@ from tailgate.cli import main
 from tailgate.collect import Scope, collect, collectors
 from tailgate.host import Host
 from tailgate.report.safe import strict_json
-from tailgate.schema import refusal, schema_for
+from tailgate.schema import index_refusals, refusal, schema_for
 
 SCOPE = Scope(pids=(PID,), cgroup="/sys/fs/cgroup/svc")
 # One-sample scenarios laid over the hostile root so the snapshot holds failing findings.
@@ -81,6 +81,8 @@ def test_every_collected_fact_matches_its_schema(name, tmp_path):
             if fact.ok:
                 assert refusal(fact_name, fact.value) is None, (fact_name, fact.value)
                 checked += 1
+        # the interface lists name the interfaces whose facts were collected
+        assert index_refusals(list(part), {n: f.value for n, f in part.items() if f.ok}) == {}
     assert checked >= (60 if name == "hostile" else 10)
 
 
