@@ -186,3 +186,49 @@ def test_bench_body_file_and_nccl_tests_file_use_the_hardened_reader(capsys):
     rc = cli.main(["bench", "allreduce", "--nccl-tests", "/dev/zero"])
     err = capsys.readouterr().err
     assert rc == 2 and "not a regular file" in err, err
+
+
+# -- plan.traces.load, the library entry, reads through the same bounded reader ---------------
+
+@pytest.mark.timeout(60)
+def test_traces_load_refuses_what_is_not_a_regular_file(tmp_path):
+    import os
+
+    from tailgate.plan import traces
+    from tailgate.userfiles import UserFileError
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for path in ("/dev/zero", str(fifo)):  # were read for ever with plain open()
+        with pytest.raises(UserFileError, match="not a regular file") as exc:
+            traces.load(path)
+        assert path in str(exc.value) and len(str(exc.value).splitlines()) == 1
+
+
+@pytest.mark.parametrize("name,data,words", [
+    ("latin1.jsonl", b'{"hash_ids": [1], "input_length": 1, "x": "\xe4"}\n',
+     "not UTF-8 text (byte 0xe4 at offset 43)"),
+    ("fake.jsonl.gz", b"plain text\n", "not gzip data"),
+    ("bomb.jsonl.gz", gzip.compress(b"\n" * 4097), "over 4,096 bytes decompressed: refused"),
+    ("big.jsonl", b"\n" * 4097, "4097 bytes, over the"),
+])
+def test_traces_read_lines_refusals_name_the_file(tmp_path, name, data, words):
+    from tailgate.plan import traces
+    from tailgate.userfiles import UserFileError
+
+    path = tmp_path / name
+    path.write_bytes(data)
+    with pytest.raises(UserFileError) as exc:
+        traces.read_lines(str(path), limit=4096)
+    line = str(exc.value)
+    assert str(path) in line and words in line and len(line.splitlines()) == 1, line
+
+
+def test_traces_load_reads_a_gzip_trace_within_the_cap(tmp_path):
+    from tailgate.plan import traces
+
+    path = tmp_path / "t.jsonl.gz"
+    path.write_bytes(gzip.compress(MOONCAKE_HEAD.read_bytes()))
+    fmt, block, reqs = traces.load(str(path))
+    plain = traces.load(str(MOONCAKE_HEAD))
+    assert (fmt, block) == ("mooncake", 512) and reqs == plain[2] and len(reqs) > 0

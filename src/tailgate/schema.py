@@ -268,7 +268,20 @@ _INT_KNOBS = {"net.ipv4.tcp_moderate_rcvbuf": 1, "net.ipv4.tcp_mem": 3,
               "net.ipv4.tcp_rmem": 3, "net.ipv4.tcp_wmem": 3, "net.core.rmem_max": 1,
               "kernel.io_uring_disabled": 1, "net.core.rps_sock_flow_entries": 1}
 
-_CGROUP = Rec({"path": TEXT, "stat": COUNTERS, "version": one_of(1, 2),
+def _cpu_stat_ok(stat: dict[str, int]) -> bool:
+    # what parse_cpu_stat guarantees, and the kernel's own relation: a period is
+    # throttled or not, so never more throttled periods than periods
+    return ("usage_usec" in stat or "nr_periods" in stat) and \
+        stat.get("nr_throttled", 0) <= stat.get("nr_periods", stat.get("nr_throttled", 0))
+
+
+# cgroup_of_pid and resolve_cgroup write absolute, normalised paths (a subject of the
+# report: a path of another shape would be a cgroup no collector read)
+_CGROUP = Rec({"path": Str(r"/[^\x00]*", max=4095),
+               "stat": Check(Map(U64, key=Str(r"[a-z][a-z0-9_.]{0,63}")), _cpu_stat_ok,
+                             "neither usage_usec nor nr_periods, or more throttled periods "
+                             "(nr_throttled) than periods (nr_periods)"),
+               "version": one_of(1, 2),
                "quota_us": Opt(Int(0, I64)), "period_us": Opt(Int(1, I64))},
               optional={"controller": Bool()})
 _STATUS = Rec({"name": Opt(TEXT), "cpus_allowed": List(CPU, min=1, max=MAX_CPUS),
@@ -293,6 +306,13 @@ _FEC = Either("supported", (
                                        "lanes": _LANES}))})),
 ))
 _DBM = Num(-60, 30)
+
+
+def _power_agrees(r: dict[str, Any]) -> bool:
+    """ethtool -m prints one reading twice: mW to 4 decimals, dBm to 2 (0.005 dB is 0.12 %)."""
+    if r["dbm"] is None:
+        return r["mw"] == 0
+    return abs(10 ** (r["dbm"] / 10) - r["mw"]) <= 0.00005 + 0.0012 * r["mw"] + 1e-9
 _MODULE = Either("supported", (
     (False, Rec({"supported": Bool(), "reason": TEXT})),
     (True, Rec({
@@ -301,8 +321,10 @@ _MODULE = Either("supported", (
         "media": one_of("copper", "optical", "unknown"), "attached_cable": Bool(),
         "cable_length_m": Opt(Num(0, 1e6)), "lengths": Map(TEXT), "vendor": Opt(TEXT),
         "part": Opt(TEXT),
-        "rx_power": List(Rec({"lane": Int(1, 64), "mw": Num(0, 1000), "dbm": Opt(_DBM),
-                              "kind": one_of("oma", "avg")})),
+        "rx_power": List(Check(Rec({"lane": Int(1, 64), "mw": Num(0, 1000), "dbm": Opt(_DBM),
+                                    "kind": one_of("oma", "avg")}), _power_agrees,
+                               "mw and dbm are not one reading (ethtool prints both of one "
+                               "value: mw to 4 decimals, dbm to 2)")),
         "lane_flags": Map(List(Int(1, 64), max=64)),
         "rx_thresholds_dbm": Map(Opt(_DBM))})),
 ))
@@ -316,9 +338,33 @@ _PCI_DEVICE = Rec({"kind": one_of("nic", "gpu", "accelerator", "upstream", "unre
                   optional={"class": Str(r"0x[0-9a-fA-F]{6}"), "vendor": Str(r"0x[0-9a-fA-F]{4}"),
                             "serves": List(BDF), "numa_node": Opt(Int(-1, 65535)),
                             "local_cpus": Opt(CPUS), "error": TEXT})
-_LINK = Rec({"current_gts": Opt(Num(0, 1000)), "current_width": Int(0, 32),
-             "max_gts": Opt(Num(0, 1000)), "max_width": Int(0, 32),
-             "raw": Map(Opt(TEXT))})
+_LINK_FIELDS = {"current_gts": "current_link_speed", "current_width": "current_link_width",
+                "max_gts": "max_link_speed", "max_width": "max_link_width"}
+
+
+def _link_agrees(link: dict[str, Any]) -> bool:
+    """Each parsed value is what its raw sysfs text reads as (read_link keeps both)."""
+    from .model import ParseError
+    from .sources.pci import parse_link_speed, parse_link_width
+
+    for key, name in _LINK_FIELDS.items():
+        raw = link["raw"].get(name)
+        if raw is None:
+            return False
+        parse = parse_link_speed if key.endswith("_gts") else parse_link_width
+        try:
+            if parse(raw) != link[key]:
+                return False
+        except ParseError:
+            return False
+    return True
+
+
+_LINK = Check(Rec({"current_gts": Opt(Num(0, 1000)), "current_width": Int(0, 32),
+                   "max_gts": Opt(Num(0, 1000)), "max_width": Int(0, 32),
+                   "raw": Map(Opt(TEXT))}), _link_agrees,
+              "a speed or width that is not what its raw sysfs text "
+              f"({', '.join(_LINK_FIELDS.values())}) reads as")
 
 # eBPF probes (probes/analyze.py and probes/__init__.py _summary)
 _PROBE_COMMON = {"probe": NAME, "unit": NAME, "duration_s": Opt(SECONDS), "wall_s": Opt(SECONDS),
@@ -409,10 +455,22 @@ class CountOrFlag(Schema):
         U64.check(v, at)
 
 
-_GPU = Rec({"ecc": Map(Map(U64)), "clock_events": Map(Bool())}, optional={
+# The names sources/gpu.py writes (nvidia-smi -q, NVML's reason bits, DCGM's fields): a
+# reason, counter or unreadable source under another name would be one no check looks at.
+_CLOCK_REASONS = one_of("idle", "applications_clocks", "sw_power_cap", "hw_slowdown",
+                        "hw_thermal", "hw_power_brake", "sync_boost", "sw_thermal",
+                        "display_clock")
+_GPU = Rec({"ecc": Map(Map(U64)), "clock_events": Map(Bool(), key=_CLOCK_REASONS)},  # type: ignore[arg-type]
+           optional={
     "uuid": Opt(TEXT), "retired_pages": Map(CountOrFlag()), "remapped_rows": Map(CountOrFlag()),
-    "nvlink": Map(Map(U64)), "nvlink_state": Map(TEXT), "unreadable": Map(TEXT),
-    "clock_event_ns": Map(U64), "name": Opt(TEXT)})
+    "nvlink": Map(Map(U64)), "nvlink_state": Map(TEXT),
+    "unreadable": Map(TEXT, key=one_of("nvlink", "nvlink_state")),  # type: ignore[arg-type]
+    "ecc_mode": Opt(NAME), "xid_last": Int(0, 2**32),
+    "clock_event_us": Map(U64, key=_CLOCK_REASONS),  # type: ignore[arg-type]
+    "violation_us": Map(U64, key=one_of("power", "thermal", "sync_boost", "board_limit",  # type: ignore[arg-type]
+                                        "reliability")),
+    "nvlink_total": Map(U64, key=one_of("crc_flit", "crc_data", "replay", "recovery")),  # type: ignore[arg-type]
+    "name": Opt(TEXT)})
 _XID = Rec({"t_s": Opt(SECONDS), "bdf": Opt(TEXT), "code": Int(0, 2**16), "text": TEXT})
 _PFC = Rec({"global": COUNTERS, "prio": Map(COUNTERS, key=Str(r"[0-7]")),
             "link_pause": Opt(Map(Bool())), "unreadable": Map(TEXT),
@@ -426,14 +484,24 @@ _PLATFORM = Rec({"kind": one_of("baremetal", "vm", "container"), "hypervisor": O
 # Fact name (full match, ASCII) -> schema; the first match decides.
 SCHEMAS: tuple[tuple[str, Schema], ...] = (
     # Tcp MaxConn is -1 ("no limit"), the one signed value; everything else counts
-    (r"net\.(snmp|netstat)", Map(Rec({}, optional={"MaxConn": Int(-1, U64_MAX)}, rest=U64))),
+    # protocol and counter names are the kernel's (SNMP_MIB_ITEM: "Tcp", "RetransSegs",
+    # "TCPTimeouts", "InType3"): a name of another shape is a counter no check knows
+    (r"net\.(snmp|netstat)", Check(
+        Map(Rec({}, optional={"MaxConn": Int(-1, U64_MAX)}, rest=U64),
+            key=Str(r"[A-Z][A-Za-z0-9]{1,31}")),
+        lambda v: all(re.fullmatch(r"[A-Z][A-Za-z0-9_]{0,63}", k, re.ASCII)
+                      for c in v.values() for k in c),
+        "a counter name that is not the kernel's ([A-Z][A-Za-z0-9_]*)")),
     (r"net\.softnet", List(Rec({"cpu": U64, "processed": U64, "dropped": U64,
                                "time_squeeze": U64}), min=1, max=MAX_CPUS)),
     (r"net\.dev", Map(_NET_DEV)),
     (r"proc\.softirqs", Map(List(U64, max=MAX_CPUS))),
     (r"proc\.interrupts", _INTERRUPTS),
-    (r"proc\.meminfo", Check(Map(Int(0, 2**74)), lambda v: v.get("MemTotal", 0) > 0,
-                             "no MemTotal above 0")),
+    # MemTotal is RAM: at most the 52-bit physical address space of any architecture
+    # Linux runs on (4 PiB); other fields (VmallocTotal) are address space, kB of a u64
+    (r"proc\.meminfo", Check(Map(Int(0, 2**74)), lambda v: 0 < v.get("MemTotal", 0) <= 2**52,
+                             "no MemTotal in 1 byte .. 4 PiB (2^52, the largest physical "
+                             "address space)")),
     (r"pressure\.(cpu|io|memory)", Check(_PRESSURE, lambda v: "some" in v, "no 'some' line")),
     *((r"sysctl\." + re.escape(k), _ints(n)) for k, n in _INT_KNOBS.items()),
     (r"sysctl\.[a-z0-9_.]+", Str(max=64 * 1024)),
@@ -469,9 +537,13 @@ SCHEMAS: tuple[tuple[str, Schema], ...] = (
     (r"ethtool\.fec\..+", _FEC),
     (r"ethtool\.phy\..+", COUNTERS),
     (r"ethtool\.module\..+", _MODULE),
-    (r"ethtool\.rss\..+", Rec({"rings": Int(0, 65535), "table": List(Int(0, 65535)),
-                               "key": Opt(Str(r"[0-9a-f]{2,1024}")), "functions": Map(Bool()),
-                               "transforms": Map(Bool()), "unknown_bits": COUNTERS})),
+    # the kernel refuses an indirection table entry beyond the RX rings (ethtool -X, -L)
+    (r"ethtool\.rss\..+", Check(Rec({"rings": Int(0, 65535), "table": List(Int(0, 65535)),
+                                     "key": Opt(Str(r"[0-9a-f]{2,1024}")),
+                                     "functions": Map(Bool()), "transforms": Map(Bool()),
+                                     "unknown_bits": COUNTERS}),
+                                lambda v: all(t < v["rings"] for t in v["table"]),
+                                "an indirection table entry names a ring beyond the RX rings")),
     (r"ethtool\.rings\..+", Rec({"current": _RING}, optional={"max": _RING})),
     (r"ethtool\.ts\..+", Rec({"capabilities": NAMES, "phc_index": Opt(Int(0, 2**31)),
                               "tx_modes": NAMES, "rx_filters": NAMES, "hardware": Bool()})),
@@ -515,6 +587,27 @@ def schema_for(name: str) -> Schema | None:
         if pattern.fullmatch(name):
             return schema
     return None
+
+
+# The per-interface collectors (ethtool.per_iface, netdev.nics) write the list of the
+# interfaces they read under their own name and one fact PREFIX.IFACE (a value or the reason
+# it is missing) for each: the list and those facts name the same interfaces.
+INDEX = re.compile(r"nic|rps|xps|tc\.qdisc|net\.pfc|ethtool\.(info|fec|phy|module|rss|rings|ts)",
+                   re.ASCII)
+
+
+def index_refusals(names: list[str], values: dict[str, Any]) -> dict[str, str]:
+    """Why each interface list among ``values`` (fact name -> value, of one sample) does not
+    name the interfaces whose facts the sample holds (``names``: every fact in it)."""
+    out = {}
+    for prefix, listed in values.items():
+        if not INDEX.fullmatch(prefix) or not isinstance(listed, list):
+            continue
+        held = sorted(n[len(prefix) + 1:] for n in names if n.startswith(prefix + "."))
+        if sorted(listed) != held:
+            out[prefix] = (f"{prefix}: lists {_short(sorted(listed))} but holds the facts of "
+                           f"{_short(held)}: not one collection")
+    return out
 
 
 def refusal(name: str, value: Any) -> str | None:

@@ -190,17 +190,22 @@ def validated(snap, path: str):
     """``snap`` with every fact that does not match its schema (tailgate.schema) replaced by
     a missing fact naming the file and why: the checks that read it say ``unknown``."""
     from .model import Fact
-    from .schema import refusal
+    from .schema import index_refusals, refusal
 
     for part in ("facts", "before", "earlier"):
         table = getattr(snap, part)
+        where = "" if part == "facts" else f" ({part})"
         for name, fact in list(table.items()):
             if not fact.ok:
                 continue
             why = refusal(name, fact.value)
             if why is not None:
-                where = "" if part == "facts" else f" ({part})"
                 table[name] = Fact(missing=f"{path}{where}: {shorten(why, 300)}: refused")
+        # an interface list naming another interface than its facts: the checks iterating
+        # it would judge a name no collector read and drop the one it did
+        lists = {n: f.value for n, f in table.items() if f.ok}
+        for name, why in index_refusals(list(table), lists).items():
+            table[name] = Fact(missing=f"{path}{where}: {shorten(why, 300)}: refused")
     return snap
 
 

@@ -424,6 +424,26 @@ def _mlx5_ifaces(snap: Snapshot) -> tuple[dict[str, str], dict[str, str]]:
     return out, unreadable
 
 
+def _lost_stand_ins(bdf: str, entry: dict[str, Any], aer_f: Any, aer: dict[str, Any],
+                    replay_f: Any, replay: dict[str, Any]) -> list[str]:
+    """Why the counters ``bdf`` has (pci.devices: AER, amdgpu's replay count) were not read."""
+    lost = []
+    if entry.get("aer"):
+        if not aer_f.ok:
+            lost.append(f"AER unreadable ({aer_f.missing})")
+        elif bdf not in aer:
+            lost.append("pci.devices found aer_dev_correctable but pci.aer has no counters "
+                        "for it")
+        elif not {"Rollover", "Timeout"} & set(aer[bdf]):
+            # every kernel that has the file writes both (drivers/pci/pcie/aer.c)
+            lost.append("its AER counters have neither Rollover nor Timeout")
+    if entry.get("amdgpu_replay") and bdf not in replay.get("counters", {}):
+        lost.append(f"vendor replay counters unreadable ({replay_f.missing})" if not replay_f.ok
+                    else "pci.devices found pcie_replay_count but pci.replay has no count "
+                    "for it")
+    return lost
+
+
 @check("l1.pcie.link_recovery")
 def pcie_link_recovery(snap: Snapshot, p: dict) -> list[Result]:
     devices = _devices(snap)
@@ -473,6 +493,13 @@ def pcie_link_recovery(snap: Snapshot, p: dict) -> list[Result]:
                               lambda v: {n: v[n] for n in ("rx_pci_signal_integrity",
                                                            "tx_pci_signal_integrity") if n in v}))
         if not stand_ins and not mine:
+            # A counter it has, in a source that could not be read (or that lacks it):
+            # the device is unknown with the reason, not left out as having no stand-in.
+            lost = _lost_stand_ins(bdf, devices[bdf], aer_f, aer, replay_f, replay)
+            if lost:
+                results.append(Result("unknown", subject=subject,
+                                      evidence={"unavailable_sources": lost},
+                                      reason="; ".join(lost) + _role(devices[bdf])))
             continue
         evidence: dict[str, Any] = {"stand_ins": [s[0] for s in stand_ins], "grown": {}}
         total, unknown, window = 0.0, [], None

@@ -45,6 +45,9 @@ def _pids(snap: Snapshot) -> list[int]:
 
 # -- cgroup ------------------------------------------------------------------------------------
 
+_THROTTLE_COUNTERS = ("nr_throttled", "nr_periods", "throttled_time", "throttled_usec")
+
+
 @check("l2.cgroup.throttling")
 def cgroup_throttling(snap: Snapshot, p: dict) -> list[Result]:
     names = [n for n in snap.facts if n.startswith("cgroup.")]
@@ -71,6 +74,10 @@ def cgroup_throttling(snap: Snapshot, p: dict) -> list[Result]:
                 results.append(Result("unknown", subject=subject, evidence=evidence,
                                       reason="cpu.stat has no nr_throttled"))
             continue
+        if not then.ok and name in snap.before:  # sampled, but refused or unreadable
+            results.append(Result("unknown", subject=subject, evidence=evidence,
+                                  reason=f"the earlier sample: {then.missing}"))
+            continue
         if not then.ok or snap.interval_s < MIN_RATE_INTERVAL_S:
             # An interval of ~0 s (--interval 0) is no window: whether a period was
             # throttled in it would be chance, not a measurement.
@@ -79,8 +86,16 @@ def cgroup_throttling(snap: Snapshot, p: dict) -> list[Result]:
                                   "apart (--interval)"))
             continue
         old = then.value["stat"]
-        back = [k for k in ("nr_throttled", "nr_periods", "throttled_time", "throttled_usec")
-                if k in stat and stat[k] < old.get(k, 0)]
+        # Two samples of one cgroup hold the same counters: another path, or a counter
+        # the earlier sample lacks, is no delta (read as 0 it would be growth since boot).
+        lacking = [k for k in _THROTTLE_COUNTERS if k in stat and k not in old]
+        if then.value["path"] != now["path"] or lacking:
+            why = (f"the earlier sample is of {then.value['path']!r}" if lacking == []
+                   else f"the earlier sample's cpu.stat has no {lacking[0]}")
+            results.append(Result("unknown", subject=subject, evidence=evidence,
+                                  reason=f"{why}: no delta across the interval"))
+            continue
+        back = [k for k in _THROTTLE_COUNTERS if k in stat and stat[k] < old[k]]
         if back:  # the cgroup was recreated (or the counters reset): no rate across that
             results.append(Result("unknown", subject=subject, evidence=evidence,
                                   reason=f"counter reset: {back[0]} went backwards during the "
@@ -89,6 +104,11 @@ def cgroup_throttling(snap: Snapshot, p: dict) -> list[Result]:
             continue
         throttled = stat["nr_throttled"] - old.get("nr_throttled", 0)
         periods = stat.get("nr_periods", 0) - old.get("nr_periods", 0)
+        if "nr_periods" in stat and throttled > periods:  # a throttled period is a period
+            results.append(Result("unknown", subject=subject, evidence=evidence,
+                                  reason=f"implausible: nr_throttled grew by {throttled} but "
+                                  f"nr_periods by {periods} in {now['path']}/cpu.stat"))
+            continue
         if "throttled_time" in stat:  # v1, ns
             t_ms = (stat["throttled_time"] - old.get("throttled_time", 0)) / 1e6
         else:  # v2, us
@@ -422,6 +442,9 @@ def _dev_grown(d0: dict, d1: dict, iface: str, field: str) -> int:
 
 
 def _snmp_grown(s0: dict, s1: dict, proto: str, key: str, source: str = "/proc/net/snmp") -> int:
+    for which, sample in (("the earlier", s0), ("the later", s1)):
+        if key not in sample.get(proto, {}):
+            raise Unknown(f"{source}: no {proto} {key} in {which} sample")
     return _grown(s0[proto][key], s1[proto][key], f"{proto} {key}", source)
 
 
@@ -435,6 +458,15 @@ def drop_rate(snap: Snapshot, p: dict) -> Result:
     per_iface = {k: {f: _dev_grown(dev0, dev1, k, f) for f in
                      ("rx_packets", "tx_packets", "rx_drop", "tx_drop", "rx_fifo", "tx_fifo")}
                  for k in common}
+    for k in common:  # every packet has bytes: more packets than bytes is no count
+        for d in ("rx", "tx"):
+            if f"{d}_bytes" not in dev0[k] or f"{d}_bytes" not in dev1[k]:
+                continue
+            grown = _dev_grown(dev0, dev1, k, f"{d}_bytes")
+            if per_iface[k][f"{d}_packets"] > grown:
+                raise Unknown(f"implausible: {k} {d}_packets grew by "
+                              f"{per_iface[k][f'{d}_packets']} but {d}_bytes by {grown} in "
+                              "/proc/net/dev")
     packets = sum(r["rx_packets"] + r["tx_packets"] for r in per_iface.values())
     parts = {
         "interface_drops": sum(r["rx_drop"] + r["tx_drop"] for r in per_iface.values()),

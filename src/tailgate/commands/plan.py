@@ -71,33 +71,15 @@ def _read_json(path: str, what: str) -> Any:
 
 def _read_trace(path: str) -> list[str]:
     """The lines of a trace (``.gz`` decompressed, to at most MAX_TRACE_BYTES)."""
-    import zlib
-
-    from ..host import TooLarge, read_regular
-    from ..model import SourceError
+    from ..plan.traces import read_lines
+    from ..userfiles import UserFileError
 
     if not os.path.lexists(path):
         raise UsageError(f"cannot read {path}: no such trace")
     try:
-        data = read_regular(os.path.realpath(path), MAX_TRACE_BYTES, what=path)
-    except (TooLarge, SourceError) as exc:
-        raise UsageError(f"cannot read {exc}" if not isinstance(exc, TooLarge) else str(exc)) \
-            from None
-    if path.endswith(".gz"):
-        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        try:
-            out = d.decompress(data, MAX_TRACE_BYTES + 1)
-        except zlib.error as exc:
-            raise UsageError(f"{path}: not gzip data ({exc})") from None
-        if len(out) > MAX_TRACE_BYTES or d.unconsumed_tail:
-            raise UsageError(f"{path}: over {MAX_TRACE_BYTES >> 30} GiB decompressed: refused")
-        data = out
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise UsageError(f"{path}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
-                         f"{exc.start})") from None
-    return text.splitlines(keepends=True)
+        return read_lines(path, MAX_TRACE_BYTES)
+    except UserFileError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _finite(value: float, flag: str, lo: float | None = None, hi: float | None = None,

@@ -21,10 +21,10 @@ A file that is not the format it claims raises :class:`TraceError` with the line
 from __future__ import annotations
 
 import csv
-import gzip
-import io
 import json
 import math
+import os
+import zlib
 from collections.abc import Iterator
 from datetime import datetime
 
@@ -37,11 +37,39 @@ class TraceError(ValueError):
     """A trace line that does not parse (the message names the line)."""
 
 
-def open_text(path: str) -> io.TextIOBase:
-    """A trace file, gzip-compressed or not."""
+MAX_TRACE_BYTES = 2**30  # a trace, decompressed: Mooncake's are tens of MB
+
+
+def read_lines(path: str, limit: int = MAX_TRACE_BYTES) -> list[str]:
+    """The lines of the trace file ``path`` (``.gz`` decompressed), through the hardened
+    reader: a regular file under ``limit`` bytes (decompressed too), strict UTF-8. Anything
+    else (/dev/zero, a FIFO, a gzip bomb, Latin-1) is a one-line
+    :class:`~tailgate.userfiles.UserFileError` naming the file, never a hang."""
+    from ..host import TooLarge, read_regular
+    from ..model import SourceError
+    from ..userfiles import UserFileError
+
+    try:
+        data = read_regular(os.path.realpath(path), limit, what=path)
+    except TooLarge as exc:
+        raise UserFileError(str(exc)) from None
+    except SourceError as exc:
+        raise UserFileError(f"cannot read {exc}") from None
     if path.endswith(".gz"):
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8")
-    return open(path, encoding="utf-8")  # noqa: SIM115 - the caller closes it
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            out = d.decompress(data, limit + 1)
+        except zlib.error as exc:
+            raise UserFileError(f"{path}: not gzip data ({exc})") from None
+        if len(out) > limit or d.unconsumed_tail:
+            raise UserFileError(f"{path}: over {limit:,} bytes decompressed: refused")
+        data = out
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserFileError(f"{path}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
+                            f"{exc.start})") from None
+    return text.splitlines(keepends=True)
 
 
 def sniff(first_line: str) -> str:
@@ -171,9 +199,9 @@ def parse_azure(lines: Iterator[str], block_size: int, limit: int | None = None)
 
 def load(path: str, fmt: str | None = None, block_size: int = 16,
          limit: int | None = None) -> tuple[str, int, list[Request]]:
-    """(format, block size in tokens, requests) of a trace file (OSError if unreadable)."""
-    with open_text(path) as fh:
-        return load_lines(fh, fmt, block_size, limit)
+    """(format, block size in tokens, requests) of a trace file (a UserFileError if it
+    cannot be read, a TraceError if it does not parse: both ValueErrors)."""
+    return load_lines(read_lines(path), fmt, block_size, limit)
 
 
 def load_lines(lines, fmt: str | None = None, block_size: int = 16,
