@@ -14,28 +14,12 @@ listed in ``tailgate.errors``.
 
 from __future__ import annotations
 
-import argparse
-import importlib
 import sys
 import traceback
 
-from . import __version__, ending
+from . import ending
+from .commands import COMMAND_MODULES, build_parser  # noqa: F401 (the parser tree, re-exported)
 from .errors import EXIT_BUG, EXIT_INTERRUPTED, EXIT_USAGE, TailgateError
-
-COMMAND_MODULES = (
-    "tailgate.commands.inspect",
-    "tailgate.commands.catalog",
-    "tailgate.commands.probe",
-    "tailgate.commands.bench",
-    "tailgate.commands.serve",
-    "tailgate.commands.rules",
-    "tailgate.commands.compare",
-    "tailgate.commands.campaign",
-    "tailgate.commands.diagnose",
-    "tailgate.commands.plan",
-    "tailgate.commands.report",
-    "tailgate.commands.completion",
-)
 
 
 def one_line(text: str, limit: int = 400) -> str:
@@ -48,25 +32,6 @@ def _missing(module: str) -> bool:
     import importlib.util
 
     return importlib.util.find_spec(module) is None
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="tailgate",
-        description="Govern tail latency (P99/P999/P9999) bottom-up: L1 physical, L2 kernel, "
-        "L3 data plane, L4 inference engine.",
-    )
-    parser.add_argument("--version", action="version", version=f"tailgate {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in COMMAND_MODULES:
-        try:
-            mod = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:  # a command not built yet
-                continue
-            raise
-        mod.register(sub)
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -40,7 +40,7 @@ def script(shell: str) -> str:
     """The completion script of every command and option, for ``shell``."""
     import shtab
 
-    from ..cli import build_parser
+    from . import build_parser
 
     parser = build_parser()
     _mark_files(parser)
