@@ -161,7 +161,7 @@ def test_a_metrics_file_with_impossible_counters_is_refused(capsys, tmp_path):
 
 def test_one_size_rule_everywhere():
     from tailgate.bench.collective.spec import parse_size as collective
-    from tailgate.commands.bench import parse_size as bench
+    from tailgate.bench.spec import parse_size as bench
     from tailgate.plan.kv import parse_size as kv
 
     for text, want in (("64K", 64_000), ("64KB", 64_000), ("64KiB", 65_536), ("64ki", 65_536),

@@ -30,9 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from ..llm.openai import ChunkError, chunk_tokens, parse_chunk
-from .openai_sse import MAX_TOKENS_PER_STREAM, TokenState, error_event
-from .outcome import MALFORMED_SSE, NO_TOKEN, OK, SERVER_ERROR, TOO_LARGE, TRUNCATED
+from ..llm.openai import ChunkError, parse_chunk
+from .openai_sse import MAX_TOKENS_PER_STREAM, TokenState, apply_chunk, error_event
+from .outcome import MALFORMED_SSE, NO_TOKEN, OK, TRUNCATED
 
 EVENT = np.dtype([("rid", "<i8"), ("t", "<i8"), ("nbytes", "<i8"), ("off", "<i8"),
                   ("len", "<i4"), ("type", "<i4")])
@@ -45,14 +45,14 @@ NO_CONTENT = "the stream finished without any content"
 class _Stream:
     """One request's stream so far (openai_sse.OpenAIConnection's per-request fields)."""
 
-    __slots__ = ("cached", "fail", "finish", "first_chunk", "in_tokens", "ntok",
+    __slots__ = ("cached", "fail", "finish_reason", "first_chunk", "in_tokens", "ntok",
                  "out_tokens", "reason", "t_done", "tok", "usage_each")
 
     def __init__(self) -> None:
         self.first_chunk = math.nan
         self.tok: array[float] = array("d")
         self.t_done = math.nan
-        self.finish: str | None = None
+        self.finish_reason: str | None = None
         self.out_tokens = -1
         self.in_tokens = -1
         self.ntok: array[int] = array("i")  # per content chunk: its tokens, -1 unknown
@@ -127,29 +127,10 @@ class Streams:
                 st.fail = (MALFORMED_SSE, str(exc), now, nb)
                 cut.append(rid)
                 continue
-            if st.first_chunk != st.first_chunk:  # NaN: this is the first
-                st.first_chunk = now
-            if chunk.error is not None:
-                st.fail = (SERVER_ERROR, chunk.error, now, nb)
+            failed = apply_chunk(st, chunk, now, limit)
+            if failed is not None:
+                st.fail = (*failed, now, nb)
                 cut.append(rid)
-                continue
-            if chunk.text:
-                if len(st.tok) >= limit:
-                    st.fail = (TOO_LARGE, f"more than {limit} tokens in one stream "
-                                          f"(--max-tokens-per-stream)", now, nb)
-                    cut.append(rid)
-                    continue
-                st.tok.append(now)
-                st.ntok.append(chunk_tokens(chunk, st.out_tokens, st.usage_each))
-                st.usage_each = st.usage_each and chunk.completion_tokens is not None
-            if chunk.finish_reason:
-                st.finish = chunk.finish_reason
-            if chunk.completion_tokens is not None:
-                st.out_tokens = chunk.completion_tokens
-            if chunk.prompt_tokens is not None:
-                st.in_tokens = chunk.prompt_tokens
-            if chunk.cached_tokens is not None:
-                st.cached = chunk.cached_tokens
         return cut
 
     def settle(self, rid: np.ndarray, end: np.ndarray, out: np.ndarray, status: np.ndarray,
@@ -170,7 +151,7 @@ class Streams:
             o = int(out[i])
             typ, data = st.reason if st.reason is not None else (R_TEXT, b"")
             if o == OK or (o == TRUNCATED and typ == R_TRUNC_CLEAN and not self.require_done
-                           and st.finish is not None):
+                           and st.finish_reason is not None):
                 if st.t_done != st.t_done:
                     st.t_done = float(end[i])  # ended by a finish_reason and the framing
                     toks[-1] = st.tokens()

@@ -27,8 +27,9 @@ from __future__ import annotations
 import json
 import math
 from array import array
+from typing import Any
 
-from ..llm.openai import ChunkError, chunk_tokens, parse_chunk
+from ..llm.openai import Chunk, ChunkError, chunk_tokens, parse_chunk
 from ..llm.sse import SSEError, SSEParser, SSETooLarge
 from .conn import Connection, Sink, monotonic
 from .http1 import Data, End, FramingError, Head, Limits, ResponseReader, Unsolicited
@@ -71,6 +72,32 @@ def error_event(data: str) -> str:
 class _Fail(Exception):
     def __init__(self, outcome: int, reason: str) -> None:
         self.outcome, self.reason = outcome, reason
+
+
+def apply_chunk(st: Any, chunk: Chunk, now: float, max_tokens: int) -> tuple[int, str] | None:
+    """One parsed chunk into a stream's token state (``st``: first_chunk, tok, ntok,
+    usage_each, finish_reason, out_tokens, in_tokens, cached), on both engines (the compiled
+    one's :mod:`.fast_sse` too): the (outcome, reason) that ends the stream, or None."""
+    if st.first_chunk != st.first_chunk:  # NaN: this is the first
+        st.first_chunk = now
+    if chunk.error is not None:
+        return SERVER_ERROR, chunk.error
+    if chunk.text:
+        if len(st.tok) >= max_tokens:
+            return TOO_LARGE, (f"more than {max_tokens} tokens in one stream "
+                               "(--max-tokens-per-stream)")
+        st.tok.append(now)
+        st.ntok.append(chunk_tokens(chunk, st.out_tokens, st.usage_each))
+        st.usage_each = st.usage_each and chunk.completion_tokens is not None
+    if chunk.finish_reason:
+        st.finish_reason = chunk.finish_reason
+    if chunk.completion_tokens is not None:
+        st.out_tokens = chunk.completion_tokens
+    if chunk.prompt_tokens is not None:
+        st.in_tokens = chunk.prompt_tokens
+    if chunk.cached_tokens is not None:
+        st.cached = chunk.cached_tokens
+    return None
 
 
 class OpenAIConnection(Connection):
@@ -210,25 +237,9 @@ class OpenAIConnection(Connection):
                 chunk = parse_chunk(ev.data, self.api)  # type: ignore[arg-type]
             except ChunkError as exc:
                 raise _Fail(MALFORMED_SSE, str(exc)) from None
-            if self.first_chunk != self.first_chunk:  # NaN: this is the first
-                self.first_chunk = now
-            if chunk.error is not None:
-                raise _Fail(SERVER_ERROR, chunk.error)
-            if chunk.text:
-                if len(self.tok) >= self.max_tokens:
-                    raise _Fail(TOO_LARGE, f"more than {self.max_tokens} tokens in one stream "
-                                           f"(--max-tokens-per-stream)")
-                self.tok.append(now)
-                self.ntok.append(chunk_tokens(chunk, self.out_tokens, self.usage_each))
-                self.usage_each = self.usage_each and chunk.completion_tokens is not None
-            if chunk.finish_reason:
-                self.finish_reason = chunk.finish_reason
-            if chunk.completion_tokens is not None:
-                self.out_tokens = chunk.completion_tokens
-            if chunk.prompt_tokens is not None:
-                self.in_tokens = chunk.prompt_tokens
-            if chunk.cached_tokens is not None:
-                self.cached = chunk.cached_tokens
+            failed = apply_chunk(self, chunk, now, self.max_tokens)
+            if failed is not None:
+                raise _Fail(*failed)
 
     def _end(self, ev: End, now: float) -> None:
         """The HTTP response is complete: decide the request's outcome."""

@@ -21,6 +21,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ..errors import UsageError
+from ..units import parse_size  # the one size rule (K=1000, KiB=1024)
 
 MAX_BODY_FILE = 2**30  # one request body
 MAX_REQUESTS = 100_000_000  # the schedule and a done-flag per request are held (~9 B each)
@@ -144,13 +145,6 @@ class BenchSpec:
     @property
     def protocol(self) -> str:
         return self.target.kind
-
-
-def parse_size(text: str) -> int:
-    """Bytes in ``text`` (``"256KiB"``, ``"1GiB"``, ``"4096"``); the rule of tailgate.units."""
-    from ..units import parse_size as parse
-
-    return parse(text)
 
 
 def parse_limits(opts: BenchOptions) -> Any:

@@ -172,13 +172,6 @@ def add_load_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--quiet", action="store_true", help="no live progress display")
 
 
-def parse_size(text: str) -> int:
-    """Bytes in ``text`` (``"256KiB"``, ``"1GiB"``, ``"4096"``); the rule of tailgate.units."""
-    from ..bench.spec import parse_size as parse
-
-    return parse(text)
-
-
 def spec_of(args: argparse.Namespace) -> Any:
     """The checked BenchSpec of a parsed command line (a usage error names the option)."""
     from ..bench.spec import BenchOptions, build
