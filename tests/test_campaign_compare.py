@@ -7,40 +7,18 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import subprocess
-from collections.abc import Iterator
 
 import pytest
 
-from support.cgroups import cpu_cgroup
+from support.cgroups import HALF_PERIOD_US, cpu_cgroup, spent_quota
 from support.nginx import Nginx, available
 from support.require import require
 from test_campaign import tailgate
 
-PERIOD_US, QUOTA_US = 500_000, 250_000
-
-
-@contextlib.contextmanager
-def neighbour_in(cg) -> Iterator[None]:
-    """A busy loop on the service's CPU and in its cgroup: it spends the cgroup's quota in the
-    first half of each period, so the whole cgroup, nginx with it, is throttled for the second.
-    The delay does not hang on nginx's CPU per request (a calibration a VM's steal time once
-    skewed in CI): a request that lands in the throttled half waits for the next period, up to
-    250 ms, so the before's P99 is about 245 ms whatever the machine; nginx's own demand is a
-    few per cent of its share, so nothing queues beyond that."""
-    p = subprocess.Popen(["taskset", "-c", "1", "sh", "-c",
-                          "end=$(($(date +%s)+90)); while [ $(date +%s) -lt $end ]; do :; done"])
-    try:
-        (cg / "cgroup.procs").write_text(str(p.pid))
-        yield
-    finally:
-        p.kill()
-        p.wait()
-
 
 def test_compare_two_campaigns_shows_the_quota_fix(tmp_path):
     """Before: the nginx worker shares a cgroup v1 CPU quota (half of each 500 ms period) with a
-    busy loop that spends it; after: no quota, no busy loop. The generator runs on the other
+    busy loop that spends it (`spent_quota`); after: no quota, no busy loop. The generator runs on the other
     CPU."""
     require(available())
     if len(os.sched_getaffinity(0)) < 2:
@@ -49,17 +27,16 @@ def test_compare_two_campaigns_shows_the_quota_fix(tmp_path):
     with Nginx(workers=1) as ng:
         (pid,) = ng.worker_pids()
         os.sched_setaffinity(pid, {1})
-        with cpu_cgroup(period_us=PERIOD_US) as cg:
+        with cpu_cgroup(period_us=HALF_PERIOD_US) as cg:
             (cg / "cgroup.procs").write_text(str(pid))
             c = tmp_path / "c.yaml"
             c.write_text(f"name: web\nservice: {{cgroup: '{cg}'}}\ndiagnose: true\n"
                          "inspect: {interval: 1}\nloads:\n"
                          f"  - {{name: web, url: '{ng.url('/')}', rate: 1000, duration: 6s, "
                          "workers: 1, arrival: poisson, slo: ['p99<100ms']}\n")
-            for name, quota in (("before", str(QUOTA_US)), ("after", "-1")):
-                (cg / "cpu.cfs_quota_us").write_text(quota)
+            for name in ("before", "after"):
                 runs[name] = tmp_path / name
-                with neighbour_in(cg) if name == "before" else contextlib.nullcontext():
+                with spent_quota(cg) if name == "before" else contextlib.nullcontext():
                     res = tailgate("campaign", "run", str(c), "--out", str(runs[name]), cpu="0")
                 # the before misses its SLO (exit 1), the after meets it (exit 0)
                 assert res.returncode == (1 if name == "before" else 0), res.stdout + res.stderr

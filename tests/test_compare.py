@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from support.cgroups import cpu_cgroup, throttling_load
+from support.cgroups import HALF_PERIOD_US, cpu_cgroup, spent_quota
 from support.nginx import Nginx, available
 from support.require import require
 from tailgate.compare import compare, hist_interval, parse_gate, rank_interval, side
@@ -20,9 +22,11 @@ from tailgate.hist import Histogram, encode
 TAILGATE = [sys.executable, "-m", "tailgate"]
 
 
-def tailgate(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*TAILGATE, *args], capture_output=True, text=True, timeout=timeout,
-                          check=False)
+def tailgate(*args: str, timeout: float = 120, cpu: str | None = None
+             ) -> subprocess.CompletedProcess[str]:
+    pre = ["taskset", "-c", cpu] if cpu else []
+    return subprocess.run([*pre, *TAILGATE, *args], capture_output=True, text=True,
+                          timeout=timeout, check=False)
 
 
 def bench_doc(samples_ms: np.ndarray) -> dict:
@@ -94,21 +98,23 @@ def test_gates_parse_and_bad_input_exits_2(tmp_path):
 
 
 def test_compare_reproduces_a_quota_fix_and_gates_the_regression(tmp_path):
-    """Before: nginx under a cgroup CPU quota it overruns in its busier periods (calibrated on
-    this machine: throttled, never saturated); after: no quota."""
+    """Before: nginx on CPU 1 in a cgroup whose quota a busy neighbour spends (`spent_quota`,
+    throttled half of each 500 ms period); after: no quota, no neighbour. The load runs on
+    CPU 0."""
     require(available())
     runs = {}
+    rate = 1000
     with Nginx(workers=1) as ng:
         (pid,) = ng.worker_pids()
-        rate, quota_us = throttling_load(pid, ng.url("/"))
-        with cpu_cgroup() as cg:
+        os.sched_setaffinity(pid, {1})
+        with cpu_cgroup(period_us=HALF_PERIOD_US) as cg:
             (cg / "cgroup.procs").write_text(str(pid))
-            for name, quota in (("before", str(quota_us)), ("after", "-1")):
-                (cg / "cpu.cfs_quota_us").write_text(quota)
+            for name in ("before", "after"):
                 runs[name] = str(tmp_path / f"{name}.json")
-                out = tailgate("bench", ng.url("/"), "--rate", str(rate), "--duration", "4s",
-                               "--arrival", "poisson", "--workers", "1", "--quiet", "--json",
-                               runs[name])
+                with spent_quota(cg) if name == "before" else contextlib.nullcontext():
+                    out = tailgate("bench", ng.url("/"), "--rate", str(rate), "--duration",
+                                   "4s", "--arrival", "poisson", "--workers", "1", "--quiet",
+                                   "--json", runs[name], cpu="0")
                 assert out.returncode == 0, out.stderr
     md = tailgate("compare", runs["before"], runs["after"], "--markdown", "-",
                   "--json", str(tmp_path / "c.json"), "--max-regression", "p99=10%")

@@ -41,6 +41,32 @@ def cpu_cgroup(quota_us: int | None = None, period_us: int = 100_000) -> Iterato
                 time.sleep(0.1)
 
 
+HALF_PERIOD_US = 500_000  # the period of `spent_quota`; its quota is half of it
+
+
+@contextlib.contextmanager
+def spent_quota(cg: Path, cpu: int = 1) -> Iterator[None]:
+    """A quota of half of each 500 ms period on ``cg`` (made with ``period_us=HALF_PERIOD_US``)
+    and a busy loop on ``cpu`` inside it that spends it in the first half, so the whole cgroup
+    is throttled for the second. A request to a service in ``cg`` that lands in a throttled half
+    waits for the next period, up to 250 ms: P99 about 245 ms on any machine, with no
+    calibration of the service's CPU per request (one that a VM's steal time skewed in CI left
+    the service unthrottled). The service's own demand is a few per cent of its share, so
+    nothing queues beyond that. The quota and the loop go on leaving."""
+    import subprocess
+
+    (cg / "cpu.cfs_quota_us").write_text(str(HALF_PERIOD_US // 2))
+    p = subprocess.Popen(["taskset", "-c", str(cpu), "sh", "-c",
+                          "end=$(($(date +%s)+90)); while [ $(date +%s) -lt $end ]; do :; done"])
+    try:
+        (cg / "cgroup.procs").write_text(str(p.pid))
+        yield
+    finally:
+        p.kill()
+        p.wait()
+        (cg / "cpu.cfs_quota_us").write_text("-1")
+
+
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -49,7 +75,10 @@ def cpu_seconds(pid: int) -> float:
 def throttling_load(pid: int, url: str, share: float = 0.7, period_us: int = 100_000,
                     seconds: float = 2.0) -> tuple[int, int]:
     """``(rate, quota_us)`` at which the service ``pid`` behind ``url`` needs about
-    1/``share`` of its CPU quota per period: throttled in the busier periods, never saturated.
+    1/``share`` of its CPU quota per period: throttled, and at the default share usually
+    saturated (the diagnose scenarios need throttling, not a bound on it). A calibration that
+    steal time skews can leave the service unthrottled; a test that needs a sure SLO miss uses
+    `spent_quota` instead.
 
     Calibrated on this machine: a short unthrottled run measures the service's CPU time per
     request (it varies with the machine), then the rate is raised until the demand per period
