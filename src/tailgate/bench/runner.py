@@ -96,14 +96,13 @@ def run(spec: BenchSpec, hooks: Hooks = Hooks()) -> BenchResult:
 
 
 def save(result: BenchResult, json_path: str | None = None, html_path: str | None = None,
-         hdr_path: str | None = None, write: Callable[[str, str], None] | None = None) -> None:
+         hdr_path: str | None = None) -> None:
     """Write the result's JSON, HTML page and HdrHistogram log where asked (``-``: stdout)."""
     import json
 
+    from ..outputs import write_output as write
     from .result import write_hdr
 
-    if write is None:
-        from ..commands.options import write_output as write
     if json_path:
         write(json_path, json.dumps(result.json, indent=2) + "\n")
     if html_path:
@@ -111,5 +110,8 @@ def save(result: BenchResult, json_path: str | None = None, html_path: str | Non
 
         write(html_path, bench_page(result.json))
     if hdr_path:
-        with open(hdr_path, "w", encoding="ascii") as f:
-            write_hdr(f, result, result.start_epoch_s)
+        try:
+            with open(hdr_path, "w", encoding="ascii") as f:
+                write_hdr(f, result, result.start_epoch_s)
+        except OSError as exc:
+            raise UsageError(f"cannot write {hdr_path}: {exc.strerror or exc}") from exc

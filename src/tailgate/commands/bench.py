@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 from ..errors import UsageError
-from .options import check_writable, write_output
+from ..outputs import check_writable, write_output
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -222,7 +222,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if live is not None:
             live.stop()
-    save(result, args.json, args.html, args.hdr, write=write_output)
+    save(result, args.json, args.html, args.hdr)
     stream = sys.stderr if args.json == "-" else sys.stdout
     print(summary_text(result, spectrum=args.spectrum,
                        columns=[n for n, _ in args.percentiles or ()] or None), file=stream)

@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..errors import UsageError
-from .options import check_writable, write_output
+from ..outputs import check_writable, write_output
 
 
 def add_fleet_options(p: argparse.ArgumentParser) -> None:

@@ -8,7 +8,7 @@ import os
 import sys
 
 from ..errors import EXIT_BUG, EXIT_GATE, EXIT_OK, UsageError
-from .options import check_writable, write_output
+from ..outputs import check_writable, write_output
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -6,7 +6,7 @@ import argparse
 import json
 
 from ..errors import UsageError
-from .options import check_writable, write_output
+from ..outputs import check_writable, write_output
 
 
 def register(sub: argparse._SubParsersAction) -> None:

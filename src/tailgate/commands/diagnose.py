@@ -12,7 +12,8 @@ import time
 from typing import Any
 
 from ..errors import UsageError
-from .options import check_writable, existing_cgroup, existing_pids, status, write_output
+from ..outputs import check_writable, write_output
+from .options import existing_cgroup, existing_pids, status
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -8,7 +8,8 @@ import json
 import os
 
 from ..errors import UsageError
-from .options import check_writable, existing_cgroup, existing_pids, write_output
+from ..outputs import check_writable, write_output
+from .options import existing_cgroup, existing_pids
 
 
 def register(sub: argparse._SubParsersAction) -> None:

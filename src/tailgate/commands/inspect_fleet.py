@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import EXIT_BUG, EXIT_GATE, EXIT_OK, UsageError
-from .options import check_writable, write_output
+from ..outputs import check_writable, write_output
 
 HOST_ONLY = ("pid", "cgroup", "dpdk", "engine", "dcgm", "memory_stats", "from_file", "save")
 # why --save is one host's: it writes one snapshot; the fleet's snapshots are in --json

@@ -13,7 +13,7 @@ import os
 from typing import Any
 
 from ..errors import UsageError
-from .options import check_writable, write_output
+from ..outputs import check_writable, write_output
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -8,7 +8,8 @@ import json
 from typing import Any
 
 from ..errors import UsageError
-from .options import check_writable, existing_cgroup, existing_pids, write_output
+from ..outputs import check_writable, write_output
+from .options import existing_cgroup, existing_pids
 
 NAMES = ("runqlat", "offcpu", "futex", "switches", "sockopt", "mmsg", "malloc", "softirq")
 MAX_DURATION_S = 3600.0

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import UsageError
-from .options import check_writable, write_output
+from ..outputs import check_writable, write_output
 
 
 def register(sub: argparse._SubParsersAction) -> None:

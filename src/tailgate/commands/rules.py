@@ -6,7 +6,7 @@ import argparse
 import re
 
 from ..errors import UsageError
-from .options import check_writable, write_output
+from ..outputs import check_writable, write_output
 
 DURATION = re.compile(r"^([0-9]+(ms|s|m|h|d|w|y))+$")
 

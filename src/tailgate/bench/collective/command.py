@@ -25,8 +25,8 @@ import threading
 import time
 from typing import Any
 
-from ...commands.options import check_writable, write_output
 from ...errors import UsageError
+from ...outputs import check_writable, write_output
 from .backends import BACKENDS
 from .spec import DTYPES, OPS
 
