@@ -115,6 +115,7 @@ def test_an_unknown_allocator_is_probed_but_reported():
     assert "libsnmalloc.so defines malloc" in problem
 
 
+@pytest.mark.integration
 def test_the_python_running_these_tests_is_a_runtime_that_cannot_be_probed():
     # pymalloc serves small objects without malloc: zero calls must not pass.
     found = al.detect(os.getpid())

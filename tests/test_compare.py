@@ -97,6 +97,7 @@ def test_gates_parse_and_bad_input_exits_2(tmp_path):
         assert len(out.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.integration
 def test_compare_reproduces_a_quota_fix_and_gates_the_regression(tmp_path):
     """Before: nginx on CPU 1 in a cgroup whose quota a busy neighbour spends (`spent_quota`,
     throttled half of each 500 ms period); after: no quota, no neighbour. The load runs on

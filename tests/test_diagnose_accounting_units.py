@@ -7,8 +7,6 @@ import pytest
 
 from tailgate.diagnose.accounting import PARTS, account, summarise, syscall_class
 
-pytestmark = pytest.mark.unit  # pure: part of `make check` (conftest's list is shared)
-
 US = 1_000
 
 

@@ -178,6 +178,7 @@ def write_in(ns: str, path: str, value: str) -> None:
     sh("ip", "netns", "exec", ns, "sh", "-c", f"echo {value} > {path}")
 
 
+@pytest.mark.integration
 def test_live_veth_xps_and_qdisc(netns):
     cpus = os.cpu_count() or 1
     # No qdisc (veth default noqueue) and XPS unset: both are judged on the real kernel files.

@@ -133,6 +133,7 @@ def test_cli_hdr_log_and_bench_json(tmp_path):
     assert r.returncode == 2 and "cannot read" in r.stderr
 
 
+@pytest.mark.integration
 def test_fanout_from_a_real_bench_run_against_nginx(tmp_path):
     """tailgate bench measures nginx on loopback (bounded: 1,000 requests in 2 s) and
     writes its HdrHistogram log; plan fanout reads it, and its exact answer agrees with
