@@ -139,15 +139,18 @@ class Recorder:
 
     def out_of_step(self, rids: np.ndarray, note: bool = True) -> None:
         """Requests recorded as ok that a later stray response showed out of step: their
-        count moves from ok to protocol (their latency stays recorded) and their --log rows
-        are corrected when the run ends."""
+        count moves from ok to protocol (their latency stays recorded), a stream's tokens
+        and goodput are taken back, and their --log rows are corrected when the run ends."""
         if not rids.size:
             return
         self._relabelled.update(rids.tolist())
-        n = int(np.count_nonzero(rids >= self.first_measured))
+        measured = rids[rids >= self.first_measured]
+        n = int(measured.size)
         if n:
             self.counts[OK] -= n
             self.counts[PROTOCOL] += n
+            if self.tokens is not None:
+                self.tokens.relabel(measured.tolist())
             if note:  # (the fast engine's loop notes its own reasons)
                 note_reason(self.examples, "protocol", OUT_OF_STEP, n)
 
@@ -193,7 +196,8 @@ class Recorder:
             nominal = (cfg.nominal_input[rid] if cfg.nominal_input is not None
                        else np.zeros(rid.size, dtype=np.int64))
             self.tokens.record(start + offs, end, out, measured, toks, nominal, start,
-                               cfg.warmup_s, cfg.hdr_interval_s, cfg.good_slos, OK, TIMEOUT)
+                               cfg.warmup_s, cfg.hdr_interval_s, cfg.good_slos, OK, TIMEOUT,
+                               rids=rid)
         if self._log is not None and rid.size:
             self._write_log(rid, offs, send, end, out, status, nbytes, toks)
         if self.on_progress is not None and not final:

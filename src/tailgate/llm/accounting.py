@@ -134,6 +134,11 @@ class TokenBook:
     # [ok requests, good requests, output tokens], for throughput and goodput over time.
     done: dict[int, list[int]] = field(default_factory=dict)
     ttft_delta: Histogram | None = None  # the last batch's TTFTs (the live display's)
+    # What the last RECENT_OK ok requests added, by request id, so a stray response that
+    # later shows one out of step (Recorder.out_of_step) takes it back out of ok, good,
+    # the tokens and throughput over time: (output, input, good, interval or -1).
+    recent: dict[int, tuple[int, int, bool, int]] = field(default_factory=dict, repr=False)
+    relabelled_late: int = 0  # relabelled after leaving `recent`: their tokens stay counted
 
     def __post_init__(self) -> None:
         for k in HISTS:
@@ -142,10 +147,12 @@ class TokenBook:
     def record(self, intended: np.ndarray, end: np.ndarray, out: np.ndarray,
                measured: np.ndarray, toks: Sequence[Any], nominal: np.ndarray,
                start: float, warmup_s: float, slot_s: float | None,
-               goods: tuple[GoodSlo, ...], ok_code: int, timeout_code: int) -> None:
+               goods: tuple[GoodSlo, ...], ok_code: int, timeout_code: int,
+               rids: np.ndarray | None = None) -> None:
         """A batch of ended requests: ``intended``/``end`` (monotonic s), outcome codes,
         which are measured, each one's token state (see ``openai_sse.TokenState``, or
-        None: no connection), and the workload's input length of each."""
+        None: no connection), the workload's input length of each, and (to take one back
+        later, see `relabel`) their request ids."""
         n = len(toks)
         nan = math.nan
         c0: list[float] = [nan] * n
@@ -278,8 +285,9 @@ class TokenBook:
             meets = _OPS[g.op](own * 1e3, g.limit_ms) | np.isnan(own)  # no value: no test
             good &= meets
         self.good += int(np.count_nonzero(good))
-        if slot_s and np.any(ok_m):
-            slot = np.maximum((end[ok_m] - start - warmup_s) // slot_s, 0).astype(np.int64)
+        slot = (np.maximum((end[ok_m] - start - warmup_s) // slot_s, 0).astype(np.int64)
+                if slot_s and np.any(ok_m) else None)
+        if slot is not None:
             g, toks_out = good[ok_m], n_out[ok_m]
             for k in np.unique(slot).tolist():
                 here = slot == k
@@ -287,6 +295,34 @@ class TokenBook:
                 row[0] += int(np.count_nonzero(here))
                 row[1] += int(np.count_nonzero(g & here))
                 row[2] += int(toks_out[here].sum())
+        if rids is not None and np.any(ok_m):
+            keep = self.recent
+            slots = slot.tolist() if slot is not None else [-1] * int(np.count_nonzero(ok_m))
+            for r, o, i, gd, k in zip(rids[ok_m].tolist(), n_out[ok_m].tolist(),
+                                      n_in[ok_m].tolist(), good[ok_m].tolist(), slots,
+                                      strict=True):
+                keep[r] = (o, i, gd, k)
+            while len(keep) > RECENT_OK:
+                del keep[next(iter(keep))]
+
+    def relabel(self, rids: Iterable[int]) -> None:
+        """Measured requests recorded ok that were answered out of step: no longer ok or
+        good, their tokens out of the totals (their latencies, as the engine's, stay)."""
+        for r in rids:
+            got = self.recent.pop(r, None)
+            if got is None:
+                self.relabelled_late += 1
+                continue
+            n_out, n_in, good, k = got
+            self.ok -= 1
+            self.good -= int(good)
+            self.output -= n_out
+            self.input -= n_in
+            if k >= 0 and k in self.done:
+                row = self.done[k]
+                row[0] -= 1
+                row[1] -= int(good)
+                row[2] -= n_out
 
     def _add(self, name: str, secs: np.ndarray, at: np.ndarray, warmup_s: float,
              slot_s: float | None) -> None:
@@ -316,6 +352,7 @@ class TokenBook:
             for i, n in enumerate(row):
                 mine_row[i] += n
         for f in ("ok", "good", "output", "input", "usage_out", "usage_in", "warmup_ok",
+                  "relabelled_late",
                   "chunks_counted", "chunks_assumed", "multi_token_chunks", "usage_compared",
                   "usage_mismatch", "cache_reported", "cache_prompt", "cache_tokens",
                   "cache_hit_requests"):
@@ -334,6 +371,9 @@ class TokenBook:
 
 
 MAX_MISMATCH_EXAMPLES = 5
+# A stray response shows a request out of step a response or two after it ended: the
+# last few thousand ok requests of a worker are plenty, and bound what a worker keeps.
+RECENT_OK = 4096
 
 
 def _record_weighted(h: Histogram, ns: np.ndarray, weights: np.ndarray) -> None:
@@ -393,6 +433,8 @@ def llm_block(book: TokenBook, warmup_s: float) -> dict[str, Any]:
     out["tokens"] = {"input": book.input, "output": book.output,
                      "counted_by": "usage" if ok and book.usage_out == ok else "chunks",
                      "input_counted_by": "usage" if ok and book.usage_in == ok else "workload"}
+    if book.relabelled_late:  # shown out of step too long after they ended to take back
+        out["tokens"]["out_of_step_still_counted"] = book.relabelled_late
     out["token_check"] = token_check(book)
     out["prefix_cache"] = prefix_cache(book)
     out["throughput"] = {"output_tokens_per_s": round(book.output / span, 3),
