@@ -167,6 +167,32 @@ def test_several_tokens_a_chunk_with_usage_in_every_chunk(api):
     assert "ITL/token ms" in r.stdout and "0 of 12 request(s)" in r.stdout
 
 
+def test_compare_reads_itl_per_token(tmp_path):
+    """Two runs of 3 tokens a chunk, 30 ms and 10 ms between chunks: compare has ITL per
+    token beside ITL per chunk, from each run's own histogram, a third of it."""
+    import json
+    import subprocess
+    import sys
+
+    paths = []
+    for gap in (0.03, 0.01):
+        with ScriptedServer(gap_s=gap, tokens_per_chunk=3) as srv:
+            r = llm(srv.base, "--continuous-usage")
+        assert r.rc == 0, r.stderr
+        paths.append(tmp_path / f"{gap}.json")
+        paths[-1].write_text(json.dumps(r.json))
+    out = subprocess.run([sys.executable, "-m", "tailgate", "compare", *map(str, paths),
+                          "--json", "-"], capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 0, out.stderr
+    rows = {r["name"]: r for r in json.loads(out.stdout)["rows"]}
+    before, after = (json.loads(p.read_text()) for p in paths)
+    per_token, per_chunk = rows["itl_per_token.p50"], rows["itl.p50"]
+    assert (per_token["before"], per_token["after"]) == (before["itl_per_token_ms"]["p50"],
+                                                         after["itl_per_token_ms"]["p50"])
+    assert per_token["before"] == pytest.approx(per_chunk["before"] / 3, rel=0.02)
+    assert per_token["layer"] == "L4" and per_token["significant"] == "yes", per_token
+
+
 def test_several_tokens_a_chunk_without_counts_is_a_mismatch_on_every_request():
     """The same server without per-chunk usage: the client sees 3 chunks, usage says 9 on
     every request; counted, shown, and the per-token figure says it assumed one."""

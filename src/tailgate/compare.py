@@ -188,8 +188,9 @@ def extract(doc: dict[str, Any]) -> tuple[str, Extracted]:
         rows.append((Metric("error_rate", "end-to-end", "%",
                             100.0 * errors / sent if sent else None), None))
     elif k == "llm":
-        for m in ("ttft", "itl", "tpot", "e2e"):
-            rows += _latency_rows(m, "L4", doc[f"{m}_ms"], h.get(m), 1e6, "ms")
+        for m in ("ttft", "itl", "itl_per_token", "tpot", "e2e"):
+            if isinstance(doc.get(f"{m}_ms"), dict):  # (older results lack itl_per_token)
+                rows += _latency_rows(m, "L4", doc[f"{m}_ms"], h.get(m), 1e6, "ms")
         for key in ("output_tokens_per_s", "goodput_rps", "requests_per_s"):
             unit = "tokens/s" if "tokens" in key else "req/s"
             rows.append((Metric(key, "L4", unit, _num((doc.get("throughput") or {}).get(key)),
