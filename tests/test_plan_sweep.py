@@ -89,6 +89,12 @@ def test_sweep_finds_the_capacity_of_a_serial_server(tmp_path):
     assert max(rates) <= 200 * 1.001  # stepping stopped at the first failure (no 400/s run)
     assert "highest rate meeting every SLO" in r.stdout
     assert "Plotly.newPlot" in (tmp_path / "sweep.html").read_text()
+    # the saved sweep shows again: its points read back as they were written
+    assert [sweep.Point.from_json(p).to_json() for p in data["points"]] == data["points"]
+    again = subprocess.run([sys.executable, "-m", "tailgate", "report", str(tmp_path / "sweep.json")],
+                           capture_output=True, text=True, timeout=60, check=False)
+    assert again.returncode == 0, again.stderr
+    assert "highest rate meeting every SLO" in again.stdout
 
 
 def P(rate, achieved, p99, ok=True):  # noqa: N802 - a table row

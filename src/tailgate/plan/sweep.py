@@ -81,8 +81,15 @@ class Point:
                 "p99_ms": self.p99_ms, "p999_ms": self.p999_ms, "slo_pass": self.slo_pass,
                 "sustained": self.sustained, "holds": self.holds,
                 "output_tokens_per_s": self.output_tokens_per_s,
-                "goodput_rps": self.goodput_rps, "slo": list(self.slo or ()),
+                "goodput_rps": self.goodput_rps, "slo": list(self.slo),
                 "requests": self.requests}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Point:
+        """A point as `to_json` wrote it (`tailgate report` of a saved sweep); a field a
+        sweep of an older tailgate did not write is None (its SLO list: empty)."""
+        known = {k: d.get(k) for k in cls.__dataclass_fields__}
+        return cls(**{**known, "slo": tuple(d.get("slo") or ())})
 
 
 def point_from_result(rate: float, data: dict[str, Any]) -> Point:

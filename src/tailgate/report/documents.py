@@ -108,7 +108,7 @@ def bench_text(doc: dict[str, Any]) -> str:
 def _points(doc: dict[str, Any]):
     from ..plan.sweep import Point
 
-    return [Point(**{k: p.get(k) for k in Point.__dataclass_fields__}) for p in doc["points"]]
+    return [Point.from_json(p) for p in doc["points"]]
 
 
 def terminal(k: str, doc: dict[str, Any], console) -> None:
