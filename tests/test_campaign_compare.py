@@ -46,7 +46,10 @@ def test_compare_two_campaigns_shows_the_quota_fix(tmp_path):
     assert steps == {"before": ["inspect", "load web", "diagnose web"],
                      "after": ["inspect", "load web"]}
     diag = json.loads((runs["before"] / "diagnose-web.json").read_text())
-    assert diag["verdict"]["first"] == "throttled", diag["verdict"]
+    # a cause is claimed (which one first, throttling or the run-queue waits around it, is
+    # test_diagnose_scenarios' matter: here the polls that date a throttled span compete
+    # with the load for CPU 0)
+    assert diag["verdict"]["claimed"], diag["verdict"]
     html = tmp_path / "c.html"
     res = tailgate("compare", str(runs["before"]), str(runs["after"]), "--json",
                    str(tmp_path / "c.json"), "--markdown", "-", "--html", str(html),
