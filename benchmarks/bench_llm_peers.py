@@ -343,6 +343,33 @@ def cell(runs: list[dict], key: str, digits: int) -> str:
     return fmt((statistics.median(vals), min(vals), max(vals)), digits)
 
 
+def print_table(everything: list[dict], rates: list[float], names: list[str]) -> None:
+    print()
+    print("| tool | offered req/s | done / offered | server saw req/s | TTFT P50 / P99 ms "
+          "(tool's) | TTFT error P50 / P99 ms | ITL P50 / P99 ms (tool's) | ITL error P50 "
+          "/ P99 ms | CPU us/chunk | failed runs |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for rate in rates:
+        for name in names:
+            runs = [r for r in everything if r["tool"] == name and r["rate"] == rate]
+            ok = [r for r in runs if not r["failed"]]
+            failed = sorted({r["failed"] for r in runs if r["failed"]})
+            print(f"| {name} | {rate:g} | {cell(ok, 'done_frac', 3)} | "
+                  f"{cell(runs, 'server_rate', 1)} | {cell(ok, 'ttft_p50', 2)} / "
+                  f"{cell(ok, 'ttft_p99', 2)} | {cell(ok, 'ttft_err_p50', 2)} / "
+                  f"{cell(ok, 'ttft_err_p99', 2)} | {cell(ok, 'itl_p50', 2)} / "
+                  f"{cell(ok, 'itl_p99', 2)} | {cell(ok, 'itl_err_p50', 2)} / "
+                  f"{cell(ok, 'itl_err_p99', 2)} | {cell(runs, 'cpu_us_per_chunk', 0)} | "
+                  + (f"{len(runs) - len(ok)} of {len(runs)}: " + "; ".join(failed)
+                     if failed else "0") + " |")
+    for rate in rates:
+        runs = [r for r in everything if r["rate"] == rate]
+        print(f"truth at {rate:g} req/s (server, all runs): TTFT P50 / P99 "
+              f"{cell(runs, 'true_ttft_p50', 3)} / {cell(runs, 'true_ttft_p99', 3)} ms; "
+              f"ITL per gap P50 / P99 {cell(runs, 'true_gap_p50', 3)} / "
+              f"{cell(runs, 'true_gap_p99', 3)} ms")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tools", default=",".join(TOOLS))
@@ -358,7 +385,15 @@ def main() -> int:
     ap.add_argument("--run-timeout", type=float, default=240.0,
                     help="seconds past duration + one stream before a tool is killed")
     ap.add_argument("--json", help="write every run's figures here")
+    ap.add_argument("--from-json", metavar="FILE",
+                    help="print the table of a saved --json file (of a finished or "
+                         "interrupted run) and exit")
     args = ap.parse_args()
+    if args.from_json:
+        saved = json.loads(Path(args.from_json).read_text())
+        runs = saved["runs"]
+        print_table(runs, sorted({r["rate"] for r in runs}), list(saved["tools"]))
+        return 0
     itl = args.itl_ms / 1e3
     rates = [float(r) for r in args.rates.split(",")]
     peers = [p for p in args.peer_python.split(",") if p]
@@ -388,39 +423,21 @@ def main() -> int:
                     r = run_tool(tool, s, exe, args.server_cpu, limit)
                     r["repeat"] = rep
                     everything.append(r)
+                    if args.json:  # after every run: an interrupted benchmark keeps its runs
+                        write_json(args.json, args, tools, skipped, load, everything)
                     print(f"  {tool.name} @ {rate:g}/s #{rep}: "
                           + (r["failed"] or f"done {r['done']}/{s.count}, TTFT P99 "
                              f"{r['ttft_p99']:.2f} ms, ITL P99 {r['itl_p99']:.2f} ms")
                           + f" ({r['wall_s']:.0f} s)", file=sys.stderr, flush=True)
-    print()
-    print("| tool | offered req/s | done / offered | server saw req/s | TTFT P50 / P99 ms "
-          "(tool's) | TTFT error P50 / P99 ms | ITL P50 / P99 ms (tool's) | ITL error P50 "
-          "/ P99 ms | CPU us/chunk | failed runs |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for rate in rates:
-        for tool in tools:
-            runs = [r for r in everything if r["tool"] == tool.name and r["rate"] == rate]
-            ok = [r for r in runs if not r["failed"]]
-            failed = sorted({r["failed"] for r in runs if r["failed"]})
-            print(f"| {tool.name} | {rate:g} | {cell(ok, 'done_frac', 3)} | "
-                  f"{cell(runs, 'server_rate', 1)} | {cell(ok, 'ttft_p50', 2)} / "
-                  f"{cell(ok, 'ttft_p99', 2)} | {cell(ok, 'ttft_err_p50', 2)} / "
-                  f"{cell(ok, 'ttft_err_p99', 2)} | {cell(ok, 'itl_p50', 2)} / "
-                  f"{cell(ok, 'itl_p99', 2)} | {cell(ok, 'itl_err_p50', 2)} / "
-                  f"{cell(ok, 'itl_err_p99', 2)} | {cell(runs, 'cpu_us_per_chunk', 0)} | "
-                  + (f"{len(runs) - len(ok)} of {len(runs)}: " + "; ".join(failed)
-                     if failed else "0") + " |")
-    for rate in rates:
-        runs = [r for r in everything if r["rate"] == rate]
-        print(f"truth at {rate:g} req/s (server, all runs): TTFT P50 / P99 "
-              f"{cell(runs, 'true_ttft_p50', 3)} / {cell(runs, 'true_ttft_p99', 3)} ms; "
-              f"ITL per gap P50 / P99 {cell(runs, 'true_gap_p50', 3)} / "
-              f"{cell(runs, 'true_gap_p99', 3)} ms")
-    if args.json:
-        Path(args.json).write_text(json.dumps(
-            {"args": vars(args), "tools": {t.name: t.version for t in tools},
-             "skipped": skipped, "load_at_start": load, "runs": everything}, indent=1))
+    print_table(everything, rates, [t.name for t in tools])
     return 0
+
+
+def write_json(path: str, args: argparse.Namespace, tools: list[Tool], skipped: list[str],
+               load: tuple[float, float, float], runs: list[dict]) -> None:
+    Path(path).write_text(json.dumps(
+        {"args": vars(args), "tools": {t.name: t.version for t in tools},
+         "skipped": skipped, "load_at_start": load, "runs": runs}, indent=1))
 
 
 if __name__ == "__main__":
