@@ -147,7 +147,8 @@ def tailgate_parse(run_dir: str) -> dict:
     d = json.loads(Path(run_dir, "r.json").read_text())
     return {"ttft_p50": d["ttft_ms"]["p50"], "ttft_p99": d["ttft_ms"]["p99"],
             "itl_p50": d["itl_ms"]["p50"], "itl_p99": d["itl_ms"]["p99"],
-            "done": d["requests"]["ok"], "tool_sent": d["requests"]["sent"]}
+            "done": d["requests"]["ok"], "tool_sent": d["requests"]["sent"],
+            "tool_scheduled": d["requests"]["scheduled"]}
 
 
 def aiperf_command(bindir: str) -> Callable[[Setup, int], tuple[list[str], dict[str, str]]]:
@@ -359,7 +360,7 @@ def print_table(everything: list[dict], rates: list[float], names: list[str]) ->
                   f"{cell(ok, 'ttft_p99', 2)} | {cell(ok, 'ttft_err_p50', 2)} / "
                   f"{cell(ok, 'ttft_err_p99', 2)} | {cell(ok, 'itl_p50', 2)} / "
                   f"{cell(ok, 'itl_p99', 2)} | {cell(ok, 'itl_err_p50', 2)} / "
-                  f"{cell(ok, 'itl_err_p99', 2)} | {cell(runs, 'cpu_us_per_chunk', 0)} | "
+                  f"{cell(ok, 'itl_err_p99', 2)} | {cell(ok, 'cpu_us_per_chunk', 0)} | "
                   + (f"{len(runs) - len(ok)} of {len(runs)}: " + "; ".join(failed)
                      if failed else "0") + " |")
     for rate in rates:
