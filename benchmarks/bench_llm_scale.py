@@ -34,6 +34,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -49,45 +52,79 @@ def build_server(tmp: str) -> str:
     return exe
 
 
-def one_run(exe: str, engine: str, rate: float, duration: float, tokens: int, itl_s: float,
-            client_cpu: str, server_cpu: str, tmp: str) -> dict:
-    from tailgate.bench.result import read_log
+@dataclass(frozen=True)
+class ServerWrites:
+    """What the fake server recorded: per stream (in arrival order) its key, the time it
+    had read the request (ns, when asked for) and the write time of each content chunk."""
 
-    port_file, out = os.path.join(tmp, "port"), os.path.join(tmp, "sends.txt")
-    for f in (port_file, out):
+    keys: list[str]
+    t0: list[int]
+    writes: list[list[int]]
+
+    def by_key(self) -> dict[str, list[int]]:
+        return dict(zip(self.keys, self.writes, strict=True))
+
+
+@contextmanager
+def fake_server(exe: str, tokens: int, itl_s: float, cpu: str, tmp: str,
+                out: list[ServerWrites]) -> Iterator[int]:
+    """Run the compiled server pinned to ``cpu``; yield its port; on exit stop it and
+    append what it recorded to ``out``."""
+    port_file, sends, t0s = (os.path.join(tmp, n) for n in ("port", "sends.txt", "t0.txt"))
+    for f in (port_file, sends, t0s):
         if os.path.exists(f):
             os.unlink(f)
-    server = subprocess.Popen(["taskset", "-c", server_cpu, exe, port_file, out, str(tokens),
-                               str(int(itl_s * 1e9))])
+    server = subprocess.Popen(["taskset", "-c", cpu, exe, port_file, sends, str(tokens),
+                               str(int(itl_s * 1e9)), t0s])
     try:
         for _ in range(500):
             if os.path.exists(port_file) and Path(port_file).read_text():
                 break
             time.sleep(0.01)
-        port = int(Path(port_file).read_text())
+        yield int(Path(port_file).read_text())
+    finally:
+        server.terminate()
+        server.wait(30)
+    keys, writes = [], []
+    for line in Path(sends).read_text().splitlines():
+        key, *ts = line.split()
+        keys.append(key)
+        writes.append([int(t) for t in ts])
+    t0 = [int(x) for x in Path(t0s).read_text().split()]
+    out.append(ServerWrites(keys, t0, writes))
+
+
+def tailgate_cmd(port: int, engine: str, rate: float, duration: float, tokens: int,
+                 itl_s: float, client_cpu: str, res: str, log: str,
+                 arrival: str = "constant") -> list[str]:
+    stream_s = tokens * itl_s
+    conns = int(rate * stream_s * 1.3) + 16
+    return ["taskset", "-c", client_cpu, sys.executable, "-m", "tailgate", "bench",
+            f"openai+http://127.0.0.1:{port}/v1", "--model", "m", "--engine", engine,
+            "--rate", f"{rate:g}", "--duration", f"{duration:g}s", "--workers", "1",
+            "--arrival", arrival,
+            "--output-len", str(tokens), "--input-len", "4", "--no-usage",
+            "--connections", str(conns), "--max-connections", str(conns + 256),
+            "--timeout", f"{stream_s + 30:g}s", "--quiet", "--json", res, "--log", log]
+
+
+def one_run(exe: str, engine: str, rate: float, duration: float, tokens: int, itl_s: float,
+            client_cpu: str, server_cpu: str, tmp: str) -> dict:
+    from tailgate.bench.result import read_log
+
+    recorded: list[ServerWrites] = []
+    with fake_server(exe, tokens, itl_s, server_cpu, tmp, recorded) as port:
         res, log = os.path.join(tmp, "r.json"), os.path.join(tmp, "log.csv")
         stream_s = tokens * itl_s
-        conns = int(rate * stream_s * 1.3) + 16
-        cmd = ["taskset", "-c", client_cpu, sys.executable, "-m", "tailgate", "bench",
-               f"openai+http://127.0.0.1:{port}/v1", "--model", "m", "--engine", engine,
-               "--rate", f"{rate:g}", "--duration", f"{duration:g}s", "--workers", "1",
-               "--output-len", str(tokens), "--input-len", "4", "--no-usage",
-               "--connections", str(conns), "--max-connections", str(conns + 256),
-               "--timeout", f"{stream_s + 30:g}s", "--quiet", "--json", res, "--log", log]
+        cmd = tailgate_cmd(port, engine, rate, duration, tokens, itl_s, client_cpu, res, log)
         p = subprocess.run(cmd, capture_output=True, text=True, check=False,
                            env={**os.environ, "PYTHONPATH": str(SRC)},
                            timeout=duration + stream_s + 300)
         if p.returncode not in (0, 1) or not os.path.exists(res):
             raise SystemExit(f"tailgate bench failed ({p.returncode}): {p.stderr[-800:]}")
-    finally:
-        server.terminate()
-        server.wait(30)
     data = json.loads(Path(res).read_text())
     cols = read_log(Path(log).read_text())
-    sends: dict[str, list[int]] = {}
-    for line in Path(out).read_text().splitlines():
-        key, *ts = line.split()
-        sends[key] = [int(t) for t in ts]
+    sends = recorded[0].by_key()
     t0 = data["clock"]["start_monotonic_s"]
     delays = []
     ok = cols["outcome"] == "ok"

@@ -1,7 +1,7 @@
 /* A compiled fake OpenAI completions server for benchmarks/bench_llm_scale.py: many
  * concurrent streams, exact inter-token times, and the time it wrote each chunk.
  *
- * Usage: sse_fake_server PORT_FILE OUT_FILE N_TOKENS GAP_NS
+ * Usage: sse_fake_server PORT_FILE OUT_FILE N_TOKENS GAP_NS [T0_FILE]
  * It listens on 127.0.0.1 (an ephemeral port, written to PORT_FILE). Each request
  * (HTTP/1.1, Content-Length body, keep-alive) is answered at once with a chunked
  * text/event-stream head, then N_TOKENS content chunks, chunk i due GAP_NS * i after the
@@ -11,6 +11,8 @@
  * CLOCK_MONOTONIC (the clock tailgate bench times with): that is the chunk's write time.
  * On SIGTERM it writes OUT_FILE: one line per stream, "KEY t0 t1 ... tN-1" (ns), KEY the
  * prompt's first word (tailgate's workloads start each prompt with the request number).
+ * With T0_FILE it also writes there, one line per stream in the same order, the time it
+ * had read the whole request (ns): t0 - that time is the true TTFT, as the server sees it.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -32,7 +34,7 @@
 
 typedef struct {
     char key[32];
-    int64_t *t;
+    int64_t t0, *t;
     int n;
 } Stream;
 
@@ -161,7 +163,7 @@ static int start(int ep, Conn *c, const char *body, size_t blen) {
     c->s = s;
     c->streaming = 1;
     c->next_tok = 0;
-    c->t0 = now_ns();
+    c->t0 = s->t0 = now_ns();
     if (!emit(ep, c, HEAD, sizeof HEAD - 1)) return 0;
     c->due = c->t0;
     heap_push(c);
@@ -215,7 +217,7 @@ static int tick(int ep, Conn *c) {
     return on_request_bytes(ep, c);
 }
 
-static void dump(const char *path) {
+static void dump(const char *path, const char *t0_path) {
     FILE *f = fopen(path, "w");
     if (!f) return;
     for (size_t i = 0; i < n_streams; i++) {
@@ -225,11 +227,14 @@ static void dump(const char *path) {
         fputc('\n', f);
     }
     fclose(f);
+    if (!t0_path || !(f = fopen(t0_path, "w"))) return;
+    for (size_t i = 0; i < n_streams; i++) fprintf(f, "%lld\n", (long long)streams[i]->t0);
+    fclose(f);
 }
 
 int main(int argc, char **argv) {
-    if (argc != 5) {
-        fprintf(stderr, "usage: %s PORT_FILE OUT_FILE N_TOKENS GAP_NS\n", argv[0]);
+    if (argc != 5 && argc != 6) {
+        fprintf(stderr, "usage: %s PORT_FILE OUT_FILE N_TOKENS GAP_NS [T0_FILE]\n", argv[0]);
         return 2;
     }
     n_tokens = atoi(argv[3]);
@@ -312,6 +317,6 @@ int main(int argc, char **argv) {
             }
         }
     }
-    dump(argv[2]);
+    dump(argv[2], argc == 6 ? argv[5] : NULL);
     return 0;
 }
