@@ -183,14 +183,18 @@ class Histogram:
             self.clamped += int(np.count_nonzero((v < 0) | (v > self.spec.highest)))
             v = np.clip(v, 0, self.spec.highest)
             lo, hi = v.min(), v.max()
-        # Chunks that fit in cache: the index arithmetic is memory-bound otherwise.
+        # Chunks that fit in cache: the index arithmetic is memory-bound otherwise. Only the
+        # buckets hit are written: a histogram's counts are 264 KiB of zeros whose pages stay
+        # unmapped until written, so one per --hdr interval costs the pages its values touch,
+        # not the whole array (a 10-minute soak's RSS grew 6 MiB a minute when every record
+        # wrote all of it).
         step = 1 << 16
-        if v.size <= step:
-            self.counts += np.bincount(self.spec.index_of(v), minlength=self.spec.counts_len)
-        else:
-            for i in range(0, v.size, step):
-                self.counts += np.bincount(self.spec.index_of(v[i:i + step]),
-                                           minlength=self.spec.counts_len)
+        for i in range(0, v.size, step):
+            idx = self.spec.index_of(v[i:i + step])
+            base = int(idx.min())
+            hits = np.bincount(idx - base)
+            nz = np.flatnonzero(hits)
+            self.counts[nz + base] += hits[nz]
         self.min = int(lo) if self.total == 0 else min(self.min, int(lo))
         self.max = max(self.max, int(hi))
         self.total += int(v.size)

@@ -26,6 +26,7 @@ from .outcome import KINDS, OK, PROTOCOL, TIMEOUT
 # 2**18 gaps give a KS test far more power than the timer's tolerance leaves to use.
 MAX_ARRIVALS = 1 << 18
 MAX_REASONS = 5  # distinct example reasons kept per error kind (the rest are counted apart)
+LOG_SLICE = 8192  # --log rows formatted and written at a time
 OTHER_REASONS = "(other reasons)"
 
 
@@ -220,6 +221,17 @@ class Recorder:
     def _write_log(self, rid: np.ndarray, offs: np.ndarray, send: np.ndarray,
                    end: np.ndarray, out: np.ndarray, status: np.ndarray,
                    nbytes: np.ndarray, toks: list[Any] | None) -> None:
+        # A recorder that fell behind takes a large batch at once: its rows go out in slices,
+        # so the strings of a million rows are never held together (the heap they took would
+        # stay the process's RSS floor for the rest of the run).
+        for a in range(0, rid.size, LOG_SLICE):
+            b = a + LOG_SLICE
+            self._write_rows(rid[a:b], offs[a:b], send[a:b], end[a:b], out[a:b], status[a:b],
+                             nbytes[a:b], toks[a:b] if toks is not None else None)
+
+    def _write_rows(self, rid: np.ndarray, offs: np.ndarray, send: np.ndarray,
+                    end: np.ndarray, out: np.ndarray, status: np.ndarray,
+                    nbytes: np.ndarray, toks: list[Any] | None) -> None:
         start, w = self.start, self.cfg.worker
         rows = []
         warm = self.cfg.warmup_s
