@@ -50,7 +50,7 @@ def test_a_sleep_in_the_handler_is_the_part_that_grows_in_the_tail():
     doc = json.loads(out.stdout)
     acc = doc["accounting"]
     tail = acc["sets"]["p99"]
-    print(json.dumps({k: acc[k] for k in ("sentence", "growth", "p99_ms")}, indent=1))
+    print(json.dumps({k: acc[k] for k in ("sentence", "growth_ms", "p99_ms")}, indent=1))
     print(json.dumps(tail, indent=1))
     with open(os.environ.get("ACCOUNTING_OUT", os.devnull), "w") as f:
         f.write(out.stdout)

@@ -115,11 +115,31 @@ def test_the_part_that_grows_in_the_tail_is_named():
     assert tail["parts"]["sleep"]["median_ms"] == 4.9
     assert tail["parts"]["sleep"]["share"] == 0.98
     assert s["sets"]["all"]["parts"]["sleep"]["median_ms"] == 0.0
-    # share over all: 20 x 4.9 ms of all the latency
-    assert s["growth"]["sleep"] == pytest.approx(0.98 - 98 * 1e6 / lat.sum(), abs=1e-4)
-    assert s["growth"]["on_cpu"] < 0
+    # time per request: 4.9 ms in each of the tail's, 20 x 4.9 ms over all 1000
+    assert s["growth_ms"]["sleep"] == pytest.approx(4.9 - 20 * 4.9 / 1000, abs=1e-4)
+    assert s["growth_ms"]["sleep"] == max(s["growth_ms"].values())
     assert tail["parts"]["residual"]["max_ms"] == 0.0
     assert set(tail["parts"]) == set(PARTS)
+
+
+def test_a_part_that_fills_every_request_still_grows_most_when_the_tail_is_more_of_it():
+    """On CPU is 80 % of a fast request (80 of 100 us) and 90 % of a slow one (4.5 of 5 ms);
+    the run queue 5 % and 10 %. In share the run queue grows as much as on CPU (+5 points
+    each, and a fresh-root run named it); in time per request on CPU grows by ~4.4 ms, the
+    run queue by ~0.4 ms: on CPU is named."""
+    n = 1000
+    starts = np.arange(n, dtype=np.int64) * 10_000 * US
+    lat = np.full(n, 100 * US, dtype=np.int64)
+    slow = np.arange(n) % 50 == 7
+    lat[slow] = 5000 * US
+    ends = starts + lat
+    on = spans(*[(s, s + (4500 if k else 80) * US) for s, k in zip(starts, slow, strict=True)])
+    rq = spans(*[(s + (4500 if k else 80) * US, s + (5000 if k else 85) * US)
+                 for s, k in zip(starts, slow, strict=True)])
+    acc = account(starts, ends, None, {1: {"on_cpu": on, "runq": rq}}, {})
+    s = summarise(acc)
+    assert s["grows_most"] == "on_cpu", s["growth_ms"]
+    assert s["growth_ms"]["on_cpu"] > s["growth_ms"]["runq"] > 0
 
 
 def test_offcpu_lines_and_open_waits_parse():
