@@ -1970,14 +1970,6 @@ static int Loop_init(Loop *L, PyObject *args, PyObject *kw) {
     L->retry_stale = retry_stale;
     L->check_seq = check_seq;
     L->n = (int64_t)(times.len / 8);
-#ifdef __GLIBC__
-    /* A recorder that fell behind takes a large batch, and its arrays are freed after: a
-     * fixed threshold keeps every block of 256 KiB or more in its own mapping, returned when
-     * freed. glibc's default raises the threshold to the largest block freed so far, so the
-     * next batches came from the heap and a stall raised the RSS floor for the rest of the
-     * run (a 10-minute soak's floor went 666 -> 724 MiB). */
-    mallopt(M_MMAP_THRESHOLD, 256 * 1024);
-#endif
     size_t nn = (size_t)(L->n ? L->n : 1);
     L->times = malloc(nn * 8);
     memcpy(L->times, times.buf, (size_t)times.len);
@@ -2431,6 +2423,15 @@ static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "fastloop",
                                     module_methods};
 
 PyMODINIT_FUNC PyInit_fastloop(void) {
+#ifdef __GLIBC__
+    /* A recorder that fell behind takes a large batch, and its arrays are freed after: a
+     * fixed threshold keeps every block of 256 KiB or more in its own mapping, returned when
+     * freed. glibc's default raises the threshold to the largest block freed so far, so the
+     * next batches came from the heap and a stall raised the RSS floor for the rest of the
+     * run (a 10-minute soak's floor went 666 -> 724 MiB). The setting is the process's, so
+     * it is made once, when the engine is first imported, not per Loop. */
+    mallopt(M_MMAP_THRESHOLD, 256 * 1024);
+#endif
     if (PyType_Ready(&LoopType) < 0) return NULL;
     PyObject *m = PyModule_Create(&moddef);
     if (!m) return NULL;
