@@ -17,6 +17,7 @@ from tailgate.hist import (
     HistogramError,
     HistogramSpec,
     Interval,
+    IntervalHistograms,
     decode,
     encode,
     merged,
@@ -230,3 +231,33 @@ def test_pickles_compactly_and_exactly():
     assert (back.total, back.min, back.max, back.clamped, back.spec) == (
         h.total, h.min, h.max, h.clamped, h.spec)
     assert len(blob) < h.counts.nbytes / 2
+
+
+def test_interval_histograms_keep_few_dense_and_lose_nothing():
+    """Values land in 60 intervals, mostly in order with some late ones (a request ends
+    after later ones started): at most OPEN are dense at any time, and every interval
+    reads back exactly what a dense histogram of its own would hold, after a pickle too."""
+    import pickle
+
+    rng = np.random.default_rng(5)
+    ivs = IntervalHistograms()
+    ref: dict[int, Histogram] = {}
+    most_dense = 0
+    for step in range(600):
+        k = step // 10
+        if step % 7 == 0 and k > 5:
+            k -= int(rng.integers(1, 6))  # late: into an interval already folded
+        v = rng.lognormal(12, 2, 50)
+        ivs.record(k, v)
+        ref.setdefault(k, Histogram()).record(v)
+        most_dense = max(most_dense, ivs.dense)
+    assert most_dense == IntervalHistograms.OPEN and len(ivs) == 60
+    for got in (ivs.histograms(), pickle.loads(pickle.dumps(ivs)).histograms()):
+        assert list(got) == sorted(ref)
+        for k, h in ref.items():
+            assert (got[k].total, got[k].min, got[k].max) == (h.total, h.min, h.max)
+            assert np.array_equal(got[k].counts, h.counts)
+    both = IntervalHistograms()
+    both.add(ivs)
+    both.add(pickle.loads(pickle.dumps(ivs)))
+    assert both.histograms()[3].total == 2 * ref[3].total

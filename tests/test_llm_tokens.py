@@ -108,6 +108,35 @@ def test_itl_per_token_spreads_each_chunks_gap_over_the_tokens_the_server_stated
     assert block["metrics"]["itl_per_token_max"] == pytest.approx(100.0, rel=1e-3)
 
 
+def test_a_relabelled_request_leaves_every_count_of_ok_requests():
+    """A request taken back out of ok (found out of step later) takes its usage, its
+    token-truth comparison and its prefix-cache figures with it: the book then counts as
+    if only the others had been ok (before, `usage_out` stayed, so `counted_by` read
+    "chunks" and `usage_not_reported` went negative)."""
+    toks = [(101.0, array("d", [101.1, 101.2]), 101.3, 2, 5, array("i", [-1, -1]), 0),
+            (102.0, array("d", [102.1, 102.2]), 102.3, 7, 6, array("i", [-1, -1]), 4),
+            (103.0, array("d", [103.1, 103.2]), 103.3, 2, 5, array("i", [-1, -1]), 5)]
+    n = len(toks)
+    start = 100.0
+    book = TokenBook()
+    book.record(start + np.arange(1.0, n + 1.0), np.array([t[2] for t in toks]),
+                np.array([OK] * n), np.ones(n, dtype=bool), toks, np.full(n, 5), start, 0.0,
+                None, (), OK, TIMEOUT, rids=np.array([10, 11, 12]))
+    before = llm_block(book, 0.0)
+    assert before["token_check"]["usage_mismatch"] == 1  # the second: 2 streamed, usage 7
+    book.relabel([11])
+    after = llm_block(book, 0.0)
+    assert after["tokens"] == {"input": 10, "output": 4, "counted_by": "usage",
+                               "input_counted_by": "usage"}
+    tc = after["token_check"]
+    assert (tc["usage_compared"], tc["usage_mismatch"], tc["usage_not_reported"]) == (2, 0, 0)
+    assert after["prefix_cache"] == {"requests_reporting": 2, "requests_with_hits": 1,
+                                     "prompt_tokens": 10, "cached_tokens": 5, "hit_rate": 0.5}
+    book.relabel([99])  # no longer (or never) recent: counted as such, nothing taken
+    late = llm_block(book, 0.0)["tokens"]
+    assert late.pop("out_of_step_still_counted") == 1 and late == after["tokens"]
+
+
 def test_merged_books_add_the_token_truth_and_a_huge_stated_count_costs_nothing():
     a = _book([(101.0, array("d", [101.1, 101.2]), 101.3, 2_000_001, 5,
                 array("i", [1, 2_000_000]), 5)])

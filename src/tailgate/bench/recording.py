@@ -18,7 +18,7 @@ from typing import IO, Any, Protocol
 
 import numpy as np
 
-from ..hist import Histogram
+from ..hist import Histogram, IntervalHistograms
 from .conn import OUT_OF_STEP, monotonic
 from .outcome import KINDS, OK, PROTOCOL, TIMEOUT
 
@@ -99,7 +99,7 @@ class Recorder:
         self.latency = Histogram(spec)
         self.service = Histogram(spec)
         self.lateness = Histogram(spec)
-        self.intervals: dict[int, Histogram] = {}
+        self.intervals = IntervalHistograms(spec)
         self.queued = 0
         self.last_dispatch = 0.0
         self._relabelled: set[int] = set()  # recorded as ok, found out of step since
@@ -189,10 +189,7 @@ class Recorder:
         if cfg.hdr_interval_s:
             slot = ((offs[measured] - cfg.warmup_s) // cfg.hdr_interval_s).astype(np.int64)
             for k in np.unique(slot).tolist():
-                h = self.intervals.get(k)
-                if h is None:
-                    h = self.intervals[k] = Histogram(cfg.spec)
-                h.record(lat_ns[slot == k])
+                self.intervals.record(k, lat_ns[slot == k])
         if self.tokens is not None:
             nominal = (cfg.nominal_input[rid] if cfg.nominal_input is not None
                        else np.zeros(rid.size, dtype=np.int64))
@@ -267,7 +264,7 @@ class Recorder:
             worker=self.cfg.worker,
             counts=self.counts.tolist(),
             latency=self.latency, service=self.service, lateness=self.lateness,
-            intervals=self.intervals,
+            intervals=self.intervals.histograms(),
             scheduled=measured_sched, dispatched=dispatched, abandoned=abandoned,
             last_dispatch_s=max(self.last_dispatch - self.start, 0.0) if loop.next_i else 0.0,
             queued=self.queued,

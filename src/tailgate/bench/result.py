@@ -348,7 +348,7 @@ def build_result(info: RunInfo, parts: Sequence[WorkerResult],
             from ..llm.accounting import completed_over_time
 
             for k in ("ttft", "itl"):  # ITL: by its request's intended start
-                data["over_time"][k] = over_time(book.intervals.get(k, {}), info.hdr_interval_s)
+                data["over_time"][k] = over_time(book.over_intervals(k), info.hdr_interval_s)
             data["over_time"]["completed"] = completed_over_time(book, info.hdr_interval_s)
     from .fastpath import fallback_note
     from .protocols import scheme_of
@@ -688,7 +688,7 @@ def write_hdr(out: IO[str], result: BenchResult, start_epoch_s: float) -> None:
         # openai+: one tagged series per metric (HdrHistogram's Tag=), the same intervals.
         ivs = []
         for tag, name in (("TTFT", "ttft"), ("ITL", "itl"), ("E2E", "e2e")):
-            per = result.tokens.intervals.get(name, {})
+            per = result.tokens.over_intervals(name)
             if per and step:
                 ivs += [Interval(k * step, step, per[k], tag) for k in sorted(per)]
             else:

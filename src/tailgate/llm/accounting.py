@@ -47,13 +47,13 @@ import math
 from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from ..bench.slo import Slo, SloError
 from ..bench.slo import parse_slo as _bench_parse_slo
-from ..hist import Histogram, HistogramSpec
+from ..hist import Histogram, HistogramSpec, IntervalHistograms
 
 METRICS = ("ttft", "itl", "itl_per_token", "tpot", "e2e")
 HISTS = (*METRICS, "first_chunk")
@@ -99,13 +99,28 @@ def good_slos(slos: Iterable[Slo]) -> tuple[GoodSlo, ...]:
     return tuple(out)
 
 
+class _Added(NamedTuple):
+    """What one ok request added to a TokenBook's counts of ok requests (see `relabel`)."""
+
+    output: int
+    input: int
+    good: bool
+    slot: int  # its interval of throughput over time, or -1
+    usage_out: bool
+    usage_in: bool
+    mismatch: bool
+    cache_reported: bool
+    cache_prompt: int
+    cache_tokens: int
+
+
 @dataclass
 class TokenBook:
     """One worker's token figures (measured requests only). Picklable, mergeable."""
 
     spec: HistogramSpec = field(default_factory=HistogramSpec)
     hists: dict[str, Histogram] = field(default_factory=dict)
-    intervals: dict[str, dict[int, Histogram]] = field(default_factory=dict)
+    intervals: dict[str, IntervalHistograms] = field(default_factory=dict)  # ttft, itl, e2e
     ok: int = 0
     good: int = 0
     output: int = 0
@@ -135,9 +150,11 @@ class TokenBook:
     done: dict[int, list[int]] = field(default_factory=dict)
     ttft_delta: Histogram | None = None  # the last batch's TTFTs (the live display's)
     # What the last RECENT_OK ok requests added, by request id, so a stray response that
-    # later shows one out of step (Recorder.out_of_step) takes it back out of ok, good,
-    # the tokens and throughput over time: (output, input, good, interval or -1).
-    recent: dict[int, tuple[int, int, bool, int]] = field(default_factory=dict, repr=False)
+    # later shows one out of step (Recorder.out_of_step) takes it back out of every count
+    # of ok requests: ok, good, the tokens, throughput over time, the token truth's usage
+    # comparison and the prefix cache (a count left behind would make `ok` disagree with
+    # `usage_out` and flip `counted_by` to "chunks").
+    recent: dict[int, _Added] = field(default_factory=dict, repr=False)
     relabelled_late: int = 0  # relabelled after leaving `recent`: their tokens stay counted
 
     def __post_init__(self) -> None:
@@ -298,10 +315,15 @@ class TokenBook:
         if rids is not None and np.any(ok_m):
             keep = self.recent
             slots = slot.tolist() if slot is not None else [-1] * int(np.count_nonzero(ok_m))
-            for r, o, i, gd, k in zip(rids[ok_m].tolist(), n_out[ok_m].tolist(),
-                                      n_in[ok_m].tolist(), good[ok_m].tolist(), slots,
-                                      strict=True):
-                keep[r] = (o, i, gd, k)
+            m = ok_m
+            cols = (rids[m], n_out[m], n_in[m], good[m], slots, use_out[m] >= 0,
+                    use_in[m] >= 0, (use_out != count)[m] & (use_out[m] >= 0),
+                    cached[m] >= 0, np.where(use_in >= 0, use_in, 0)[m], cached[m])
+            for r, o, i, gd, k, uo_, ui_, mis, rep, prompt, cach in zip(
+                    *(c.tolist() if isinstance(c, np.ndarray) else c for c in cols),
+                    strict=True):
+                keep[r] = _Added(o, i, gd, k, uo_, ui_, mis, rep,
+                                 prompt if rep else 0, cach if rep else 0)
             while len(keep) > RECENT_OK:
                 del keep[next(iter(keep))]
 
@@ -313,16 +335,29 @@ class TokenBook:
             if got is None:
                 self.relabelled_late += 1
                 continue
-            n_out, n_in, good, k = got
             self.ok -= 1
-            self.good -= int(good)
-            self.output -= n_out
-            self.input -= n_in
-            if k >= 0 and k in self.done:
-                row = self.done[k]
+            self.good -= int(got.good)
+            self.output -= got.output
+            self.input -= got.input
+            self.usage_out -= got.usage_out
+            self.usage_in -= got.usage_in
+            self.usage_compared -= got.usage_out  # every ok request with usage is compared
+            self.usage_mismatch -= got.mismatch
+            if got.cache_reported:
+                self.cache_reported -= 1
+                self.cache_prompt -= got.cache_prompt
+                self.cache_tokens -= got.cache_tokens
+                self.cache_hit_requests -= int(got.cache_tokens > 0)
+            if got.slot >= 0 and got.slot in self.done:
+                row = self.done[got.slot]
                 row[0] -= 1
-                row[1] -= int(good)
-                row[2] -= n_out
+                row[1] -= int(got.good)
+                row[2] -= got.output
+
+    def over_intervals(self, name: str) -> dict[int, Histogram]:
+        """``name``'s (ttft, itl, e2e) histogram of each interval, by interval number."""
+        book = self.intervals.get(name)
+        return book.histograms() if book is not None else {}
 
     def _add(self, name: str, secs: np.ndarray, at: np.ndarray, warmup_s: float,
              slot_s: float | None) -> None:
@@ -333,20 +368,17 @@ class TokenBook:
             self.ttft_delta.record(ns)
         if slot_s and name in ("ttft", "itl", "e2e") and ns.size:
             slot = ((at - warmup_s) // slot_s).astype(np.int64)
-            book = self.intervals.setdefault(name, {})
+            book = self.intervals.get(name)
+            if book is None:
+                book = self.intervals[name] = IntervalHistograms(self.spec)
             for k in np.unique(slot).tolist():
-                h = book.get(k)
-                if h is None:
-                    h = book[k] = Histogram(self.spec)
-                h.record(ns[slot == k])
+                book.record(k, ns[slot == k])
 
     def add(self, other: TokenBook) -> None:
         for k, h in other.hists.items():
             self.hists[k].add(h)
         for name, book in other.intervals.items():
-            mine = self.intervals.setdefault(name, {})
-            for k, h in book.items():
-                mine.setdefault(k, Histogram(self.spec)).add(h)
+            self.intervals.setdefault(name, IntervalHistograms(self.spec)).add(book)
         for k, row in other.done.items():
             mine_row = self.done.setdefault(k, [0, 0, 0])
             for i, n in enumerate(row):
