@@ -240,11 +240,14 @@ def summarise(acc: Accounting) -> dict[str, Any]:
     out["growth_ms"] = {p: round(g, 4) for p, g in growth.items()}
     out["grows_most"] = top if growth[top] > 0 else None
     t, a = out["sets"]["p99"], out["sets"]["all"]
+    tail_ms = float(acc.parts[top][tail].mean()) / 1e6
     out["sentence"] = (
         f"in the {t['requests']} requests above the P99 ({out['p99_ms']:.3f} ms), "
-        f"{top} is {100 * t['parts'][top]['share']:.0f} % of their time against "
-        f"{100 * a['parts'][top]['share']:.0f} % over all {n}; residual "
+        f"{top} grows most: {tail_ms:.3f} ms a request against "
+        f"{tail_ms - growth[top]:.3f} ms over all {n} "
+        f"({100 * t['parts'][top]['share']:.0f} % of the tail's time, "
+        f"{100 * a['parts'][top]['share']:.0f} % over all); residual "
         f"{100 * t['parts']['residual']['share']:.0f} %; {t['exact']} of them on one thread "
         f"(exact), {t['apportioned']} apportioned over several"
-        if out["grows_most"] else "no part's share grows in the tail")
+        if out["grows_most"] else "no part takes more time a request in the tail")
     return out
