@@ -164,19 +164,22 @@ def to_ms(text: str) -> float:
 
 
 def run_tailgate(engine: str, url: str, rate: float, duration: float, conns: int,
-                 cpu: int | None) -> dict:
-    cmd = [*pin(cpu), *TAILGATE, url, "--engine", engine, "--rate", str(int(rate)),
+                 cpu: int | None, src: str | None = None) -> dict:
+    """``src``: another checkout's ``src`` to run instead of this one (--reference)."""
+    cmd = [*pin(cpu), *(["env", f"PYTHONPATH={src}"] if src else []), *TAILGATE, url,
+           "--engine", engine, "--rate", str(int(rate)),
            "--duration", f"{duration:g}s", "--warmup", "1s", "--workers", "1",
            "--connections", str(conns), "--max-connections", str(conns), "--json", "-",
            "--quiet"]
     out, err, cpu_s = timed(cmd, duration + 60)
+    name = f"tailgate ({engine}{', reference' if src else ''})"
     try:
         d = json.loads(out)
     except json.JSONDecodeError:
-        return {"tool": f"tailgate ({engine})", "error": err.strip()[-300:]}
+        return {"tool": name, "error": err.strip()[-300:]}
     lat = d["latency_ms"]
     total = sum(d["requests"]["errors"].values()) + d["requests"]["ok"] + d["requests"]["warmup"]
-    return {"tool": f"tailgate ({engine})", "cmd": " ".join(cmd[len(pin(cpu)):]),
+    return {"tool": name, "cmd": " ".join(cmd[len(pin(cpu)):]),
             # completed ok per second, as the peers count it (rate.achieved is dispatched/s)
             "achieved": d["rate"]["ok"], "p50": lat["p50"], "p99": lat["p99"],
             "p999": lat["p999"], "late_p99": d["lateness_ms"]["p99"],
@@ -360,6 +363,11 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="3 s per run, one run each")
     ap.add_argument("--tools", default="fast,python,wrk2,autocannon,wrk",
                     help="which generators (comma-separated)")
+    ap.add_argument("--reference", metavar="SRC",
+                    help="another checkout's src/ (its fastloop built in place, e.g. a "
+                         "worktree of an older commit): its fast engine runs interleaved "
+                         "with the others as 'tailgate (fast, reference)', so a change's "
+                         "cost is read in one run")
     args = ap.parse_args()
     if args.quick:
         args.duration, args.repeat = 3.0, 1
@@ -379,6 +387,10 @@ def main() -> int:
     tools: dict = {}
     if "fast" in want:
         tools["tailgate (fast)"] = lambda u, r, d, c, p: run_tailgate("fast", u, r, d, c, p)
+    if args.reference:
+        ref = str(Path(args.reference).resolve())
+        tools["tailgate (fast, reference)"] = (
+            lambda u, r, d, c, p: run_tailgate("fast", u, r, d, c, p, src=ref))
     if "python" in want:
         tools["tailgate (python)"] = lambda u, r, d, c, p: run_tailgate("python", u, r, d, c, p)
     if "wrk2" in want and wrk2:
