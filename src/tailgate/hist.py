@@ -322,10 +322,7 @@ class IntervalHistograms:
     def histograms(self) -> dict[int, Histogram]:
         """Every interval's histogram, dense, by interval number in order."""
         out = dict(self._open)
-        for k, state in self._folded.items():
-            h = Histogram.__new__(Histogram)
-            h.__setstate__(state)
-            out[k] = h
+        out.update((k, _unfolded(state)) for k, state in self._folded.items())
         return dict(sorted(out.items()))
 
     @property
@@ -340,11 +337,8 @@ class IntervalHistograms:
         h = self._open.get(k)
         if h is not None:
             return h
-        h = Histogram(self.spec)
         state = self._folded.pop(k, None)
-        if state is not None:
-            h.__setstate__(state)
-        self._open[k] = h
+        h = self._open[k] = Histogram(self.spec) if state is None else _unfolded(state)
         if len(self._open) > self.OPEN:  # fold the oldest other one (a late k stays open)
             oldest = min(x for x in self._open if x != k)
             self._folded[oldest] = self._open.pop(oldest).__getstate__()
@@ -357,6 +351,13 @@ class IntervalHistograms:
         self.spec, self._folded = state[0], dict(state[2])
         self._folded.update(state[1])  # shipped: every one folded until written again
         self._open = {}
+
+
+def _unfolded(state: tuple) -> Histogram:
+    """A histogram from its sparse :meth:`Histogram.__getstate__`."""
+    h = Histogram.__new__(Histogram)
+    h.__setstate__(state)
+    return h
 
 
 # -- the V2 wire format ----------------------------------------------------------

@@ -277,7 +277,8 @@ class TokenBook:
         self._examples((int(count[i]), int(use_out[i])) for i in bad.tolist())
         rep_c = ok_m & (cached >= 0)
         self.cache_reported += int(np.count_nonzero(rep_c))
-        self.cache_prompt += int(np.where(rep_c & (use_in >= 0), use_in, 0).sum())
+        prompt_c = np.where(rep_c & (use_in >= 0), use_in, 0)
+        self.cache_prompt += int(prompt_c.sum())
         self.cache_tokens += int(cached[rep_c].sum())
         self.cache_hit_requests += int(np.count_nonzero(rep_c & (cached > 0)))
         if np.any(measured):
@@ -315,15 +316,14 @@ class TokenBook:
         if rids is not None and np.any(ok_m):
             keep = self.recent
             slots = slot.tolist() if slot is not None else [-1] * int(np.count_nonzero(ok_m))
-            m = ok_m
-            cols = (rids[m], n_out[m], n_in[m], good[m], slots, use_out[m] >= 0,
-                    use_in[m] >= 0, (use_out != count)[m] & (use_out[m] >= 0),
-                    cached[m] >= 0, np.where(use_in >= 0, use_in, 0)[m], cached[m])
-            for r, o, i, gd, k, uo_, ui_, mis, rep, prompt, cach in zip(
-                    *(c.tolist() if isinstance(c, np.ndarray) else c for c in cols),
-                    strict=True):
-                keep[r] = _Added(o, i, gd, k, uo_, ui_, mis, rep,
-                                 prompt if rep else 0, cach if rep else 0)
+            m = ok_m  # the same terms the counts above were summed from
+            cols = (n_out, n_in, good, None, use_out >= 0, use_in >= 0,
+                    compare & (use_out != count), rep_c,
+                    prompt_c, np.where(rep_c, cached, 0))
+            for r, *added in zip(rids[m].tolist(),
+                                 *(slots if c is None else c[m].tolist() for c in cols),
+                                 strict=True):
+                keep[r] = _Added(*added)
             while len(keep) > RECENT_OK:
                 del keep[next(iter(keep))]
 
