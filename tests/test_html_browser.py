@@ -173,7 +173,9 @@ def test_inspect_page(tmp_path):
 def test_inspect_page_of_a_bare_metal_host_marks_l1_and_draws_its_red_lines(tmp_path):
     page, path = pages.inspect_root(tmp_path, "metal", "fec-grown")
     doc = json.loads(path.read_text())
-    assert doc["verdict"]["first_failing_layer"] == "L1"
+    failing = [(f["id"], f["layer"], f["status"], f.get("reason")) for f in doc["findings"]
+               if f["status"] != "pass"]
+    assert doc["verdict"]["first_failing_layer"] == "L1", (doc["verdict"], failing)
     r = render(page, "inspect-baremetal", size="1200,4200")
     assert r.console == []
     status, drawn, layers = _inspect_expectations(doc)
