@@ -319,10 +319,15 @@ def test_packet_loss_is_retransmission():
     assert series_total(doc, "tcp.retrans_segs") >= doc["evidence"]["retransmit"]["events"] / 2
 
 
-def test_lock_server_without_contention_claims_nothing():
+def test_an_uncontended_lock_is_not_futex_wait():
+    """Every request takes the mutex, none holds it: no thread waits on it. Only the lock is
+    asserted: the kernel runs without preemption, so kernel work on CPU 1 can still keep
+    the real-time server waiting in the run queue for milliseconds (a fresh root's run saw
+    11 such waits, 2 ms each, none after a preemption), and diagnose then rightly names it."""
     with lockserver(hold_us=0, every=0) as (url, pid):
         doc = diagnose(url, pid, *TCP)
-    assert claimed(doc) == [], explain(doc)
+    assert "futex" not in claimed(doc), explain(doc)
+    assert doc["evidence"]["futex"]["events"] == 0, doc["evidence"]["futex"]
 
 
 # -- two causes at once: both named -------------------------------------------------------------

@@ -198,6 +198,57 @@ def test_llm_streams_from_two_nodes(cluster, tmp_path):
     total = decode(d["histograms"]["latency"])
     parts = [decode(n["histograms"]["latency"]) for n in d["nodes"]]
     assert np.array_equal(total.counts, parts[0].counts + parts[1].counts)
+    # every node's share streamed on the compiled loop ("fast" only when all parts were)
+    assert d["generator"]["engine"] == "fast", d["generator"]
+
+
+def test_mixed_peak_of_http_tcp_and_llm_streams_on_two_nodes(cluster, tmp_path):
+    """The mixed peak of issue 27 on a cluster: HTTP, TCP sessions and OpenAI streams at
+    once from both nodes, each node's share of each target on the compiled loop, and the
+    merged figures the sum of the nodes' (histograms bucket for bucket, requests)."""
+    from support.llm_server import MODEL_NAME, llama_cpp_available, llama_server
+
+    require(llama_cpp_available())
+    ng, scenario, out = cluster.nginx, tmp_path / "peak.yaml", tmp_path / "peak.json"
+    with llama_server(tmp_path, host=cluster.veth.host_ip) as url:
+        scenario.write_text(f"""\
+defaults:
+  duration: 3s
+  connections: 2
+targets:
+  - name: web
+    url: {ng.url("/")}
+    rate: 200
+    slo: ["error_rate<1%"]
+  - name: sessions
+    url: tcp://{cluster.veth.host_ip}:{ng.port}
+    rate: 100
+    payload: "GET /tcp HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n"
+    delimiter: "pong\\n"
+  - name: chat
+    url: {url.replace("http://", "openai+http://")}
+    rate: 2
+    model: {MODEL_NAME}
+    input_len: 16
+    output_len: 8
+    slo: ["ttft_p99<10s"]
+""")
+        r = tailgate("bench", "--scenario", str(scenario), "--ray", cluster.address,
+                     "--json", str(out), timeout=180)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    d = json.loads(out.read_text())
+    web, sessions, chat = d["targets"]
+    assert [t["protocol"] for t in (web, sessions)] == ["http", "tcp"]
+    assert chat["protocol"].startswith("openai"), chat["protocol"]
+    assert [t["requests"]["ok"] for t in (web, sessions, chat)] == [600, 300, 6]
+    for t in (web, sessions, chat):
+        assert t["generator"]["engine"] == "fast", (t["name"], t["generator"])
+        assert len(t["nodes"]) == 2 and t["requests"]["lost"] == 0
+        assert sum(n["requests"]["sent"] for n in t["nodes"]) == t["requests"]["sent"]
+        total = decode(t["histograms"]["latency"])
+        parts = [decode(n["histograms"]["latency"]) for n in t["nodes"]]
+        assert np.array_equal(total.counts, parts[0].counts + parts[1].counts), t["name"]
+    assert d["status"] == "pass" and "mixed peak (3 targets): PASS" in r.stdout
 
 
 def start_ray_bench(cluster, out: Path, duration: str) -> subprocess.Popen:
