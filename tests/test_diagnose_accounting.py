@@ -6,8 +6,10 @@ The sleep is 15 ms: on a shared 2-CPU host (load ~12 while this was written) the
 generator's own lateness and run-queue waits reach 10-20 ms on a few requests; a 5 ms sleep
 then sits below the P99 (a run with 5 ms named the generator's lateness, correctly).
 
-The server is pinned to CPU 1 and the load generator to CPU 0, as in the kernel-cause
-scenarios (tests/test_diagnose_scenarios.py), so the control has no contention of its own.
+The server is pinned to CPU 1 and the load generator to CPU 0, both SCHED_FIFO, with a
+normal-priority busy loop on each CPU, as in the kernel-cause scenarios
+(tests/test_diagnose_scenarios.py): ordinary work cannot delay them (a fresh root's run at
+normal priority had run-queue waits of 13 ms and late sends of 18 ms, and named those).
 """
 
 from __future__ import annotations
@@ -20,11 +22,12 @@ import sys
 import pytest
 
 from support.nginx import free_port
-from support.workloads import finish, start
+from support.workloads import busy_cpus, finish, realtime, start
 
 pytestmark = pytest.mark.timeout(180)
 TCP = ("--payload", "x\\n", "--delimiter", "\\n")
 SLEEP_US = 15_000
+RT = 10
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -35,14 +38,22 @@ def _needs_root_and_two_cpus():
         pytest.fail("the server and the load are pinned to different CPUs: need 2")
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _noise():
+    """Ordinary work on every CPU while the test runs: it must hold anyway."""
+    with busy_cpus(600):
+        yield
+
+
 def test_a_sleep_in_the_handler_is_the_part_that_grows_in_the_tail():
     port = free_port()
     proc = start("sleepserver", port, 40, SLEEP_US, 50)
     try:
-        os.sched_setaffinity(proc.pid, {1})  # its connection threads inherit it
-        out = subprocess.run(["taskset", "-c", "0", sys.executable, "-m", "tailgate", "diagnose",
-                              f"tcp://127.0.0.1:{port}", "--pid", str(proc.pid), "--rate", "300",
-                              "--duration", "5s", "--workers", "1", *TCP, "--json", "-"],
+        realtime(proc.pid, RT, cpu=1)  # its connection threads inherit both
+        out = subprocess.run(["chrt", "-f", str(RT), "taskset", "-c", "0", sys.executable, "-m",
+                              "tailgate", "diagnose", f"tcp://127.0.0.1:{port}", "--pid",
+                              str(proc.pid), "--rate", "300", "--duration", "5s", "--workers",
+                              "1", *TCP, "--json", "-"],
                              capture_output=True, text=True, timeout=120, check=False)
     finally:
         finish(proc)

@@ -32,14 +32,12 @@ from collections.abc import Iterator
 import pytest
 
 from support.nginx import free_port
-from support.workloads import finish, start
+from support.workloads import busy_cpus, finish, realtime, start
 
 pytestmark = pytest.mark.timeout(180)
 RT = 10
 EVERY = 80
 TCP = ("--payload", "x\\n", "--delimiter", "\\n")
-SPIN = ("import sys, time\nend = time.monotonic() + float(sys.argv[1])\n"
-        "while time.monotonic() < end: pass")
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -53,31 +51,8 @@ def _needs_root_and_two_cpus():
 @pytest.fixture(autouse=True, scope="module")
 def _noise():
     """Ordinary work on every CPU while the scenarios run: each must hold anyway."""
-    procs = [subprocess.Popen(["taskset", "-c", str(cpu), sys.executable, "-c", SPIN, "600"])
-             for cpu in sorted(os.sched_getaffinity(0))]
-    try:
+    with busy_cpus(600):
         yield
-    finally:
-        for p in procs:
-            p.kill()
-            p.wait()
-
-
-def realtime(pid: int) -> None:
-    """Every thread of ``pid`` and of its children (slowpath's slow device) SCHED_FIFO on
-    CPU 1: the noise must not stretch the injected 10 ms."""
-    children = [int(p) for p in os.listdir("/proc") if p.isdigit() and _ppid(int(p)) == pid]
-    for proc in (pid, *children):
-        for tid in os.listdir(f"/proc/{proc}/task"):
-            os.sched_setaffinity(int(tid), {1})
-            os.sched_setscheduler(int(tid), os.SCHED_FIFO, os.sched_param(RT))
-
-
-def _ppid(pid: int) -> int | None:
-    try:
-        return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 @contextlib.contextmanager
@@ -85,7 +60,9 @@ def server(name: str, *args: object) -> Iterator[tuple[int, int]]:
     port = free_port()
     proc = start(name, port, 40, *args)
     try:
-        realtime(proc.pid)  # its connection threads inherit both
+        # the noise must not stretch the injected 10 ms: its connection threads (and
+        # slowpath's slow device, a child) inherit both
+        realtime(proc.pid, RT, cpu=1)
         yield port, proc.pid
     finally:
         finish(proc)

@@ -56,7 +56,7 @@ from support.cgroups import cpu_cgroup, throttling_load
 from support.netloss import Veth, random_loss
 from support.nginx import Nginx, available, free_port
 from support.require import require
-from support.workloads import argv_for, finish, start
+from support.workloads import argv_for, busy_cpus, finish, realtime, start
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -76,18 +76,10 @@ def _needs_root_nginx_and_two_cpus():
 @pytest.fixture(autouse=True, scope="module")
 def _noise():
     """Ordinary work on every CPU while the scenarios run: each must hold anyway."""
-    procs = [subprocess.Popen(["taskset", "-c", str(cpu), sys.executable, "-c", SPIN_FOR_S, "900"])
-             for cpu in sorted(os.sched_getaffinity(0))]
-    try:
+    with busy_cpus():
         yield
-    finally:
-        for p in procs:
-            p.kill()
-            p.wait()
 
 
-SPIN_FOR_S = ("import sys, time\nend = time.monotonic() + float(sys.argv[1])\n"
-              "while time.monotonic() < end: pass")
 # bursts of BURST_S spinning, then a sleep: at a real-time priority, a CPU share like a CFS
 # busy loop's, in slices of a few milliseconds
 BURSTS = """import sys, time
@@ -100,12 +92,6 @@ while time.monotonic() < end:
     time.sleep(pause)
 """
 BURST_S = 0.002
-
-
-def realtime(pid: int, prio: int = RT) -> None:
-    """Every thread of `pid` SCHED_FIFO at `prio` (threads it makes later inherit it)."""
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        os.sched_setscheduler(int(tid), os.SCHED_FIFO, os.sched_param(prio))
 
 
 def diagnose(target: str, pid: int, *extra: str, rate: str = "1000",
@@ -135,7 +121,7 @@ def nginx_on_cpu1(rt: bool = True, **kw) -> Iterator[tuple[Nginx, int]]:
         (pid,) = ng.worker_pids()
         os.sched_setaffinity(pid, {1})
         if rt:
-            realtime(pid)
+            realtime(pid, RT)
         else:  # a CPU quota binds CFS tasks only
             os.setpriority(os.PRIO_PROCESS, pid, -20)
         yield ng, pid
@@ -198,7 +184,7 @@ def lockserver(hold_us: int, every: int, veth: Veth | None = None
     try:
         for tid in os.listdir(f"/proc/{proc.pid}/task"):
             os.sched_setaffinity(int(tid), {1})
-        realtime(proc.pid)
+        realtime(proc.pid, RT)
         yield f"tcp://{veth.ns_ip if veth else '127.0.0.1'}:{port}", proc.pid
     finally:
         finish(proc)
@@ -221,7 +207,7 @@ def cpuserver(work_us: int) -> Iterator[tuple[str, int]]:
     proc = start("cpuserver", port, 40, work_us)
     try:
         os.sched_setaffinity(proc.pid, {1})  # its connection threads inherit the main one's
-        realtime(proc.pid)
+        realtime(proc.pid, RT)
         yield f"tcp://127.0.0.1:{port}", proc.pid
     finally:
         finish(proc)

@@ -95,3 +95,39 @@ def tracefs_mounted() -> Iterator[None]:
         if mounted:
             subprocess.run(["umount", "/sys/kernel/tracing"], check=False, capture_output=True,
                            timeout=30)
+
+
+SPIN_FOR_S = ("import sys, time\nend = time.monotonic() + float(sys.argv[1])\n"
+              "while time.monotonic() < end: pass")
+
+
+@contextlib.contextmanager
+def busy_cpus(seconds: float = 900) -> Iterator[None]:
+    """A normal-priority busy loop on each of our CPUs: the ordinary work of a shared CI
+    host, which a timing-sensitive test must hold against."""
+    procs = [subprocess.Popen(["taskset", "-c", str(cpu), sys.executable, "-c", SPIN_FOR_S,
+                               str(seconds)]) for cpu in sorted(os.sched_getaffinity(0))]
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def _ppid(pid: int) -> int | None:
+    try:
+        return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def realtime(pid: int, prio: int, cpu: int | None = None) -> None:
+    """Every thread of ``pid`` and of its children SCHED_FIFO at ``prio`` (threads made
+    later inherit it), and pinned to ``cpu`` when given: ordinary work cannot delay them."""
+    children = [int(p) for p in os.listdir("/proc") if p.isdigit() and _ppid(int(p)) == pid]
+    for proc in (pid, *children):
+        for tid in os.listdir(f"/proc/{proc}/task"):
+            if cpu is not None:
+                os.sched_setaffinity(int(tid), {cpu})
+            os.sched_setscheduler(int(tid), os.SCHED_FIFO, os.sched_param(prio))
