@@ -56,7 +56,7 @@ from support.cgroups import cpu_cgroup, throttling_load
 from support.netloss import Veth, random_loss
 from support.nginx import Nginx, available, free_port
 from support.require import require
-from support.workloads import argv_for, busy_cpus, finish, realtime, start
+from support.workloads import argv_for, busy_cpus, finish, realtime, spawned, start
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -132,15 +132,9 @@ def busy_on_cpu1(n: int = 2) -> Iterator[None]:
     """`n` loops contending for the server's CPU, each spinning BURST_S at a time for 1/(n+1)
     of it. chrt and taskset exec the interpreter, so kill() reaches the loop itself; it ends
     by itself anyway."""
-    procs = [subprocess.Popen(["chrt", "-f", str(INJECTED), "taskset", "-c", "1", sys.executable,
-                               "-c", BURSTS, str(BURST_S), str(BURST_S * n)])
-             for _ in range(n)]
-    try:
+    with spawned([["chrt", "-f", str(INJECTED), "taskset", "-c", "1", sys.executable, "-c",
+                   BURSTS, str(BURST_S), str(BURST_S * n)] for _ in range(n)]):
         yield
-    finally:
-        for p in procs:
-            p.kill()
-            p.wait()
 
 
 @contextlib.contextmanager

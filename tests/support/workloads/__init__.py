@@ -105,10 +105,18 @@ SPIN_FOR_S = ("import sys, time\nend = time.monotonic() + float(sys.argv[1])\n"
 def busy_cpus(seconds: float = 900) -> Iterator[None]:
     """A normal-priority busy loop on each of our CPUs: the ordinary work of a shared CI
     host, which a timing-sensitive test must hold against."""
-    procs = [subprocess.Popen(["taskset", "-c", str(cpu), sys.executable, "-c", SPIN_FOR_S,
-                               str(seconds)]) for cpu in sorted(os.sched_getaffinity(0))]
-    try:
+    with spawned([["taskset", "-c", str(cpu), sys.executable, "-c", SPIN_FOR_S, str(seconds)]
+                  for cpu in sorted(os.sched_getaffinity(0))]):
         yield
+
+
+@contextlib.contextmanager
+def spawned(argvs: list[list[str]]) -> Iterator[list[subprocess.Popen]]:
+    """Each argv started (no ``ready`` line awaited, unlike :func:`running`); all killed on
+    exit. Wrappers that exec (chrt, taskset) leave kill() reaching the program itself."""
+    procs = [subprocess.Popen(argv) for argv in argvs]
+    try:
+        yield procs
     finally:
         for p in procs:
             p.kill()
