@@ -90,12 +90,13 @@ def test_ray_judges_a_spec_as_one_host_does(cluster, tmp_path):
     assert verdicts(d["slo"]) == WANT, d["slo"]
 
 
-def test_scenario_on_ray_reports_each_target_and_one_verdict(cluster, tmp_path):
+def web_and_sessions(cluster, duration: str) -> str:
+    """A scenario's first two targets: HTTP requests and TCP sessions to the cluster's nginx
+    (the sessions' keys last, so a caller can add an SLO to them)."""
     ng = cluster.nginx
-    scenario = tmp_path / "peak.yaml"
-    scenario.write_text(f"""\
+    return f"""\
 defaults:
-  duration: 2s
+  duration: {duration}
   connections: 2
 targets:
   - name: web
@@ -107,8 +108,12 @@ targets:
     rate: 100
     payload: "GET /tcp HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n"
     delimiter: "pong\\n"
-    slo: ["p50<1us"]
-""")
+"""
+
+
+def test_scenario_on_ray_reports_each_target_and_one_verdict(cluster, tmp_path):
+    scenario = tmp_path / "peak.yaml"
+    scenario.write_text(web_and_sessions(cluster, "2s") + '    slo: ["p50<1us"]\n')
     out = tmp_path / "s.json"
     r = tailgate("bench", "--scenario", str(scenario), "--ray", cluster.address,
                  "--per-node", "2", "--json", str(out))
@@ -209,22 +214,9 @@ def test_mixed_peak_of_http_tcp_and_llm_streams_on_two_nodes(cluster, tmp_path):
     from support.llm_server import MODEL_NAME, llama_cpp_available, llama_server
 
     require(llama_cpp_available())
-    ng, scenario, out = cluster.nginx, tmp_path / "peak.yaml", tmp_path / "peak.json"
+    scenario, out = tmp_path / "peak.yaml", tmp_path / "peak.json"
     with llama_server(tmp_path, host=cluster.veth.host_ip) as url:
-        scenario.write_text(f"""\
-defaults:
-  duration: 3s
-  connections: 2
-targets:
-  - name: web
-    url: {ng.url("/")}
-    rate: 200
-    slo: ["error_rate<1%"]
-  - name: sessions
-    url: tcp://{cluster.veth.host_ip}:{ng.port}
-    rate: 100
-    payload: "GET /tcp HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n"
-    delimiter: "pong\\n"
+        scenario.write_text(web_and_sessions(cluster, "3s") + f"""\
   - name: chat
     url: {url.replace("http://", "openai+http://")}
     rate: 2
