@@ -21,7 +21,7 @@ import sys
 
 import pytest
 
-from support.cgroups import cpu_cgroup
+from support.cgroups import cpu_cgroup, cpu_seconds
 from support.llm_server import MODEL_NAME, llama_cpp_available, llama_server
 from support.require import require
 
@@ -46,12 +46,6 @@ def listener_pid(port: int) -> int:
     return int(m.group(1))
 
 
-def cpu_s(pid: int) -> float:
-    """CPU seconds (user + system, all threads) the process has used."""
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def bench(base: str, *args: str) -> None:
     out = subprocess.run([sys.executable, "-m", "tailgate", "bench", "openai+" + base, "--model",
                           MODEL_NAME, *LOAD, "--quiet", *args], capture_output=True, text=True,
@@ -65,10 +59,10 @@ def test_a_cpu_quota_on_the_llm_server_is_named_first(tmp_path):
         # the first requests are slow: one at a time (requests beyond one connection queue)
         bench(base, "--rate", "100", "--requests", "4", "--max-connections", "1", "--workers", "1")
         # what a request costs the server in CPU, idle time included (so an overestimate)
-        calls, before = 20, cpu_s(pid)
+        calls, before = 20, cpu_seconds(pid)
         bench(base, "--rate", "20", "--requests", str(calls), "--max-connections", "1",
               "--workers", "1")
-        per_request = max((cpu_s(pid) - before) / calls, 0.001)
+        per_request = max((cpu_seconds(pid) - before) / calls, 0.001)
         # 2 ms of CPU every 10 ms: a request (several ms of CPU) spans periods and is
         # throttled in each; the rate keeps the mean demand to 40 % of the cap
         quota_us, period_us = 2000, 10_000
