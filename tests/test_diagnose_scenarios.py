@@ -128,12 +128,12 @@ def nginx_on_cpu1(rt: bool = True, **kw) -> Iterator[tuple[Nginx, int]]:
 
 
 @contextlib.contextmanager
-def busy_on_cpu1(n: int = 2) -> Iterator[None]:
-    """`n` loops contending for the server's CPU, each spinning BURST_S at a time for 1/(n+1)
-    of it. chrt and taskset exec the interpreter, so kill() reaches the loop itself; it ends
-    by itself anyway."""
-    with spawned([["chrt", "-f", str(INJECTED), "taskset", "-c", "1", sys.executable, "-c",
-                   BURSTS, str(BURST_S), str(BURST_S * n)] for _ in range(n)]):
+def busy_on_cpu1(n: int = 2, cpu: int = 1) -> Iterator[None]:
+    """`n` loops contending for the server's CPU (or another), each spinning BURST_S at a
+    time for 1/(n+1) of it. chrt and taskset exec the interpreter, so kill() reaches the loop
+    itself; it ends by itself anyway."""
+    with spawned([["chrt", "-f", str(INJECTED), "taskset", "-c", str(cpu), sys.executable,
+                   "-c", BURSTS, str(BURST_S), str(BURST_S * n)] for _ in range(n)]):
         yield
 
 
@@ -216,16 +216,29 @@ def series_total(doc: dict, name: str) -> float:
     return sum(v or 0 for v in doc["timeline"]["series"][name]["values"])
 
 
+CLEAN_TRIES = 3
+
+
 def test_clean_run_claims_nothing():
+    """A late generator is the one verdict a clean run may honestly reach: on a VM, the
+    hypervisor takes the generator's vCPU for milliseconds at a time (steal time, about 10 ms
+    in 4 s on our CI VMs), which no priority here can prevent, and 4 ms of it is the P999 of
+    a 4 s run. Such a run is no control, and the tool says so: it is run again, up to
+    CLEAN_TRIES times. A service cause, or a generator late every time, fails."""
     with nginx_on_cpu1() as (ng, pid):
-        doc = diagnose(ng.url("/"), pid)
+        for attempt in range(1, CLEAN_TRIES + 1):
+            doc = diagnose(ng.url("/"), pid)
+            if claimed(doc) != ["generator"] or attempt == CLEAN_TRIES:
+                break
+            print(f"run {attempt}: the generator was late, again "
+                  f"(steal ms {doc['evidence']['steal_ms']}): {doc['causes'][0]['sentence']}")
     assert claimed(doc) == [], explain(doc)
     series = doc["timeline"]["series"]
     assert doc["timeline"]["unknown"] == {"softirq time": "not probed (diagnose --softirq)"}
     for name in ("psi.cpu.some", "psi.memory.full", "psi.io.some", "softnet.dropped",
                  "softnet.time_squeeze", "irq.cpu1", "softirq.NET_RX.cpu1", "cgroup.nr_throttled",
                  "cgroup.throttled_ms", "tcp.retrans_segs", "switches.voluntary",
-                 "switches.involuntary"):
+                 "switches.involuntary", "steal.cpu0", "steal.cpu1"):
         assert name in series, sorted(series)
         assert len(series[name]["values"]) == len(doc["timeline"]["t_ms"])
     assert doc["cpus"] == [1]
@@ -235,6 +248,22 @@ def test_clean_run_claims_nothing():
     assert sw["voluntary"] >= doc["tail"]["requests"] / 2, sw
     assert list(sw["threads"]) == [str(pid)], sw
     assert not any(k.startswith("softirq_ms.") for k in series)
+
+
+def test_a_late_generator_is_named_first_with_its_cpus_steal():
+    """A loop above the generator on its own CPU, spinning 20 ms in every 200: the requests
+    due meanwhile leave up to 20 ms late, and the few in flight when it starts are read late
+    by as much (the generator's read side, which the verdict cannot yet tell from the
+    service's time). The verdict names the generator, with the steal time of its CPU (the
+    hypervisor's share; on bare metal none). nginx on CPU 1 is clean."""
+    with nginx_on_cpu1() as (ng, pid), spawned([[
+            "chrt", "-f", str(INJECTED), "taskset", "-c", "0", sys.executable, "-c", BURSTS,
+            "0.02", "0.18"]]):
+        doc = diagnose(ng.url("/"), pid, duration="2s")
+    assert claimed(doc) == ["generator"], explain(doc)
+    (gen,) = [c for c in doc["causes"] if c["cause"] == "generator"]
+    assert gen["steal_ms"] == doc["evidence"]["steal_ms"]["cpu0"], (gen, doc["evidence"])
+    assert "steal time" in gen["sentence"].rsplit(";", 1)[1], gen
 
 
 def test_softirq_time_when_asked():

@@ -36,6 +36,13 @@ def test_psi_is_milliseconds_and_a_reset_adds_nothing():
     assert series_meta("psi.cpu.some").unit == "ms"
 
 
+def test_steal_is_milliseconds_from_clock_ticks():
+    tick_ms = 1000 / os.sysconf("SC_CLK_TCK")
+    polls = [(0, {"steal.cpu0": 100.0}), (100 * MS, {"steal.cpu0": 103.0})]
+    assert bin_series(polls, 0, 100 * MS, 1)["steal.cpu0"] == [3 * tick_ms]
+    assert series_meta("steal.cpu0").layer == "L1"
+
+
 def test_an_engine_gauge_is_the_mean_of_its_polls_in_the_bin():
     polls = [(10 * MS, {"engine.queue_depth": 2.0, "engine.kv_usage": 0.5}),
              (60 * MS, {"engine.queue_depth": 4.0, "engine.kv_usage": 0.7}),
@@ -82,11 +89,12 @@ def test_counters_of_this_host():
     pid = os.getpid()
     cpus = target_cpus(host, (pid,))
     assert cpus == tuple(sorted(os.sched_getaffinity(0)))
-    values, errors = read_counters(host, Spec((pid,), cpus))
+    values, errors = read_counters(host, Spec((pid,), cpus[:1], load_cpus=cpus[-1:]))
     assert errors == {}
     for name in ("psi.cpu.some", "psi.io.full", "softnet.dropped", "softnet.time_squeeze",
-                 "tcp.retrans_segs", *(f"irq.cpu{c}" for c in cpus),
-                 *(f"softirq.NET_RX.cpu{c}" for c in cpus)):
+                 "tcp.retrans_segs", f"steal.cpu{cpus[0]}", f"steal.cpu{cpus[-1]}",
+                 *(f"irq.cpu{c}" for c in cpus[:1]),
+                 *(f"softirq.NET_RX.cpu{c}" for c in cpus[:1])):
         assert name in values, sorted(values)
 
 

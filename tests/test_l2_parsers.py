@@ -25,6 +25,7 @@ from tailgate.sources.procfs import (
     parse_snmp,
     parse_softirqs,
     parse_softnet,
+    parse_stat_cpus,
 )
 from tailgate.sources.sysctl import parse_ints
 
@@ -103,6 +104,25 @@ def test_softirqs(name):
     soft = parse_softirqs(fixture(name))
     assert len(soft["NET_RX"]) == 2
     assert "TIMER" in soft
+
+
+def test_stat_steal_per_cpu():
+    cpus = parse_stat_cpus(fixture("vm-proc-stat.txt"))
+    assert sorted(cpus) == [0, 1]  # the summed "cpu" line is not a CPU
+    assert (cpus[0]["steal"], cpus[1]["steal"]) == (1098, 1125)
+    assert cpus[1]["idle"] == 563319
+
+
+@pytest.mark.parametrize("text, why", [
+    ("cpu0 1 2 3 4 5 6 7\n", "7 columns"),  # no steal column: not read as 0
+    ("cpu0 1 2 3 4 5 6 7 -8\n", "negative"),
+    ("cpu0 1 2 3 4 5 6 7 8\ncpu0 1 2 3 4 5 6 7 9\n", "twice"),
+    ("cpux 1 2 3 4 5 6 7 8\n", "not a CPU line"),
+    ("cpu 1 2 3 4 5 6 7 8\nintr 5\n", "no cpuN lines"),
+])
+def test_stat_refuses_what_it_cannot_trust(text, why):
+    with pytest.raises(ParseError, match=why):
+        parse_stat_cpus(text)
 
 
 def test_softirqs_values():
@@ -202,7 +222,7 @@ def test_sysctl_capture_values():
 
 PARSERS = [parse_snmp, parse_softnet, parse_net_dev, parse_meminfo, parse_pressure,
            parse_interrupts, parse_softirqs, parse_schedstat, parse_status, parse_cpu_stat,
-           parse_cpu_max, parse_io_uring_fdinfo, parse_cpulist, parse_cpumask]
+           parse_cpu_max, parse_io_uring_fdinfo, parse_cpulist, parse_cpumask, parse_stat_cpus]
 CORPUS = [fixture(n) for n in sorted(p.name for p in FIX.iterdir() if p.is_file())]
 
 

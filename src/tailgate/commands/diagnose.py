@@ -225,7 +225,9 @@ def _counter_spec(args, host, pids, cgroups):
         psi = psi_cgroups(host, pids)
     except SourceError as exc:
         unknown["the service's cgroup v2 (PSI)"] = str(exc)
-    return Spec(tuple(pids), cpus, tuple(cgroups), psi, _engine_url(args.target)), unknown
+    load_cpus = tuple(sorted(os.sched_getaffinity(0))) if args.target else ()
+    return Spec(tuple(pids), cpus, tuple(cgroups), psi, _engine_url(args.target),
+                load_cpus), unknown
 
 
 def _collect(args, host, pids, cgroups, window_s, warmup_s, bin_s, tmp,
@@ -295,6 +297,7 @@ def _collect(args, host, pids, cgroups, window_s, warmup_s, bin_s, tmp,
     if not args.softirq:
         counters.polls.errors["softirq time"] = "not probed (diagnose --softirq)"
     extra = {"maps": parse_maps(output), "counters": counters.polls, "cpus": spec.cpus,
+             "load_cpus": spec.load_cpus,
              "profile": _profile_samples(prof, args.profile_hz) if prof else None}
     profile_cpu = ({"profile_cpu_s": round(prof_cpu, 3),
                     "profile_window_cpu_s": round(prof_cpu - prof0, 3)} if prof else {})
@@ -440,7 +443,25 @@ def _analyse(args, bench_doc, log_path, events, polls, t0, t1, bin_s, pids, cgro
     tl["series"], tl["unknown"] = _series(maps, extra["counters"], cpus, tl["t0_monotonic_ns"],
                                           int(bin_s * 1e9), len(tl["t_ms"]))
     doc["counters"] = extra["counters"].to_json()
+    _steal(doc, tl["series"], extra.get("load_cpus", ()))
     return doc
+
+
+def _steal(doc: dict[str, Any], series: dict[str, Any], load_cpus: tuple[int, ...]) -> None:
+    """Steal time per CPU over the window (ms, to the clock tick); a late generator says how
+    much of it the hypervisor took from the generator's CPUs, the likeliest cause on a VM
+    whose load was otherwise the generator's alone."""
+    steal = {name.split(".", 1)[1]: round(sum(v or 0 for v in s["values"]), 1)
+             for name, s in series.items() if name.startswith("steal.")}
+    doc["evidence"]["steal_ms"] = steal
+    mine = [steal[f"cpu{c}"] for c in load_cpus if f"cpu{c}" in steal]
+    for cause in doc.get("causes", ()):
+        if cause.get("cause") == "generator" and mine:
+            took = sum(mine)
+            cause["steal_ms"] = round(took, 1)
+            cause["sentence"] += (f"; the hypervisor took {took:.0f} ms of its CPUs in the "
+                                  "window (steal time, counted in clock ticks)" if took else
+                                  "; no steal time on its CPUs (to the clock tick)")
 
 
 def _threads(events, maps, starts, ends, t_end: int) -> dict[int, dict[str, Any]]:

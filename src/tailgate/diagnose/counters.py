@@ -12,6 +12,9 @@ Sources, all per poll (the files are small; a poll reads about a dozen):
   the stall time's ``total`` in microseconds;
 * /proc/net/softnet_stat: drops and time squeezes, summed over the CPUs;
 * /proc/interrupts (numbered IRQs) and /proc/softirqs (NET_RX, NET_TX) on the target's CPUs;
+* /proc/stat: steal time (a VM's vCPU runnable while the hypervisor ran something else) on the
+  target's CPUs and the load generator's, in clock ticks (10 ms on most kernels: a coarse
+  figure, but the only one a guest has of time it never saw);
 * the target's cgroup ``cpu.stat``: periods throttled and time throttled;
 * /proc/PID/net/snmp and netstat: the target's own network namespace (a server in a test
   namespace counts its retransmissions there, not in the host's);
@@ -20,6 +23,7 @@ Sources, all per poll (the files are small; a poll reads about a dozen):
 
 from __future__ import annotations
 
+import os
 import posixpath
 import threading
 import time
@@ -50,6 +54,8 @@ def series_meta(name: str) -> Series:
         return Series("L2", "ms", scale=1000.0)
     if name.startswith("cgroup.throttled_ms"):
         return Series("L2", "ms", scale=1e6)
+    if name.startswith("steal."):  # below the kernel: the VM's host
+        return Series("L1", "ms", scale=os.sysconf("SC_CLK_TCK") / 1000.0)
     if name.startswith("engine."):
         gauge = not name.endswith("_total")
         return Series("L4", "%" if name.endswith("kv_usage") else "count", gauge=gauge,
@@ -66,6 +72,7 @@ class Spec:
     cgroups: tuple[str, ...] = ()  # cpu.stat directories (v1 cpu or v2)
     psi_cgroups: tuple[str, ...] = ()  # cgroup v2 directories with *.pressure
     engine_url: str | None = None
+    load_cpus: tuple[int, ...] = ()  # the load generator's (diagnose's own affinity)
 
 
 def target_cpus(host: Host, pids: tuple[int, ...]) -> tuple[int, ...]:
@@ -170,9 +177,15 @@ def read_counters(host: Host, spec: Spec, fetch: Callable[[str], str] | None = N
         return {f"softirq.{vec}.cpu{c}": float(parsed[vec][c])
                 for vec in ("NET_RX", "NET_TX") for c in spec.cpus if c < len(parsed[vec])}
 
+    def steal() -> dict[str, float]:
+        parsed = procfs.parse_stat_cpus(host.read("/proc/stat"))
+        return {f"steal.cpu{c}": float(parsed[c]["steal"])
+                for c in sorted({*spec.cpus, *spec.load_cpus}) if c in parsed}
+
     take("/proc/net/softnet_stat", softnet)
     take("/proc/interrupts", irqs)
     take("/proc/softirqs", softirqs)
+    take("/proc/stat", steal)
 
     def cpu_stat(path: str) -> Callable[[], dict[str, float]]:
         def read() -> dict[str, float]:

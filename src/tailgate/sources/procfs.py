@@ -1,4 +1,4 @@
-"""Host-wide /proc files: network counters, memory, pressure, interrupts, softirqs.
+"""Host-wide /proc files: network counters, memory, pressure, interrupts, softirqs, CPU time.
 
 Each file has a pure parser (text -> value, :class:`ParseError` on a malformed
 known line; unknown lines ignored) and a collector that reads it through the Host.
@@ -207,6 +207,31 @@ def parse_softirqs(text: str) -> dict[str, list[int]]:
         if len(vals) != ncpu:
             raise ParseError(f"softirqs {name.strip()}: {len(vals)} counts for {ncpu} CPUs")
         put(out, name.strip(), vals, "softirq")
+    return out
+
+
+STAT_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+
+
+def parse_stat_cpus(text: str) -> dict[int, dict[str, int]]:
+    """/proc/stat: per CPU (its ``cpuN`` line), the time in each state in clock ticks
+    (USER_HZ). ``steal`` is the time a VM's vCPU was runnable but the hypervisor ran something
+    else; kernels before 2.6.11 print no steal column (a short line is an error here)."""
+    out: dict[int, dict[str, int]] = {}
+    for line in _lines(text):
+        name, _, rest = line.partition(" ")
+        if not name.startswith("cpu") or name == "cpu":
+            continue
+        if not _UINT_RE.fullmatch(name[3:]):
+            raise ParseError(f"/proc/stat: not a CPU line: {name[:40]!r}")
+        vals = rest.split()
+        if len(vals) < len(STAT_FIELDS):
+            raise ParseError(f"/proc/stat {name}: {len(vals)} columns (expected at least "
+                             f"{len(STAT_FIELDS)}, steal among them)")
+        put(out, int(name[3:]), {k: _int(v, f"/proc/stat {name} {k}")
+                                 for k, v in zip(STAT_FIELDS, vals, strict=False)}, "CPU")
+    if not out:
+        raise ParseError("/proc/stat has no cpuN lines")
     return out
 
 
