@@ -443,7 +443,7 @@ def _analyse(args, bench_doc, log_path, events, polls, t0, t1, bin_s, pids, cgro
     tl["series"], tl["unknown"] = _series(maps, extra["counters"], cpus, tl["t0_monotonic_ns"],
                                           int(bin_s * 1e9), len(tl["t_ms"]))
     doc["counters"] = extra["counters"].to_json()
-    _steal(doc, tl["series"], extra.get("load_cpus", ()))
+    _steal(doc, tl["series"], extra["load_cpus"])
     return doc
 
 
