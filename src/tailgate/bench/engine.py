@@ -93,7 +93,7 @@ MAX_CONNECTING = 16
 # The shortest wake-up period: above 1 / MIN_TICK_S requests/s per worker the timer
 # ticks at this period and dispatches in batches (a wake-up costs ~20 µs of CPU).
 MIN_TICK_S = 200e-6  # schedule entries turned into a Python list at a time
-LOG_HEADER = "worker,id,intended_s,dispatch_s,send_s,end_s,outcome,status,bytes,warmup\n"
+LOG_HEADER = "worker,id,intended_s,dispatch_s,send_s,end_s,outcome,status,bytes,warmup,arrive_s\n"
 # openai+ targets: the same columns, then each request's token times and counts.
 LLM_LOG_HEADER = (LOG_HEADER[:-1] + ",first_chunk_s,first_token_s,last_token_s,done_s,"
                   "chunks,output_tokens,input_tokens\n")

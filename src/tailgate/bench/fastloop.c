@@ -8,7 +8,9 @@
  * (Loop.take) a few times a second and does all the histogramming.
  *
  * Times inside are int64 ns on CLOCK_MONOTONIC relative to the start; a record's send
- * time is NO_TIME when the request never reached the wire.
+ * time is NO_TIME when the request never reached the wire. A record's arrive time is when
+ * the kernel received the bytes that completed it (SO_TIMESTAMPNS): end - arrive is how
+ * long the reply waited for this loop to read it (NO_TIME: not known).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -31,6 +33,7 @@
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <linux/net_tstamp.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -72,7 +75,7 @@ enum { EV_DATA = 0, EV_DONE, R_TEXT, R_STATUS, R_EVERR, R_CTYPE, R_TRUNC_PENDING
 #define EV_HARD (4u << 20)
 
 typedef struct {
-    int64_t rid, send, end, nbytes;
+    int64_t rid, send, end, nbytes, arrive;
     int32_t status, outcome;
 } Record;
 
@@ -114,6 +117,7 @@ typedef struct Conn {
      * connection takes the next request only once the write is done (flush_out) */
     int want_ready;
     int64_t rid, t_send, t_conn, nbytes, served;
+    int64_t t_arrive; /* when the kernel received the last bytes read (NO_TIME: unknown) */
     /* the requests completed ok here after the connection's first (the last MAX_SUSPECTS,
      * a ring): a stray response shows any of them may have had an earlier one's response
      * (out_of_step); the first response on a fresh connection is its own */
@@ -350,8 +354,8 @@ static void check_finished(Loop *L) {
 }
 
 /* A request ends (exactly once: the done flag). */
-static int64_t record(Loop *L, int64_t rid, int outcome, int status, int64_t send,
-                      int64_t end, int64_t nbytes, const char *reason) {
+static int64_t record_at(Loop *L, int64_t rid, int outcome, int status, int64_t send,
+                         int64_t end, int64_t arrive, int64_t nbytes, const char *reason) {
     int rtype = L->rtype;
     const char *rdata = L->rdata;
     size_t rlen = L->rlen;
@@ -376,12 +380,19 @@ static int64_t record(Loop *L, int64_t rid, int outcome, int status, int64_t sen
         r->rid = rid;
         r->send = send;
         r->end = end;
+        r->arrive = arrive;
         r->nbytes = nbytes;
         r->status = status;
         r->outcome = outcome;
     }
     check_finished(L);
     return (int64_t)L->recs.n - 1;
+}
+
+/* A request that ended without a reply's bytes to time (connect, time-out, reset...). */
+static int64_t record(Loop *L, int64_t rid, int outcome, int status, int64_t send,
+                      int64_t end, int64_t nbytes, const char *reason) {
+    return record_at(L, rid, outcome, status, send, end, NO_TIME, nbytes, reason);
 }
 
 /* ---- connections -------------------------------------------------------------------- */
@@ -471,6 +482,9 @@ static void open_conn(Loop *L, int initial) {
     }
     int one = 1;
     setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one); /* as uvloop does */
+    /* the kernel's receive time of what each read returns (on_readable); if refused,
+     * arrive times are unknown */
+    setsockopt(c->fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one);
     int r = connect(c->fd, (struct sockaddr *)&L->addr, L->addrlen);
     if (r < 0 && errno != EINPROGRESS) {
         snprintf(reason, sizeof reason, "[Errno %d] %s", errno, strerror(errno));
@@ -553,6 +567,7 @@ static void expect_resp(Loop *L, Conn *c) {
 static void send_req(Loop *L, Conn *c, int64_t rid, int64_t now) {
     c->rid = rid;
     c->t_send = now;
+    c->t_arrive = NO_TIME;
     c->nbytes = 0;
     expect_resp(L, c);
     if (L->sse) { /* each request's own bytes (the workload's prompt) */
@@ -617,7 +632,8 @@ static void complete(Loop *L, Conn *c, int outcome, int status, const char *reas
     c->served++;
     /* sse: a stream ended by its framing after a finish_reason may be ok (Python decides) */
     int maybe_ok = outcome == OK || (L->sse && L->rtype == R_TRUNC_CLEAN);
-    int64_t at = record(L, rid, outcome, status, c->t_send, now_rel(L), c->nbytes, reason);
+    int64_t at = record_at(L, rid, outcome, status, c->t_send, now_rel(L), c->t_arrive,
+                           c->nbytes, reason);
     if (at >= 0 && maybe_ok && reused) {
         c->sus[c->sus_at] = rid;
         c->sus_at = (c->sus_at + 1) % MAX_SUSPECTS;
@@ -657,7 +673,7 @@ static void fail(Loop *L, Conn *c, int kind, const char *reason) {
     if (c->rid >= 0) {
         int64_t rid = c->rid;
         c->rid = -1;
-        record(L, rid, kind, 0, c->t_send, now_rel(L), c->nbytes, reason);
+        record_at(L, rid, kind, 0, c->t_send, now_rel(L), c->t_arrive, c->nbytes, reason);
     }
 }
 
@@ -1623,9 +1639,11 @@ static void on_bytes(Loop *L, Conn *c, const char *buf, size_t r) {
         return;
     }
     if (L->tcp) tcp_feed(L, c, buf, r);
-    else if (L->sse) { /* one timestamp per read: every event in it arrived then */
+    else if (L->sse) { /* one timestamp per read: every event in it arrived then (the
+                          * kernel's receive time, so a loop that reads late times each
+                          * chunk when it came; the read's own time without one) */
         c->nbytes += (int64_t)r;
-        c->t_read = now_rel(L);
+        c->t_read = c->t_arrive != NO_TIME ? c->t_arrive : now_rel(L);
         c->read_fail = 0;
         c->read_mark = L->evs.n;
         c->read_bmark = L->blob.n;
@@ -1640,12 +1658,33 @@ static void on_bytes(Loop *L, Conn *c, const char *buf, size_t r) {
     }
 }
 
+/* When the kernel received the last bytes recvmsg() returned, on this loop's clock: the
+ * stamp is CLOCK_REALTIME (sockets give no other), so it is taken as an age against a
+ * realtime reading now, and that age off a monotonic one. NO_TIME without a stamp. */
+static int64_t arrived(Loop *L, struct msghdr *m) {
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(m); cm; cm = CMSG_NXTHDR(m, cm)) {
+        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_TIMESTAMPNS) continue;
+        struct timespec k, real;
+        memcpy(&k, CMSG_DATA(cm), sizeof k);
+        clock_gettime(CLOCK_REALTIME, &real);
+        int64_t now = now_rel(L);
+        int64_t age = ((int64_t)real.tv_sec - k.tv_sec) * 1000000000LL + (real.tv_nsec - k.tv_nsec);
+        return now - (age > 0 ? age : 0); /* (a clock step can make it negative) */
+    }
+    return NO_TIME;
+}
+
 static void on_readable(Loop *L, Conn *c) {
     char *buf = L->rbuf;
+    union { char b[CMSG_SPACE(sizeof(struct timespec)) * 2]; struct cmsghdr align; } ctl;
     for (;;) {
         if (L->sse && ev_bytes(L) >= EV_HARD) return; /* read once the backlog is taken */
-        ssize_t r = recv(c->fd, buf, READ_CHUNK, 0);
+        struct iovec io = {.iov_base = buf, .iov_len = READ_CHUNK};
+        struct msghdr m = {.msg_iov = &io, .msg_iovlen = 1, .msg_control = ctl.b,
+                           .msg_controllen = sizeof ctl.b};
+        ssize_t r = recvmsg(c->fd, &m, 0);
         if (r > 0) {
+            c->t_arrive = arrived(L, &m);
             on_bytes(L, c, buf, (size_t)r);
             if (c->state != C_OPEN) return;
             if (r < READ_CHUNK) return; /* drained (edge cases come back via epoll) */
@@ -2326,6 +2365,7 @@ static PyObject *fl_frame(PyObject *self, PyObject *args, PyObject *kw) {
     if (L->tcp && L->delim_len > 1) c->tail = malloc(L->delim_len);
     L->n_open = 1;
     c->rid = 0;
+    c->t_arrive = NO_TIME; /* (no socket: no kernel times) */
     expect_resp(L, c);
     Py_ssize_t nc = PySequence_Fast_GET_SIZE(seq);
     for (Py_ssize_t i = 0; i < nc && c->state == C_OPEN; i++) {

@@ -61,7 +61,7 @@ except ImportError as exc:  # no compiler when it was installed: the Python engi
                    f"reinstall with a C compiler (pip install -e .)")
 
 RECORD = np.dtype([("rid", "<i8"), ("send", "<i8"), ("end", "<i8"), ("bytes", "<i8"),
-                   ("status", "<i4"), ("out", "<i4")])
+                   ("arrive", "<i8"), ("status", "<i4"), ("out", "<i4")])
 
 
 def out_of_step_with_python(mod: Any) -> list[str]:
@@ -329,6 +329,7 @@ class FastEngine:
         r = np.frombuffer(recs, dtype=RECORD)
         send = np.where(r["send"] == NO_TIME, np.nan, r["send"] * 1e-9 + start)
         end = r["end"] * 1e-9 + start
+        arrive = np.where(r["arrive"] == NO_TIME, np.nan, r["arrive"] * 1e-9 + start)
         d = np.frombuffer(disp, dtype=np.int64) * 1e-9 + start
         disp_ids = np.arange(self._disp_base, self._disp_base + d.size)
         self._disp_base += d.size
@@ -348,6 +349,8 @@ class FastEngine:
             if cut and not final:
                 self._c.cut(np.array(cut, dtype=np.int64).tobytes())
             done = self._streams.settle(rid, end, out, status, nbytes)
+            # a stream failed on its JSON ended at that event's read, not at the record's
+            arrive = np.where(done.end == end, arrive, np.nan)
             out, end, status, nbytes, toks = (done.out, done.end, done.status, done.nbytes,
                                               done.toks)
             reasons_now = done.reasons
@@ -364,7 +367,7 @@ class FastEngine:
                 elif r_ >= self.first_measured:
                     note_reason(self.rec.examples, KINDS[o], why or KINDS[o])
         self.rec.record(rid, send, end, out, status, nbytes, d, disp_ids,
-                        np.frombuffer(queued, dtype=np.int64), final, toks)
+                        np.frombuffer(queued, dtype=np.int64), final, toks, arrive)
         if self._streams is not None:  # found out of step: those recorded ok become protocol
             fx = np.frombuffer(fixes, dtype=np.int64)
             fx = fx[self._final_ok[fx] == 1] if fx.size else fx

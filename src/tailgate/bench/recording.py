@@ -158,9 +158,10 @@ class Recorder:
     def record(self, rid: np.ndarray, send: np.ndarray, end: np.ndarray, out: np.ndarray,
                status: np.ndarray, nbytes: np.ndarray, disp: np.ndarray,
                disp_ids: np.ndarray, queued: np.ndarray, final: bool,
-               toks: list[Any] | None = None) -> None:
+               toks: list[Any] | None = None, arrive: np.ndarray | None = None) -> None:
         """Record ended requests and dispatch times (monotonic seconds, send NaN: never on
-        the wire) into the histograms, --log, --hdr intervals and progress."""
+        the wire) into the histograms, --log, --hdr intervals and progress. ``arrive``: when
+        the kernel received the bytes that completed each (NaN or None: not known)."""
         cfg, start, times = self.cfg, self.start, self.times
         if disp.size:
             self.last_dispatch = float(disp[-1])
@@ -197,7 +198,9 @@ class Recorder:
                                cfg.warmup_s, cfg.hdr_interval_s, cfg.good_slos, OK, TIMEOUT,
                                rids=rid)
         if self._log is not None and rid.size:
-            self._write_log(rid, offs, send, end, out, status, nbytes, toks)
+            if arrive is None:
+                arrive = np.full(rid.size, np.nan)
+            self._write_log(rid, offs, send, end, out, status, nbytes, toks, arrive)
         if self.on_progress is not None and not final:
             idx, cnt = chunk.nonzero()
             extra: dict[str, Any] = {}
@@ -217,29 +220,31 @@ class Recorder:
 
     def _write_log(self, rid: np.ndarray, offs: np.ndarray, send: np.ndarray,
                    end: np.ndarray, out: np.ndarray, status: np.ndarray,
-                   nbytes: np.ndarray, toks: list[Any] | None) -> None:
+                   nbytes: np.ndarray, toks: list[Any] | None, arrive: np.ndarray) -> None:
         # A recorder that fell behind takes a large batch at once: its rows go out in slices,
         # so the strings of a million rows are never held together (the heap they took would
         # stay the process's RSS floor for the rest of the run).
         for a in range(0, rid.size, LOG_SLICE):
             b = a + LOG_SLICE
             self._write_rows(rid[a:b], offs[a:b], send[a:b], end[a:b], out[a:b], status[a:b],
-                             nbytes[a:b], toks[a:b] if toks is not None else None)
+                             nbytes[a:b], toks[a:b] if toks is not None else None,
+                             arrive[a:b])
 
     def _write_rows(self, rid: np.ndarray, offs: np.ndarray, send: np.ndarray,
                     end: np.ndarray, out: np.ndarray, status: np.ndarray,
-                    nbytes: np.ndarray, toks: list[Any] | None) -> None:
+                    nbytes: np.ndarray, toks: list[Any] | None, arrive: np.ndarray) -> None:
         start, w = self.start, self.cfg.worker
         rows = []
         warm = self.cfg.warmup_s
         disp = self._disp_all[rid] - start  # type: ignore[index]
-        for r, o, d, s, e, oc, st, nb in zip(rid.tolist(), offs.tolist(), disp.tolist(),
-                                             (send - start).tolist(), (end - start).tolist(),
-                                             out.tolist(), status.tolist(), nbytes.tolist(),
-                                             strict=True):
+        for r, o, d, s, e, oc, st, nb, a in zip(rid.tolist(), offs.tolist(), disp.tolist(),
+                                                (send - start).tolist(), (end - start).tolist(),
+                                                out.tolist(), status.tolist(), nbytes.tolist(),
+                                                (arrive - start).tolist(), strict=True):
             s_txt = "" if s != s else f"{s:.9f}"  # NaN: never reached the wire
+            a_txt = "" if a != a else f"{a:.9f}"  # NaN: no reply's bytes timed by the kernel
             rows.append(f"{w},{r},{o:.9f},{d:.9f},{s_txt},{e:.9f},{KINDS[oc]},{st},{nb},"
-                        f"{int(o < warm)}\n")
+                        f"{int(o < warm)},{a_txt}\n")
         if self.tokens is not None:
             rows = [row[:-1] + _token_columns(t, start, nom) + "\n" for row, t, nom in zip(
                 rows, toks or [None] * len(rows),

@@ -722,15 +722,27 @@ def merge_logs(out: IO[str], part_paths: Iterable[str], llm: bool = False) -> in
     return rows
 
 
+def _headers() -> list[list[str]]:
+    old = LOG_HEADER.replace(",arrive_s", "")  # (before arrive_s; still read)
+    llm_tail = LLM_LOG_HEADER[len(LOG_HEADER) - 1:]
+    return [h.strip().split(",") for h in (LOG_HEADER, LLM_LOG_HEADER, old,
+                                           old[:-1] + llm_tail)]
+
+
+_LOG_HEADERS = _headers()
+
+
 def read_log(text: str) -> dict[str, np.ndarray]:
     """Parse a per-request log (pure) into columns; empty ``send_s`` -> NaN.
 
     Times are seconds from the run's start: ``intended_s``, ``dispatch_s``,
-    ``send_s``, ``end_s``. ``outcome`` is the kind name.
+    ``send_s``, ``end_s``, ``arrive_s`` (when the kernel received the reply's last bytes;
+    NaN where not known: the Python engine, or a log from before the column).
+    ``outcome`` is the kind name.
     """
     f = io.StringIO(text)
     header = f.readline().strip().split(",")
-    if header not in (LOG_HEADER.strip().split(","), LLM_LOG_HEADER.strip().split(",")):
+    if header not in _LOG_HEADERS:
         raise ValueError(f"not a tailgate request log (header {header!r})")
     cols: dict[str, list[Any]] = {h: [] for h in header}
     for n, line in enumerate(f, 2):
@@ -739,6 +751,8 @@ def read_log(text: str) -> dict[str, np.ndarray]:
             raise ValueError(f"line {n}: {len(parts)} fields, expected {len(header)}")
         for h, v in zip(header, parts, strict=True):
             cols[h].append(v)
+    if "arrive_s" not in cols:  # a log written before replies' arrival times were kept
+        cols["arrive_s"] = [""] * len(cols["id"])
     out: dict[str, np.ndarray] = {}
     for h, vals in cols.items():
         if h == "outcome":
