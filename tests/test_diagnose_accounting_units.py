@@ -192,3 +192,23 @@ def test_another_threads_return_to_waiting_for_work_is_left_out_and_its_parts_sc
     got = {p: int(v[0]) for p, v in acc.parts.items() if v[0]}
     # weights 1000 and 500 us busy; thread 2's 500 us scaled to the 1000 us window
     assert got == {"sleep": 533_333, "runq": 200_000, "on_cpu": 266_667}
+
+
+def test_a_reply_left_in_the_generators_socket_is_the_generators_time_not_the_services():
+    # sent at 100 us, the reply in the kernel at 600 us, read at 1000 us: a run-queue wait of
+    # the service's thread after the reply arrived is no part of this request
+    acc = account(np.array([0]), np.array([1000 * US]), np.array([100 * US]), {7: {
+        "runq": spans((200 * US, 300 * US)), "sleep": spans((650 * US, 900 * US))}}, {},
+        arrives=np.array([600 * US]))
+    got = {p: int(v[0]) for p, v in acc.parts.items() if v[0]}
+    assert got == {"generator": 100 * US, "generator_read": 400 * US, "runq": 100 * US,
+                   "on_cpu": 400 * US}
+    assert PARTS[:2] == ("generator", "generator_read")
+
+
+def test_an_unknown_arrival_leaves_the_whole_window_to_the_service():
+    acc = account(np.array([0, 0]), np.array([1000 * US, 1000 * US]), None,
+                  {7: {"runq": spans((650 * US, 900 * US))}}, {},
+                  arrives=np.array([0, 600 * US]))
+    assert acc.parts["generator_read"].tolist() == [0, 400 * US]
+    assert acc.parts["runq"].tolist() == [250 * US, 0]

@@ -221,22 +221,35 @@ def series_total(doc: dict, name: str) -> float:
 
 
 CLEAN_TRIES = 3
+QUIET_STEAL_MS = 30  # a quiet VM's steal in a 4 s run: 0 to 20 ms (measured, see below)
+
+
+def disturbed(doc: dict) -> bool:
+    """A run the hypervisor disturbed: only a late generator claimed, or only the generator
+    and run-queue waits with more steal time on the two CPUs than a quiet VM has."""
+    got = claimed(doc)
+    stolen = sum(doc["evidence"]["steal_ms"].values())
+    return got == ["generator"] or (bool(got) and set(got) <= {"generator", "runq"}
+                                    and stolen >= QUIET_STEAL_MS)
 
 
 def test_clean_run_claims_nothing():
     """A late generator is the one verdict a clean run may honestly reach: on a VM, the
     hypervisor takes the generator's vCPU for milliseconds at a time (steal time: 0 to 20 ms
     in each of six 4 s windows, measured on this project's VMs), which no priority here can
-    prevent, and 4 ms of it is the P999 of a 4 s run. Such a run is no control, and the tool
-    says so: it is run again, up to CLEAN_TRIES times. A service cause, or a generator late
-    every time, fails."""
+    prevent, and 4 ms of it is the P999 of a 4 s run. When the host is busy it takes more,
+    from the service's CPU too: a run in `make test` saw 1,323 ms of steal in its 4 s, and
+    the real-time nginx waited 24 ms at a time in the run queue, rightly named `runq` (the
+    sentence gives the steal). Such a run is no control, and the tool says so: it is run
+    again, up to CLEAN_TRIES times. Any other cause, a run-queue wait without steal, or a
+    disturbed run every time, fails."""
     with nginx_on_cpu1() as (ng, pid):
         for attempt in range(1, CLEAN_TRIES + 1):
             doc = diagnose(ng.url("/"), pid)
-            if claimed(doc) != ["generator"] or attempt == CLEAN_TRIES:
+            if not disturbed(doc) or attempt == CLEAN_TRIES:
                 break
-            print(f"run {attempt}: the generator was late, again "
-                  f"(steal ms {doc['evidence']['steal_ms']}): {doc['causes'][0]['sentence']}")
+            print(f"run {attempt}: disturbed (steal ms {doc['evidence']['steal_ms']}): "
+                  + " | ".join(c["sentence"] for c in doc["causes"] if c["claimed"]))
     assert claimed(doc) == [], explain(doc)
     series = doc["timeline"]["series"]
     assert doc["timeline"]["unknown"] == {"softirq time": "not probed (diagnose --softirq)"}
@@ -258,8 +271,7 @@ def test_clean_run_claims_nothing():
 def test_a_late_generator_is_named_first_with_its_cpus_steal():
     """A loop above the generator on its own CPU, spinning 20 ms in every 200: the requests
     due meanwhile leave up to 20 ms late, and the few in flight when it starts are read late
-    by as much (the generator's read side, which the verdict cannot yet tell from the
-    service's time). The verdict names the generator, with the steal time of its CPU (the
+    by as much. The verdict names the generator, with the steal time of its CPU (the
     hypervisor's share; on bare metal none). nginx on CPU 1 is clean."""
     with nginx_on_cpu1() as (ng, pid), bursts_on(0, 0.02, 0.18):
         doc = diagnose(ng.url("/"), pid, duration="2s")
@@ -267,6 +279,21 @@ def test_a_late_generator_is_named_first_with_its_cpus_steal():
     (gen,) = [c for c in doc["causes"] if c["cause"] == "generator"]
     assert gen["steal_ms"] == doc["evidence"]["steal_ms"]["cpu0"], (gen, doc["evidence"])
     assert "steal time" in gen["sentence"].rsplit(";", 1)[1], gen
+
+
+def test_a_generator_late_reading_its_replies_is_named_too():
+    """Bursts of 2 ms in every 20 on the generator's CPU: a request is at most 2 ms late
+    leaving, and a reply that comes during a burst waits in the socket for the burst to end.
+    Timed by the send side alone, that wait was the service's, and most runs' tail was
+    unexplained; with the kernel's receive time of each reply (the compiled engine's
+    ``arrive_s``) it is the generator's, and the verdict says how much of it was reading."""
+    with nginx_on_cpu1() as (ng, pid), bursts_on(0, 0.002, 0.018):
+        doc = diagnose(ng.url("/"), pid, duration="2s")
+    assert claimed(doc) == ["generator"], explain(doc)
+    (gen,) = [c for c in doc["causes"] if c["cause"] == "generator"]
+    assert gen["read_share"] > 0.1, gen
+    assert doc["accounting"]["sets"]["p99"]["parts"]["generator_read"]["share"] > 0.1, \
+        doc["accounting"]["sentence"]
 
 
 def test_softirq_time_when_asked():
@@ -283,6 +310,11 @@ def test_cpu_contention_is_run_queue_wait():
     with nginx_on_cpu1() as (ng, pid), busy_on_cpu1():
         doc = diagnose(ng.url("/"), pid)
     assert doc["verdict"]["first"] == "runq", explain(doc)
+    (runq,) = [c for c in doc["causes"] if c["cause"] == "runq"]
+    # what the hypervisor took of the service's CPU meanwhile, beside the busy loops' share
+    assert runq["steal_ms"] == doc["evidence"]["steal_ms"]["cpu1"], (runq, doc["evidence"])
+    last = runq["sentence"].rsplit(";", 1)[1]
+    assert "the service's CPUs" in last and "steal time" in last, runq
 
 
 def test_cgroup_quota_is_throttling():

@@ -325,7 +325,8 @@ def _drive(args, log_path: str) -> dict[str, Any]:
 
 
 def _requests(bench_doc: dict[str, Any], log_path: str):
-    """Intended start and end of every request that ended (ns, CLOCK_MONOTONIC)."""
+    """Intended start, end, dispatch and reply's arrival (in the kernel) of every request
+    that ended (ns, CLOCK_MONOTONIC; dispatch and arrival 0 where not known)."""
     import numpy as np
 
     start = (bench_doc.get("clock") or {}).get("start_monotonic_s")
@@ -342,6 +343,7 @@ def _requests(bench_doc: dict[str, Any], log_path: str):
         b = cols["end_s"][keep]
         # dispatch, not send: a request waiting for a free connection waits for the service
         sent = np.nan_to_num(cols["dispatch_s"][keep], nan=-1.0)
+        came = np.nan_to_num(cols["arrive_s"][keep], nan=-1.0)
         scale = 1e9
     else:
         rows = [json.loads(x) for x in text.splitlines() if x.strip()]
@@ -349,10 +351,13 @@ def _requests(bench_doc: dict[str, Any], log_path: str):
         a = np.array([r["intended_ms"] for r in rows], dtype=np.float64)
         b = np.array([r["end_ms"] for r in rows], dtype=np.float64)
         sent = np.array([-1.0 if r.get("sent_ms") is None else r["sent_ms"] for r in rows])
+        came = np.full(len(rows), -1.0)
         scale = 1e6
     base = int(round(start * 1e9))
     sends = np.where(sent >= 0, base + (sent * scale).astype(np.int64), 0)
-    return base + (a * scale).astype(np.int64), base + (b * scale).astype(np.int64), sends
+    arrives = np.where(came >= 0, base + (came * scale).astype(np.int64), 0)
+    return (base + (a * scale).astype(np.int64), base + (b * scale).astype(np.int64), sends,
+            arrives)
 
 
 def _analyse(args, bench_doc, log_path, events, polls, t0, t1, bin_s, pids, cgroups,
@@ -396,7 +401,7 @@ def _analyse(args, bench_doc, log_path, events, polls, t0, t1, bin_s, pids, cgro
         "total_ms": round(float((preempted[:, 1] - preempted[:, 0]).sum()) / 1e6, 3)}
     starts = ends = np.zeros(0, np.int64)
     if bench_doc is not None:
-        starts, ends, sends = _requests(bench_doc, log_path)
+        starts, ends, sends, arrives = _requests(bench_doc, log_path)
         doc["bench"] = {k: bench_doc.get(k) for k in ("requests", "rate", "latency_ms",
                                                       "ttft_ms", "e2e_ms", "warnings", "slo")
                         if k in bench_doc}
@@ -404,7 +409,7 @@ def _analyse(args, bench_doc, log_path, events, polls, t0, t1, bin_s, pids, cgro
         t0 = min(t0, int(starts.min())) if len(starts) else t0
         attributions, info = attribute(starts, ends, {CAUSES[k]: v for k, v in spans.items()},
                                        args.min_cover, args.min_lift, args.min_share,
-                                       sends=sends, min_ms=args.min_ms)
+                                       sends=sends, min_ms=args.min_ms, arrives=arrives)
         doc["tail"] = info
         for a in attributions:
             if a.cause.key == "runq":
@@ -416,7 +421,7 @@ def _analyse(args, bench_doc, log_path, events, polls, t0, t1, bin_s, pids, cgro
                                    "(an involuntary switch: the thread's slice ran out)")
         doc["causes"] = [a.to_json() for a in attributions]
         threads = _threads(events, maps, starts, ends, t1)
-        doc["accounting"] = _accounting(threads, spans, starts, ends, sends)
+        doc["accounting"] = _accounting(threads, spans, starts, ends, sends, arrives)
         if extra.get("profile") is not None:
             doc["profile"] = _profile(extra["profile"], threads, starts, ends, sends)
         claimed = [a for a in attributions if a.claimed]
@@ -443,25 +448,30 @@ def _analyse(args, bench_doc, log_path, events, polls, t0, t1, bin_s, pids, cgro
     tl["series"], tl["unknown"] = _series(maps, extra["counters"], cpus, tl["t0_monotonic_ns"],
                                           int(bin_s * 1e9), len(tl["t_ms"]))
     doc["counters"] = extra["counters"].to_json()
-    _steal(doc, tl["series"], extra["load_cpus"])
+    _steal(doc, tl["series"], extra["load_cpus"], cpus)
     return doc
 
 
-def _steal(doc: dict[str, Any], series: dict[str, Any], load_cpus: tuple[int, ...]) -> None:
-    """Steal time per CPU over the window (ms, to the clock tick); a late generator says how
-    much of it the hypervisor took from the generator's CPUs, the likeliest cause on a VM
-    whose load was otherwise the generator's alone."""
+def _steal(doc: dict[str, Any], series: dict[str, Any], load_cpus: tuple[int, ...],
+           cpus: tuple[int, ...]) -> None:
+    """Steal time per CPU over the window (ms, to the clock tick). A late generator says how
+    much of it the hypervisor took from the generator's CPUs, and run-queue waits how much
+    from the service's: on a VM, a vCPU the host does not run holds its runnable threads as
+    a busy task would, with no task on the guest to blame."""
     steal = {name.split(".", 1)[1]: round(sum(v or 0 for v in s["values"]), 1)
              for name, s in series.items() if name.startswith("steal.")}
     doc["evidence"]["steal_ms"] = steal
-    mine = [steal[f"cpu{c}"] for c in load_cpus if f"cpu{c}" in steal]
+    whose = {"generator": (load_cpus, "its CPUs"), "runq": (cpus, "the service's CPUs")}
     for cause in doc.get("causes", ()):
-        if cause.get("cause") == "generator" and mine:
-            took = sum(mine)
-            cause["steal_ms"] = round(took, 1)
-            cause["sentence"] += (f"; the hypervisor took {took:.0f} ms of its CPUs in the "
-                                  "window (steal time, counted in clock ticks)" if took else
-                                  "; no steal time on its CPUs (to the clock tick)")
+        on, what = whose.get(cause.get("cause"), ((), ""))
+        mine = [steal[f"cpu{c}"] for c in on if f"cpu{c}" in steal]
+        if not mine:
+            continue
+        took = sum(mine)
+        cause["steal_ms"] = round(took, 1)
+        cause["sentence"] += (f"; the hypervisor took {took:.0f} ms of {what} in the window "
+                              "(steal time, counted in clock ticks)" if took else
+                              f"; no steal time on {what} (to the clock tick)")
 
 
 def _threads(events, maps, starts, ends, t_end: int) -> dict[int, dict[str, Any]]:
@@ -500,7 +510,7 @@ def _threads(events, maps, starts, ends, t_end: int) -> dict[int, dict[str, Any]
             for tid, kinds in rows.items()}
 
 
-def _accounting(threads, spans, starts, ends, sends) -> dict[str, Any]:
+def _accounting(threads, spans, starts, ends, sends, arrives) -> dict[str, Any]:
     """Each request's latency split into parts (diagnose.accounting), summarised, with the
     slowest requests' own splits."""
     import numpy as np
@@ -508,7 +518,7 @@ def _accounting(threads, spans, starts, ends, sends) -> dict[str, Any]:
     from ..diagnose.accounting import METHOD, account, summarise
 
     service = {k: spans[k] for k in ("throttled", "softirq", "retransmit") if k in spans}
-    acc = account(starts, ends, sends, threads, service)
+    acc = account(starts, ends, sends, threads, service, arrives)
     out = summarise(acc)
     out["method"] = METHOD
     out["threads"] = len(threads)
