@@ -6,12 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tailgate.llm import workload as wl
 from tailgate.llm.accounting import parse_slo
-from tailgate.llm.openai import ChunkError, parse_chunk, request_body
+from tailgate.llm.openai import ChunkError, _parse_chunk, parse_chunk, request_body
 from tailgate.llm.sse import SSEError, SSEParser, SSETooLarge
 
 FIX = Path(__file__).parent / "fixtures" / "llm"
@@ -90,6 +90,66 @@ def test_chunks_of_both_apis_and_usage():
     for bad in ("{not json", "[1,2]", '{"choices": 3}', '{"choices":[{"text": 5}]}'):
         with pytest.raises(ChunkError):
             parse_chunk(bad, "completions")
+
+
+def _outcome(fn, data, api):
+    try:
+        return fn(data, api)
+    except ChunkError as exc:
+        return ("ChunkError", str(exc))
+
+
+# values of every JSON type, the odd ones included, for any field of a chunk
+ODD = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=False),
+                st.text(max_size=4), st.just([]), st.just({}), st.lists(st.integers(), max_size=3))
+
+def field(good):
+    """Usually a good value, at times one of any type."""
+    return st.integers(0, 9).flatmap(lambda k: ODD if k == 0 else good)
+
+
+def _maybe(d: dict, key: str, value) -> dict:
+    return {**d, key: value} if value is not None else d
+
+
+COUNT = field(st.integers(0, 2**40))
+
+
+@st.composite
+def chunks(draw):
+    """Chunk-shaped objects, usually well formed, with any field of any type at times."""
+    choice: dict = {}
+    choice = _maybe(choice, "text", draw(field(st.text(max_size=5))))
+    choice = _maybe(choice, "delta", draw(field(st.fixed_dictionaries(
+        {}, optional={"content": field(st.text(max_size=5)), "role": st.just("assistant")}))))
+    choice = _maybe(choice, "finish_reason", draw(field(st.sampled_from(["stop", "length"]))))
+    choice = _maybe(choice, "logprobs", draw(field(st.fixed_dictionaries({}, optional={
+        "tokens": field(st.lists(st.text(max_size=2), max_size=3)),
+        "content": field(st.lists(st.just({}), max_size=3))}))))
+    usage = draw(field(st.fixed_dictionaries({}, optional={
+        "prompt_tokens": COUNT, "completion_tokens": COUNT,
+        "prompt_tokens_details": field(st.fixed_dictionaries(
+            {}, optional={"cached_tokens": COUNT}))})))
+    obj: dict = {"id": "cmpl-1", "object": "text_completion"}
+    obj["choices"] = draw(field(st.lists(field(st.just(choice)), max_size=2)))
+    obj = _maybe(obj, "usage", usage)
+    if draw(st.integers(0, 9)) == 0:
+        obj["error"] = draw(field(st.fixed_dictionaries({"message": st.text(max_size=5)})))
+    return obj
+
+
+@settings(max_examples=500)
+@given(chunks(), st.sampled_from(["completions", "chat"]), st.sampled_from(["", "", "", "dup", "nan"]))
+def test_the_typed_chunk_decode_gives_the_full_rules_answer(obj, api, twist):
+    """parse_chunk's fast typed decode must agree with the rules (_parse_chunk) on every
+    payload, including duplicated keys (the last wins) and NaN, which only json reads."""
+    text = json.dumps(obj)
+    if twist == "dup" and text.startswith('{"id"'):
+        text = '{"choices": [{"text": 7}], "usage": "x", ' + text[1:]  # overridden later
+    elif twist == "nan":
+        text = text.replace("null", "NaN", 1)
+    for data in (text, text.encode()):
+        assert _outcome(parse_chunk, data, api) == _outcome(_parse_chunk, text, api), text
 
 
 def test_request_body_asks_for_usage_and_streams():

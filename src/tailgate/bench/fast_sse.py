@@ -121,8 +121,8 @@ class Streams:
             if typ == EV_DONE:
                 st.t_done = now
                 continue
-            try:  # the loop checked every line is UTF-8
-                chunk = parse_chunk(str(mv[off:off + ln], "utf-8"), api)  # type: ignore[arg-type]
+            try:  # (the loop checked every line is UTF-8)
+                chunk = parse_chunk(mv[off:off + ln], api)  # type: ignore[arg-type]
             except ChunkError as exc:
                 st.fail = (MALFORMED_SSE, str(exc), now, nb)
                 cut.append(rid)
