@@ -263,3 +263,26 @@ def test_a_stray_response_after_streams_relabels_them_on_both_engines(late_s, ok
     fast, py = runs["fast"].log, runs["python"].log
     assert fast["outcome"][np.argsort(fast["id"])].tolist() == \
         py["outcome"][np.argsort(py["id"])].tolist()
+
+
+def test_a_loop_that_stopped_reading_for_its_json_says_so():
+    """A stream faster than its chunks' JSON can be read (the endless one, 256 chunks a
+    write): past 4 MiB of waiting events the compiled loop stops reading until they are
+    taken, and chunks read together after that share one arrival time. The result counts
+    the pauses and warns; a run that never got there reports none."""
+    from support.bench_cli import errors
+    from support.llm_server import ScriptedServer
+
+    with ScriptedServer(modes=("endless_tokens",)) as srv:
+        run = llm_run("fast", srv.base, "--max-tokens-per-stream", "400000", "--timeout",
+                      "60s", n=1)
+    gen = run.json["generator"]
+    assert gen["engine"] == "fast", run.stderr
+    assert errors(run.json) == {"too_large": 1}, run.json["requests"]
+    assert gen["read_pauses"] >= 1 and gen["read_paused_s"] > 0, gen
+    (warning,) = [w for w in run.json["warnings"] if "stopped reading" in w]
+    assert warning.startswith(f"the generator stopped reading {gen['read_pauses']} times"), warning
+    with ScriptedServer() as srv:
+        calm = llm_run("fast", srv.base, n=20)
+    assert calm.json["generator"]["read_pauses"] == 0, calm.json["generator"]
+    assert not [w for w in calm.json["warnings"] if "stopped reading" in w]

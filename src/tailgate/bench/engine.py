@@ -162,6 +162,9 @@ class WorkerResult:
     connect_time: Histogram | None = None
     handshake_time: Histogram | None = None
     engine: str = "python"  # which engine measured: "python" (this module) or "fast"
+    # openai+ on the compiled engine: times the loop stopped reading, the JSON behind it
+    read_pauses: int = 0
+    read_paused_s: float = 0.0
 
 
 class Engine:

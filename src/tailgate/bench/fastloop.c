@@ -183,6 +183,10 @@ typedef struct {
     int64_t start_ns;
     volatile int stopping, ended, running;
     int precise, finished, short_slice;
+    /* sse: the loop stopped reading at EV_HARD this often, for this long (chunks read
+     * together after a pause share the last one's kernel time) */
+    int64_t pauses, paused_ns;
+    int pausing;
     int64_t slice_ns;
     /* outputs, guarded by mu */
     pthread_mutex_t mu;
@@ -2131,7 +2135,10 @@ static PyObject *Loop_run(Loop *L, PyObject *args) {
         if (have_due && L->times[L->next_i] < until) until = L->times[L->next_i];
         if (L->sse && ev_bytes(L) >= EV_HARD) {
             /* the backlog is full: sleep (sends still go when due) until it is taken */
-            int64_t d = (have_due ? until - spin_ns : until) - now_rel(L);
+            int64_t t_pause = now_rel(L);
+            if (!L->pausing) L->pauses++;
+            L->pausing = 1;
+            int64_t d = (have_due ? until - spin_ns : until) - t_pause;
             if (d > 0) {
                 struct timespec ts;
                 clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -2140,8 +2147,10 @@ static PyObject *Loop_run(Loop *L, PyObject *args) {
                 ts.tv_nsec = abs_ns % 1000000000LL;
                 pthread_cond_timedwait(&L->ev_cv, &L->mu, &ts);
             }
+            L->paused_ns += now_rel(L) - t_pause;
             continue;
         }
+        L->pausing = 0;
         pthread_mutex_unlock(&L->mu);
         int r;
         if (have_due && until - now_rel(L) <= spin_ns) {
@@ -2286,13 +2295,14 @@ static PyObject *Loop_cut(Loop *L, PyObject *args) {
 static PyObject *Loop_state(Loop *L, PyObject *unused) {
     size_t nn = (size_t)L->n;
     return Py_BuildValue(
-        "{sLsLsLsLsLsLsLsisisy#sy#sisisisi}", "next_i", (long long)L->next_i, "n_done",
+        "{sLsLsLsLsLsLsLsisisy#sy#sisisisisLsL}", "next_i", (long long)L->next_i, "n_done",
         (long long)L->n_done, "n_sent", (long long)L->n_sent, "opened", (long long)L->opened,
         "connect_failures", (long long)L->connect_failures, "max_open", (long long)L->max_open,
         "disp_taken", (long long)L->disp_taken, "n_open", L->n_open, "queued_now", (int)L->q_len,
         "done", (const char *)L->done, (Py_ssize_t)nn, "retried", (const char *)L->retried,
         (Py_ssize_t)nn, "precise", L->precise, "ended", (int)L->ended, "stopping",
-        (int)L->stopping, "short_slice", L->short_slice);
+        (int)L->stopping, "short_slice", L->short_slice, "pauses", (long long)L->pauses,
+        "paused_ns", (long long)L->paused_ns);
 }
 
 /* frame(kind, chunks, head, eof, max_header, max_line, max_body, delimiter,

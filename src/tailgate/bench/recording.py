@@ -76,6 +76,8 @@ class LoopState:
     tick_s: float = 0.0
     connect_s: list[float] = field(default_factory=list)
     handshake_s: list[float] | None = None  # None: not a TLS target
+    read_pauses: int = 0  # openai+, compiled: the loop stopped reading (its JSON behind)
+    read_paused_s: float = 0.0
 
 
 class Recorder:
@@ -281,6 +283,7 @@ class Recorder:
             warmup_requests=loop.n - measured_sched,
             connect_errors=dict(loop.connect_errors),
             cpu_s=loop.cpu_s,
+            read_pauses=loop.read_pauses, read_paused_s=loop.read_paused_s,
             sent=loop.n_sent,
             error_examples=self.examples,
             conn_errors=self.conn_errors,

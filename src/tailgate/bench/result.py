@@ -309,6 +309,10 @@ def build_result(info: RunInfo, parts: Sequence[WorkerResult],
                       else "python",
                       "precise_timer": all(p.precise_timer for p in parts),
                       "cpu_s": round(sum(p.cpu_s for p in parts), 6),
+                      # openai+ (compiled): the loop stopped reading while the chunks'
+                      # JSON was behind; chunks read together then share one time
+                      "read_pauses": sum(p.read_pauses for p in parts),
+                      "read_paused_s": round(sum(p.read_paused_s for p in parts), 6),
                       # all requests handled, warm-up included: what the CPU time paid for
                       "cpu_us_per_request": round(
                           1e6 * sum(p.cpu_s for p in parts)
@@ -506,6 +510,12 @@ def warnings(data: dict[str, Any], info: RunInfo, parts: Sequence[WorkerResult],
                        for t in conf["targets"] if not t["reached"]))
     if not data["generator"]["precise_timer"]:
         out.append("no timerfd: wake-ups have millisecond resolution (see lateness)")
+    gen = data["generator"]
+    if gen.get("read_pauses"):
+        out.append(f"the generator stopped reading {gen['read_pauses']} times for "
+                   f"{1e3 * gen['read_paused_s']:.0f} ms in all: the chunks' JSON fell behind "
+                   "(4 MiB of events waiting), so chunks read together after a pause share "
+                   "the last one's arrival time; a lower --rate or more --workers")
     return out
 
 
