@@ -1830,8 +1830,14 @@ static int wait_events(Loop *L, struct epoll_event *evs, int max, int64_t until)
     return r;
 }
 
+static void dispatch(Loop *L);
+
 static void handle(Loop *L, struct epoll_event *evs, int r) {
     for (int k = 0; k < r; k++) {
+        /* a request due while a long batch is read goes now, not after the batch (256
+         * reads of ~5 us each); every 8th event, one clock read */
+        if ((k & 7) == 7 && !L->ended && L->next_i < L->n && L->times[L->next_i] <= now_rel(L))
+            dispatch(L);
         if (evs[k].data.u64 == EV_WAKE) {
             uint64_t v;
             if (read(L->wake_fd, &v, sizeof v) < 0) { /* nothing to drain */ }
