@@ -20,7 +20,10 @@ goal (issue 27): 2,000 concurrent streams and 100,000 chunks/s with lateness P99
 and chunk delay P99 <= 50 us; the ceiling is the highest rate that holds both.
 
 Run: ``.venv/bin/python benchmarks/bench_llm_scale.py [--rates 100,500,1000,2000]
-[--duration 3] [--repeats 3] [--engines fast,python]``
+[--duration 3] [--repeats 3] [--engines fast,python] [--reference OTHER/src]``; with
+``--reference`` another checkout's compiled engine runs too, as ``fast (reference)``, and
+at each rate the variants take turns run by run, so a change is measured against the code
+before it in the same minutes.
 """
 
 from __future__ import annotations
@@ -109,7 +112,7 @@ def tailgate_cmd(port: int, engine: str, rate: float, duration: float, tokens: i
 
 
 def one_run(exe: str, engine: str, rate: float, duration: float, tokens: int, itl_s: float,
-            client_cpu: str, server_cpu: str, tmp: str) -> dict:
+            client_cpu: str, server_cpu: str, tmp: str, src: Path = SRC) -> dict:
     from tailgate.bench.result import read_log
 
     recorded: list[ServerWrites] = []
@@ -118,7 +121,7 @@ def one_run(exe: str, engine: str, rate: float, duration: float, tokens: int, it
         stream_s = tokens * itl_s
         cmd = tailgate_cmd(port, engine, rate, duration, tokens, itl_s, client_cpu, res, log)
         p = subprocess.run(cmd, capture_output=True, text=True, check=False,
-                           env={**os.environ, "PYTHONPATH": str(SRC)},
+                           env={**os.environ, "PYTHONPATH": str(src)},
                            timeout=duration + stream_s + 300)
         if p.returncode not in (0, 1) or not os.path.exists(res):
             raise SystemExit(f"tailgate bench failed ({p.returncode}): {p.stderr[-800:]}")
@@ -170,6 +173,8 @@ def main() -> int:
     ap.add_argument("--client-cpu", default="0")
     ap.add_argument("--server-cpu", default="1")
     ap.add_argument("--json", help="write every run's figures here")
+    ap.add_argument("--reference", metavar="SRC", type=Path,
+                    help="another checkout's src: its compiled engine runs as well")
     args = ap.parse_args()
     itl = args.itl_ms / 1e3
     rates = [float(r) for r in args.rates.split(",")]
@@ -185,13 +190,18 @@ def main() -> int:
     everything = []
     ceiling: dict[str, float] = {}
     broken: set[str] = set()  # a rate broke the goal: higher ones do not raise the ceiling
+    variants = {e: (e, SRC) for e in args.engines.split(",")}
+    if args.reference:
+        variants["fast (reference)"] = ("fast", args.reference.resolve())
     with tempfile.TemporaryDirectory(prefix="tailgate-scale-") as tmp:
         exe = build_server(tmp)
-        for engine in args.engines.split(","):
-            for rate in rates:
-                runs = [one_run(exe, engine, rate, args.duration, args.tokens, itl,
-                                args.client_cpu, args.server_cpu, tmp)
-                        for _ in range(args.repeats)]
+        for rate in rates:
+            turns: dict[str, list[dict]] = {v: [] for v in variants}
+            for _ in range(args.repeats):  # the variants take turns, run by run
+                for v, (engine, src) in variants.items():
+                    turns[v].append(one_run(exe, engine, rate, args.duration, args.tokens,
+                                            itl, args.client_cpu, args.server_cpu, tmp, src))
+            for engine, runs in turns.items():
                 everything.append({"rate": rate, "engine": engine, "runs": runs})
                 late = med(runs, "late_p99_ms")
                 delay = med(runs, "delay_p99_us")
@@ -199,7 +209,7 @@ def main() -> int:
                 for r in runs:
                     for k, v in r["errors"].items():
                         errs[k] = errs.get(k, 0) + v
-                print(f"| {runs[0]['engine']} | {rate:g} | {rate * args.tokens * itl:.0f} | "
+                print(f"| {engine} | {rate:g} | {rate * args.tokens * itl:.0f} | "
                       f"{rate * args.tokens:,.0f} | {fmt(med(runs, 'chunks_per_s'), 0)} | "
                       f"{fmt(med(runs, 'late_p50_ms'), 3)} / {fmt(late, 3)} | "
                       f"{fmt(med(runs, 'delay_p50_us'), 0)} / {fmt(delay, 0)} | "
@@ -209,7 +219,7 @@ def main() -> int:
                         ceiling[engine] = rate
                 else:
                     broken.add(engine)
-    for engine in args.engines.split(","):
+    for engine in variants:
         held = ceiling.get(engine)
         print(f"{engine}: lateness P99 <= 0.1 ms and chunk delay P99 <= 50 us up to "
               + (f"{held:g} req/s ({held * args.tokens:,.0f} chunks/s, "
