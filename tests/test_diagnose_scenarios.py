@@ -94,8 +94,28 @@ while time.monotonic() < end:
 BURST_S = 0.002
 
 
-def diagnose(target: str, pid: int, *extra: str, rate: str = "1000",
-             duration: str = "4s") -> dict:
+CLEAN_TRIES = 3
+QUIET_STEAL_MS = 30  # a quiet VM's steal in a 4 s run: 0 to 20 ms (measured, see below)
+
+
+def diagnose(target: str, pid: int, *extra: str, rate: str = "1000", duration: str = "4s",
+             steal_retry: bool = True) -> dict:
+    """One diagnose run of a scenario. A scenario about the service asks about the service:
+    when the verdict instead claims a late generator whose CPUs the hypervisor took at
+    least QUIET_STEAL_MS of (steal time: a fresh-root run saw 380 ms in 4 s, and the
+    generator's lateness, reading included, was then rightly 66 % of the tail), the run
+    says nothing of the service and is made again, up to CLEAN_TRIES times (``steal_retry``
+    off: the scenarios about the generator itself)."""
+    for attempt in range(1, CLEAN_TRIES if steal_retry else 1):
+        doc = _diagnose(target, pid, *extra, rate=rate, duration=duration)
+        late = [c for c in doc["causes"] if c["cause"] == "generator" and c["claimed"]]
+        if not late or late[0].get("steal_ms", 0) < QUIET_STEAL_MS:
+            return doc
+        print(f"run {attempt}: the hypervisor made the generator late: {late[0]['sentence']}")
+    return _diagnose(target, pid, *extra, rate=rate, duration=duration)
+
+
+def _diagnose(target: str, pid: int, *extra: str, rate: str, duration: str) -> dict:
     out = subprocess.run(["chrt", "-f", str(RT), "taskset", "-c", "0",
                           sys.executable, "-m", "tailgate", "diagnose",
                           target, "--pid", str(pid), "--rate", rate, "--duration", duration,
@@ -220,10 +240,6 @@ def series_total(doc: dict, name: str) -> float:
     return sum(v or 0 for v in doc["timeline"]["series"][name]["values"])
 
 
-CLEAN_TRIES = 3
-QUIET_STEAL_MS = 30  # a quiet VM's steal in a 4 s run: 0 to 20 ms (measured, see below)
-
-
 def disturbed(doc: dict) -> bool:
     """A run the hypervisor disturbed: only a late generator claimed, or only the generator
     and run-queue waits with more steal time on the two CPUs than a quiet VM has."""
@@ -245,7 +261,7 @@ def test_clean_run_claims_nothing():
     disturbed run every time, fails."""
     with nginx_on_cpu1() as (ng, pid):
         for attempt in range(1, CLEAN_TRIES + 1):
-            doc = diagnose(ng.url("/"), pid)
+            doc = diagnose(ng.url("/"), pid, steal_retry=False)
             if not disturbed(doc) or attempt == CLEAN_TRIES:
                 break
             print(f"run {attempt}: disturbed (steal ms {doc['evidence']['steal_ms']}): "
@@ -274,7 +290,7 @@ def test_a_late_generator_is_named_first_with_its_cpus_steal():
     by as much. The verdict names the generator, with the steal time of its CPU (the
     hypervisor's share; on bare metal none). nginx on CPU 1 is clean."""
     with nginx_on_cpu1() as (ng, pid), bursts_on(0, 0.02, 0.18):
-        doc = diagnose(ng.url("/"), pid, duration="2s")
+        doc = diagnose(ng.url("/"), pid, duration="2s", steal_retry=False)
     assert claimed(doc) == ["generator"], explain(doc)
     (gen,) = [c for c in doc["causes"] if c["cause"] == "generator"]
     assert gen["steal_ms"] == doc["evidence"]["steal_ms"]["cpu0"], (gen, doc["evidence"])
@@ -288,7 +304,7 @@ def test_a_generator_late_reading_its_replies_is_named_too():
     unexplained; with the kernel's receive time of each reply (the compiled engine's
     ``arrive_s``) it is the generator's, and the verdict says how much of it was reading."""
     with nginx_on_cpu1() as (ng, pid), bursts_on(0, 0.002, 0.018):
-        doc = diagnose(ng.url("/"), pid, duration="2s")
+        doc = diagnose(ng.url("/"), pid, duration="2s", steal_retry=False)
     assert claimed(doc) == ["generator"], explain(doc)
     (gen,) = [c for c in doc["causes"] if c["cause"] == "generator"]
     assert gen["read_share"] > 0.1, gen
