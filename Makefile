@@ -4,9 +4,9 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 # Debian packages. APT_BOOT: Python with venv's pip bootstrap (Debian splits it into
-# python3-venv) and what builds the compiled load engine (bench/fastloop.c).
+# python3-venv) and what builds the compiled load engine (bench/fastloop.c, TLS by libssl).
 # APT_RUN: the tools tailgate reads from. APT_TEST: the real servers/peers the tests use.
-APT_BOOT := python3 python3-venv python3-dev gcc libc6-dev
+APT_BOOT := python3 python3-venv python3-dev gcc libc6-dev libssl-dev
 APT_RUN  := ethtool iproute2 bpftrace
 APT_TEST := $(APT_RUN) nginx-light wrk prometheus-node-exporter g++ cmake liburing-dev \
             numactl prometheus chromium openmpi-bin libopenmpi-dev dpdk-dev debootstrap systemd \
@@ -34,7 +34,8 @@ $(VENV)/.venv-ok: | apt-boot
 $(VENV)/.installed-run: pyproject.toml | $(VENV)/.venv-ok apt-run
 	$(PY) -m pip install -q -e '.[html]'
 	@$(PY) -c "import tailgate.bench.fastloop" || { \
-	  echo "the compiled load engine (bench/fastloop.c) did not build: gcc and python3-dev"; exit 1; }
+	  echo "the compiled load engine (bench/fastloop.c) did not build: gcc, python3-dev, libssl-dev"; \
+	  exit 1; }
 	touch $@
 
 # plus what the tests need (pytest, hypothesis, ruff, the LLM test server, ...)

@@ -123,18 +123,22 @@ def llm_run(engine: str, base: str, *args: str, n: int = 84):
                  "--workers", "1", *args)
 
 
-def test_both_engines_agree_request_by_request_on_a_deterministic_server():
+@pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])
+def test_both_engines_agree_request_by_request_on_a_deterministic_server(tls, tmp_path):
     """Each request's behaviour depends only on its body (support/sse_server.py): the same
     workload through both engines must give every request the same outcome, status, bytes,
     content chunks and token counts; and the compiled run's token times lie inside each
-    request."""
+    request. Over TLS too: OpenSSL in the compiled loop, the stdlib's ssl in the other."""
     from support.bench_cli import errors
     from support.sse_server import WANT, SseServer
+    from support.tls_certs import Pki
 
+    pki = Pki(tmp_path) if tls else None
+    extra = ("--cacert", pki.ca) if pki else ()
     runs, modes = {}, {}
     for engine in ("fast", "python"):
-        with SseServer() as srv:
-            runs[engine] = llm_run(engine, srv.base)
+        with SseServer(tls=(pki.server_cert, pki.server_key) if pki else None) as srv:
+            runs[engine] = llm_run(engine, srv.base, *extra)
             modes[engine] = dict(srv.modes)
     fast, py = runs["fast"], runs["python"]
     assert fast.json["generator"]["engine"] == "fast", fast.stderr

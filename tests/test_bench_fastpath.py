@@ -210,22 +210,24 @@ def test_without_the_extension_fast_is_a_usage_error_and_auto_falls_back(nginx):
 
 def test_engine_choice_rules():
     assert fastpath.choose("auto", "http") == "fast"
+    assert fastpath.choose("auto", "https") == "fast"
     assert fastpath.choose("auto", "tcp") == "fast"
     assert fastpath.choose("python", "http") == "python"
     assert fastpath.choose("auto", "openai+http") == "fast"
-    assert fastpath.choose("auto", "openai+https") == "python"  # TLS: the Python engine
+    assert fastpath.choose("auto", "openai+https") == "fast"  # OpenSSL in the loop
+    assert fastpath.choose("auto", "grpcs") == "python"
     with pytest.raises(fastpath.EngineUnavailable,
-                       match="http://, tcp://, openai\\+http:// only"):
-        fastpath.choose("fast", "openai+https")
+                       match="http://, https://, tcp://, openai\\+http://, openai\\+https:// only"):
+        fastpath.choose("fast", "grpc")
     with pytest.raises(fastpath.EngineUnavailable, match="must be one of"):
         fastpath.choose("turbo", "http")
 
 
-def test_engine_fast_is_refused_for_an_openai_tls_target():
+def test_engine_fast_is_refused_for_a_grpc_target():
     r = subprocess.run([sys.executable, "-m", "tailgate", "bench",
-                        "openai+https://127.0.0.1:9/v1", "--engine", "fast", "--rate", "1",
-                        "--duration", "1s", "--model", "m"],
+                        "grpc://127.0.0.1:9/a.B/C", "--engine", "fast", "--rate", "1",
+                        "--duration", "1s"],
                        capture_output=True, text=True, timeout=60, check=False)
     assert r.returncode == 2, r.stderr
-    assert ("--engine fast speaks http://, tcp://, openai+http:// only (TLS runs on the python "
-            "engine), not openai+https:// targets") in r.stderr
+    assert ("--engine fast speaks http://, https://, tcp://, openai+http://, openai+https:// "
+            "only, not grpc:// targets") in r.stderr

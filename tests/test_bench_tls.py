@@ -56,20 +56,30 @@ def nginx_mtls(pki):
         yield ng
 
 
-def bench(url: str, tls: TlsOptions | None, rate: float = 100, duration: float = 0.5,
-          connections: int = 2) -> dict:
+@pytest.fixture(params=["python", "fast"])
+def engine(request):
+    """Both engines: OpenSSL in the compiled loop and the stdlib's ssl in the Python one,
+    held to the same outcomes, reasons and timings."""
+    return request.param
+
+
+def bench(url: str, tls: TlsOptions | None, engine: str, rate: float = 100,
+          duration: float = 0.5, connections: int = 2) -> dict:
     target = parse_target(url, tls=tls)
     info = RunInfo(target=url, protocol=target.scheme, rate=rate, duration_s=duration,
-                   workers=1, connections=connections, max_connections=16, timeout_s=2.0)
-    return build_result(info, [run_here(c) for c in plan(info, target)]).json
+                   workers=1, connections=connections, max_connections=16, timeout_s=2.0,
+                   engine=engine)
+    data = build_result(info, [run_here(c) for c in plan(info, target)]).json
+    assert data["generator"]["engine"] == (engine if engine != "auto" else "python")
+    return data
 
 
 def https(ng: Nginx, path: str = "/") -> str:
     return f"https://127.0.0.1:{ng.port}{path}"
 
 
-def test_untrusted_certificate_is_a_tls_error_with_the_reason(nginx):
-    data = bench(https(nginx), None)  # the system's CAs do not know the test CA
+def test_untrusted_certificate_is_a_tls_error_with_the_reason(nginx, engine):
+    data = bench(https(nginx), None, engine=engine)  # the system's CAs do not know the test CA
     req = accounted(data)
     assert req["ok"] == 0 and req["errors"]["tls"] == req["sent"] == 50
     kind, reason = only_error(req)
@@ -79,13 +89,13 @@ def test_untrusted_certificate_is_a_tls_error_with_the_reason(nginx):
     assert data["connections"]["handshake_ms"]["count"] == 0
 
 
-def test_insecure_skips_verification(nginx):
-    req = accounted(bench(https(nginx), TlsOptions(insecure=True)))
+def test_insecure_skips_verification(nginx, engine):
+    req = accounted(bench(https(nginx), TlsOptions(insecure=True), engine=engine))
     assert req["ok"] == req["sent"] == 50
 
 
-def test_cacert_verifies_and_handshakes_are_timed_apart(nginx, pki):
-    data = bench(https(nginx), TlsOptions(cacert=pki.ca))
+def test_cacert_verifies_and_handshakes_are_timed_apart(nginx, pki, engine):
+    data = bench(https(nginx), TlsOptions(cacert=pki.ca), engine=engine)
     req = accounted(data)
     assert req["ok"] == 50
     conns = data["connections"]
@@ -95,32 +105,32 @@ def test_cacert_verifies_and_handshakes_are_timed_apart(nginx, pki):
     assert data["protocol"] == "https"
 
 
-def test_name_verified_is_the_sni_name(nginx, pki):
+def test_name_verified_is_the_sni_name(nginx, pki, engine):
     # the certificate is for localhost and 127.0.0.1: a name it lacks fails verification
-    req = accounted(bench(https(nginx), TlsOptions(cacert=pki.ca, sni="wrong.example")))
+    req = accounted(bench(https(nginx), TlsOptions(cacert=pki.ca, sni="wrong.example"), engine=engine))
     kind, reason = only_error(req)
     assert kind == "tls" and "Hostname mismatch" in reason and "wrong.example" in reason
 
 
-def test_sni_is_sent(nginx, pki):
+def test_sni_is_sent(nginx, pki, engine):
     # nginx answers /sni with 421 unless the client sent SNI "localhost"
-    req = accounted(bench(https(nginx, "/sni"), TlsOptions(cacert=pki.ca)))
+    req = accounted(bench(https(nginx, "/sni"), TlsOptions(cacert=pki.ca), engine=engine))
     assert req["errors"]["status_4xx"] == 50  # an IP address is never sent as SNI
-    req = accounted(bench(https(nginx, "/sni"), TlsOptions(cacert=pki.ca, sni="localhost")))
+    req = accounted(bench(https(nginx, "/sni"), TlsOptions(cacert=pki.ca, sni="localhost"), engine=engine))
     assert req["ok"] == 50
 
 
-def test_client_certificate(nginx_mtls, pki):
+def test_client_certificate(nginx_mtls, pki, engine):
     url = https(nginx_mtls)
-    req = accounted(bench(url, TlsOptions(cacert=pki.ca)))
+    req = accounted(bench(url, TlsOptions(cacert=pki.ca), engine=engine))
     assert req["errors"]["status_4xx"] == 50  # nginx: 400 "No required SSL certificate"
     req = accounted(bench(url, TlsOptions(cacert=pki.ca, cert=pki.client_cert,
-                                          key=pki.client_key)))
+                                          key=pki.client_key), engine=engine))
     assert req["ok"] == 50
-    req = accounted(bench(url, TlsOptions(cacert=pki.ca, cert=pki.client_combined)))
+    req = accounted(bench(url, TlsOptions(cacert=pki.ca, cert=pki.client_combined), engine=engine))
     assert req["ok"] == 50
     req = accounted(bench(url, TlsOptions(cacert=pki.ca, cert=pki.other_client_cert,
-                                          key=pki.other_client_key)))
+                                          key=pki.other_client_key), engine=engine))
     assert req["errors"]["status_4xx"] == 50  # a certificate from a CA nginx does not trust
 
 
@@ -132,24 +142,24 @@ def refused(req: dict, alert: str) -> None:
     assert req["error_examples"]["tls"] == [{"reason": alert, "count": req["errors"]["tls"]}]
 
 
-def test_client_certificate_required_in_the_handshake(pki):
+def test_client_certificate_required_in_the_handshake(pki, engine):
     with TlsServer(pki.server_cert, pki.server_key, client_ca=pki.ca) as srv:
-        req = accounted(bench(srv.url(), TlsOptions(cacert=pki.ca), rate=40))
+        req = accounted(bench(srv.url(), TlsOptions(cacert=pki.ca), rate=40, engine=engine))
         refused(req, "TLS: tlsv13 alert certificate required")
         req = accounted(bench(srv.url(), TlsOptions(cacert=pki.ca, cert=pki.other_client_cert,
-                                                    key=pki.other_client_key), rate=40))
+                                                    key=pki.other_client_key), rate=40, engine=engine))
         refused(req, "TLS: tlsv1 alert unknown ca")
         req = accounted(bench(srv.url(), TlsOptions(cacert=pki.ca, cert=pki.client_cert,
-                                                    key=pki.client_key), rate=40))
+                                                    key=pki.client_key), rate=40, engine=engine))
         assert req["ok"] == req["sent"] == 20
 
 
-def test_handshake_counts_in_latency_of_who_waited_never_in_service_time(pki):
+def test_handshake_counts_in_latency_of_who_waited_never_in_service_time(pki, engine):
     delay = 0.2  # the server starts each handshake this long after the TCP accept
     with TlsServer(pki.server_cert, pki.server_key, handshake_delay_s=delay) as srv:
         # no connection opened in advance: the first request waits for connect + handshake
         data = bench(srv.url(), TlsOptions(cacert=pki.ca), rate=20, duration=0.5,
-                     connections=0)
+                     connections=0, engine=engine)
     req = accounted(data)
     assert req["ok"] == 10
     conns = data["connections"]
@@ -162,15 +172,15 @@ def test_handshake_counts_in_latency_of_who_waited_never_in_service_time(pki):
 
 def test_grpcs_to_a_server_without_http2_is_a_tls_error(nginx, pki):
     # nginx here speaks HTTP/1.1 only: OpenSSL refuses our ALPN "h2" in the handshake
-    data = bench(f"grpcs://127.0.0.1:{nginx.port}/a.B/C", TlsOptions(cacert=pki.ca), rate=20)
+    data = bench(f"grpcs://127.0.0.1:{nginx.port}/a.B/C", TlsOptions(cacert=pki.ca), rate=20, engine="python")
     assert only_error(accounted(data)) == ("tls", "TLS: tlsv1 alert no application protocol")
 
 
-def test_handshake_past_the_timeout_is_a_tls_error(pki):
+def test_handshake_past_the_timeout_is_a_tls_error(pki, engine):
     with TlsServer(pki.server_cert, pki.server_key, handshake_delay_s=1.0) as srv:
         target = parse_target(srv.url(), tls=TlsOptions(cacert=pki.ca))
         info = RunInfo(target=srv.url(), protocol="https", rate=10, duration_s=0.5,
-                       connections=1, max_connections=8, timeout_s=0.3)
+                       connections=1, max_connections=8, timeout_s=0.3, engine=engine)
         data = build_result(info, [run_here(c) for c in plan(info, target)]).json
     req = accounted(data)
     assert req["ok"] == 0

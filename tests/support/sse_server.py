@@ -6,7 +6,8 @@ requests arrive in), what a request gets here depends only on its body: the mode
 Every write is followed by a pause, and after a failing chunk the server waits for the
 client to drop the connection (both engines do), so a request's bytes are the same
 whichever engine asks: two engines given the same workload (same ``--seed``) must then
-agree request by request.
+agree request by request. With ``tls=(certificate, key)`` it speaks HTTPS (``base`` is an
+``https://`` URL), for the same comparison over TLS.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import ssl
 import struct
 import threading
 import zlib
@@ -34,8 +36,13 @@ def mode_of(body: bytes) -> str:
 class SseServer:
     """Run in a thread of its own; use as a context manager. ``gap_s`` between writes."""
 
-    def __init__(self, gap_s: float = 0.002, settle_s: float = 0.03) -> None:
+    def __init__(self, gap_s: float = 0.002, settle_s: float = 0.03,
+                 tls: tuple[str, str] | None = None) -> None:
         self.gap_s = gap_s
+        self.ctx = None
+        if tls is not None:
+            self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            self.ctx.load_cert_chain(*tls)
         self.settle_s = settle_s  # after a failing chunk: the client reads it alone
         self.modes: dict[str, int] = {}
         self._ready = threading.Event()
@@ -54,13 +61,14 @@ class SseServer:
 
     @property
     def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
+        return f"{'https' if self.ctx else 'http'}://127.0.0.1:{self.port}/v1"
 
     def _main(self) -> None:
         async def main() -> None:
             self._loop = asyncio.get_running_loop()
             self._stop = asyncio.Event()
-            srv = await asyncio.start_server(self._handle, "127.0.0.1", 0, backlog=1024)
+            srv = await asyncio.start_server(self._handle, "127.0.0.1", 0, backlog=1024,
+                                             ssl=self.ctx)
             self.port = srv.sockets[0].getsockname()[1]
             self._ready.set()
             await self._stop.wait()
@@ -72,7 +80,8 @@ class SseServer:
         try:
             while await self._one(reader, writer):
                 pass
-        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError,
+                ssl.SSLError):
             pass  # (a hung stream is cancelled when the server stops)
         finally:
             writer.close()

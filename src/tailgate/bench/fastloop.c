@@ -11,6 +11,12 @@
  * time is NO_TIME when the request never reached the wire. A record's arrive time is when
  * the kernel received the bytes that completed it (SO_TIMESTAMPNS): end - arrive is how
  * long the reply waited for this loop to read it (NO_TIME: not known).
+ *
+ * TLS (https://, openai+https://) is OpenSSL over memory BIOs: the loop reads the
+ * ciphertext itself with recvmsg, so each read keeps its kernel receive time, hands it to
+ * the session and frames what it decrypts with the same code as plaintext; what the
+ * session writes is sent from the connection's own buffer (tls_push). A connection counts
+ * as connecting until its handshake is done (tls.dial: no request goes out before).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -34,6 +40,9 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <linux/net_tstamp.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -41,7 +50,7 @@
 
 /* outcome codes: bench/outcome.py */
 enum { OK = 0, CONNECT, TIMEOUT, RESET, S4XX, S5XX, PROTOCOL, TRUNCATED, TOO_LARGE, UPGRADE,
-       STALE, MALFORMED_SSE, SERVER_ERROR, NO_TOKEN };
+       STALE, MALFORMED_SSE, SERVER_ERROR, NO_TOKEN, TLS_K };
 /* error kinds that are not outcomes (http1.FramingError "closed") */
 #define K_CLOSED 100
 
@@ -118,6 +127,12 @@ typedef struct Conn {
     int want_ready;
     int64_t rid, t_send, t_conn, nbytes, served;
     int64_t t_arrive; /* when the kernel received the last bytes read (NO_TIME: unknown) */
+    /* TLS: the session (NULL without TLS), its handshake under way, when TCP connected;
+     * tx_off: what of tx (the session's output) is on the wire */
+    SSL *ssl;
+    int hs, initial; /* initial: opened by prepare() (its failure takes no request) */
+    int64_t t_tcp;
+    size_t tx_off;
     /* the requests completed ok here after the connection's first (the last MAX_SUSPECTS,
      * a ring): a stray response shows any of them may have had an earlier one's response
      * (out_of_step); the first response on a fresh connection is its own */
@@ -128,6 +143,7 @@ typedef struct Conn {
     size_t out_len, out_off;
     char *stamped;
     size_t stamped_cap;
+    Bytes tx;
     /* http reader */
     int ps, head_req, status, keep, minor;
     int64_t remaining, body, received;
@@ -188,6 +204,13 @@ typedef struct {
     int64_t pauses, paused_ns;
     int pausing;
     int64_t slice_ns;
+    /* TLS: the client context (NULL: plaintext), the name sent and verified, whether it is
+     * an IP address (verified against the certificate's IP entries, never sent as SNI) */
+    SSL_CTX *tls;
+    char *tls_name;
+    int tls_ip, tls_verify;
+    char *pbuf; /* what one read decrypted to */
+    I64s conn_ns, hs_ns; /* each opened connection's TCP connect and TLS handshake times */
     /* outputs, guarded by mu */
     pthread_mutex_t mu;
     Records recs;
@@ -301,7 +324,7 @@ static void note_reason(Loop *L, int scope, int kind, const char *reason) {
 static const char *KIND_NAMES[] = {"ok", "connect", "timeout", "reset", "status_4xx",
                                    "status_5xx", "protocol", "truncated", "too_large",
                                    "upgrade", "stale_connection", "malformed_sse",
-                                   "server_error", "no_token"};
+                                   "server_error", "no_token", "tls"};
 
 /* ---- the event buffer (sse) ------------------------------------------------------------ */
 
@@ -402,8 +425,17 @@ static int64_t record(Loop *L, int64_t rid, int outcome, int status, int64_t sen
 /* ---- connections -------------------------------------------------------------------- */
 
 static void maybe_open(Loop *L);
+static void opened(Loop *L, Conn *c);
 static void ready(Loop *L, Conn *c, int64_t now);
 static void conn_ended(Loop *L, Conn *c, int err);
+
+static void tls_free(Conn *c) {
+    if (!c->ssl) return;
+    SSL_free(c->ssl); /* (and its two BIOs) */
+    c->ssl = NULL;
+    c->hs = 0;
+    c->tx.n = c->tx_off = 0;
+}
 
 static int usable(Conn *c) { return c->reusable && c->state == C_OPEN && !c->eof; }
 
@@ -427,6 +459,7 @@ static void conn_close(Loop *L, Conn *c) {
     idle_remove(L, c);
     if (c->fd >= 0) close(c->fd); /* also leaves the epoll set */
     c->fd = -1;
+    tls_free(c);
     c->state = C_FREE;
     c->rid = -1;
     L->free_slots[L->n_free++] = (int)(c - L->conns);
@@ -436,25 +469,51 @@ static void conn_close(Loop *L, Conn *c) {
     }
 }
 
-static void connect_failed(Loop *L, Conn *c, const char *reason, int initial) {
+/* A connection attempt failed (kind CONNECT, or TLS_K in the handshake). */
+static void attempt_failed(Loop *L, Conn *c, int kind, const char *reason, int initial) {
     c->state = C_FREE;
     if (c->fd >= 0) close(c->fd);
     c->fd = -1;
+    tls_free(c);
     L->free_slots[L->n_free++] = (int)(c - L->conns);
     L->n_connecting--;
     L->connect_failures++;
-    note_reason(L, SC_CONNECT, CONNECT, reason);
+    note_reason(L, SC_CONNECT, kind, reason);
     if (L->q_len && !initial) {
         /* The oldest waiting request could not get this connection. */
         int64_t rid = q_pop_front(L);
-        record(L, rid, CONNECT, 0, NO_TIME, now_rel(L), 0, reason);
+        record(L, rid, kind, 0, NO_TIME, now_rel(L), 0, reason);
         if (L->q_len && !L->stopping) maybe_open(L);
     }
 }
 
+static void connect_failed(Loop *L, Conn *c, const char *reason, int initial) {
+    attempt_failed(L, c, CONNECT, reason, initial);
+}
+
+static void push_i64(I64s *a, int64_t v) {
+    if (grow((void **)&a->v, &a->cap, a->n + 1, sizeof(int64_t)) == 0) a->v[a->n++] = v;
+}
+
+static void tls_start(Loop *L, Conn *c);
+
+/* TCP is connected: the connection is open, or (TLS) its handshake starts. */
 static void connected(Loop *L, Conn *c) {
     struct epoll_event ev = {.events = EPOLLIN, .data.u64 = (uint64_t)(c - L->conns)};
     epoll_ctl(L->ep, EPOLL_CTL_MOD, c->fd, &ev);
+    c->t_tcp = now_rel(L);
+    if (L->tls) {
+        tls_start(L, c);
+        return;
+    }
+    opened(L, c);
+}
+
+/* The connection is up (TCP, and the TLS handshake when there is one). */
+static void opened(Loop *L, Conn *c) {
+    int64_t now = now_rel(L);
+    push_i64(&L->conn_ns, c->t_tcp - c->t_conn);
+    if (c->ssl) push_i64(&L->hs_ns, now - c->t_tcp);
     c->state = C_OPEN;
     L->n_connecting--;
     L->n_open++;
@@ -464,7 +523,7 @@ static void connected(Loop *L, Conn *c) {
         conn_close(L, c);
         return;
     }
-    ready(L, c, now_rel(L));
+    ready(L, c, now);
 }
 
 static void open_conn(Loop *L, int initial) {
@@ -475,9 +534,11 @@ static void open_conn(Loop *L, int initial) {
     c->rid = -1;
     c->reusable = 1;
     c->state = C_CONNECTING;
+    c->initial = initial;
     c->t_conn = now_rel(L);
     c->blen = 0;
     c->tail_len = 0;
+    c->tx.n = 0;
     c->fd = socket(L->family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (c->fd < 0) {
         snprintf(reason, sizeof reason, "[Errno %d] %s", errno, strerror(errno));
@@ -508,8 +569,186 @@ static void maybe_open(Loop *L) {
     }
 }
 
+/* ---- TLS over memory BIOs (tls.py's rules: the name, the reasons) ----------------------- */
+
+static void epoll_set(Loop *L, Conn *c, uint32_t events) {
+    struct epoll_event ev = {.events = events, .data.u64 = (uint64_t)(c - L->conns)};
+    epoll_ctl(L->ep, EPOLL_CTL_MOD, c->fd, &ev);
+}
+
+/* What the session wrote goes to the socket: 0 when all is sent, 1 when the socket is
+ * full (the rest goes on EPOLLOUT), -1 on a send error (errno). */
+static int tls_push(Loop *L, Conn *c) {
+    BIO *w = SSL_get_wbio(c->ssl);
+    size_t pend;
+    while ((pend = BIO_ctrl_pending(w)) > 0) {
+        if (grow((void **)&c->tx.v, &c->tx.cap, c->tx.n + pend, 1)) {
+            errno = ENOMEM;
+            return -1;
+        }
+        int got = BIO_read(w, c->tx.v + c->tx.n, (int)pend);
+        if (got <= 0) break;
+        c->tx.n += (size_t)got;
+    }
+    while (c->tx_off < c->tx.n) {
+        ssize_t n = send(c->fd, c->tx.v + c->tx_off, c->tx.n - c->tx_off, MSG_NOSIGNAL);
+        if (n > 0) {
+            c->tx_off += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            epoll_set(L, c, EPOLLIN | EPOLLOUT);
+            return 1;
+        }
+        if (n == 0) errno = EPIPE;
+        return -1;
+    }
+    c->tx.n = c->tx_off = 0;
+    return 0;
+}
+
+/* tls._why: an OpenSSL reason as Python's ssl module names it, lower case with spaces */
+static void tls_reason_text(char *out, size_t cap, const char *what) {
+    snprintf(out, cap, "TLS: %s", what);
+    for (char *p = out + 5; *p; p++) {
+        if (*p == '_') *p = ' ';
+        else if (*p >= 'A' && *p <= 'Z') *p = (char)(*p - 'A' + 'a');
+    }
+}
+
+/* Why a TLS call failed (tls.handshake_reason's words), from OpenSSL's error queue, the
+ * certificate check or errno; the queue is left empty. */
+static void tls_why(Loop *L, Conn *c, int err, char *out, size_t cap) {
+    unsigned long e = ERR_peek_last_error();
+    long v = SSL_get_verify_result(c->ssl);
+    if (err == SSL_ERROR_SSL && ERR_GET_REASON(e) == SSL_R_CERTIFICATE_VERIFY_FAILED &&
+        v != X509_V_OK) {
+        /* (Python's own words for a name mismatch: _ssl.c fill_and_set_sslerror) */
+        if (v == X509_V_ERR_HOSTNAME_MISMATCH)
+            snprintf(out, cap, "TLS: certificate verify failed: Hostname mismatch, certificate "
+                     "is not valid for '%s'.", L->tls_name);
+        else if (v == X509_V_ERR_IP_ADDRESS_MISMATCH)
+            snprintf(out, cap, "TLS: certificate verify failed: IP address mismatch, "
+                     "certificate is not valid for '%s'.", L->tls_name);
+        else
+            snprintf(out, cap, "TLS: certificate verify failed: %s",
+                     X509_verify_cert_error_string(v));
+    } else if (err == SSL_ERROR_SSL && e) {
+        const char *r = ERR_reason_error_string(e);
+        tls_reason_text(out, cap, r ? r : "error");
+    } else {
+        snprintf(out, cap, "TLS: the server closed the connection during the handshake (%s)",
+                 errno ? strerror(errno) : "EOF");
+    }
+    ERR_clear_error();
+}
+
+/* One step of the handshake (after TCP connected, and each time ciphertext came). */
+static void tls_step(Loop *L, Conn *c) {
+    char reason[MAX_REASON];
+    ERR_clear_error();
+    errno = 0;
+    int r = SSL_do_handshake(c->ssl);
+    int err = r == 1 ? SSL_ERROR_NONE : SSL_get_error(c->ssl, r);
+    if (err != SSL_ERROR_NONE && err != SSL_ERROR_WANT_READ) {
+        tls_why(L, c, err, reason, sizeof reason);
+        tls_push(L, c); /* the alert, when there is one (as Python sends it) */
+        attempt_failed(L, c, TLS_K, reason, c->initial);
+        return;
+    }
+    int p = tls_push(L, c);
+    if (p < 0) {
+        snprintf(reason, sizeof reason, "TLS: the server closed the connection during the "
+                 "handshake (%s)", strerror(errno));
+        attempt_failed(L, c, TLS_K, reason, c->initial);
+        return;
+    }
+    if (p == 0) epoll_set(L, c, EPOLLIN);
+    if (err == SSL_ERROR_NONE) {
+        c->hs = 0;
+        opened(L, c);
+    }
+}
+
+static void tls_start(Loop *L, Conn *c) {
+    char reason[MAX_REASON];
+    BIO *rb = BIO_new(BIO_s_mem()), *wb = BIO_new(BIO_s_mem());
+    c->ssl = SSL_new(L->tls);
+    if (!c->ssl || !rb || !wb) {
+        BIO_free(rb);
+        BIO_free(wb);
+        snprintf(reason, sizeof reason, "TLS: could not make a session (out of memory)");
+        attempt_failed(L, c, TLS_K, reason, c->initial);
+        return;
+    }
+    BIO_set_mem_eof_return(rb, -1); /* no ciphertext yet: "want read", not EOF */
+    SSL_set_bio(c->ssl, rb, wb);
+    SSL_set_connect_state(c->ssl);
+    if (L->tls_name && !L->tls_ip) SSL_set_tlsext_host_name(c->ssl, L->tls_name);
+    if (L->tls_name && L->tls_verify) {
+        X509_VERIFY_PARAM *vp = SSL_get0_param(c->ssl);
+        X509_VERIFY_PARAM_set_hostflags(vp, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
+        if (L->tls_ip) X509_VERIFY_PARAM_set1_ip_asc(vp, L->tls_name);
+        else X509_VERIFY_PARAM_set1_host(vp, L->tls_name, 0);
+    }
+    c->hs = 1;
+    tls_step(L, c);
+}
+
+/* A handshake's socket is readable: its ciphertext goes to the session. */
+static void tls_hs_readable(Loop *L, Conn *c) {
+    char reason[MAX_REASON];
+    for (;;) {
+        ssize_t r = recv(c->fd, L->rbuf, READ_CHUNK, 0);
+        if (r > 0) {
+            BIO_write(SSL_get_rbio(c->ssl), L->rbuf, (int)r);
+            if (r < READ_CHUNK) break;
+            continue;
+        }
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+        snprintf(reason, sizeof reason, "TLS: the server closed the connection during the "
+                 "handshake (%s)", r == 0 ? "EOF" : strerror(errno));
+        attempt_failed(L, c, TLS_K, reason, c->initial);
+        return;
+    }
+    tls_step(L, c);
+}
+
+/* A connection attempt passed the time-out (tls.dial: TCP, or the handshake). */
+static void attempt_timed_out(Loop *L, Conn *c) {
+    epoll_ctl(L->ep, EPOLL_CTL_DEL, c->fd, NULL);
+    if (c->hs) attempt_failed(L, c, TLS_K, "TLS: handshake timed out", c->initial);
+    else connect_failed(L, c, "TimeoutError", c->initial);
+}
+
+static int out_pending(Conn *c) { return c->out_off < c->out_len || c->tx_off < c->tx.n; }
+
+/* The request goes on the wire (TLS: through the session, then its output). */
 static void flush_out(Loop *L, Conn *c) {
-    if (c->out_off >= c->out_len) return;
+    if (!out_pending(c)) return;
+    if (c->ssl) {
+        if (c->out_off < c->out_len) {
+            ERR_clear_error();
+            int w = SSL_write(c->ssl, c->out + c->out_off, (int)(c->out_len - c->out_off));
+            if (w > 0) c->out_off += (size_t)w;
+            else if (SSL_get_error(c->ssl, w) != SSL_ERROR_WANT_READ) { /* (retried on read) */
+                ERR_clear_error();
+                conn_ended(L, c, EPROTO);
+                conn_close(L, c);
+                return;
+            }
+        }
+        int p = tls_push(L, c);
+        if (p < 0) {
+            int err = errno;
+            conn_ended(L, c, err);
+            conn_close(L, c);
+            return;
+        }
+        if (p > 0 || c->out_off < c->out_len) return;
+    }
     while (c->out_off < c->out_len) {
         ssize_t w = send(c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL);
         if (w > 0) {
@@ -518,9 +757,7 @@ static void flush_out(Loop *L, Conn *c) {
         }
         if (w < 0 && errno == EINTR) continue;
         if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT,
-                                     .data.u64 = (uint64_t)(c - L->conns)};
-            epoll_ctl(L->ep, EPOLL_CTL_MOD, c->fd, &ev);
+            epoll_set(L, c, EPOLLIN | EPOLLOUT);
             return;
         }
         int err = w < 0 ? errno : EPIPE;
@@ -601,7 +838,7 @@ static void send_req(Loop *L, Conn *c, int64_t rid, int64_t now) {
 /* A connection is free: it takes the oldest queued request, or waits idle. */
 static void ready(Loop *L, Conn *c, int64_t now) {
     if (c->idle || c->rid >= 0) return; /* never twice (engine._ready asserts it) */
-    if (c->out_off < c->out_len) {
+    if (out_pending(c)) {
         /* The server answered before it read the whole request (a large body): the next
          * request must not start until this one is on the wire (flush_out calls back). */
         c->want_ready = 1;
@@ -1678,6 +1915,44 @@ static int64_t arrived(Loop *L, struct msghdr *m) {
     return NO_TIME;
 }
 
+/* One read's ciphertext: what it decrypts to is framed as a plaintext read would be (it
+ * arrived when the read did). 1 when the connection is no longer open. */
+static int tls_feed(Loop *L, Conn *c, const char *buf, size_t n) {
+    char reason[MAX_REASON];
+    BIO_write(SSL_get_rbio(c->ssl), buf, (int)n);
+    for (;;) {
+        ERR_clear_error();
+        int r = SSL_read(c->ssl, L->pbuf, READ_CHUNK);
+        if (r > 0) {
+            on_bytes(L, c, L->pbuf, (size_t)r);
+            if (c->state != C_OPEN) return 1;
+            continue;
+        }
+        int err = SSL_get_error(c->ssl, r);
+        if (err == SSL_ERROR_WANT_READ) break;
+        if (err == SSL_ERROR_ZERO_RETURN) { /* close_notify: the end of the stream */
+            c->eof = 1;
+            conn_ended(L, c, 0);
+        } else if (err == SSL_ERROR_SSL) { /* an alert (TLS 1.3: a refused client cert) */
+            tls_why(L, c, err, reason, sizeof reason);
+            fail(L, c, TLS_K, reason);
+        } else {
+            ERR_clear_error();
+            conn_ended(L, c, EPROTO);
+        }
+        conn_close(L, c);
+        return 1;
+    }
+    if (tls_push(L, c) < 0) {
+        int err = errno;
+        conn_ended(L, c, err);
+        conn_close(L, c);
+        return 1;
+    }
+    if (c->out_off < c->out_len) flush_out(L, c); /* a write that had to read first */
+    return c->state != C_OPEN;
+}
+
 static void on_readable(Loop *L, Conn *c) {
     char *buf = L->rbuf;
     union { char b[CMSG_SPACE(sizeof(struct timespec)) * 2]; struct cmsghdr align; } ctl;
@@ -1689,8 +1964,12 @@ static void on_readable(Loop *L, Conn *c) {
         ssize_t r = recvmsg(c->fd, &m, 0);
         if (r > 0) {
             c->t_arrive = arrived(L, &m);
-            on_bytes(L, c, buf, (size_t)r);
-            if (c->state != C_OPEN) return;
+            if (c->ssl) {
+                if (tls_feed(L, c, buf, (size_t)r)) return;
+            } else {
+                on_bytes(L, c, buf, (size_t)r);
+                if (c->state != C_OPEN) return;
+            }
             if (r < READ_CHUNK) return; /* drained (edge cases come back via epoll) */
             continue;
         }
@@ -1722,6 +2001,11 @@ static int connect_error(Loop *L, Conn *c, int initial) {
 }
 
 static void on_event(Loop *L, Conn *c, uint32_t events) {
+    if (c->state == C_CONNECTING && c->hs) {
+        if (events & (EPOLLIN | EPOLLERR | EPOLLHUP)) tls_hs_readable(L, c);
+        else if (events & EPOLLOUT) tls_step(L, c); /* the rest of its output */
+        return;
+    }
     if (c->state == C_CONNECTING) {
         if (!connect_error(L, c, 0) && (events & (EPOLLOUT | EPOLLERR | EPOLLHUP))) {
             connected(L, c);
@@ -1729,13 +2013,10 @@ static void on_event(Loop *L, Conn *c, uint32_t events) {
         return;
     }
     if (c->state != C_OPEN) return;
-    if ((events & EPOLLOUT) && c->out_off < c->out_len) {
+    if ((events & EPOLLOUT) && out_pending(c)) {
         flush_out(L, c);
         if (c->state != C_OPEN) return;
-        if (c->out_off >= c->out_len) {
-            struct epoll_event ev = {.events = EPOLLIN, .data.u64 = (uint64_t)(c - L->conns)};
-            epoll_ctl(L->ep, EPOLL_CTL_MOD, c->fd, &ev);
-        }
+        if (!out_pending(c)) epoll_set(L, c, EPOLLIN);
     }
     if (events & (EPOLLIN | EPOLLERR | EPOLLHUP)) on_readable(L, c);
 }
@@ -1781,8 +2062,7 @@ static void sweep(Loop *L) {
     for (int k = 0; k < L->cap; k++) {
         Conn *c = &L->conns[k];
         if (c->state == C_CONNECTING && c->t_conn <= now - L->timeout_ns) {
-            epoll_ctl(L->ep, EPOLL_CTL_DEL, c->fd, NULL);
-            connect_failed(L, c, "TimeoutError", 0);
+            attempt_timed_out(L, c);
             continue;
         }
         if (c->state != C_OPEN || c->rid < 0) continue;
@@ -1893,8 +2173,12 @@ static void Loop_dealloc(Loop *L) {
             free(c->tail);
             free(c->line.v); free(c->ev.v); free(c->ctype.v); free(c->ebody.v);
             free(c->seg_why.v); free(c->fail_why.v);
+            if (c->ssl) SSL_free(c->ssl);
+            free(c->tx.v);
         }
     }
+    if (L->tls) SSL_CTX_free(L->tls);
+    free(L->tls_name); free(L->pbuf); free(L->conn_ns.v); free(L->hs_ns.v);
     if (L->ep >= 0) close(L->ep);
     if (L->wake_fd >= 0) close(L->wake_fd);
     free(L->conns); free(L->idle); free(L->free_slots); free(L->times); free(L->done);
@@ -1906,24 +2190,71 @@ static void Loop_dealloc(Loop *L) {
     Py_TYPE(L)->tp_free((PyObject *)L);
 }
 
+/* The client context of a TLS target (tls.client_context's settings; Python has checked
+ * the files already, so a failure here is unexpected): -1 with a ValueError set. */
+static int tls_context(Loop *L, const char *cafile, const char *certfile, const char *keyfile,
+                       int insecure, const char *name, Py_buffer *alpn) {
+    const char *what = "a TLS context";
+    ERR_clear_error();
+    SSL_CTX *x = L->tls = SSL_CTX_new(TLS_client_method());
+    if (!x) goto bad;
+    SSL_CTX_set_min_proto_version(x, TLS1_2_VERSION); /* (as ssl.create_default_context) */
+    L->tls_verify = !insecure;
+    if (insecure) SSL_CTX_set_verify(x, SSL_VERIFY_NONE, NULL);
+    else {
+        SSL_CTX_set_verify(x, SSL_VERIFY_PEER, NULL);
+        what = cafile ? cafile : "the system's CAs";
+        if ((cafile ? SSL_CTX_load_verify_locations(x, cafile, NULL)
+                    : SSL_CTX_set_default_verify_paths(x)) != 1) goto bad;
+    }
+    if (certfile) {
+        what = certfile;
+        if (SSL_CTX_use_certificate_chain_file(x, certfile) != 1) goto bad;
+        what = keyfile ? keyfile : certfile;
+        if (SSL_CTX_use_PrivateKey_file(x, what, SSL_FILETYPE_PEM) != 1 ||
+            SSL_CTX_check_private_key(x) != 1) goto bad;
+    }
+    what = "ALPN";
+    if (alpn->buf && alpn->len &&
+        SSL_CTX_set_alpn_protos(x, alpn->buf, (unsigned)alpn->len) != 0) goto bad;
+    if (name && *name) {
+        unsigned char ip[16];
+        L->tls_name = strdup(name);
+        L->tls_ip = inet_pton(AF_INET, name, ip) == 1 || inet_pton(AF_INET6, name, ip) == 1;
+    }
+    L->pbuf = malloc(READ_CHUNK);
+    if (!L->tls_name && name && *name) goto bad;
+    if (!L->pbuf) goto bad;
+    return 0;
+bad:;
+    unsigned long e = ERR_peek_last_error();
+    const char *r = e ? ERR_reason_error_string(e) : NULL;
+    PyErr_Format(PyExc_ValueError, "TLS: %s: %s", what, r ? r : "out of memory");
+    ERR_clear_error();
+    return -1;
+}
+
 static int Loop_init(Loop *L, PyObject *args, PyObject *kw) {
     static char *names[] = {"kind", "family", "address", "port", "request", "times_ns",
                             "first_measured", "max_connections", "timeout_s", "max_header",
                             "max_line", "max_body", "delimiter", "response_length",
                             "retry_stale", "check_seq", "requests", "request_offsets",
-                            "max_event", "sse_max_line", NULL};
+                            "max_event", "sse_max_line", "tls", "cafile", "certfile",
+                            "keyfile", "insecure", "server_name", "alpn", NULL};
     const char *kind, *address;
-    int family, port, cap, retry_stale = 0, check_seq = 0;
-    Py_buffer reqb, times, reqs = {0}, offs = {0};
+    const char *cafile = NULL, *certfile = NULL, *keyfile = NULL, *server_name = NULL;
+    int family, port, cap, retry_stale = 0, check_seq = 0, tls = 0, insecure = 0;
+    Py_buffer reqb, times, reqs = {0}, offs = {0}, alpn = {0};
     long long first_measured, max_header, max_line, max_body, resp_len = -1;
     long long max_event = 16 << 20, sse_max_line = 1 << 20;
     double timeout_s;
     PyObject *delim_obj = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "sisiy*y*LidLLL|OLppy*y*LL", names, &kind,
-                                     &family, &address, &port, &reqb, &times, &first_measured,
-                                     &cap, &timeout_s, &max_header, &max_line, &max_body,
-                                     &delim_obj, &resp_len, &retry_stale, &check_seq, &reqs,
-                                     &offs, &max_event, &sse_max_line))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sisiy*y*LidLLL|OLppy*y*LLpzzzpzy*", names,
+                                     &kind, &family, &address, &port, &reqb, &times,
+                                     &first_measured, &cap, &timeout_s, &max_header, &max_line,
+                                     &max_body, &delim_obj, &resp_len, &retry_stale, &check_seq,
+                                     &reqs, &offs, &max_event, &sse_max_line, &tls, &cafile,
+                                     &certfile, &keyfile, &insecure, &server_name, &alpn))
         return -1;
     int rc = -1;
     L->ep = L->wake_fd = -1;
@@ -2052,6 +2383,8 @@ static int Loop_init(Loop *L, PyObject *args, PyObject *kw) {
     }
     struct epoll_event ev = {.events = EPOLLIN, .data.u64 = EV_WAKE};
     epoll_ctl(L->ep, EPOLL_CTL_ADD, L->wake_fd, &ev);
+    if (tls && tls_context(L, cafile, certfile, keyfile, insecure, server_name, &alpn) < 0)
+        goto out;
     L->precise = 1;
     rc = 0;
     goto out;
@@ -2062,6 +2395,7 @@ out:
     PyBuffer_Release(&times);
     if (reqs.buf) PyBuffer_Release(&reqs);
     if (offs.buf) PyBuffer_Release(&offs);
+    if (alpn.buf) PyBuffer_Release(&alpn);
     return rc;
 }
 
@@ -2085,7 +2419,7 @@ static PyObject *Loop_prepare(Loop *L, PyObject *args) {
         if (now >= until) {
             for (int k = 0; k < L->cap; k++) {
                 Conn *c = &L->conns[k];
-                if (c->state == C_CONNECTING) connect_failed(L, c, "TimeoutError", 1);
+                if (c->state == C_CONNECTING) attempt_timed_out(L, c);
             }
             break;
         }
@@ -2096,7 +2430,7 @@ static PyObject *Loop_prepare(Loop *L, PyObject *args) {
             for (int k = 0; k < r; k++) {
                 if (evs[k].data.u64 == EV_WAKE) continue;
                 Conn *c = &L->conns[evs[k].data.u64];
-                if (c->state == C_CONNECTING) {
+                if (c->state == C_CONNECTING && !c->hs) {
                     if (!connect_error(L, c, 1)) connected(L, c);
                 } else on_event(L, c, evs[k].events);
             }
@@ -2301,14 +2635,16 @@ static PyObject *Loop_cut(Loop *L, PyObject *args) {
 static PyObject *Loop_state(Loop *L, PyObject *unused) {
     size_t nn = (size_t)L->n;
     return Py_BuildValue(
-        "{sLsLsLsLsLsLsLsisisy#sy#sisisisisLsL}", "next_i", (long long)L->next_i, "n_done",
+        "{sLsLsLsLsLsLsLsisisy#sy#sisisisisLsLsy#sy#}", "next_i", (long long)L->next_i, "n_done",
         (long long)L->n_done, "n_sent", (long long)L->n_sent, "opened", (long long)L->opened,
         "connect_failures", (long long)L->connect_failures, "max_open", (long long)L->max_open,
         "disp_taken", (long long)L->disp_taken, "n_open", L->n_open, "queued_now", (int)L->q_len,
         "done", (const char *)L->done, (Py_ssize_t)nn, "retried", (const char *)L->retried,
         (Py_ssize_t)nn, "precise", L->precise, "ended", (int)L->ended, "stopping",
         (int)L->stopping, "short_slice", L->short_slice, "pauses", (long long)L->pauses,
-        "paused_ns", (long long)L->paused_ns);
+        "paused_ns", (long long)L->paused_ns, "connect_ns", (const char *)L->conn_ns.v,
+        (Py_ssize_t)(L->conn_ns.n * 8), "handshake_ns", (const char *)L->hs_ns.v,
+        (Py_ssize_t)(L->hs_ns.n * 8));
 }
 
 /* frame(kind, chunks, head, eof, max_header, max_line, max_body, delimiter,

@@ -1,7 +1,8 @@
 """The fast engine: the same open-loop engine with its hot loop in C (``fastloop.c``).
 
-It speaks http://, tcp:// and openai+http:// (TLS targets run on the Python engine). For
-openai+http:// the loop frames each response and its event stream and timestamps each event
+It speaks http(s)://, tcp:// and openai+http(s):// (TLS with OpenSSL in the loop, on the
+ciphertext it reads itself, so every read keeps its kernel receive time). For openai+
+the loop frames each response and its event stream and timestamps each event
 when its read arrives; the JSON of the chunks is read by :mod:`.fast_sse` on the recorder
 thread, off the hot path, into the same token state and outcomes as the Python engine.
 
@@ -50,6 +51,7 @@ from .engine import EngineConfig, WorkerResult
 from .outcome import KINDS, OK, PROTOCOL
 from .protocols import compiled_schemes
 from .recording import LoopState, Recorder, note_reason
+from .tls import TlsOptions, client_context
 
 try:
     from . import fastloop  # type: ignore[attr-defined]
@@ -58,7 +60,8 @@ try:
 except ImportError as exc:  # no compiler when it was installed: the Python engine remains
     fastloop = None
     UNAVAILABLE = (f"the compiled hot path (tailgate.bench.fastloop) is not built: {exc}; "
-                   f"reinstall with a C compiler (pip install -e .)")
+                   f"reinstall with a C compiler and OpenSSL's headers (Debian: gcc "
+                   f"python3-dev libssl-dev; pip install -e .)")
 
 RECORD = np.dtype([("rid", "<i8"), ("send", "<i8"), ("end", "<i8"), ("bytes", "<i8"),
                    ("arrive", "<i8"), ("status", "<i4"), ("out", "<i4")])
@@ -94,7 +97,7 @@ if fastloop is not None and (_wrong := out_of_step_with_python(fastloop)):
                    f"version: {'; '.join(_wrong)}; rebuild it (pip install -e .)")
 
 ENGINES = ("auto", "fast", "python")
-FAST_SCHEMES = compiled_schemes()  # the schemes fastloop.c speaks (no TLS): see protocols
+FAST_SCHEMES = compiled_schemes()  # the schemes fastloop.c speaks: see protocols
 NO_TIME = np.iinfo(np.int64).min  # a record's send time when it never reached the wire
 # Poll instead of sleeping for the last microseconds before a due time: a timed wake-up
 # from epoll took ~20 µs on our VMs (lateness P50 20 µs with no spin, 12 µs with 5 µs,
@@ -171,8 +174,8 @@ def choose(engine: str, scheme: str) -> str:
     if engine == "fast":
         if scheme not in FAST_SCHEMES:
             raise EngineUnavailable(f"--engine fast speaks "
-                                    f"{', '.join(s + '://' for s in FAST_SCHEMES)} only "
-                                    f"(TLS runs on the python engine), not {scheme}:// targets")
+                                    f"{', '.join(s + '://' for s in FAST_SCHEMES)} only, "
+                                    f"not {scheme}:// targets")
         if UNAVAILABLE is not None:
             raise EngineUnavailable(f"--engine fast: {UNAVAILABLE}")
         return "fast"
@@ -195,6 +198,19 @@ def _address(host: str, port: int) -> tuple[int, str]:
             if f == fam:
                 return int(f), str(sa[0])
     raise OSError(f"no IPv4 or IPv6 address for {host!r}")
+
+
+def _tls_args(opts: TlsOptions, host: str) -> dict[str, Any]:
+    """The loop's TLS settings, as :func:`.tls.client_context` and :func:`.tls.dial` make
+    them (the files are checked there first: a bad one is a TlsError, not a C error)."""
+    client_context(opts)
+    return {"tls": True, "cafile": opts.cacert, "certfile": opts.cert, "keyfile": opts.key,
+            "insecure": opts.insecure, "server_name": opts.sni or host,
+            "alpn": b"".join(bytes([len(p)]) + p.encode() for p in opts.alpn)}
+
+
+def _seconds(ns: bytes | None) -> list[float]:
+    return (np.frombuffer(ns or b"", dtype=np.int64) * 1e-9).tolist()
 
 
 class FastEngine:
@@ -239,6 +255,8 @@ class FastEngine:
         self._cpu_s = 0.0
         family, address = _address(t.host, t.port)
         times_ns = np.round(self.times * 1e9).astype(np.int64)
+        if t.tls is not None:
+            sse.update(_tls_args(t.tls, t.host))
         self._c = fastloop.Loop(
             t.kind, family, address, t.port, t.request, times_ns, self.first_measured,
             cfg.max_connections, cfg.timeout_s, lim.max_header_bytes, lim.max_line_bytes,
@@ -395,4 +413,6 @@ class FastEngine:
             schedule_ended=self._ended, opened=st["opened"],
             connect_failures=st["connect_failures"], max_open=st["max_open"],
             connect_errors=self._connect_errors, cpu_s=self._cpu_s,
+            connect_s=_seconds(st["connect_ns"]),
+            handshake_s=_seconds(st["handshake_ns"]) if self.cfg.target.tls else None,
             read_pauses=st["pauses"], read_paused_s=st["paused_ns"] * 1e-9), "fast")

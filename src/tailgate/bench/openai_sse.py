@@ -300,4 +300,4 @@ BENCH_PROTOCOL = Protocol(
            "--continuous-usage"),
     kinds=tuple(k for k in ERROR_KINDS if k != "grpc_status"), default_timeout="60s",
     target=openai_target, connections=_connections, parse_slo=_parse_slo, tokens=True,
-    compiled=True)  # openai+http:// only: TLS stays on the Python engine (fast_sse.py)
+    compiled=True)  # both schemes: fastloop.c frames the stream (fast_sse.py its JSON)

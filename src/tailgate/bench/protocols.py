@@ -26,8 +26,8 @@ MODULES = ("http", "tcp", "grpc", "openai_sse")  # under tailgate.bench, or dott
 class Protocol:
     """One wire protocol. ``kind`` is the Target's kind; ``schemes`` maps each URL scheme
     to whether it is TLS; ``flags`` are the request options it reads (every load, limit and
-    output option applies to all); ``compiled`` whether fastloop.c speaks its plaintext
-    scheme."""
+    output option applies to all); ``compiled`` whether fastloop.c speaks its
+    schemes (TLS ones included)."""
 
     kind: str
     schemes: dict[str, bool]
@@ -86,9 +86,8 @@ def protocol_of(url: str) -> Protocol:
 
 
 def compiled_schemes() -> tuple[str, ...]:
-    """The schemes the compiled loop speaks (its protocols' plaintext schemes)."""
-    return tuple(s for p in protocols() if p.compiled for s, tls in p.schemes.items()
-                 if not tls)
+    """The schemes the compiled loop speaks (its protocols', TLS ones included)."""
+    return tuple(s for p in protocols() if p.compiled for s in p.schemes)
 
 
 def kinds_for(scheme: str) -> tuple[str, ...]:

@@ -14,7 +14,7 @@ enough (``--confidence``).
 :func:`run_here` runs one engine in the calling process instead (library use).
 
 Each config's ``engine`` picks the engine (:func:`.fastpath.choose`): the compiled
-fast path for http://, tcp:// and openai+http:// when it is built, else the Python
+fast path for http(s)://, tcp:// and openai+http(s):// when it is built, else the Python
 reference.
 """
 

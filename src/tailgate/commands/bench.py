@@ -146,7 +146,7 @@ def add_load_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=int, default=0,
                    help="seed of the Poisson and gamma schedules (default 0)")
     g.add_argument("--engine", choices=("auto", "fast", "python"), default="auto",
-                   help="load engine: fast (the compiled hot path, http:// and tcp://), "
+                   help="load engine: fast (the compiled hot path: http(s), tcp, openai+http(s)), "
                    "python (the reference engine) or auto (fast where it applies; default)")
     g = p.add_argument_group("results")
     g.add_argument("--slo", action="append", default=[], metavar="EXPR",
