@@ -23,7 +23,9 @@ Run: ``.venv/bin/python benchmarks/bench_llm_scale.py [--rates 100,500,1000,2000
 [--duration 3] [--repeats 3] [--engines fast,python] [--reference OTHER/src]``; with
 ``--reference`` another checkout's compiled engine runs too, as ``fast (reference)``, and
 at each rate the variants take turns run by run, so a change is measured against the code
-before it in the same minutes.
+before it in the same minutes. ``--schemes http,https`` runs each engine over TLS as well
+(the server then speaks TLS with a throwaway CA's certificate, and a chunk's write time is
+when its ciphertext was written), taking turns with the plaintext runs.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -51,7 +54,8 @@ sys.path.insert(0, str(SRC))
 
 def build_server(tmp: str) -> str:
     exe = os.path.join(tmp, "sse_fake_server")
-    subprocess.run(["gcc", "-O2", "-o", exe, str(HERE / "sse_fake_server.c")], check=True)
+    subprocess.run(["gcc", "-O2", "-o", exe, str(HERE / "sse_fake_server.c"), "-lssl",
+                    "-lcrypto"], check=True)
     return exe
 
 
@@ -70,15 +74,18 @@ class ServerWrites:
 
 @contextmanager
 def fake_server(exe: str, tokens: int, itl_s: float, cpu: str, tmp: str,
-                out: list[ServerWrites]) -> Iterator[int]:
-    """Run the compiled server pinned to ``cpu``; yield its port; on exit stop it and
-    append what it recorded to ``out``."""
+                out: list[ServerWrites], pki: Any = None) -> Iterator[int]:
+    """Run the compiled server pinned to ``cpu`` (over TLS with ``pki``'s server
+    certificate); yield its port; on exit stop it and append what it recorded to ``out``."""
+    env = dict(os.environ)
+    if pki is not None:
+        env.update(SSE_TLS_CERT=pki.server_cert, SSE_TLS_KEY=pki.server_key)
     port_file, sends, t0s = (os.path.join(tmp, n) for n in ("port", "sends.txt", "t0.txt"))
     for f in (port_file, sends, t0s):
         if os.path.exists(f):
             os.unlink(f)
     server = subprocess.Popen(["taskset", "-c", cpu, exe, port_file, sends, str(tokens),
-                               str(int(itl_s * 1e9)), t0s])
+                               str(int(itl_s * 1e9)), t0s], env=env)
     try:
         for _ in range(500):
             if os.path.exists(port_file) and Path(port_file).read_text():
@@ -99,11 +106,12 @@ def fake_server(exe: str, tokens: int, itl_s: float, cpu: str, tmp: str,
 
 def tailgate_cmd(port: int, engine: str, rate: float, duration: float, tokens: int,
                  itl_s: float, client_cpu: str, res: str, log: str,
-                 arrival: str = "constant") -> list[str]:
+                 arrival: str = "constant", cacert: str | None = None) -> list[str]:
     stream_s = tokens * itl_s
     conns = int(rate * stream_s * 1.3) + 16
     return ["taskset", "-c", client_cpu, sys.executable, "-m", "tailgate", "bench",
-            f"openai+http://127.0.0.1:{port}/v1", "--model", "m", "--engine", engine,
+            f"openai+{'https' if cacert else 'http'}://127.0.0.1:{port}/v1", "--model", "m",
+            "--engine", engine, *(("--cacert", cacert) if cacert else ()),
             "--rate", f"{rate:g}", "--duration", f"{duration:g}s", "--workers", "1",
             "--arrival", arrival,
             "--output-len", str(tokens), "--input-len", "4", "--no-usage",
@@ -112,14 +120,16 @@ def tailgate_cmd(port: int, engine: str, rate: float, duration: float, tokens: i
 
 
 def one_run(exe: str, engine: str, rate: float, duration: float, tokens: int, itl_s: float,
-            client_cpu: str, server_cpu: str, tmp: str, src: Path = SRC) -> dict:
+            client_cpu: str, server_cpu: str, tmp: str, src: Path = SRC,
+            pki: Any = None) -> dict:
     from tailgate.bench.result import read_log
 
     recorded: list[ServerWrites] = []
-    with fake_server(exe, tokens, itl_s, server_cpu, tmp, recorded) as port:
+    with fake_server(exe, tokens, itl_s, server_cpu, tmp, recorded, pki) as port:
         res, log = os.path.join(tmp, "r.json"), os.path.join(tmp, "log.csv")
         stream_s = tokens * itl_s
-        cmd = tailgate_cmd(port, engine, rate, duration, tokens, itl_s, client_cpu, res, log)
+        cmd = tailgate_cmd(port, engine, rate, duration, tokens, itl_s, client_cpu, res, log,
+                           cacert=pki.ca if pki is not None else None)
         p = subprocess.run(cmd, capture_output=True, text=True, check=False,
                            env={**os.environ, "PYTHONPATH": str(src)},
                            timeout=duration + stream_s + 300)
@@ -175,6 +185,7 @@ def main() -> int:
     ap.add_argument("--json", help="write every run's figures here")
     ap.add_argument("--reference", metavar="SRC", type=Path,
                     help="another checkout's src: its compiled engine runs as well")
+    ap.add_argument("--schemes", default="http", help="http, https or both (http,https)")
     args = ap.parse_args()
     itl = args.itl_ms / 1e3
     rates = [float(r) for r in args.rates.split(",")]
@@ -190,17 +201,28 @@ def main() -> int:
     everything = []
     ceiling: dict[str, float] = {}
     broken: set[str] = set()  # a rate broke the goal: higher ones do not raise the ceiling
-    variants = {e: (e, SRC) for e in args.engines.split(",")}
+    schemes = args.schemes.split(",")
+    variants = {(e if s == "http" else f"{e} {s}"): (e, SRC, s == "https")
+                for s in schemes for e in args.engines.split(",")}
     if args.reference:
-        variants["fast (reference)"] = ("fast", args.reference.resolve())
+        for s in schemes:
+            variants["fast (reference)" + ("" if s == "http" else f" {s}")] = (
+                "fast", args.reference.resolve(), s == "https")
     with tempfile.TemporaryDirectory(prefix="tailgate-scale-") as tmp:
         exe = build_server(tmp)
+        pki = None
+        if "https" in schemes:
+            sys.path.insert(0, str(HERE.parent / "tests"))
+            from support.tls_certs import Pki
+
+            pki = Pki(Path(tmp))
         for rate in rates:
             turns: dict[str, list[dict]] = {v: [] for v in variants}
             for _ in range(args.repeats):  # the variants take turns, run by run
-                for v, (engine, src) in variants.items():
+                for v, (engine, src, secure) in variants.items():
                     turns[v].append(one_run(exe, engine, rate, args.duration, args.tokens,
-                                            itl, args.client_cpu, args.server_cpu, tmp, src))
+                                            itl, args.client_cpu, args.server_cpu, tmp, src,
+                                            pki if secure else None))
             for engine, runs in turns.items():
                 everything.append({"rate": rate, "engine": engine, "runs": runs})
                 late = med(runs, "late_p99_ms")

@@ -11,6 +11,14 @@ wrk (http vs https) and grpcio's own client as peers, in one run.
 * grpcio's client (C core, synchronous unary calls, one channel) in a subprocess: CPU
   µs per call, the peer for tailgate's grpc:// CPU per request.
 
+``--engines 2000,5000,10000``: instead, the two engines on ``https://`` and ``openai+https://``
+(nginx serving a fixed event stream over TLS) at each rate, taking turns run by run, with the
+compiled engine on ``http://`` as the plaintext reference in the same run: the generator's
+lateness P99, its CPU per request and the achieved rate, medians of ``--repeat`` runs with
+their ranges. The pool is the 16 connections opened before the run (``--max-connections
+16``): a TLS handshake costs the generator ~0.8 ms of CPU (OpenSSL 3.0), so connections
+opened mid-run when the server stalls would measure handshakes, not the engines.
+
 Run: ``.venv/bin/python benchmarks/bench_tls_grpc.py [--rate 2000] [--duration 3]``.
 On a shared 2-core VM other processes add noise; every figure comes with its command.
 """
@@ -98,13 +106,73 @@ def row(name: str, d: dict) -> str:
             + (f"{shake:>10.3f}" if shake is not None else f"{'-':>10}"))
 
 
+SSE = ('data: {"choices":[{"text":"hi","index":0,"finish_reason":null}]}\\n\\n' * 8
+       + 'data: {"choices":[{"text":"","index":0,"finish_reason":"length"}]}\\n\\n'
+       + 'data: [DONE]\\n\\n')
+
+
+def spread(xs: list[float], fmt: str) -> str:
+    xs = sorted(xs)
+    return f"{xs[len(xs) // 2]:{fmt}} [{xs[0]:{fmt}}-{xs[-1]:{fmt}}]"
+
+
+def engines(rates: list[float], duration: float, repeat: int) -> None:
+    """The two engines over TLS, taking turns, with plaintext fast as the reference."""
+    with tempfile.TemporaryDirectory() as tmp:
+        pki = Pki(Path(tmp))
+        tls_loc = (f"ssl_certificate {pki.server_cert}; ssl_certificate_key {pki.server_key};"
+                   + DEFAULT_LOCATIONS
+                   + f"location = /v1/completions {{ default_type text/event-stream; "
+                     f"return 200 '{SSE}'; }}")
+        with Nginx() as plain, Nginx(locations=tls_loc, listen_options="ssl") as secure:
+            cases = {
+                "http fast": (plain.url("/"), ("--engine", "fast")),
+                "https python": (f"https://127.0.0.1:{secure.port}/",
+                                 ("--engine", "python", "--cacert", pki.ca)),
+                "https fast": (f"https://127.0.0.1:{secure.port}/",
+                               ("--engine", "fast", "--cacert", pki.ca)),
+                "openai+https python": (f"openai+https://127.0.0.1:{secure.port}/v1",
+                                        ("--engine", "python", "--cacert", pki.ca, "--model",
+                                         "m", "--no-usage")),
+                "openai+https fast": (f"openai+https://127.0.0.1:{secure.port}/v1",
+                                      ("--engine", "fast", "--cacert", pki.ca, "--model", "m",
+                                       "--no-usage")),
+            }
+            got: dict[tuple[str, float], list[dict]] = {}
+            for rate in rates:
+                for _ in range(repeat):
+                    for name, (url, extra) in cases.items():
+                        r = rate / 5 if name.startswith("openai") else rate  # 10 chunks each
+                        got.setdefault((name, rate), []).append(
+                            tailgate(url, r, duration, "--max-connections", "16", *extra))
+    print(f"tailgate bench --workers 1 --connections 16 --max-connections 16, {duration:g} s "
+          f"a run, {repeat} runs "
+          f"each, taking turns; openai+https at a fifth of the rate (10 events a stream); "
+          f"medians [ranges]; {os.cpu_count()} CPUs")
+    print(f"{'':<22}{'rate':>7}{'achieved':>22}{'lateness p99 ms':>26}{'cpu us/req':>22}"
+          f"{'errors':>8}")
+    for (name, rate), ds in got.items():
+        r = rate / 5 if name.startswith("openai") else rate
+        errs = sum(d["requests"]["sent"] - d["requests"]["ok"] for d in ds)
+        print(f"{name:<22}{r:>7.0f}{spread([d['rate']['achieved'] for d in ds], '.0f'):>22}"
+              f"{spread([d['lateness_ms']['p99'] for d in ds], '.3f'):>26}"
+              f"{spread([d['generator']['cpu_us_per_request'] for d in ds], '.1f'):>22}"
+              f"{errs:>8}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rate", type=float, default=2000)
     ap.add_argument("--grpc-rate", type=float, default=1000,
                     help="the grpcio (Python) server's own ceiling is low: default 1000/s")
     ap.add_argument("--duration", type=float, default=3.0)
+    ap.add_argument("--engines", metavar="RATES",
+                    help="comma-separated rates: the two engines over TLS (see above)")
+    ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
+    if args.engines:
+        engines([float(r) for r in args.engines.split(",")], args.duration, args.repeat)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         pki = Pki(Path(tmp))
         tls_loc = (f"ssl_certificate {pki.server_cert}; ssl_certificate_key {pki.server_key};"

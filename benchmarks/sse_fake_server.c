@@ -13,6 +13,8 @@
  * prompt's first word (tailgate's workloads start each prompt with the request number).
  * With T0_FILE it also writes there, one line per stream in the same order, the time it
  * had read the whole request (ns): t0 - that time is the true TTFT, as the server sees it.
+ * With SSE_TLS_CERT and SSE_TLS_KEY (PEM files) in the environment it speaks TLS (OpenSSL
+ * over memory BIOs): a chunk's write time is then when its ciphertext was written.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -28,6 +30,9 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 
 #define SPIN_NS 30000
 #define MAX_IN (1 << 20)
@@ -47,7 +52,10 @@ typedef struct {
     char *out; /* what the socket did not take yet */
     size_t out_len, out_cap;
     Stream *s;
+    SSL *ssl; /* TLS: the session; its input and output are memory BIOs */
 } Conn;
+
+static SSL_CTX *tls;
 
 static volatile sig_atomic_t stop_now;
 static int n_tokens;
@@ -111,13 +119,14 @@ static void drop(int ep, Conn *c) {
     if (c->heap_at >= 0) heap_remove(c->heap_at);
     epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, NULL);
     close(c->fd);
+    if (c->ssl) SSL_free(c->ssl);
     free(c->in);
     free(c->out);
     free(c);
 }
 
 /* Write now (what the socket does not take waits for EPOLLOUT); 0 when the peer is gone. */
-static int emit(int ep, Conn *c, const char *d, size_t n) {
+static int emit_raw(int ep, Conn *c, const char *d, size_t n) {
     if (c->out_len == 0) {
         ssize_t w = write(c->fd, d, n);
         if (w < 0 && errno != EAGAIN) return 0;
@@ -135,6 +144,49 @@ static int emit(int ep, Conn *c, const char *d, size_t n) {
     struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT, .data.ptr = c};
     epoll_ctl(ep, EPOLL_CTL_MOD, c->fd, &ev);
     return 1;
+}
+
+/* What the session wrote goes out (TLS). */
+static int flush_tls(int ep, Conn *c) {
+    char buf[16384];
+    int n;
+    while ((n = BIO_read(SSL_get_wbio(c->ssl), buf, sizeof buf)) > 0)
+        if (!emit_raw(ep, c, buf, (size_t)n)) return 0;
+    return 1;
+}
+
+static int emit(int ep, Conn *c, const char *d, size_t n) {
+    if (!c->ssl) return emit_raw(ep, c, d, n);
+    if (SSL_write(c->ssl, d, (int)n) != (int)n) return 0;
+    return flush_tls(ep, c);
+}
+
+static int on_request_bytes(int ep, Conn *c);
+
+/* Bytes read from the socket: plaintext, or ciphertext for the session. */
+static int on_read(int ep, Conn *c, const char *d, size_t n) {
+    if (c->ssl) {
+        char plain[16384];
+        BIO_write(SSL_get_rbio(c->ssl), d, (int)n);
+        if (!SSL_is_init_finished(c->ssl)) {
+            int r = SSL_do_handshake(c->ssl);
+            if (!flush_tls(ep, c)) return 0;
+            if (r != 1) return SSL_get_error(c->ssl, r) == SSL_ERROR_WANT_READ;
+        }
+        int got;
+        while ((got = SSL_read(c->ssl, plain, sizeof plain)) > 0) {
+            size_t take = (size_t)got < MAX_IN - c->in_len ? (size_t)got : MAX_IN - c->in_len;
+            memcpy(c->in + c->in_len, plain, take);
+            c->in_len += take;
+        }
+        if (SSL_get_error(c->ssl, got) != SSL_ERROR_WANT_READ) return 0;
+        if (!flush_tls(ep, c)) return 0;
+        return on_request_bytes(ep, c);
+    }
+    size_t take = n < MAX_IN - c->in_len ? n : MAX_IN - c->in_len;
+    memcpy(c->in + c->in_len, d, take);
+    c->in_len += take;
+    return on_request_bytes(ep, c);
 }
 
 static int piece(char *buf, const char *data, int n) {
@@ -240,6 +292,15 @@ int main(int argc, char **argv) {
     n_tokens = atoi(argv[3]);
     gap_ns = atoll(argv[4]);
     signal(SIGPIPE, SIG_IGN);
+    const char *cert = getenv("SSE_TLS_CERT"), *key = getenv("SSE_TLS_KEY");
+    if (cert && key) {
+        tls = SSL_CTX_new(TLS_server_method());
+        if (!tls || SSL_CTX_use_certificate_chain_file(tls, cert) != 1 ||
+            SSL_CTX_use_PrivateKey_file(tls, key, SSL_FILETYPE_PEM) != 1) {
+            ERR_print_errors_fp(stderr);
+            return 1;
+        }
+    }
     struct sigaction sa = {.sa_handler = on_term};
     sigaction(SIGTERM, &sa, NULL);
     int ls = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
@@ -286,6 +347,13 @@ int main(int argc, char **argv) {
                     n->fd = fd;
                     n->heap_at = -1;
                     n->in = malloc(MAX_IN);
+                    if (tls) {
+                        BIO *rb = BIO_new(BIO_s_mem()), *wb = BIO_new(BIO_s_mem());
+                        BIO_set_mem_eof_return(rb, -1);
+                        n->ssl = SSL_new(tls);
+                        SSL_set_bio(n->ssl, rb, wb);
+                        SSL_set_accept_state(n->ssl);
+                    }
                     struct epoll_event ev = {.events = EPOLLIN, .data.ptr = n};
                     epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
                 }
@@ -308,12 +376,7 @@ int main(int argc, char **argv) {
                     drop(ep, c);
                     continue;
                 }
-                if (n > 0) {
-                    size_t take = (size_t)n < MAX_IN - c->in_len ? (size_t)n : MAX_IN - c->in_len;
-                    memcpy(c->in + c->in_len, rbuf, take);
-                    c->in_len += take;
-                    if (!on_request_bytes(ep, c)) drop(ep, c);
-                }
+                if (n > 0 && !on_read(ep, c, rbuf, (size_t)n)) drop(ep, c);
             }
         }
     }
