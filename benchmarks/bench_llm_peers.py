@@ -1,6 +1,6 @@
 """tailgate's openai+ load beside the LLM load tools inference teams run today (issue 27):
-aiperf, guidellm and inference-perf, each against the same compiled fake server at the
-same offered rate, each judged against the server's own truth.
+aiperf, guidellm, inference-perf and ``vllm bench serve``, each against the same compiled
+fake server at the same offered rate, each judged against the server's own truth.
 
 The server is bench_llm_scale's (``benchmarks/sse_fake_server.c``, built with gcc,
 pinned to ``--server-cpu``): every request gets ``--tokens`` completion chunks, chunk i
@@ -19,7 +19,10 @@ read is the tool's OWN reported TTFT and ITL P50/P99 from its own output file:
 * guidellm: ``benchmarks.json`` ``metrics.time_to_first_token_ms`` /
   ``inter_token_latency_ms`` (``successful``; per request, as aiperf's);
 * inference-perf: ``summary_lifecycle_metrics.json`` ``successes.latency.
-  time_to_first_token`` / ``inter_token_latency`` (per chunk gap; seconds).
+  time_to_first_token`` / ``inter_token_latency`` (per chunk gap; seconds);
+* vllm bench serve: ``--save-result`` JSON ``p50_ttft_ms``/``p99_ttft_ms`` and
+  ``p50_itl_ms``/``p99_itl_ms`` (per chunk gap; TTFT from the actual send). Its one
+  readiness request before the run reaches the server too (``server saw`` counts it).
 
 The error a tool adds is its figure minus the truth of the same definition (per gap or
 per request mean) at the same percentile. "done" is the requests the tool reports as
@@ -35,9 +38,10 @@ No tokenizer can be downloaded here: the script writes one (a ``tokenizers`` Wor
 vocabulary, lower-cased, split on whitespace and punctuation: ``t0``..``tN``, faker's
 lorem words, ``w0``..``w999``) and hands each peer its path, so each server chunk
 (" t12") is exactly one token for every tool. The peers live in their own venvs
-(``--peer-python``, default /work/peers/llm-venv and /work/peers/infperf-venv: aiperf
-0.13 and inference-perf 0.7 pin conflicting aiofiles); a tool whose CLI is not found
-beside any of them is skipped with the reason printed.
+(``--peer-python``, default /work/peers/llm-venv, /work/peers/infperf-venv and
+/work/peers/vllm-venv: aiperf 0.13 and inference-perf 0.7 pin conflicting aiofiles, and
+vllm brings its own torch); a tool whose CLI is not found beside any of them is skipped
+with the reason printed.
 
 Run: ``.venv/bin/python benchmarks/bench_llm_peers.py --rates 20,100,500 --duration 10
 --repeats 3 [--tools tailgate,aiperf,guidellm,inference-perf] [--json out.json]``
@@ -68,12 +72,14 @@ sys.path.insert(0, str(HERE))
 
 from bench_llm_scale import SRC, ServerWrites, build_server, fake_server, fmt, tailgate_cmd  # noqa: E402
 
-DEFAULT_PEERS = "/work/peers/llm-venv/bin/python,/work/peers/infperf-venv/bin/python"
-TOOLS = ("tailgate", "aiperf", "guidellm", "inference-perf")
-CLI = {"aiperf": "aiperf", "guidellm": "guidellm", "inference-perf": "inference-perf"}
-DIST = {"aiperf": "aiperf", "guidellm": "guidellm", "inference-perf": "inference-perf"}
+DEFAULT_PEERS = ("/work/peers/llm-venv/bin/python,/work/peers/infperf-venv/bin/python,"
+                 "/work/peers/vllm-venv/bin/python")
+TOOLS = ("tailgate", "aiperf", "guidellm", "inference-perf", "vllm")
+CLI = {"aiperf": "aiperf", "guidellm": "guidellm", "inference-perf": "inference-perf",
+       "vllm": "vllm"}
+DIST = CLI
 ITL_KIND = {"tailgate": "gap", "aiperf": "request", "guidellm": "request",
-            "inference-perf": "gap"}
+            "inference-perf": "gap", "vllm": "gap"}
 
 TOKENIZER_PY = r'''
 import json, os, sys
@@ -240,6 +246,27 @@ def infperf_parse(run_dir: str) -> dict:
             "tool_errors": (d.get("failures") or {}).get("count", 0)}
 
 
+def vllm_command(bindir: str) -> Callable[[Setup, int], tuple[list[str], dict[str, str]]]:
+    def cmd(s: Setup, port: int) -> tuple[list[str], dict[str, str]]:
+        return pinned(s, [
+            os.path.join(bindir, "vllm"), "bench", "serve", "--backend", "openai",
+            "--base-url", f"http://127.0.0.1:{port}", "--endpoint", "/v1/completions",
+            "--model", "m", "--tokenizer", s.tokenizer, "--dataset-name", "random",
+            "--random-input-len", "4", "--random-output-len", str(s.tokens),
+            "--num-prompts", str(s.count), "--request-rate", f"{s.rate:g}", "--seed", "1",
+            "--ignore-eos", "--percentile-metrics", "ttft,itl", "--metric-percentiles",
+            "50,99", "--save-result", "--result-dir", s.run_dir, "--result-filename",
+            "vllm.json", "--disable-tqdm"]), peer_env(offline=True)
+    return cmd
+
+
+def vllm_parse(run_dir: str) -> dict:
+    d = json.loads(Path(run_dir, "vllm.json").read_text())
+    return {"ttft_p50": d["p50_ttft_ms"], "ttft_p99": d["p99_ttft_ms"],
+            "itl_p50": d["p50_itl_ms"], "itl_p99": d["p99_itl_ms"], "done": d["completed"],
+            "tool_errors": d.get("failed", 0)}
+
+
 def find_tools(names: list[str], peers: list[str]) -> tuple[list[Tool], list[str]]:
     tools, skipped = [], []
     for name in names:
@@ -258,7 +285,8 @@ def find_tools(names: list[str], peers: list[str]) -> tuple[list[Tool], list[str
             capture_output=True, text=True, check=False).stdout.strip() or "?"
         make, parse = {"aiperf": (aiperf_command, aiperf_parse),
                        "guidellm": (guidellm_command, guidellm_parse),
-                       "inference-perf": (infperf_command, infperf_parse)}[name]
+                       "inference-perf": (infperf_command, infperf_parse),
+                       "vllm": (vllm_command, vllm_parse)}[name]
         tools.append(Tool(name, version, make(bindir), parse))
     return tools, skipped
 

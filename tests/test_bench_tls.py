@@ -4,10 +4,13 @@ certificate required in the handshake."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -192,6 +195,32 @@ def test_handshake_past_the_timeout_is_a_tls_error(pki, engine):
                                              "count": req["errors"]["tls"]}]
 
 
+def test_a_server_that_closes_in_the_handshake_is_a_tls_error(engine):
+    """A server that reads the client hello and closes (FIN): every attempt is tls, in the
+    same words on both engines."""
+    ls = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):  # (the listener is closed at the end)
+            while True:
+                conn, _ = ls.accept()
+                with conn:
+                    conn.recv(65536)
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        data = bench(f"https://127.0.0.1:{ls.getsockname()[1]}/", TlsOptions(insecure=True),
+                     engine, rate=10, connections=0)
+    finally:
+        ls.close()
+    req = accounted(data)
+    assert req["errors"]["tls"] == req["sent"] == 5
+    assert req["error_examples"]["tls"] == [
+        {"reason": "TLS: the server closed the connection during the handshake (EOF)",
+         "count": 5}]
+    assert data["connections"]["opened"] == 0
+
+
 def test_tls_options_are_checked(pki, tmp_path):
     with pytest.raises(TargetError, match=r"--insecure --sni does not apply to http:// "
                                           r"targets \(it is for https://, grpcs://"):
@@ -257,3 +286,16 @@ def test_openai_streams_over_tls(pki):
     assert data["connections"]["handshake_ms"]["count"] == data["connections"]["opened"]
     kind, reason = only_error(accounted(json.loads(bad.stdout)))
     assert kind == "tls" and "certificate verify failed" in reason
+
+
+def test_the_compiled_loop_offers_the_ciphers_the_python_engine_offers():
+    """Both engines' client hellos offer the same suites (CPython's list for TLS 1.2, the
+    defaults for 1.3), in the same order: a server picks the same one for either."""
+    import ssl
+
+    from tailgate.bench.fastpath import fastloop
+
+    require(None if fastloop is not None else "the compiled engine is not built")
+    python = [c["name"] for c in ssl.create_default_context().get_ciphers()]
+    assert fastloop.tls_ciphers() == python
+    assert "TLS_AES_128_GCM_SHA256" in python and "ECDHE-RSA-AES128-GCM-SHA256" in python

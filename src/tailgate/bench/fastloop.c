@@ -2190,15 +2190,42 @@ static void Loop_dealloc(Loop *L) {
     Py_TYPE(L)->tp_free((PyObject *)L);
 }
 
+/* What every client context has, as ssl.create_default_context: TLS 1.2 or newer and
+ * CPython's cipher list for TLS 1.2 (tls_ciphers() shows it to the tests). */
+static SSL_CTX *client_ctx(void) {
+    SSL_CTX *x = SSL_CTX_new(TLS_client_method());
+    if (!x) return NULL;
+    if (SSL_CTX_set_min_proto_version(x, TLS1_2_VERSION) != 1 ||
+        SSL_CTX_set_cipher_list(x, "@SECLEVEL=2:ECDH+AESGCM:ECDH+CHACHA20:ECDH+AES:DHE+AES:"
+                                   "!aNULL:!eNULL:!aDSS:!SHA1:!AESCCM") != 1) {
+        SSL_CTX_free(x);
+        return NULL;
+    }
+    return x;
+}
+
+static PyObject *fl_tls_ciphers(PyObject *self, PyObject *unused) {
+    SSL_CTX *x = client_ctx();
+    if (!x) return PyErr_Format(PyExc_RuntimeError, "no TLS client context");
+    STACK_OF(SSL_CIPHER) *st = SSL_CTX_get_ciphers(x);
+    PyObject *out = PyList_New(0);
+    for (int i = 0; out && i < sk_SSL_CIPHER_num(st); i++) {
+        PyObject *name = PyUnicode_FromString(SSL_CIPHER_get_name(sk_SSL_CIPHER_value(st, i)));
+        if (!name || PyList_Append(out, name) < 0) Py_CLEAR(out);
+        Py_XDECREF(name);
+    }
+    SSL_CTX_free(x);
+    return out;
+}
+
 /* The client context of a TLS target (tls.client_context's settings; Python has checked
  * the files already, so a failure here is unexpected): -1 with a ValueError set. */
 static int tls_context(Loop *L, const char *cafile, const char *certfile, const char *keyfile,
                        int insecure, const char *name, Py_buffer *alpn) {
     const char *what = "a TLS context";
     ERR_clear_error();
-    SSL_CTX *x = L->tls = SSL_CTX_new(TLS_client_method());
+    SSL_CTX *x = L->tls = client_ctx();
     if (!x) goto bad;
-    SSL_CTX_set_min_proto_version(x, TLS1_2_VERSION); /* (as ssl.create_default_context) */
     L->tls_verify = !insecure;
     if (insecure) SSL_CTX_set_verify(x, SSL_VERIFY_NONE, NULL);
     else {
@@ -2783,6 +2810,7 @@ out:
 static PyMethodDef module_methods[] = {
     {"frame", (PyCFunction)(void (*)(void))fl_frame, METH_VARARGS | METH_KEYWORDS,
      "the framing of one response, fed bytes without a socket"},
+    {"tls_ciphers", fl_tls_ciphers, METH_NOARGS, "the cipher suites a TLS client offers"},
     {NULL, NULL, 0, NULL},
 };
 

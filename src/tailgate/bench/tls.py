@@ -101,7 +101,9 @@ def handshake_reason(exc: BaseException) -> str:
     if isinstance(exc, ssl.SSLError):
         return f"TLS: {_why(exc)}"
     if isinstance(exc, ConnectionError | EOFError):
-        return f"TLS: the server closed the connection during the handshake ({_why(exc)})"
+        # asyncio reports a plain close (FIN) as a ConnectionResetError without an errno
+        why = _why(exc) if getattr(exc, "errno", None) else "EOF"
+        return f"TLS: the server closed the connection during the handshake ({why})"
     return f"TLS: {_why(exc)}"
 
 
