@@ -53,7 +53,7 @@ def test_the_registry_is_where_schemes_flags_and_kinds_come_from():
     reg = registry.registry()
     assert sorted(reg) == ["grpc", "grpcs", "http", "https", "openai+http", "openai+https",
                            "tcp"]
-    assert registry.compiled_schemes() == ("http", "tcp", "openai+http")
+    assert registry.compiled_schemes() == ("http", "https", "tcp", "openai+http", "openai+https")
     assert registry.flag_protocols()["--body"] == ("http", "grpc")
     assert "grpc_status" in registry.kinds_for("grpcs")
     assert "grpc_status" not in registry.kinds_for("https")
