@@ -21,8 +21,8 @@ read is the tool's OWN reported TTFT and ITL P50/P99 from its own output file:
 * inference-perf: ``summary_lifecycle_metrics.json`` ``successes.latency.
   time_to_first_token`` / ``inter_token_latency`` (per chunk gap; seconds);
 * vllm bench serve: ``--save-result`` JSON ``p50_ttft_ms``/``p99_ttft_ms`` and
-  ``p50_itl_ms``/``p99_itl_ms`` (per chunk gap; TTFT from the actual send). Its one
-  readiness request before the run reaches the server too (``server saw`` counts it).
+  ``p50_itl_ms``/``p99_itl_ms`` (per chunk gap; TTFT from the actual send), without its
+  readiness request (``--ready-check-timeout-sec 0``: it would stretch ``server saw``).
 
 The error a tool adds is its figure minus the truth of the same definition (per gap or
 per request mean) at the same percentile. "done" is the requests the tool reports as
@@ -256,7 +256,9 @@ def vllm_command(bindir: str) -> Callable[[Setup, int], tuple[list[str], dict[st
             "--num-prompts", str(s.count), "--request-rate", f"{s.rate:g}", "--seed", "1",
             "--ignore-eos", "--percentile-metrics", "ttft,itl", "--metric-percentiles",
             "50,99", "--save-result", "--result-dir", s.run_dir, "--result-filename",
-            "vllm.json", "--disable-tqdm"]), peer_env(offline=True)
+            "vllm.json", "--disable-tqdm",
+            # no readiness request: every request the server sees is one of the run's
+            "--ready-check-timeout-sec", "0"]), peer_env(offline=True)
     return cmd
 
 
