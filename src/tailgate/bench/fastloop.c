@@ -576,8 +576,27 @@ static void epoll_set(Loop *L, Conn *c, uint32_t events) {
     epoll_ctl(L->ep, EPOLL_CTL_MOD, c->fd, &ev);
 }
 
-/* What the session wrote goes to the socket: 0 when all is sent, 1 when the socket is
- * full (the rest goes on EPOLLOUT), -1 on a send error (errno). */
+/* buf[*off, len) to the socket: 0 when all is sent, 1 when the socket is full (the rest
+ * goes on EPOLLOUT), -1 on a send error (errno). */
+static int send_rest(Loop *L, Conn *c, const char *buf, size_t len, size_t *off) {
+    while (*off < len) {
+        ssize_t n = send(c->fd, buf + *off, len - *off, MSG_NOSIGNAL);
+        if (n > 0) {
+            *off += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            epoll_set(L, c, EPOLLIN | EPOLLOUT);
+            return 1;
+        }
+        if (n == 0) errno = EPIPE;
+        return -1;
+    }
+    return 0;
+}
+
+/* What the session wrote goes to the socket (send_rest's answer). */
 static int tls_push(Loop *L, Conn *c) {
     BIO *w = SSL_get_wbio(c->ssl);
     size_t pend;
@@ -590,22 +609,9 @@ static int tls_push(Loop *L, Conn *c) {
         if (got <= 0) break;
         c->tx.n += (size_t)got;
     }
-    while (c->tx_off < c->tx.n) {
-        ssize_t n = send(c->fd, c->tx.v + c->tx_off, c->tx.n - c->tx_off, MSG_NOSIGNAL);
-        if (n > 0) {
-            c->tx_off += (size_t)n;
-            continue;
-        }
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            epoll_set(L, c, EPOLLIN | EPOLLOUT);
-            return 1;
-        }
-        if (n == 0) errno = EPIPE;
-        return -1;
-    }
-    c->tx.n = c->tx_off = 0;
-    return 0;
+    int r = send_rest(L, c, c->tx.v, c->tx.n, &c->tx_off);
+    if (r == 0) c->tx.n = c->tx_off = 0;
+    return r;
 }
 
 /* tls._why: an OpenSSL reason as Python's ssl module names it, lower case with spaces */
@@ -728,6 +734,7 @@ static int out_pending(Conn *c) { return c->out_off < c->out_len || c->tx_off < 
 /* The request goes on the wire (TLS: through the session, then its output). */
 static void flush_out(Loop *L, Conn *c) {
     if (!out_pending(c)) return;
+    int r;
     if (c->ssl) {
         if (c->out_off < c->out_len) {
             ERR_clear_error();
@@ -740,27 +747,12 @@ static void flush_out(Loop *L, Conn *c) {
                 return;
             }
         }
-        int p = tls_push(L, c);
-        if (p < 0) {
-            int err = errno;
-            conn_ended(L, c, err);
-            conn_close(L, c);
-            return;
-        }
-        if (p > 0 || c->out_off < c->out_len) return;
-    }
-    while (c->out_off < c->out_len) {
-        ssize_t w = send(c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL);
-        if (w > 0) {
-            c->out_off += (size_t)w;
-            continue;
-        }
-        if (w < 0 && errno == EINTR) continue;
-        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            epoll_set(L, c, EPOLLIN | EPOLLOUT);
-            return;
-        }
-        int err = w < 0 ? errno : EPIPE;
+        r = tls_push(L, c);
+        if (r == 0 && c->out_off < c->out_len) return; /* (a write that has to read first) */
+    } else r = send_rest(L, c, c->out, c->out_len, &c->out_off);
+    if (r > 0) return;
+    if (r < 0) {
+        int err = errno;
         conn_ended(L, c, err);
         conn_close(L, c);
         return;
