@@ -302,9 +302,17 @@ def test_a_generator_late_reading_its_replies_is_named_too():
     leaving, and a reply that comes during a burst waits in the socket for the burst to end.
     Timed by the send side alone, that wait was the service's, and most runs' tail was
     unexplained; with the kernel's receive time of each reply (the compiled engine's
-    ``arrive_s``) it is the generator's, and the verdict says how much of it was reading."""
+    ``arrive_s``) it is the generator's, and the verdict says how much of it was reading.
+    Its bursts are short, so other work on nginx's CPU 1 weighs as much: a `make test` run
+    saw two run-queue waits of 6 ms there (no steal, no preemption: something else of the
+    suite's had the CPU), claimed beside the generator. Such a run is made again."""
     with nginx_on_cpu1() as (ng, pid), bursts_on(0, 0.002, 0.018):
-        doc = diagnose(ng.url("/"), pid, duration="2s", steal_retry=False)
+        for attempt in range(1, CLEAN_TRIES + 1):
+            doc = diagnose(ng.url("/"), pid, duration="2s", steal_retry=False)
+            if claimed(doc) != ["generator", "runq"] or attempt == CLEAN_TRIES:
+                break
+            print(f"run {attempt}: nginx's CPU was taken by other work: "
+                  + " | ".join(c["sentence"] for c in doc["causes"] if c["cause"] == "runq"))
     assert claimed(doc) == ["generator"], explain(doc)
     (gen,) = [c for c in doc["causes"] if c["cause"] == "generator"]
     assert gen["read_share"] > 0.1, gen
