@@ -231,3 +231,25 @@ def test_engine_fast_is_refused_for_a_grpc_target():
     assert r.returncode == 2, r.stderr
     assert ("--engine fast speaks http://, https://, tcp://, openai+http://, openai+https:// "
             "only, not grpc:// targets") in r.stderr
+
+
+@pytest.mark.parametrize(("engine", "rate", "most_us"),
+                         [("fast", 50, 500.0), ("fast", 4000, 1e6 / 4000 / 8),
+                          ("python", 50, 0.0)])
+def test_polling_before_a_due_time_stays_within_its_bounds(nginx, engine, rate, most_us):
+    """The compiled loop polls instead of sleeping for the last part of each wait, as long as
+    its own timed wake-ups came late (learnt as it runs): at least 10 µs, at most 500 µs and
+    at most an eighth of the gap between two requests (1/rate, constant arrivals), so polling
+    takes at most about an eighth of its core. The Python engine never polls."""
+    r = subprocess.run([sys.executable, "-m", "tailgate", "bench", nginx.url("/"), "--rate",
+                        str(rate), "--arrival", "constant", "--duration", "1s", "--workers",
+                        "1", "--engine", engine, "--quiet", "--json", "-"],
+                       capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["requests"]["ok"] == rate
+    spin = data["generator"]["spin_us"]
+    if engine == "python":
+        assert spin == 0.0
+    else:
+        assert 10.0 <= spin <= most_us, data["generator"]

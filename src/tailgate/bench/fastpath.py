@@ -101,8 +101,9 @@ FAST_SCHEMES = compiled_schemes()  # the schemes fastloop.c speaks: see protocol
 NO_TIME = np.iinfo(np.int64).min  # a record's send time when it never reached the wire
 # Poll instead of sleeping for the last microseconds before a due time: a timed wake-up
 # from epoll took ~20 µs on our VMs (lateness P50 20 µs with no spin, 12 µs with 5 µs,
-# 0.2 µs with 20 µs, at 10k/s). 10 µs: most of that gain for at most 10 µs of CPU per
-# request at low rates (none at high rates, where the loop is busy anyway).
+# 0.2 µs with 20 µs, at 10k/s). 10 µs is the floor; the loop polls longer when its own
+# wake-ups come later than that (spin_for in fastloop.c: up to 500 µs, and never more
+# than an eighth of the time between two requests).
 SPIN_NS = 10_000
 # The loop thread's scheduler slice (see short_slice in fastloop.c): a due request waits
 # at most about this long for a core it shares with other work.
@@ -230,7 +231,7 @@ class FastEngine:
         self.first_measured = int(np.searchsorted(self.times, cfg.warmup_s, side="left"))
         self._streams = None
         tokens = None
-        sse: dict[str, Any] = {}
+        loop_args: dict[str, Any] = {}  # the Loop's keywords: openai+'s bodies, TLS
         if t.kind == "openai":
             from ..llm.accounting import TokenBook
             from .fast_sse import Streams
@@ -244,8 +245,8 @@ class FastEngine:
             tokens = TokenBook(cfg.spec)
             offsets = np.zeros(len(reqs) + 1, dtype=np.int64)
             np.cumsum([len(r) for r in reqs], out=offsets[1:])
-            sse = {"requests": b"".join(reqs), "request_offsets": offsets.tobytes(),
-                   "max_event": cfg.max_event_bytes}
+            loop_args = {"requests": b"".join(reqs), "request_offsets": offsets.tobytes(),
+                         "max_event": cfg.max_event_bytes}
             self._final_ok = np.zeros(self.times.size, dtype=np.uint8)  # recorded ok
         self.rec = Recorder(cfg, self.times, self.first_measured, on_progress,
                             lambda: self._gauge, tokens)
@@ -256,13 +257,13 @@ class FastEngine:
         family, address = _address(t.host, t.port)
         times_ns = np.round(self.times * 1e9).astype(np.int64)
         if t.tls is not None:
-            sse.update(_tls_args(t.tls, t.host))
+            loop_args.update(_tls_args(t.tls, t.host))
         self._c = fastloop.Loop(
             t.kind, family, address, t.port, t.request, times_ns, self.first_measured,
             cfg.max_connections, cfg.timeout_s, lim.max_header_bytes, lim.max_line_bytes,
             lim.max_body_bytes, t.delimiter,
             t.response_length if t.response_length is not None else -1,
-            cfg.retry_stale, cfg.check_seq, **sse)
+            cfg.retry_stale, cfg.check_seq, **loop_args)
         self._gauge = (0, 0)
         self._connect_errors: dict[str, int] = {}
         self._ended = False
@@ -415,4 +416,5 @@ class FastEngine:
             connect_errors=self._connect_errors, cpu_s=self._cpu_s,
             connect_s=_seconds(st["connect_ns"]),
             handshake_s=_seconds(st["handshake_ns"]) if self.cfg.target.tls else None,
-            read_pauses=st["pauses"], read_paused_s=st["paused_ns"] * 1e-9), "fast")
+            read_pauses=st["pauses"], read_paused_s=st["paused_ns"] * 1e-9,
+            spin_s=st["spin_ns"] * 1e-9), "fast")

@@ -78,6 +78,7 @@ class LoopState:
     handshake_s: list[float] | None = None  # None: not a TLS target
     read_pauses: int = 0  # openai+, compiled: the loop stopped reading (its JSON behind)
     read_paused_s: float = 0.0
+    spin_s: float = 0.0  # compiled: the most it polled before a due time
 
 
 class Recorder:
@@ -283,7 +284,7 @@ class Recorder:
             warmup_requests=loop.n - measured_sched,
             connect_errors=dict(loop.connect_errors),
             cpu_s=loop.cpu_s,
-            read_pauses=loop.read_pauses, read_paused_s=loop.read_paused_s,
+            read_pauses=loop.read_pauses, read_paused_s=loop.read_paused_s, spin_s=loop.spin_s,
             sent=loop.n_sent,
             error_examples=self.examples,
             conn_errors=self.conn_errors,

@@ -313,6 +313,9 @@ def build_result(info: RunInfo, parts: Sequence[WorkerResult],
                       # JSON was behind; chunks read together then share one time
                       "read_pauses": sum(p.read_pauses for p in parts),
                       "read_paused_s": round(sum(p.read_paused_s for p in parts), 6),
+                      # compiled: the most a loop polled before a due time instead of
+                      # sleeping, learnt from how late its timed wake-ups came
+                      "spin_us": round(1e6 * max((p.spin_s for p in parts), default=0.0), 1),
                       # all requests handled, warm-up included: what the CPU time paid for
                       "cpu_us_per_request": round(
                           1e6 * sum(p.cpu_s for p in parts)
