@@ -131,7 +131,8 @@ def one_run(exe: str, engine: str, rate: float, duration: float, tokens: int, it
         cmd = tailgate_cmd(port, engine, rate, duration, tokens, itl_s, client_cpu, res, log,
                            cacert=pki.ca if pki is not None else None)
         p = subprocess.run(cmd, capture_output=True, text=True, check=False,
-                           env={**os.environ, "PYTHONPATH": str(src)},
+                           env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                               [str(src), *filter(None, [os.environ.get("PYTHONPATH")])])},
                            timeout=duration + stream_s + 300)
         if p.returncode not in (0, 1) or not os.path.exists(res):
             raise SystemExit(f"tailgate bench failed ({p.returncode}): {p.stderr[-800:]}")
@@ -160,7 +161,16 @@ def one_run(exe: str, engine: str, rate: float, duration: float, tokens: int, it
         "chunks_per_s": chunks / duration,  # ok streams' chunks per second of schedule
         "cpu_us_per_chunk": data["generator"]["cpu_s"] * 1e6 / max(all_chunks, 1),
         "ttft_p99_ms": data["ttft_ms"]["p99"], "itl_p99_ms": data["itl_ms"]["p99"],
+        "read_pauses": data["generator"]["read_pauses"],
+        "spin_us": data["generator"].get("spin_us", 0.0),  # a reference checkout may lack it
     }
+
+
+def cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "CPU model unknown"
 
 
 def med(runs: list[dict], key: str) -> tuple[float, float, float]:
@@ -177,6 +187,9 @@ def main() -> int:
     ap.add_argument("--rates", default="100,200,500,1000,2000", help="requests/s, rising")
     ap.add_argument("--engines", default="fast,python")
     ap.add_argument("--duration", type=float, default=3.0)
+    ap.add_argument("--min-requests", type=int, default=2000,
+                    help="runs at low rates last longer, to schedule at least this many "
+                         "requests: a P99 of 300 sends is their 3rd-worst")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=50)
     ap.add_argument("--itl-ms", type=float, default=20.0)
@@ -186,18 +199,22 @@ def main() -> int:
     ap.add_argument("--reference", metavar="SRC", type=Path,
                     help="another checkout's src: its compiled engine runs as well")
     ap.add_argument("--schemes", default="http", help="http, https or both (http,https)")
+    ap.add_argument("--server-exe", help="the fake server built already (on a machine "
+                    "without gcc or OpenSSL's headers); default: built here with gcc")
     args = ap.parse_args()
     itl = args.itl_ms / 1e3
     rates = [float(r) for r in args.rates.split(",")]
     load = os.getloadavg()
-    print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} CPUs, load "
+    print(f"machine: {platform.node()} {platform.machine()} ({cpu_model()}), "
+          f"{os.cpu_count()} CPUs, kernel {platform.release()}, load "
           f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; client on CPU {args.client_cpu}, "
           f"server on CPU {args.server_cpu}; {args.tokens} chunks per stream "
-          f"{args.itl_ms:g} ms apart; {args.duration:g} s per run, median of {args.repeats} "
-          f"(min-max)")
-    print("| engine | offered req/s | streams | chunks/s offered | chunks/s got | lateness P50 "
-          "/ P99 ms | chunk delay P50 / P99 us | CPU us/chunk | errors |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          f"{args.itl_ms:g} ms apart; {args.duration:g} s per run (at least "
+          f"{args.min_requests} requests), median of {args.repeats} (min-max)")
+    print("| engine | offered req/s | streams | s per run | chunks/s offered | chunks/s got | "
+          "lateness P50 / P99 ms | chunk delay P50 / P99 us | CPU us/chunk | read pauses | "
+          "errors |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     everything = []
     ceiling: dict[str, float] = {}
     broken: set[str] = set()  # a rate broke the goal: higher ones do not raise the ceiling
@@ -209,7 +226,7 @@ def main() -> int:
             variants["fast (reference)" + ("" if s == "http" else f" {s}")] = (
                 "fast", args.reference.resolve(), s == "https")
     with tempfile.TemporaryDirectory(prefix="tailgate-scale-") as tmp:
-        exe = build_server(tmp)
+        exe = args.server_exe or build_server(tmp)
         pki = None
         if "https" in schemes:
             sys.path.insert(0, str(HERE.parent / "tests"))
@@ -217,14 +234,16 @@ def main() -> int:
 
             pki = Pki(Path(tmp))
         for rate in rates:
+            duration = max(args.duration, args.min_requests / rate)
             turns: dict[str, list[dict]] = {v: [] for v in variants}
             for _ in range(args.repeats):  # the variants take turns, run by run
                 for v, (engine, src, secure) in variants.items():
-                    turns[v].append(one_run(exe, engine, rate, args.duration, args.tokens,
+                    turns[v].append(one_run(exe, engine, rate, duration, args.tokens,
                                             itl, args.client_cpu, args.server_cpu, tmp, src,
                                             pki if secure else None))
             for engine, runs in turns.items():
-                everything.append({"rate": rate, "engine": engine, "runs": runs})
+                everything.append({"rate": rate, "engine": engine, "duration": duration,
+                                   "runs": runs})
                 late = med(runs, "late_p99_ms")
                 delay = med(runs, "delay_p99_us")
                 errs: dict[str, int] = {}
@@ -232,10 +251,12 @@ def main() -> int:
                     for k, v in r["errors"].items():
                         errs[k] = errs.get(k, 0) + v
                 print(f"| {engine} | {rate:g} | {rate * args.tokens * itl:.0f} | "
+                      f"{duration:g} | "
                       f"{rate * args.tokens:,.0f} | {fmt(med(runs, 'chunks_per_s'), 0)} | "
                       f"{fmt(med(runs, 'late_p50_ms'), 3)} / {fmt(late, 3)} | "
                       f"{fmt(med(runs, 'delay_p50_us'), 0)} / {fmt(delay, 0)} | "
-                      f"{fmt(med(runs, 'cpu_us_per_chunk'), 1)} | {errs or '-'} |", flush=True)
+                      f"{fmt(med(runs, 'cpu_us_per_chunk'), 1)} | "
+                      f"{sum(r['read_pauses'] for r in runs)} | {errs or '-'} |", flush=True)
                 if late[0] <= 0.1 and delay[0] <= 50 and not errs:
                     if engine not in broken:
                         ceiling[engine] = rate
