@@ -252,4 +252,4 @@ def test_polling_before_a_due_time_stays_within_its_bounds(nginx, engine, rate, 
     if engine == "python":
         assert spin == 0.0
     else:
-        assert 10.0 <= spin <= most_us, data["generator"]
+        assert 10.0 <= spin <= most_us + 0.1, data["generator"]  # (0.1 µs: the JSON's)
