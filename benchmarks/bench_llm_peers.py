@@ -321,41 +321,54 @@ def truth(w: ServerWrites) -> dict:
             "server_rate": (len(t0) - 1) / span if span > 0 else math.nan}
 
 
+def bounded(cmd: list[str], env: dict[str, str], run_dir: str,
+            limit: float) -> tuple[int | None, float]:
+    """Run a tool in ``run_dir`` (its output to stdout.txt and stderr.txt) for at most
+    ``limit`` s, then kill its whole process group; (exit status or None when it was
+    killed, the CPU seconds it took). Call it with no other child of ours ending meanwhile:
+    the CPU time is this process's children's."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    with open(os.path.join(run_dir, "stdout.txt"), "wb") as so, \
+            open(os.path.join(run_dir, "stderr.txt"), "wb") as se:
+        p = subprocess.Popen(cmd, stdout=so, stderr=se, env=env, cwd=run_dir,
+                             start_new_session=True)
+        try:
+            rc = p.wait(timeout=limit)
+        except subprocess.TimeoutExpired:
+            rc = None
+        try:  # the tool's own helpers too (aiperf's services, guidellm's workers)
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return rc, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def parsed(tool: Tool, run_dir: str, rc: int | None, limit: float) -> dict:
+    """The tool's own figures, or {"failed": why}."""
+    if rc is None:
+        return {"failed": f"timeout {limit:g}s (killed)"}
+    try:
+        return tool.parse(run_dir)
+    except (OSError, KeyError, IndexError, TypeError, ValueError) as e:
+        tail = Path(run_dir, "stderr.txt").read_text(errors="replace")[-300:].strip()
+        return {"failed": f"rc {rc}, no figures ({type(e).__name__}: {e}); {tail[-160:]}"}
+
+
 def run_tool(tool: Tool, s: Setup, exe: str, server_cpu: str, limit: float) -> dict:
     os.makedirs(s.run_dir, exist_ok=True)
     recorded: list[ServerWrites] = []
     out = {"tool": tool.name, "rate": s.rate, "offered": s.count, "failed": None}
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
     with fake_server(exe, s.tokens, s.itl_s, server_cpu, s.run_dir, recorded) as port:
-        cmd, env = tool.command(s, port)
-        with open(os.path.join(s.run_dir, "stdout.txt"), "wb") as so, \
-                open(os.path.join(s.run_dir, "stderr.txt"), "wb") as se:
-            p = subprocess.Popen(cmd, stdout=so, stderr=se, env=env, cwd=s.run_dir,
-                                 start_new_session=True)
-            try:
-                rc = p.wait(timeout=limit)
-            except subprocess.TimeoutExpired:
-                rc = None
-            try:  # the tool's own helpers too (aiperf's services, guidellm's workers)
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            p.wait()
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)  # (before the server is reaped)
+        rc, cpu = bounded(*tool.command(s, port), s.run_dir, limit)  # (before the server ends)
     out["wall_s"] = time.monotonic() - started
     out.update(truth(recorded[0]))
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     out["cpu_s"] = cpu
     out["cpu_us_per_chunk"] = cpu * 1e6 / max(out["server_chunks"], 1)
-    if rc is None:
-        out["failed"] = f"timeout {limit:g}s (killed)"
-        return out
-    try:
-        out.update(tool.parse(s.run_dir))
-    except (OSError, KeyError, IndexError, TypeError, ValueError) as e:
-        tail = Path(s.run_dir, "stderr.txt").read_text(errors="replace")[-300:].strip()
-        out["failed"] = f"rc {rc}, no figures ({type(e).__name__}: {e}); {tail[-160:]}"
+    out.update(parsed(tool, s.run_dir, rc, limit))
+    if out["failed"]:
         return out
     kind = ITL_KIND[tool.name]
     for q in ("p50", "p99"):
@@ -421,9 +434,10 @@ def print_table(everything: list[dict], rates: list[float], names: list[str]) ->
                      if failed else "0") + " |")
     for name in names:
         held = highest_held(everything, rates, name)
-        print(f"{name}: TTFT and ITL error P99 <= {HOLD_ERR_MS:g} ms with the server seeing "
-              f">= {HOLD_RATE:.0%} of the offered rate up to "
-              + (f"{held:g} req/s" if held else "no rate measured"))
+        print(f"{name}: highest rate held (TTFT and ITL error P99 <= {HOLD_ERR_MS:g} ms, the "
+              f"server seeing >= {HOLD_RATE:.0%} of it): "
+              + (f"{held:g} req/s" if held else
+                 "none of " + ", ".join(f"{r:g}" for r in rates) + " req/s"))
     for rate in rates:
         runs = [r for r in everything if r["rate"] == rate]
         print(f"truth at {rate:g} req/s (server, all runs): TTFT P50 / P99 "
