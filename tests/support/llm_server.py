@@ -115,16 +115,32 @@ def llama_cpp_available() -> str | None:
     return None
 
 
+ANY_REQUEST_ID = """
+from starlette_context.plugins.base import PluginUUIDBase
+PluginUUIDBase.validate_uuid = lambda self, value: None
+from llama_cpp.server.__main__ import main
+main()
+"""
+
+
 @contextlib.contextmanager
 def llama_server(tmpdir: str | os.PathLike[str], startup_s: float = 120.0,
-                 host: str = "127.0.0.1") -> Iterator[str]:
+                 host: str = "127.0.0.1", cpu: str | None = None,
+                 any_request_id: bool = False) -> Iterator[str]:
     """Start llama-cpp-python's OpenAI server on loopback (or ``host``, an address of a
-    veth the test made); yield its base URL (``…/v1``)."""
+    veth the test made), pinned to ``cpu`` when given; yield its base URL (``…/v1``). It
+    logs the engine's timings of every completion to ``tmpdir``/llama-server.log.
+
+    The server answers 400 to a request whose ``x-request-id`` is not a UUID (its
+    middleware checks it); ``vllm bench serve`` sends ``bench-<hex>-<n>``, so
+    ``any_request_id`` turns that check off for it."""
     model = write_tiny_gguf(Path(tmpdir) / "tiny.gguf")
     port = free_port()
     log = open(Path(tmpdir) / "llama-server.log", "w")  # noqa: SIM115 - closed below
+    server = ["-c", ANY_REQUEST_ID] if any_request_id else ["-m", "llama_cpp.server"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", host,
+        [*(("taskset", "-c", cpu) if cpu is not None else ()),
+         sys.executable, *server, "--model", str(model), "--host", host,
          "--port", str(port), "--interrupt_requests", "False", "--n_ctx", "2048",
          "--n_threads", "1", "--model_alias", MODEL_NAME, "--seed", "1"],
         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
