@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import statistics
 import sys
@@ -50,8 +49,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 
-from bench_llm_peers import DEFAULT_PEERS, Setup, Tool, bounded, find_tools, make_tokenizer, parsed  # noqa: E402
-from bench_llm_scale import cpu_model, fmt  # noqa: E402
+from bench_llm_peers import DEFAULT_PEERS, Setup, Tool, bounded, make_tokenizer, parsed, tools_wanted  # noqa: E402
+from bench_llm_scale import fmt, machine  # noqa: E402
 
 PROMPT = re.compile(r"prompt eval time =\s*([\d.]+) ms /\s*(\d+) tokens")
 EVAL = re.compile(r"\beval time =\s*([\d.]+) ms /\s*(\d+) runs")
@@ -123,22 +122,16 @@ def main() -> int:
     args = ap.parse_args()
     from support.llm_server import llama_server
 
-    peers = [p for p in args.peer_python.split(",") if p]
-    tools, skipped = find_tools(args.tools.split(","), peers)
+    peers, tools, _ = tools_wanted(args.tools, args.peer_python)
     names = [t.name for t in tools]
-    for reason in skipped:
-        print(f"skipped {reason}")
     load = os.getloadavg()
-    print(f"machine: {platform.node()} {platform.machine()} ({cpu_model()}), "
-          f"{os.cpu_count()} CPUs, load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; tool on CPU "
+    print(f"{machine()}; tool on CPU "
           f"{args.client_cpu}, llama.cpp server on CPU {args.server_cpu}; Poisson "
           f"{args.rate:g}/s for {args.duration:g} s, {args.tokens} tokens a completion; median "
           f"of {args.repeats} (min-max); " + ", ".join(f"{t.name} {t.version}" for t in tools))
     everything: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="tailgate-engine-") as tmp:
-        tok = make_tokenizer(peers, os.path.join(tmp, "tokenizer"), args.tokens)
-        if tok is None and any(t.name != "tailgate" for t in tools):
-            raise SystemExit("no peer interpreter could build the tokenizer (needs tokenizers)")
+        tok = make_tokenizer(peers, tools, os.path.join(tmp, "tokenizer"), args.tokens)
         with llama_server(tmp, cpu=args.server_cpu, any_request_id="vllm" in names) as base:
             port = int(base.rsplit(":", 1)[1].split("/")[0])
             log_path = Path(tmp) / "llama-server.log"
@@ -147,7 +140,7 @@ def main() -> int:
                 k = rep % len(tools)
                 for tool in tools[k:] + tools[:k]:
                     s = Setup(args.rate, args.duration, args.tokens, 0.0, args.client_cpu,
-                              tok or "", os.path.join(tmp, f"{tool.name}-{rep}"))
+                              tok, os.path.join(tmp, f"{tool.name}-{rep}"))
                     r = run(tool, s, port, log_path, limit)
                     r["repeat"] = rep
                     everything.append(r)

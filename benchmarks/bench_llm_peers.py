@@ -53,7 +53,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import resource
 import signal
 import statistics
@@ -70,7 +69,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench_llm_scale import SRC, ServerWrites, build_server, fake_server, fmt, tailgate_cmd  # noqa: E402
+from bench_llm_scale import SRC, ServerWrites, build_server, fake_server, fmt, machine, tailgate_cmd  # noqa: E402
 
 DEFAULT_PEERS = ("/work/peers/llm-venv/bin/python,/work/peers/infperf-venv/bin/python,"
                  "/work/peers/vllm-venv/bin/python")
@@ -293,13 +292,26 @@ def find_tools(names: list[str], peers: list[str]) -> tuple[list[Tool], list[str
     return tools, skipped
 
 
-def make_tokenizer(peers: list[str], out: str, tokens: int) -> str | None:
+def tools_wanted(tools: str, peer_python: str) -> tuple[list[str], list[Tool], list[str]]:
+    """--tools and --peer-python read: (the peers' interpreters, the tools found, why each
+    other one is skipped); the skipped ones printed."""
+    peers = [p for p in peer_python.split(",") if p]
+    found, skipped = find_tools(tools.split(","), peers)
+    for reason in skipped:
+        print(f"skipped {reason}")
+    return peers, found, skipped
+
+
+def make_tokenizer(peers: list[str], tools: list[Tool], out: str, tokens: int) -> str:
+    """The tokenizer's path for the peers ("" when tailgate runs alone: it needs none)."""
+    if all(t.name == "tailgate" for t in tools):
+        return ""
     for py in peers:
         if os.path.exists(py) and subprocess.run(
                 [py, "-c", TOKENIZER_PY, out, str(tokens)], capture_output=True,
                 check=False).returncode == 0:
             return out
-    return None
+    raise SystemExit("no peer interpreter could build the tokenizer (needs tokenizers)")
 
 
 # -- one run ----------------------------------------------------------------------------
@@ -472,22 +484,16 @@ def main() -> int:
         return 0
     itl = args.itl_ms / 1e3
     rates = [float(r) for r in args.rates.split(",")]
-    peers = [p for p in args.peer_python.split(",") if p]
-    tools, skipped = find_tools(args.tools.split(","), peers)
-    for reason in skipped:
-        print(f"skipped {reason}")
+    peers, tools, skipped = tools_wanted(args.tools, args.peer_python)
     load = os.getloadavg()
-    print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} CPUs, load "
-          f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; tool on CPU {args.client_cpu}, server "
+    print(f"{machine()}; tool on CPU {args.client_cpu}, server "
           f"on CPU {args.server_cpu}; Poisson arrivals; {args.tokens} chunks per stream "
           f"{args.itl_ms:g} ms apart; {args.duration:g} s of requests per run; median of "
           f"{args.repeats} (min-max); " + ", ".join(f"{t.name} {t.version}" for t in tools))
     everything: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="tailgate-peers-") as tmp:
         exe = build_server(tmp)
-        tok = make_tokenizer(peers, os.path.join(tmp, "tokenizer"), args.tokens)
-        if tok is None and any(t.name != "tailgate" for t in tools):
-            raise SystemExit("no peer interpreter could build the tokenizer (needs tokenizers)")
+        tok = make_tokenizer(peers, tools, os.path.join(tmp, "tokenizer"), args.tokens)
         limit = args.duration + args.tokens * itl + args.run_timeout
         for rate in rates:
             for rep in range(args.repeats):
@@ -495,7 +501,7 @@ def main() -> int:
                 for tool in tools[k:] + tools[:k]:
                     run_dir = os.path.join(tmp, f"{tool.name}-{rate:g}-{rep}")
                     s = Setup(rate, args.duration, args.tokens, itl, args.client_cpu,
-                              tok or "", run_dir)
+                              tok, run_dir)
                     r = run_tool(tool, s, exe, args.server_cpu, limit)
                     r["repeat"] = rep
                     everything.append(r)

@@ -173,6 +173,14 @@ def cpu_model() -> str:
     return "CPU model unknown"
 
 
+def machine() -> str:
+    """The machine line every LLM benchmark starts with: host, CPU, kernel and load."""
+    load = os.getloadavg()
+    return (f"machine: {platform.node()} {platform.machine()} ({cpu_model()}), "
+            f"{os.cpu_count()} CPUs, kernel {platform.release()}, load "
+            f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+
+
 def med(runs: list[dict], key: str) -> tuple[float, float, float]:
     vals = [r[key] for r in runs]
     return statistics.median(vals), min(vals), max(vals)
@@ -204,10 +212,7 @@ def main() -> int:
     args = ap.parse_args()
     itl = args.itl_ms / 1e3
     rates = [float(r) for r in args.rates.split(",")]
-    load = os.getloadavg()
-    print(f"machine: {platform.node()} {platform.machine()} ({cpu_model()}), "
-          f"{os.cpu_count()} CPUs, kernel {platform.release()}, load "
-          f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; client on CPU {args.client_cpu}, "
+    print(f"{machine()}; client on CPU {args.client_cpu}, "
           f"server on CPU {args.server_cpu}; {args.tokens} chunks per stream "
           f"{args.itl_ms:g} ms apart; {args.duration:g} s per run (at least "
           f"{args.min_requests} requests), median of {args.repeats} (min-max)")
