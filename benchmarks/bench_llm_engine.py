@@ -37,11 +37,11 @@ import argparse
 import json
 import os
 import re
-import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import numpy as np
 
@@ -49,8 +49,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 
-from bench_llm_peers import DEFAULT_PEERS, Setup, Tool, bounded, make_tokenizer, parsed, tools_wanted  # noqa: E402
-from bench_llm_scale import fmt, machine  # noqa: E402
+from bench_llm_peers import DEFAULT_PEERS, Setup, Tool, bounded, cell, make_tokenizer, parsed, tools_wanted  # noqa: E402
+from bench_llm_scale import machine  # noqa: E402
 
 PROMPT = re.compile(r"prompt eval time =\s*([\d.]+) ms /\s*(\d+) tokens")
 EVAL = re.compile(r"\beval time =\s*([\d.]+) ms /\s*(\d+) runs")
@@ -74,6 +74,20 @@ def engine_timings(log: str) -> dict:
             "engine_completions": len(prompt)}
 
 
+def server_log(path: Path, start: int, completions: int, wait_s: float = 5.0) -> str:
+    """The server's log from ``start``, once it holds the timings of ``completions``
+    completions (it writes them after a completion's last chunk, so a moment after the
+    client has it) or ``wait_s`` has passed."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        with path.open("rb") as f:
+            f.seek(start)
+            log = f.read().decode(errors="replace")
+        if len(EVAL.findall(log)) >= completions or time.monotonic() > deadline:
+            return log
+        time.sleep(0.05)
+
+
 def first_chunk(run_dir: str) -> dict:
     """tailgate's TTFT to the first chunk of any kind (vLLM's definition)."""
     d = json.loads(Path(run_dir, "r.json").read_text())
@@ -85,26 +99,17 @@ def run(tool: Tool, s: Setup, port: int, log_path: Path, limit: float) -> dict:
     start = log_path.stat().st_size
     out: dict = {"tool": tool.name, "offered": s.count, "failed": None}
     rc, out["cpu_s"] = bounded(*tool.command(s, port), s.run_dir, limit)
-    time.sleep(0.5)  # (the server logs a completion's timings after its last chunk)
-    with log_path.open("rb") as f:
-        f.seek(start)
-        log = f.read().decode(errors="replace")
     out.update(parsed(tool, s.run_dir, rc, limit))
     if out["failed"]:
         return out
     try:
-        out.update(engine_timings(log))
+        out.update(engine_timings(server_log(log_path, start, out["done"])))
     except ValueError as exc:  # (a tool that never reached the server, say)
         out["failed"] = str(exc)
         return out
     if tool.name == "tailgate":
         out.update(first_chunk(s.run_dir))
     return out
-
-
-def cell(runs: list[dict], key: str, digits: int = 3) -> str:
-    vals = [r[key] for r in runs if key in r]
-    return fmt((statistics.median(vals), min(vals), max(vals)), digits) if vals else "-"
 
 
 def main() -> int:
@@ -125,7 +130,7 @@ def main() -> int:
     peers, tools, _ = tools_wanted(args.tools, args.peer_python)
     names = [t.name for t in tools]
     load = os.getloadavg()
-    print(f"{machine()}; tool on CPU "
+    print(f"{machine(load)}; tool on CPU "
           f"{args.client_cpu}, llama.cpp server on CPU {args.server_cpu}; Poisson "
           f"{args.rate:g}/s for {args.duration:g} s, {args.tokens} tokens a completion; median "
           f"of {args.repeats} (min-max); " + ", ".join(f"{t.name} {t.version}" for t in tools))
@@ -133,7 +138,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="tailgate-engine-") as tmp:
         tok = make_tokenizer(peers, tools, os.path.join(tmp, "tokenizer"), args.tokens)
         with llama_server(tmp, cpu=args.server_cpu, any_request_id="vllm" in names) as base:
-            port = int(base.rsplit(":", 1)[1].split("/")[0])
+            port = urlsplit(base).port
             log_path = Path(tmp) / "llama-server.log"
             limit = args.duration + args.run_timeout
             for rep in range(args.repeats):
@@ -161,13 +166,13 @@ def main() -> int:
         runs = [r for r in everything if r["tool"] == tool.name]
         ok = [dict(r, done_frac=r["done"] / r["offered"],
                    over=r["itl_p50"] - r["engine_decode_p50"]) for r in runs if not r["failed"]]
-        first = cell(ok, "first_chunk_p50") if tool.name == "tailgate" else (
+        first = cell(ok, "first_chunk_p50", 3) if tool.name == "tailgate" else (
             "= TTFT" if tool.name == "vllm" else "-")
-        print(f"| {tool.name} | {cell(ok, 'done_frac')} | {cell(ok, 'ttft_p50')} / "
-              f"{cell(ok, 'ttft_p99')} | {first} | {cell(ok, 'itl_p50')} / "
-              f"{cell(ok, 'itl_p99')} | {cell(ok, 'engine_prompt_p50')} | "
-              f"{cell(ok, 'engine_decode_p50')} / {cell(ok, 'engine_decode_p99')} | "
-              f"{cell(ok, 'over')} | {len(runs) - len(ok)} |")
+        print(f"| {tool.name} | {cell(ok, 'done_frac', 3)} | {cell(ok, 'ttft_p50', 3)} / "
+              f"{cell(ok, 'ttft_p99', 3)} | {first} | {cell(ok, 'itl_p50', 3)} / "
+              f"{cell(ok, 'itl_p99', 3)} | {cell(ok, 'engine_prompt_p50', 3)} | "
+              f"{cell(ok, 'engine_decode_p50', 3)} / {cell(ok, 'engine_decode_p99', 3)} | "
+              f"{cell(ok, 'over', 3)} | {len(runs) - len(ok)} |")
     return 0
 
 

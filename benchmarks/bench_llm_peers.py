@@ -486,7 +486,7 @@ def main() -> int:
     rates = [float(r) for r in args.rates.split(",")]
     peers, tools, skipped = tools_wanted(args.tools, args.peer_python)
     load = os.getloadavg()
-    print(f"{machine()}; tool on CPU {args.client_cpu}, server "
+    print(f"{machine(load)}; tool on CPU {args.client_cpu}, server "
           f"on CPU {args.server_cpu}; Poisson arrivals; {args.tokens} chunks per stream "
           f"{args.itl_ms:g} ms apart; {args.duration:g} s of requests per run; median of "
           f"{args.repeats} (min-max); " + ", ".join(f"{t.name} {t.version}" for t in tools))

@@ -173,9 +173,10 @@ def cpu_model() -> str:
     return "CPU model unknown"
 
 
-def machine() -> str:
-    """The machine line every LLM benchmark starts with: host, CPU, kernel and load."""
-    load = os.getloadavg()
+def machine(load: tuple[float, float, float] | None = None) -> str:
+    """The machine line every LLM benchmark starts with: host, CPU, kernel and load (read
+    now unless the caller read it to keep)."""
+    load = load or os.getloadavg()
     return (f"machine: {platform.node()} {platform.machine()} ({cpu_model()}), "
             f"{os.cpu_count()} CPUs, kernel {platform.release()}, load "
             f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")

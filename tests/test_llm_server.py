@@ -9,6 +9,8 @@ import re
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -141,3 +143,24 @@ def test_multiturn_server_reuses_each_turns_prefix(llama):
     assert indep.json["requests"]["ok"] == turns
     time.sleep(0.5)
     assert all(h <= 4 for h in _prefix_hits(log, offset))
+
+
+def _complete_with_request_id(base: str, request_id: str) -> int:
+    """The status of a one-token completion sent with ``x-request-id`` as vllm bench serve
+    sends it."""
+    req = urllib.request.Request(
+        base + "/completions", method="POST",
+        data=json.dumps({"model": MODEL_NAME, "prompt": "hello", "max_tokens": 1}).encode(),
+        headers={"Content-Type": "application/json", "x-request-id": request_id})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def test_vllm_style_request_ids_are_refused_unless_the_server_accepts_any(server, tmp_path):
+    # (why bench_llm_engine starts the server with any_request_id when vLLM runs)
+    assert _complete_with_request_id(server, "bench-1a2b3c4d-0") == 400
+    with llama_server(tmp_path, any_request_id=True) as lenient:
+        assert _complete_with_request_id(lenient, "bench-1a2b3c4d-0") == 200
