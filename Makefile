@@ -1,6 +1,8 @@
 # The README's two promises: `make run` and `make test`, on a fresh Debian 12 as root
 # (one that has only git and make: the first step installs Python itself).
-PYTHON ?= python3
+# Debian's own interpreter, the one a Debian user gets (with Debian's patches and OpenSSL
+# defaults), never whatever python3 PATH finds first; PYTHON=... chooses another.
+PYTHON ?= /usr/bin/python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 # Debian packages. APT_BOOT: Python with venv's pip bootstrap (Debian splits it into
