@@ -15,6 +15,7 @@ import threading
 import pytest
 
 from support.accounting import accounted, only_error
+from support.client_hello import HelloCatcher, parse
 from support.nginx import Nginx, available
 from support.require import require
 from support.tls_certs import Pki
@@ -288,14 +289,26 @@ def test_openai_streams_over_tls(pki):
     assert kind == "tls" and "certificate verify failed" in reason
 
 
-def test_the_compiled_loop_offers_the_ciphers_the_python_engine_offers():
-    """Both engines' client hellos offer the same suites (CPython's list for TLS 1.2, the
-    defaults for 1.3), in the same order: a server picks the same one for either."""
-    import ssl
-
-    from tailgate.bench.fastpath import fastloop
-
-    require(None if fastloop is not None else "the compiled engine is not built")
-    python = [c["name"] for c in ssl.create_default_context().get_ciphers()]
-    assert fastloop.tls_ciphers() == python
-    assert "TLS_AES_128_GCM_SHA256" in python and "ECDHE-RSA-AES128-GCM-SHA256" in python
+@pytest.mark.parametrize("sni", ["localhost", None], ids=["sni", "ip"])
+def test_both_engines_send_the_same_client_hello(pki, sni):
+    """The compiled loop's context is made from the settings of the Python engine's
+    (tls.context_settings): on whichever Python runs the suite (Debian's offers other suites
+    and versions than upstream CPython's defaults), a server sees the same client hello from
+    either engine: suites in order, extensions in order, groups, signature algorithms,
+    versions, ALPN and SNI (the random, the session id and the key shares differ on every
+    connection)."""
+    hellos = {}
+    for engine in ("python", "fast"):
+        with HelloCatcher() as catcher:
+            data = bench(f"https://127.0.0.1:{catcher.port}/", TlsOptions(cacert=pki.ca, sni=sni),
+                         engine, rate=6, connections=0)
+        assert accounted(data)["errors"]["tls"] == data["requests"]["sent"] == 3
+        parsed = {parse(r) for r in catcher.records}
+        assert len(catcher.records) >= 1 and len(parsed) == 1, parsed  # the same every time
+        hellos[engine] = parsed.pop()
+    python, fast = hellos["python"], hellos["fast"]
+    assert python.alpn == (b"http/1.1",)
+    assert python.sni == ((b"localhost",) if sni else ())  # (an IP address is never sent)
+    differ = {f: {"python": getattr(python, f), "fast": getattr(fast, f)}
+              for f in python.__dataclass_fields__ if getattr(fast, f) != getattr(python, f)}
+    assert not differ
