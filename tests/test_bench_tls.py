@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import threading
+from collections import Counter
 
 import pytest
 
@@ -156,6 +157,22 @@ def test_client_certificate_required_in_the_handshake(pki, engine):
         req = accounted(bench(srv.url(), TlsOptions(cacert=pki.ca, cert=pki.client_cert,
                                                     key=pki.client_key), rate=40, engine=engine))
         assert req["ok"] == req["sent"] == 20
+
+
+def test_sslkeylogfile_is_honoured_by_both_engines(pki, engine, tmp_path, monkeypatch):
+    """SSLKEYLOGFILE (which ssl.create_default_context reads): each connection's TLS 1.3
+    secrets, one line each, from either engine (what Wireshark needs to decrypt a capture)."""
+    keys = tmp_path / "keys.log"
+    monkeypatch.setenv("SSLKEYLOGFILE", str(keys))
+    with TlsServer(pki.server_cert, pki.server_key) as srv:  # (Python's: TLS 1.3)
+        data = bench(srv.url(), TlsOptions(cacert=pki.ca), engine, rate=20, connections=2)
+    assert accounted(data)["ok"] == 10
+    labels = Counter(line.split()[0] for line in keys.read_text().splitlines()
+                     if not line.startswith("#"))
+    opened = data["connections"]["opened"]
+    assert opened >= 1 and labels == {label: opened for label in (
+        "CLIENT_HANDSHAKE_TRAFFIC_SECRET", "SERVER_HANDSHAKE_TRAFFIC_SECRET",
+        "CLIENT_TRAFFIC_SECRET_0", "SERVER_TRAFFIC_SECRET_0", "EXPORTER_SECRET")}
 
 
 def test_handshake_counts_in_latency_of_who_waited_never_in_service_time(pki, engine):
