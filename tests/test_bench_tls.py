@@ -329,3 +329,25 @@ def test_both_engines_send_the_same_client_hello(pki, sni):
     differ = {f: {"python": getattr(python, f), "fast": getattr(fast, f)}
               for f in python.__dataclass_fields__ if getattr(fast, f) != getattr(python, f)}
     assert not differ
+
+
+def test_a_compiled_loop_on_another_openssl_is_refused_for_tls_only(monkeypatch):
+    """Its settings are copied from Python's SSLContext, whose option bits mean what they say
+    only to Python's OpenSSL: on another one, TLS targets run on the Python engine (auto) or
+    are refused with the reason (fast); plaintext ones keep the compiled loop."""
+    import ssl
+    import types
+
+    from tailgate.bench import fastpath
+
+    require(fastpath.UNAVAILABLE)  # (None: built)
+    assert fastpath.TLS_UNAVAILABLE is None  # this build runs Python's own OpenSSL
+    other = fastpath.tls_unavailable(types.SimpleNamespace(
+        OPENSSL_VERSION_NUMBER=ssl.OPENSSL_VERSION_NUMBER + 0x10))
+    assert other is not None and f"{ssl.OPENSSL_VERSION_NUMBER:#x}" in other
+    monkeypatch.setattr(fastpath, "TLS_UNAVAILABLE", other)
+    assert fastpath.choose("auto", "https") == fastpath.choose("auto", "openai+https") == "python"
+    assert fastpath.fallback_note("auto", "https") == f"ran the python engine: {other}"
+    with pytest.raises(fastpath.EngineUnavailable, match="would not speak the same TLS"):
+        fastpath.choose("fast", "https")
+    assert fastpath.choose("auto", "http") == fastpath.choose("fast", "http") == "fast"
