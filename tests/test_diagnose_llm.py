@@ -13,8 +13,8 @@ from its CPU per request) bound in about 40 % of the periods on a busy machine, 
 queue then explained as much of the tail; and Poisson arrivals over a fixed duration left 89
 requests one run in a few, 9 above the P90, too few to judge (attribution.MIN_TAIL is 10):
 nothing was claimed and diagnose exited 0. The preconditions are now checked before the
-verdict, from the cgroup's own counters (the quota bound) and the bench's latencies (the
-server kept up): when either fails, the test fails saying which and why.
+verdict: from the cgroup's own counters, that the quota bound; from the result, that every
+request ended (a tail to judge). When one fails, the test fails saying which and why.
 
 llama-cpp-python has no /metrics (MACHINE.md): the engine series are then unknown, with the
 reason, never zero."""
@@ -118,13 +118,9 @@ def test_a_cpu_quota_on_the_llm_server_is_named_first(tmp_path):
     why = ("\n".join(c["sentence"] for c in doc["causes"]) + f"\n{doc['tail']}\n" + bound)
     print(f"P90 {doc['tail']['p90_ms']:.0f} ms; claimed {doc['verdict']['claimed']}")
     assert doc["tail"]["requests"] == REQUESTS, why  # every request ended: a tail to judge
-    # ... and the server kept up: a request the quota held waited at most the throttled half
-    # of a period; slower ones waited in a backlog that something else built (another job's
-    # real-time tasks on its CPUs), and their waits are then the server's queue (futex)
-    assert doc["tail"]["p90_ms"] < PERIOD_US / 1000, (
-        f"the server fell behind (P90 {doc['tail']['p90_ms']:.0f} ms, over one "
-        f"{PERIOD_US // 1000} ms period), so the quota alone did not hold the slow "
-        "requests and diagnose cannot be judged on it:\n" + why)
+    # (on a busy machine the server can fall behind, P90 up to 7 s here: the other jobs take
+    # part of the halves the quota leaves it, and its backlog builds while it is throttled;
+    # its queue's waits are futex waits, L3, named after the quota that caused them)
     assert doc["verdict"]["first"] == "throttled", why
     assert out.returncode == 1, out.stderr[-2000:]
     assert sum(v or 0 for v in doc["timeline"]["series"]["cgroup.throttled_ms"]["values"]) > 0
