@@ -90,6 +90,11 @@ def compiled_schemes() -> tuple[str, ...]:
     return tuple(s for p in protocols() if p.compiled for s in p.schemes)
 
 
+def tls_schemes() -> tuple[str, ...]:
+    """The schemes that speak TLS (``https``, ``grpcs``, ``openai+https``...)."""
+    return tuple(s for p in protocols() for s, tls in p.schemes.items() if tls)
+
+
 def kinds_for(scheme: str) -> tuple[str, ...]:
     """The error kinds of the protocol of ``scheme`` (``https``, ``grpcs``, ``openai``...)."""
     proto = registry().get(scheme) or by_kind(scheme)
