@@ -51,6 +51,8 @@ KEYS: dict[str, type | tuple[type, ...]] = {
     # openai+ targets (LLM streams)
     "model": str, "api": str, "workload": str, "input_len": int, "output_len": int,
     "requests": int,
+    # udp:// targets (datagrams)
+    "size": (str, int), "batch": int, "io": str,
 }
 LISTS = ("slo", "header")
 
