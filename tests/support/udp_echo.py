@@ -25,13 +25,13 @@ def build_echo(where: Path) -> Path:
 
 
 class EchoNs:
-    """A namespace ``tg46-*`` joined by veth ``tg46h*``/``tg46n*`` (10.146.0.1 here,
-    10.146.0.2 there), the echo server running inside it."""
+    """A namespace ``tg46-*`` joined by veth ``tg46h*``/``tg46n*`` (10.SUBNET.0.1 here,
+    10.SUBNET.0.2 there), the echo server running inside it."""
 
-    def __init__(self, exe: Path, *options: str, seconds: int = 120) -> None:
+    def __init__(self, exe: Path, *options: str, seconds: int = 120, subnet: int = 146) -> None:
         tag = uuid.uuid4().hex[:6]
         self.ns, self.host, self.peer = f"tg46-{tag}", f"tg46h{tag}", f"tg46n{tag}"
-        self.host_ip, self.ns_ip = "10.146.0.1", "10.146.0.2"
+        self.host_ip, self.ns_ip = f"10.{subnet}.0.1", f"10.{subnet}.0.2"
         self.cmd = ["ip", "netns", "exec", self.ns, str(exe), self.ns_ip, "0", str(seconds),
                     *options]
         self.proc: subprocess.Popen[str] | None = None
