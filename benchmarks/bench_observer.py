@@ -17,11 +17,19 @@ per second.
 Observers:
 * serve's runqlat.bt, host-wide (what `tailgate serve --probe runqlat` keeps attached);
 * diagnose.bt, host-wide (its worst case: diagnose watches the service's pids);
+* benchmarks/probes/runqlat_lean.bt: serve's program without the map updates it can spare
+  (an experiment: what the program's own work costs);
 * an empty bpftrace program on the same three tracepoints: the floor of any bpftrace
   (0.17: tracepoints only, no raw tracepoints or fentry) program there;
 * libbpf-tools' runqlat (Debian `libbpf-tools`, CO-RE: BTF tracepoints, the peer);
 * bpftrace's own runqlat.bt (power-of-two hist(); its kernel-header include dropped, as
   benchmarks/bench_probe.py does), the other peer.
+
+The same run also reads each observer's BPF programs' own run time (the kernel's per-program
+`run_time_ns`/`run_cnt`, in /proc/PID/fdinfo of the observer's program descriptors, counted
+while this script holds `BPF_ENABLE_STATS`: for its duration every BPF program of the host
+pays two clock reads a run): the program bodies' cost, exact, without the tracepoint's own
+(which the CPU-time difference above includes, and which the empty program shows).
 
 Why these peers: bcc's runqlat (bpfcc-tools) fails here without kernel headers; libbpf-tools'
 needs only the kernel's BTF, which this kernel has.
@@ -32,13 +40,17 @@ needs only the kernel's BTF, which this kernel has.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import os
 import resource
 import shutil
 import statistics
+import struct
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -106,6 +118,9 @@ def observers() -> dict[str, object]:
     out: dict[str, object] = {
         "serve runqlat.bt": ("tailgate", None),
         "diagnose.bt": ("diagnose", diag),
+        "runqlat_lean.bt": ("lean", ["bpftrace", "-f", "json",
+                                     str(ROOT / "benchmarks" / "probes" / "runqlat_lean.bt"),
+                                     "600000"]),
         "empty bpftrace": ("empty", ["bpftrace", "-f", "json", "-e", EMPTY]),
         "libbpf-tools runqlat": "libbpf",
     }
@@ -114,19 +129,51 @@ def observers() -> dict[str, object]:
     return out
 
 
-def under(how: object, paces: dict[int, int]) -> dict[int, tuple[float, float]]:
-    """Every pace's ping-pong under one observer, attached once."""
+@contextlib.contextmanager
+def bpf_stats() -> Iterator[None]:
+    """Per-program run time counted while held (bpf(2) BPF_ENABLE_STATS, BPF_STATS_RUN_TIME;
+    kernel 5.8+): no sysctl, and it ends with the descriptor."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    attr = ctypes.create_string_buffer(struct.pack("<I", 0), 16)
+    fd = libc.syscall(321, 32, attr, 16)  # x86_64 bpf(2), BPF_ENABLE_STATS
+    if fd < 0:
+        raise OSError(ctypes.get_errno(), "BPF_ENABLE_STATS")
+    try:
+        yield
+    finally:
+        os.close(fd)
+
+
+def prog_stats(pid: int) -> tuple[int, int]:
+    """(run_time_ns, run_cnt) summed over the BPF programs process ``pid`` holds."""
+    ns = cnt = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") != "anon_inode:bpf-prog":
+                continue
+            info = dict(ln.split(":", 1) for ln in
+                        Path(f"/proc/{pid}/fdinfo/{fd}").read_text().splitlines() if ":" in ln)
+        except OSError:
+            continue
+        ns += int(info.get("run_time_ns", "0").strip())
+        cnt += int(info.get("run_cnt", "0").strip())
+    return ns, cnt
+
+
+def under(how: object, paces: dict[int, int]) -> tuple[dict[int, tuple[float, float]],
+                                                         tuple[int, int]]:
+    """Every pace's ping-pong under one observer, attached once, and its programs' run time."""
     def each() -> dict[int, tuple[float, float]]:
         return {spin: pingpong(spin, n) for spin, n in paces.items()}
 
     if how is None:
-        return each()
+        return each(), (0, 0)
     if how == "libbpf":
-        with Libbpf():
-            return each()
+        with Libbpf() as lb:
+            return each(), prog_stats(lb.p.pid)
     kind, argv = how  # type: ignore[misc]
-    with attached(Run("runqlat", 600.0), argv):
-        return each()
+    with attached(Run("runqlat", 600.0), argv) as p:
+        return each(), prog_stats(p.proc.pid)
 
 
 def fmt(vals: list[float], digits: int = 0) -> str:
@@ -149,19 +196,24 @@ def main() -> int:
     print(time.strftime("started %Y-%m-%d %H:%M:%S UTC", time.gmtime()))
     # (pace, observer) -> per run: (wall, cpu) with it, and the baseline (wall, cpu) around it
     res: dict[tuple[int, str], list[tuple[float, float, float, float]]] = {}
+    bpf: dict[str, list[tuple[int, int]]] = {}
+    stats = bpf_stats()
+    stats.__enter__()
     try:
         paces = {spin: max(int(n * args.scale), 1000) for spin, n in PACES.items()}
         for r in range(args.runs):
             for name, how in obs.items():
-                before = under(None, paces)
-                got = under(how, paces)
-                after = under(None, paces)
+                before, _ = under(None, paces)
+                got, prog = under(how, paces)
+                after, _ = under(None, paces)
+                bpf.setdefault(name, []).append(prog)
                 for spin in paces:
                     base_w = (before[spin][0] + after[spin][0]) / 2
                     base_c = (before[spin][1] + after[spin][1]) / 2
                     res.setdefault((spin, name), []).append((*got[spin], base_w, base_c))
             print(f"run {r + 1}/{args.runs} done", file=sys.stderr)
     finally:
+        stats.__exit__(None, None, None)
         gen.close()
     print(time.strftime("ended %Y-%m-%d %H:%M:%S UTC", time.gmtime()))
     print(f"\nping-pong on CPU {CPU}, {args.runs} runs interleaved; median (min–max)\n")
@@ -179,6 +231,13 @@ def main() -> int:
             share = [x / 100 for x in cost]  # µs per 1,000 -> % of a core at 100,000/s
             print(f"| {spin / 1000:g} | {name} | {fmt(sw0)} | {fmt(sw)} | {fmt(ratio, 3)} | "
                   f"{fmt(cost)} | {fmt(share, 2)} |")
+    print("\nBPF program run time (run_time_ns / run_cnt of the observer's programs, every "
+          "event of the host while attached)\n")
+    print("| observer | ns per program run | program runs |")
+    print("|---|---|---|")
+    for name, got in bpf.items():
+        per = [ns / cnt for ns, cnt in got if cnt]
+        print(f"| {name} | {fmt(per, 1) if per else '—'} | {fmt([c for _, c in got])} |")
     print("\n" + machine())
     return 0
 
