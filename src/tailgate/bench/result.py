@@ -611,7 +611,8 @@ def summary_text(result: BenchResult, spectrum: bool = False,
         f"tailgate bench {d['target']}  {info.arrival}"
         + (f" (burstiness {info.burstiness:g})" if info.arrival == "gamma" else "")
         + (f" {info.ramp.lo:g}..{info.ramp.hi:g} req/s (mean {info.rate:g})"
-           if info.ramp is not None else f" {info.rate:g} req/s") + " for "
+           if info.ramp is not None else " (as fast as the path takes)" if info.arrival == "max"
+           else f" {info.rate:g} req/s") + " for "
         f"{info.duration_s:g} s  ({info.workers} worker(s), {info.connections}.."
         f"{info.max_connections} connections, time-out {info.timeout_s:g} s)"
         + ("  [INTERRUPTED]" if d["interrupted"] else ""),

@@ -158,6 +158,7 @@ def build_spec(opts: Any) -> Any:
     if n > MAX_DATAGRAMS:
         raise UsageError(f"more than {MAX_DATAGRAMS:,} datagrams in one run: shorten it")
     info = RunInfo(target=opts.target, protocol="udp", rate=rate,
+                   arrival="max" if s.max_rate else "constant",
                    duration_s=duration if duration is not None else 0.0, warmup_s=warmup,
                    workers=1, connections=1, max_connections=1, timeout_s=timeout,
                    seed=None, min_tail_samples=opts.min_tail_samples,
@@ -245,13 +246,15 @@ def run(spec: Any, hooks: Any = None) -> Any:
     part, block = _measure(info, s, n, res, send, recv, interrupted)
     # --rate max has no rate to test the sends against (a stand-in keeps arrival_test whole;
     # its block is replaced below)
-    result = build_result(replace(info, rate=1.0) if s.max_rate else info, [part], interrupted)
+    result = build_result(replace(info, rate=1.0, arrival="constant") if s.max_rate else info,
+                          [part], interrupted)
     result.info = info
     result.stopped = interrupted
     data = result.json
     data["config"]["udp"] = s.json()
     if s.max_rate:
         data["rate"]["target"] = data["config"]["rate"] = None
+        data["config"]["arrival"] = "max"
         data["arrivals"] = {"distribution": "max", "samples": part.dispatched,
                             "verdict": "unknown",
                             "statement": "--rate max: no schedule to test the sends against"}
