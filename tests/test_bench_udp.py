@@ -186,3 +186,18 @@ def test_compare_and_a_campaign_show_the_packet_rate_row(echo_exe, tmp_path):
     assert (row["what"], row["layer"], row["unit"]) == ("packet rate", "L3", "Mpps")
     assert (row["before"], row["after"]) == pytest.approx(want)
     assert rows["udp packet_loss"]["before"] == rows["udp packet_loss"]["after"] == 0.0
+
+
+def test_a_scenario_takes_the_udp_keys_and_refuses_a_udp_target_by_name(tmp_path):
+    from tailgate.bench.scenario import load_scenario
+
+    f = tmp_path / "s.yaml"
+    f.write_text("targets:\n  - {name: u, url: 'udp://127.0.0.1:9', rate: 1000, duration: 1s, "
+                 "batch: 1, size: 128, io: io_uring}\n")
+    (t,) = load_scenario(str(f))
+    assert (t.options["batch"], t.options["size"], t.options["io"]) == (1, 128, "io_uring")
+    p = subprocess.run([*TAILGATE, "bench", "--scenario", str(f), "--quiet"],
+                       capture_output=True, text=True, timeout=60, check=False)
+    assert p.returncode == 2, p.stderr
+    assert f"{f}:2: target 'u': udp:// targets run alone, not with --ray or --scenario" \
+        in p.stderr

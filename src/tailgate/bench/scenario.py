@@ -194,7 +194,7 @@ def target_args(base: argparse.Namespace, t: ScenarioTarget) -> argparse.Namespa
         elif isinstance(val, (int, float)) and not isinstance(val, bool) \
                 and key not in ("connections", "max_connections", "workers", "seed",
                                 "min_tail_samples", "response_length", "input_len",
-                                "output_len", "requests", "burstiness"):
+                                "output_len", "requests", "burstiness", "batch"):
             val = str(val)  # "rate: 2000" is the text "2000", parsed like the command line
         if key == "burstiness":
             val = float(val)
