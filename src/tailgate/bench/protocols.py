@@ -19,7 +19,7 @@ from typing import Any
 
 from ..errors import UsageError
 
-MODULES = ("http", "tcp", "grpc", "openai_sse")  # under tailgate.bench, or dotted names
+MODULES = ("http", "tcp", "grpc", "openai_sse", "udp")  # under tailgate.bench, or dotted names
 
 
 @dataclass(frozen=True, eq=False)  # one object per protocol: compared by identity
