@@ -133,6 +133,8 @@ typedef struct Conn {
     /* want_ready: a response completed while this request was still being written; the
      * connection takes the next request only once the write is done (flush_out) */
     int want_ready;
+    /* draining: a send failed and what the kernel holds is being read (send_failed) */
+    int draining;
     int64_t rid, t_send, t_conn, nbytes, served;
     int64_t t_arrive; /* when the kernel received the last bytes read (NO_TIME: unknown) */
     /* TLS: the session (NULL without TLS), its handshake under way, when TCP connected;
@@ -441,6 +443,7 @@ static void maybe_open(Loop *L);
 static void opened(Loop *L, Conn *c);
 static void ready(Loop *L, Conn *c, int64_t now);
 static void conn_ended(Loop *L, Conn *c, int err);
+static void send_failed(Loop *L, Conn *c, int err);
 
 static void tls_free(Conn *c) {
     if (!c->ssl) return;
@@ -482,7 +485,7 @@ static void conn_close(Loop *L, Conn *c) {
     }
 }
 
-/* A connection attempt failed (kind CONNECT, or TLS_K in the handshake). */
+/* A connection attempt failed (kind CONNECT, TLS_K in the handshake, RESET after it). */
 static void attempt_failed(Loop *L, Conn *c, int kind, const char *reason, int initial) {
     c->state = C_FREE;
     if (c->fd >= 0) close(c->fd);
@@ -765,9 +768,7 @@ static void flush_out(Loop *L, Conn *c) {
     } else r = send_rest(L, c, c->out, c->out_len, &c->out_off);
     if (r > 0) return;
     if (r < 0) {
-        int err = errno;
-        conn_ended(L, c, err);
-        conn_close(L, c);
+        send_failed(L, c, errno);
         return;
     }
     if (c->want_ready) { /* the response came first; now the connection is free */
@@ -1948,10 +1949,9 @@ static int tls_feed(Loop *L, Conn *c, const char *buf, size_t n) {
         conn_close(L, c);
         return 1;
     }
+    if (c->draining) return 0; /* (send_failed reads on; nothing more goes out) */
     if (tls_push(L, c) < 0) {
-        int err = errno;
-        conn_ended(L, c, err);
-        conn_close(L, c);
+        send_failed(L, c, errno);
         return 1;
     }
     if (c->out_off < c->out_len) flush_out(L, c); /* a write that had to read first */
@@ -1992,6 +1992,37 @@ static void on_readable(Loop *L, Conn *c) {
     }
 }
 
+/* A send failed (errno err) with a request in flight. The server may have answered before
+ * it reset the connection (RFC 9112 9.5: a client keeps reading while it sends; a server
+ * that answers an upload early and resets, or a TLS 1.3 server's alert after our
+ * handshake was done): what the kernel already holds is read and framed first, so a
+ * response that arrived whole is ok and an alert is tls; only a request still in flight
+ * after that ends with err (reset). The connection goes either way. (Linux keeps the
+ * bytes that came before a RST readable; the send took the error, so the reads end with
+ * an EOF after them.) */
+static void send_failed(Loop *L, Conn *c, int err) {
+    c->reusable = 0;
+    c->draining = 1;
+    c->out_off = c->out_len; /* nothing more goes out */
+    c->tx.n = c->tx_off = 0;
+    char *buf = L->rbuf;
+    union { char b[CMSG_SPACE(sizeof(struct timespec)) * 2]; struct cmsghdr align; } ctl;
+    while (c->state == C_OPEN && c->rid >= 0) {
+        struct iovec io = {.iov_base = buf, .iov_len = READ_CHUNK};
+        struct msghdr m = {.msg_iov = &io, .msg_iovlen = 1, .msg_control = ctl.b,
+                           .msg_controllen = sizeof ctl.b};
+        ssize_t r = recvmsg(c->fd, &m, 0);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break; /* the end, nothing more yet, or the error itself */
+        c->t_arrive = arrived(L, &m);
+        if (c->ssl) tls_feed(L, c, buf, (size_t)r);
+        else on_bytes(L, c, buf, (size_t)r);
+    }
+    if (c->state != C_OPEN) return; /* framed to its end (complete, failed): closed */
+    conn_ended(L, c, err);
+    conn_close(L, c);
+}
+
 /* A connecting socket reported an event: 1 when its connect failed (counted and
  * closed), 0 when it has not. */
 static int connect_error(Loop *L, Conn *c, int initial) {
@@ -2000,6 +2031,20 @@ static int connect_error(Loop *L, Conn *c, int initial) {
     getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &el);
     if (!err) return 0;
     char reason[MAX_REASON];
+    if (err == ECONNRESET || err == EPIPE) {
+        /* The handshake was done (a refusal is ECONNREFUSED) and the server reset the
+         * connection before anything went out: a reset (tls.dial's words), not connect. */
+        if (L->tls) {
+            snprintf(reason, sizeof reason, "TLS: the server closed the connection during the "
+                     "handshake (%s)", strerror(err));
+            attempt_failed(L, c, TLS_K, reason, initial);
+        } else {
+            snprintf(reason, sizeof reason, "connection reset before its first request was "
+                     "written: [Errno %d] %s", err, strerror(err));
+            attempt_failed(L, c, RESET, reason, initial);
+        }
+        return 1;
+    }
     snprintf(reason, sizeof reason, "[Errno %d] %s", err, strerror(err));
     connect_failed(L, c, reason, initial);
     return 1;
