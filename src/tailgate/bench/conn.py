@@ -50,6 +50,8 @@ class Sink(Protocol):
 
     def on_closed(self, conn: Connection) -> None: ...
 
+    def on_written(self, conn: Connection) -> None: ...
+
 
 class Connection(asyncio.Protocol):
     """Base class: ``send`` one request, report its end once, close cleanly."""
@@ -69,6 +71,12 @@ class Connection(asyncio.Protocol):
         self.eof = False  # the peer closed its side
         self.reusable = True
         self.idle = False  # on the engine's idle list (owned by the engine)
+        # A request still being written (the transport paused us: the engine sets its
+        # limit to 0), and a response that came before it was all out: the connection
+        # takes its next request once the write is done (on_written), never over the rest
+        # of a body that a reset may yet cut (fastloop.c: want_ready).
+        self.writing = False
+        self.want_ready = False
 
     @property
     def usable(self) -> bool:
@@ -134,6 +142,15 @@ class Connection(asyncio.Protocol):
         self.reusable = False
         if self.transport is not None and not self.closed:
             self.transport.abort()
+
+    def pause_writing(self) -> None:
+        self.writing = True
+
+    def resume_writing(self) -> None:
+        self.writing = False
+        if self.want_ready:
+            self.want_ready = False
+            self.sink.on_written(self)
 
     # -- the end of the stream -------------------------------------------------------------
 

@@ -217,6 +217,13 @@ class TlsLink(asyncio.Protocol):
     def is_closing(self) -> bool:
         return self._lost or self.raw is None or self.raw.is_closing()
 
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        if self.raw is not None:
+            self.raw.set_write_buffer_limits(high, low)
+
+    def get_write_buffer_size(self) -> int:
+        return 0 if self.raw is None else self.raw.get_write_buffer_size()
+
     def get_extra_info(self, name: str, default: object = None) -> object:
         if name == "ssl_object":
             return self.obj
@@ -236,6 +243,14 @@ class TlsLink(asyncio.Protocol):
             self._shake()
         else:
             self._read()
+
+    def pause_writing(self) -> None:
+        if self.app is not None:
+            self.app.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self.app is not None and not self._lost:
+            self.app.resume_writing()
 
     def eof_received(self) -> bool | None:
         if self.app is None:
