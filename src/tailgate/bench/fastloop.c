@@ -350,6 +350,43 @@ static int put(Bytes *b, const char *d, size_t n) {
     return 0;
 }
 
+/* What a connection keeps of a buffer once the message in it is consumed: more (a 16 MiB
+ * event, a long line or header block, a large request's ciphertext) is given back then,
+ * so only a connection with a message in progress holds more than this (docs/bench.md,
+ * "Memory"; blocks of 256 KiB and up are mappings of their own, returned when freed). */
+#define KEEP_BUF (64u << 10)
+
+static void give_back(Bytes *b, size_t keep) {
+    if (b->cap <= keep || b->n) return;
+    free(b->v);
+    b->v = NULL;
+    b->cap = 0;
+}
+
+/* A connection's request or response ended (keep KEEP_BUF), or the connection did (0):
+ * the buffers of its readers, and its TLS output once it is all sent. */
+static void conn_give_back(Conn *c, size_t keep) {
+    Bytes *bufs[] = {&c->line, &c->ev, &c->ctype, &c->ebody, &c->seg_why, &c->fail_why};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) {
+        bufs[i]->n = 0;
+        give_back(bufs[i], keep);
+    }
+    if (c->tx_off >= c->tx.n) {
+        c->tx.n = c->tx_off = 0;
+        give_back(&c->tx, keep);
+    }
+    if (c->bcap > keep) {
+        free(c->buf);
+        c->buf = NULL;
+        c->bcap = c->blen = 0;
+    }
+    if (c->stamped_cap > keep && c->out != c->stamped) {
+        free(c->stamped);
+        c->stamped = NULL;
+        c->stamped_cap = 0;
+    }
+}
+
 static size_t ev_bytes(Loop *L) { return L->evs.n * sizeof(Ev) + L->blob.n; }
 
 static void ev_push(Loop *L, int64_t rid, int64_t t, int64_t nbytes, int type, const char *d,
@@ -476,6 +513,8 @@ static void conn_close(Loop *L, Conn *c) {
     if (c->fd >= 0) close(c->fd); /* also leaves the epoll set */
     c->fd = -1;
     tls_free(c);
+    c->out = NULL;
+    conn_give_back(c, 0); /* a closed slot holds nothing (it may not be used again) */
     c->state = C_FREE;
     c->rid = -1;
     L->free_slots[L->n_free++] = (int)(c - L->conns);
@@ -626,7 +665,10 @@ static int tls_push(Loop *L, Conn *c) {
         c->tx.n += (size_t)got;
     }
     int r = send_rest(L, c, c->tx.v, c->tx.n, &c->tx_off);
-    if (r == 0) c->tx.n = c->tx_off = 0;
+    if (r == 0) {
+        c->tx.n = c->tx_off = 0;
+        give_back(&c->tx, KEEP_BUF);
+    }
     return r;
 }
 
@@ -800,14 +842,7 @@ static void expect_resp(Loop *L, Conn *c) {
         c->settled = c->skip_lf = c->ev_error = c->seg_stop = c->seg_err = c->read_fail = 0;
         c->n_data = c->ev_size = c->line_len = 0;
         Bytes *bufs[] = {&c->line, &c->ev, &c->ctype, &c->ebody, &c->seg_why, &c->fail_why};
-        for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) {
-            bufs[i]->n = 0;
-            if (bufs[i]->cap > (1u << 20)) { /* a huge event's buffer is not kept */
-                free(bufs[i]->v);
-                bufs[i]->v = NULL;
-                bufs[i]->cap = 0;
-            }
-        }
+        for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) bufs[i]->n = 0;
     }
 }
 
@@ -886,6 +921,7 @@ static void complete(Loop *L, Conn *c, int outcome, int status, const char *reas
         c->sus_at = (c->sus_at + 1) % MAX_SUSPECTS;
         if (c->n_sus < MAX_SUSPECTS) c->n_sus++;
     }
+    conn_give_back(c, KEEP_BUF); /* (its reason is recorded: nothing points into them) */
 }
 
 /* A response nobody asked for arrived on this connection: it is out of step, and each
@@ -922,6 +958,7 @@ static void fail(Loop *L, Conn *c, int kind, const char *reason) {
         c->rid = -1;
         record_at(L, rid, kind, 0, c->t_send, now_rel(L), c->t_arrive, c->nbytes, reason);
     }
+    conn_give_back(c, KEEP_BUF);
 }
 
 static void stray(Loop *L, Conn *c, const char *fmt_tail, const char *data, size_t n) {
@@ -1302,6 +1339,7 @@ static void sse_dispatch(Loop *L, Conn *c) {
     }
     c->n_data = c->ev_size = 0;
     c->ev.n = 0;
+    give_back(&c->ev, KEEP_BUF); /* (ev_push copied it) */
     c->ev_error = 0;
 }
 
@@ -1369,6 +1407,7 @@ static void sse_segment(Loop *L, Conn *c, const char *p, size_t n) {
             } else sse_line(L, c, p + i, j - i);
         }
         c->line.n = 0;
+        give_back(&c->line, KEEP_BUF);
         c->line_len = 0;
         if (p[j] == '\r') c->skip_lf = 1;
         i = j + 1;

@@ -31,6 +31,7 @@ as RFC 6066 requires). A ``Host`` header is never used for it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import re
 import socket
@@ -314,16 +315,17 @@ class TlsLink(asyncio.Protocol):
                 data = self.obj.read(1 << 16)
             except ssl.SSLWantReadError:
                 break
-            except ssl.SSLZeroReturnError:  # close_notify: the end of the stream
-                self.eof_received()
-                if self.raw is not None:
-                    self.raw.close()
-                return
             except ssl.SSLError as exc:  # an alert (TLS 1.3: a refused client certificate)
                 self._fail(exc)
                 return
-            if not data:
-                break
+            if not data:  # close_notify: the end of the stream (our own goes back)
+                self.eof_received()
+                with contextlib.suppress(ssl.SSLError):
+                    self.obj.unwrap()
+                self._flush()
+                if self.raw is not None:
+                    self.raw.close()
+                return
             app.data_received(data)
         self._flush()  # (a post-handshake message may want an answer)
 
