@@ -214,7 +214,8 @@ class ScriptedServer:
     def __init__(self, modes: tuple[str, ...] = ("ok",), gap_s: float = 0.001,
                  usage: bool = True, first_empty: bool = False,
                  keep_alive: bool = False, tokens_per_chunk: int = 1, logprobs: bool = False,
-                 usage_skew: int = 0, cached_tokens: int | None = None) -> None:
+                 usage_skew: int = 0, cached_tokens: int | None = None,
+                 serial_big: bool = True) -> None:
         import threading
 
         self.modes = modes
@@ -226,6 +227,7 @@ class ScriptedServer:
         self.logprobs = logprobs
         self.usage_skew = usage_skew
         self.cached_tokens = cached_tokens
+        self.serial_big = serial_big  # big_event: one response written at a time
         self.bodies: list[dict] = []
         self.heads: list[bytes] = []  # each request's header block, as received
         self.send_ns: list[list[int]] = []  # per ok request, when each content chunk was sent
@@ -344,9 +346,10 @@ class ScriptedServer:
                     writer.write(line)
                     await writer.drain()
             elif mode == "big_event":
-                # one response written at a time, across connections (the client then
-                # holds part of at most two: the one written, and the tail of the one before)
-                async with self._one_big:
+                # serial_big: one response written at a time, across connections (the
+                # client then holds part of few: the one written, and the tails of the ones
+                # before that the loopback buffers still hold)
+                async with self._one_big if self.serial_big else contextlib.nullcontext():
                     writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
                                  b"Content-Length: %d\r\n%s\r\n" % (len(BIG_BODY), close))
                     writer.write(BIG_BODY)

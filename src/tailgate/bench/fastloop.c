@@ -350,10 +350,12 @@ static int put(Bytes *b, const char *d, size_t n) {
     return 0;
 }
 
-/* What a connection keeps of a buffer once the message in it is consumed: more (a 16 MiB
- * event, a long line or header block, a large request's ciphertext) is given back then,
- * so only a connection with a message in progress holds more than this (docs/bench.md,
- * "Memory"; blocks of 256 KiB and up are mappings of their own, returned when freed). */
+/* What a connection keeps of a buffer once its response (or request) is done: more (a 16
+ * MiB event, a long line or header block, a large request's ciphertext) is given back
+ * then, so only a connection with a response in progress holds more than this
+ * (docs/bench.md, "Memory a run holds"; blocks of 256 KiB and up are mappings of their
+ * own, returned when freed). Within a response they are kept: a stream of big events
+ * reuses them instead of faulting fresh pages in for each. */
 #define KEEP_BUF (64u << 10)
 
 static void give_back(Bytes *b, size_t keep) {
@@ -1339,7 +1341,6 @@ static void sse_dispatch(Loop *L, Conn *c) {
     }
     c->n_data = c->ev_size = 0;
     c->ev.n = 0;
-    give_back(&c->ev, KEEP_BUF); /* (ev_push copied it) */
     c->ev_error = 0;
 }
 
@@ -1407,7 +1408,6 @@ static void sse_segment(Loop *L, Conn *c, const char *p, size_t n) {
             } else sse_line(L, c, p + i, j - i);
         }
         c->line.n = 0;
-        give_back(&c->line, KEEP_BUF);
         c->line_len = 0;
         if (p[j] == '\r') c->skip_lf = 1;
         i = j + 1;
