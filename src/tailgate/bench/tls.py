@@ -280,9 +280,8 @@ class TlsLink(asyncio.Protocol):
     # -- the session ----------------------------------------------------------------------
 
     def _flush(self) -> None:
-        out = self._outgoing.read()
-        if out and self.raw is not None and not self.raw.is_closing():
-            self.raw.write(out)
+        if self._outgoing.pending and self.raw is not None and not self.raw.is_closing():
+            self.raw.write(self._outgoing.read())
 
     def _shake(self) -> None:
         try:
@@ -309,10 +308,10 @@ class TlsLink(asyncio.Protocol):
             self.raw.abort()
 
     def _read(self) -> None:
-        app = self.app
+        app, obj, incoming = self.app, self.obj, self._incoming
         while not self._lost:
             try:
-                data = self.obj.read(1 << 16)
+                data = obj.read(1 << 16)
             except ssl.SSLWantReadError:
                 break
             except ssl.SSLError as exc:  # an alert (TLS 1.3: a refused client certificate)
@@ -327,6 +326,8 @@ class TlsLink(asyncio.Protocol):
                     self.raw.close()
                 return
             app.data_received(data)
+            if not incoming.pending and not obj.pending():
+                break  # all read (a read now would only raise SSLWantReadError)
         self._flush()  # (a post-handshake message may want an answer)
 
     def _fail(self, exc: Exception) -> None:
