@@ -62,6 +62,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="check ids that must be measured: exit 1 when one is unknown or "
                    "skipped (repeatable; also `required: true` per id in the baseline)")
     p.add_argument("--quiet", action="store_true", help="no terminal report")
+    p.add_argument("--all", action="store_true", dest="all_findings",
+                   help="print every finding in full (by default: fail, warn, unknown and "
+                   "error in full, a pass as one line, each layer's skips as one line)")
     p.add_argument("--engine", metavar="URL",
                    help="an inference engine's Prometheus endpoint (vLLM, SGLang), e.g. "
                    "http://127.0.0.1:8000/metrics, scraped at both ends of the interval; "
@@ -236,5 +239,5 @@ def run(args: argparse.Namespace) -> int:
     if not args.quiet and args.json != "-":
         from ..report.terminal import print_report
 
-        print_report(report)
+        print_report(report, all_findings=args.all_findings)
     return exit_status(report, args.fail_on)

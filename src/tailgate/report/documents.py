@@ -111,11 +111,13 @@ def _points(doc: dict[str, Any]):
     return [Point.from_json(p) for p in doc["points"]]
 
 
-def terminal(k: str, doc: dict[str, Any], console) -> None:
+def terminal(k: str, doc: dict[str, Any], console, every: bool = False) -> None:
+    """``doc`` (of kind ``k``) on the terminal; ``every``: an inspect report's every finding,
+    a diagnosis's every cause, in full."""
     if k == "inspect":
         from .terminal import print_report
 
-        print_report(report_from_json(doc), console)
+        print_report(report_from_json(doc), console, all_findings=every)
     elif k == "bench":
         console.print(bench_text(doc), markup=False, highlight=False, soft_wrap=True)
     elif k == "collective":
@@ -139,7 +141,7 @@ def terminal(k: str, doc: dict[str, Any], console) -> None:
     elif k == "diagnose":
         from .diagnose_render import terminal as diagnose_terminal
 
-        diagnose_terminal(doc, console)
+        diagnose_terminal(doc, console, all_causes=every)
     elif k == "compare":
         from .compare_render import terminal as compare_terminal
 
