@@ -153,3 +153,16 @@ def evaluate(slos: list[Slo], result: dict[str, Any]) -> list[dict[str, Any]]:
             rec["pass"] = slo.holds(observed)
         out.append(rec)
     return out
+
+
+def no_success(data: dict[str, Any]) -> str | None:
+    """Why a run in which no request succeeded fails, SLO or not; None when one did."""
+    req = data.get("requests") or {}
+    if req.get("ok"):
+        return None
+    errors = {k: v for k, v in (req.get("errors") or {}).items() if v}
+    examples = req.get("error_examples") or {}
+    first = next((ex[0].get("reason") for k in errors for ex in [examples.get(k) or []] if ex), None)
+    detail = ", ".join(f"{n:,} {k}" for k, n in sorted(errors.items(), key=lambda kv: -kv[1]))
+    return (f"no request succeeded ({req.get('sent', 0):,} sent"
+            + (f": {detail}" if detail else "") + (f"; e.g. {first}" if first else "") + ")")

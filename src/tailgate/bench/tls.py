@@ -20,14 +20,13 @@ as RFC 6066 requires). A ``Host`` header is never used for it.
 from __future__ import annotations
 
 import asyncio
-import re
 import socket
 import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .conn import Connection
+from .conn import Connection, handshake_reason, tls_why
 
 
 class TlsError(ValueError):
@@ -67,7 +66,7 @@ def client_context(opts: TlsOptions) -> ssl.SSLContext:
     try:
         ctx = ssl.create_default_context(cafile=opts.cacert)
     except (OSError, ssl.SSLError) as exc:
-        raise TlsError(f"--cacert {opts.cacert}: {_why(exc)}") from None
+        raise TlsError(f"--cacert {opts.cacert}: {tls_why(exc)}") from None
     if opts.insecure:
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
@@ -79,32 +78,10 @@ def client_context(opts: TlsOptions) -> ssl.SSLContext:
         except (OSError, ssl.SSLError) as exc:
             raise TlsError(f"--cert {opts.cert}"
                            + (f" --key {opts.key}" if opts.key else "")
-                           + f": {_why(exc)}") from None
+                           + f": {tls_why(exc)}") from None
     if opts.alpn:
         ctx.set_alpn_protocols(list(opts.alpn))
     return ctx
-
-
-def _why(exc: BaseException) -> str:
-    if isinstance(exc, ssl.SSLError) and exc.reason:
-        return exc.reason.replace("_", " ").lower()
-    text = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
-    return re.sub(r"^\[\w+\] |\s*\(_ssl\.c:\d+\)$", "", text)  # "[SSL] x (_ssl.c:1006)"
-
-
-def handshake_reason(exc: BaseException) -> str:
-    """A short, stable reason for a failed handshake (one error-example line per cause)."""
-    if isinstance(exc, ssl.SSLCertVerificationError):
-        return f"TLS: certificate verify failed: {exc.verify_message}"
-    if isinstance(exc, TimeoutError):
-        return "TLS: handshake timed out"
-    if isinstance(exc, ssl.SSLError):
-        return f"TLS: {_why(exc)}"
-    if isinstance(exc, ConnectionError | EOFError):
-        # asyncio reports a plain close (FIN) as a ConnectionResetError without an errno
-        why = _why(exc) if getattr(exc, "errno", None) else "EOF"
-        return f"TLS: the server closed the connection during the handshake ({why})"
-    return f"TLS: {_why(exc)}"
 
 
 async def dial(loop: asyncio.AbstractEventLoop, factory: Callable[[], Connection],

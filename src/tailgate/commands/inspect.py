@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 
 from ..errors import UsageError
@@ -176,43 +175,16 @@ def progress_display(args: argparse.Namespace):
         yield on_phase
 
 
-def _required(ids: list[str], baseline) -> list[str]:
-    from ..baseline import catalog
-
-    for cid in ids:
-        if cid not in catalog():
-            raise UsageError(f"--require {cid}: unknown check id (see `tailgate checks`)")
-        if cid in baseline.disabled:
-            raise UsageError(f"--require {cid}: disabled by the baseline ({baseline.source})")
-    return [cid for cid in catalog() if cid in baseline.required or cid in ids]
-
-
-ERROR_LOG_ENV = "TAILGATE_ERROR_LOG"
-
-
-def log_errors(report) -> None:
-    """Append every ``error`` finding as a JSON line to $TAILGATE_ERROR_LOG, when set: the
-    test suite sets it so that a tailgate bug in any run, even in a subprocess, fails it."""
-    path = os.environ.get(ERROR_LOG_ENV)
-    errors = [f for f in report.findings if f.status == "error"]
-    if not path or not errors:
-        return
-    with open(path, "a", encoding="utf-8") as fh:
-        for f in errors:
-            fh.write(json.dumps({"where": f"tailgate inspect (pid {os.getpid()})",
-                                 **f.to_json()}, default=str) + "\n")
-
-
 def run(args: argparse.Namespace) -> int:
     if getattr(args, "ray", None):  # the fleet: every Ray node collects, judged here
         from .inspect_fleet import run_fleet
 
         return run_fleet(args)
-    from ..baseline import default_baseline, load_baseline
-    from ..verdict import exit_status, judged_report
+    from ..baseline import default_baseline, load_baseline, required_ids
+    from ..verdict import exit_status, judged_report, log_errors
 
     baseline = load_baseline(args.baseline) if args.baseline else default_baseline()
-    required = _required(args.require, baseline)
+    required = required_ids(args.require, baseline)
 
     check_writable(args.save, args.json, args.junit, args.html)
     snap = snapshot_for(args)

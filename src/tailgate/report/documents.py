@@ -135,7 +135,7 @@ def terminal(k: str, doc: dict[str, Any], console, every: bool = False) -> None:
         console.print(summary(pts, top, knee, bool(doc.get("slo")), doc.get("knee_reason", "")),
                       markup=False, highlight=False, soft_wrap=True)
     elif k == "probe":
-        from ..commands.probe import print_summary
+        from .probe_render import print_summary
 
         print_summary(doc, console)
     elif k == "diagnose":
