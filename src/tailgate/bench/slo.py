@@ -20,6 +20,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import InputError
+
 _EXPR = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_.]*)\s*(<=|>=|<|>)\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
                    r"\s*([A-Za-zµ%]*)\s*$")
 _OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
@@ -28,7 +30,7 @@ TIME_STATS = ("p50", "p90", "p95", "p99", "p999", "p9999", "max", "mean")
 SERIES = {"latency": "latency_ms", "service": "service_time_ms", "lateness": "lateness_ms"}
 
 
-class SloError(ValueError):
+class SloError(InputError):
     """An SLO expression that cannot be parsed (message says why and what is allowed)."""
 
 

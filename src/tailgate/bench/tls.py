@@ -26,10 +26,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..errors import InputError
 from .conn import Connection, handshake_reason, tls_why
 
 
-class TlsError(ValueError):
+class TlsError(InputError):
     """TLS options that cannot be used (unreadable file, key without certificate...)."""
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..errors import InputError
 from ..model import Finding, Report, Verdict
 
 KINDS = ("inspect report (inspect --json)", "bench result (http, https, tcp, grpc, openai+)",
@@ -26,7 +27,7 @@ OUTPUTS = {"terminal": {"inspect", "bench", "collective", "sweep", "probe", "dia
            "junit": {"inspect"}}
 
 
-class DocumentError(ValueError):
+class DocumentError(InputError):
     """A document this command cannot read (the message names what it reads)."""
 
 
