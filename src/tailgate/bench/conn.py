@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import ssl
 import time
 from collections import deque
@@ -189,8 +190,6 @@ class Connection(asyncio.Protocol):
                 kind, reason = err.kind, err.reason
         elif isinstance(exc, ssl.SSLError):
             # A TLS alert after the handshake (TLS 1.3: a refused client certificate).
-            from .tls import handshake_reason  # (tls imports this module)
-
             kind, reason = "tls", handshake_reason(exc)
         else:
             kind = "closed" if not self.nbytes else "reset"
@@ -240,3 +239,26 @@ def read_rest(transport: asyncio.BaseTransport) -> bytes:
 def monotonic() -> float:
     """The clock every bench time is read from (CLOCK_MONOTONIC on Linux)."""
     return time.monotonic()
+
+
+def tls_why(exc: BaseException) -> str:
+    """An SSL or socket error as a short phrase (no "[SSL]" prefix, no _ssl.c line)."""
+    if isinstance(exc, ssl.SSLError) and exc.reason:
+        return exc.reason.replace("_", " ").lower()
+    text = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+    return re.sub(r"^\[\w+\] |\s*\(_ssl\.c:\d+\)$", "", text)  # "[SSL] x (_ssl.c:1006)"
+
+
+def handshake_reason(exc: BaseException) -> str:
+    """A short, stable reason for a failed handshake (one error-example line per cause)."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return f"TLS: certificate verify failed: {exc.verify_message}"
+    if isinstance(exc, TimeoutError):
+        return "TLS: handshake timed out"
+    if isinstance(exc, ssl.SSLError):
+        return f"TLS: {tls_why(exc)}"
+    if isinstance(exc, ConnectionError | EOFError):
+        # asyncio reports a plain close (FIN) as a ConnectionResetError without an errno
+        why = tls_why(exc) if getattr(exc, "errno", None) else "EOF"
+        return f"TLS: the server closed the connection during the handshake ({why})"
+    return f"TLS: {tls_why(exc)}"

@@ -33,17 +33,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import re
 import socket
 import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .conn import Connection, read_rest
+from ..errors import InputError
+from .conn import Connection, handshake_reason, read_rest, tls_why
 
 
-class TlsError(ValueError):
+class TlsError(InputError):
     """TLS options that cannot be used (unreadable file, key without certificate...)."""
 
 
@@ -80,7 +80,7 @@ def client_context(opts: TlsOptions) -> ssl.SSLContext:
     try:
         ctx = ssl.create_default_context(cafile=opts.cacert)
     except (OSError, ssl.SSLError) as exc:
-        raise TlsError(f"--cacert {opts.cacert}: {_why(exc)}") from None
+        raise TlsError(f"--cacert {opts.cacert}: {tls_why(exc)}") from None
     if opts.insecure:
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
@@ -92,7 +92,7 @@ def client_context(opts: TlsOptions) -> ssl.SSLContext:
         except (OSError, ssl.SSLError) as exc:
             raise TlsError(f"--cert {opts.cert}"
                            + (f" --key {opts.key}" if opts.key else "")
-                           + f": {_why(exc)}") from None
+                           + f": {tls_why(exc)}") from None
     if opts.alpn:
         ctx.set_alpn_protocols(list(opts.alpn))
     return ctx
@@ -138,28 +138,6 @@ def context_settings(ctx: ssl.SSLContext) -> ContextSettings:
         hostname_checks_common_name=ctx.hostname_checks_common_name,
         post_handshake_auth=bool(ctx.post_handshake_auth),
         keylog_filename=ctx.keylog_filename)
-
-
-def _why(exc: BaseException) -> str:
-    if isinstance(exc, ssl.SSLError) and exc.reason:
-        return exc.reason.replace("_", " ").lower()
-    text = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
-    return re.sub(r"^\[\w+\] |\s*\(_ssl\.c:\d+\)$", "", text)  # "[SSL] x (_ssl.c:1006)"
-
-
-def handshake_reason(exc: BaseException) -> str:
-    """A short, stable reason for a failed handshake (one error-example line per cause)."""
-    if isinstance(exc, ssl.SSLCertVerificationError):
-        return f"TLS: certificate verify failed: {exc.verify_message}"
-    if isinstance(exc, TimeoutError):
-        return "TLS: handshake timed out"
-    if isinstance(exc, ssl.SSLError):
-        return f"TLS: {_why(exc)}"
-    if isinstance(exc, ConnectionError | EOFError):
-        # asyncio reports a plain close (FIN) as a ConnectionResetError without an errno
-        why = _why(exc) if getattr(exc, "errno", None) else "EOF"
-        return f"TLS: the server closed the connection during the handshake ({why})"
-    return f"TLS: {_why(exc)}"
 
 
 _RESET = (errno.ECONNRESET, errno.EPIPE)
