@@ -193,9 +193,7 @@ def build(opts: BenchOptions) -> BenchSpec:
     proto = protocol_of(opts.target)
     refuse_flags(opts, proto)
     if proto.kind == "udp":  # one socket, its own loop: bench.udp checks its options
-        from .udp import build_spec
-
-        return build_spec(opts)
+        return _udp_spec(opts)
     llm = proto.kind == "openai"
     trace = llm and opts.workload == "trace"
     if llm and opts.concurrency is not None:
@@ -335,3 +333,70 @@ def _span(info: Any, schedule: Any) -> Any:
 def spec_of(args: argparse.Namespace) -> BenchSpec:
     """The checked BenchSpec of a parsed command line (a usage error names the option)."""
     return build(BenchOptions.from_namespace(args))
+
+
+def _udp_spec(opts: Any) -> BenchSpec:
+    """The BenchSpec of a udp:// target (bench.udp): one sender, a constant schedule or
+    ``--rate max``."""
+    import numpy as np
+
+    from . import udp
+    from .result import RunInfo
+    from .slo import SloError, parse_slo
+    from .target import TargetError, parse_target
+    from .units import parse_duration, parse_rate
+
+    defaults = type(opts).defaults()
+    if opts.engine == "python":
+        raise UsageError("udp:// targets run on the compiled datagram loop only "
+                         "(--engine fast or auto)")
+    if udp.UNAVAILABLE is not None:
+        raise UsageError(f"udp://: {udp.UNAVAILABLE}")
+    for flag in ("burstiness", "arrival", "connections", "max_connections", "confidence",
+                 "retry_stale", "seed", "max_header_bytes", "max_body_bytes"):
+        if getattr(opts, flag) != defaults[flag]:
+            raise UsageError(f"--{flag.replace('_', '-')} does not apply to udp:// targets "
+                             "(datagrams on one socket, a constant schedule or --rate max)")
+    if opts.log:
+        raise UsageError("--log does not apply to udp:// targets (a line per datagram, millions "
+                         "a second): --hdr writes the latency histogram over time")
+    if opts.workers not in (None, 1):
+        raise UsageError("udp:// runs one sender (--workers 1): its figures are one "
+                         "socket's, one core's")
+    if opts.rate is None:
+        raise UsageError("--rate is required (datagrams per second, or max)")
+    if opts.duration is None and opts.requests is None:
+        raise UsageError("give --duration D and/or --requests N")
+    if opts.requests is not None and opts.requests < 1:
+        raise UsageError("--requests must be >= 1")
+    s = udp.settings_of(opts)
+    try:
+        rate = 0.0 if s.max_rate else parse_rate(opts.rate)
+        duration = parse_duration(opts.duration) if opts.duration is not None else None
+        warmup = parse_duration(opts.warmup or "0s")
+        timeout = parse_duration(opts.timeout or udp.BENCH_PROTOCOL.default_timeout)
+        hdr_interval = parse_duration(opts.hdr_interval)
+        slos = tuple(parse_slo(e) for e in opts.slo)
+        target = parse_target(opts.target, tls=tls_options(opts))  # TLS options: refused
+    except (ValueError, SloError, TargetError) as exc:
+        raise UsageError(str(exc)) from None
+    if (duration is not None and duration <= 0) or timeout <= 0 or warmup < 0 \
+            or hdr_interval <= 0:
+        raise UsageError("--duration, --timeout and --hdr-interval must be > 0, --warmup >= 0")
+    if s.max_rate and duration is None:
+        raise UsageError("--rate max runs for --duration: give it")
+    n = udp.count(rate, duration, warmup, opts.requests)
+    if n > udp.MAX_DATAGRAMS:
+        raise UsageError(f"more than {udp.MAX_DATAGRAMS:,} datagrams in one run: shorten it")
+    info = RunInfo(target=opts.target, protocol="udp", rate=rate,
+                   arrival="max" if s.max_rate else "constant",
+                   duration_s=duration if duration is not None else 0.0, warmup_s=warmup,
+                   workers=1, connections=1, max_connections=1, timeout_s=timeout,
+                   seed=None, min_tail_samples=opts.min_tail_samples,
+                   requests=opts.requests, engine=opts.engine)
+    if duration is None:  # --requests alone: the span is the schedule's
+        info = _span(info, np.arange(n, dtype=np.float64) / rate)
+    span = info.duration_s
+    info = replace(info, hdr_interval_s=max(hdr_interval, (span + 1e-9) / 600) if opts.hdr
+                   else max(span / 100, min(span / 20, 0.25), 1e-6))
+    return BenchSpec(opts, info, target, slos, None, MappingProxyType({"udp": s, "n": n}))
