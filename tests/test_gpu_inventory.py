@@ -209,3 +209,42 @@ def test_no_pci_subject_is_missing_from_the_report(tmp_path, name):
             for cid in GPU_IDS:
                 assert f"{bdf} gpu" in said[cid], (name, cid, bdf, said[cid][:300])
     assert not [f for f in found if f.status == "error"], name
+
+
+# -- DCGM exporter: one bad sample, the rest read; reasons that name the source given ----------
+
+def test_dcgm_one_bad_sample_is_refused_alone_and_named():
+    real = text("gpu/dcgm-exporter-580.105.08-l4.prom")
+    # an unrelated sample whose value is the exporter's own error text, as a scrape can carry
+    bad = real + ('DCGM_FI_DEV_VGPU_LICENSE_STATUS{gpu="0",pci_bus_id="00000000:31:00.0"} '
+                  "Error: field not supported\n")
+    samples, refused = gpu.dcgm_samples(bad)
+    assert len(refused) == 1 and "DCGM_FI_DEV_VGPU_LICENSE_STATUS" in next(iter(refused))
+    whole, _ = gpu.dcgm_samples(real)
+    assert len(samples) == len(whole)  # every valid sample read
+    assert gpu.parse_dcgm(samples) == gpu.parse_dcgm(whole)
+
+
+def test_dcgm_reasons_name_the_url_given(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    (tmp_path / "proc/sys/kernel").mkdir(parents=True)
+    (tmp_path / "proc/sys/kernel/hostname").write_text("dcgm-node\n")
+    (tmp_path / "sys/bus/pci/devices").mkdir(parents=True)
+    scrape = tmp_path / "other.prom"  # a real scrape with no DCGM health field (vLLM's)
+    scrape.write_text(text("llm/vllm_0.32.0_cpu_metrics_real.prom"))
+    proc = subprocess.run([sys.executable, "-m", "tailgate", "inspect", "--root", str(tmp_path),
+                           "--interval", "0", "--no-history", "--dcgm", str(scrape), "--json",
+                           "-"], capture_output=True, text=True, timeout=120)
+    got = {f["id"]: f for f in json.loads(proc.stdout)["findings"] if f["id"] in GPU_IDS}
+    for cid in GPU_IDS[1:]:
+        f = got[cid]
+        assert f["status"] == "unknown" and f"--dcgm {scrape}" in f["reason"], (cid, f)
+        assert "no --dcgm URL" not in f["reason"]
+    # and a root with no PCI data at all prints no "None" in its header
+    out = subprocess.run([sys.executable, "-m", "tailgate", "inspect", "--root", str(tmp_path),
+                          "--interval", "0", "--no-history"], capture_output=True, text=True,
+                         timeout=120).stdout
+    assert "None" not in out and "kernel unknown (" in out

@@ -515,3 +515,19 @@ def test_the_opened_descriptor_itself_must_lie_inside_the_root(tmp_path):
     with pytest.raises(Refused, match="opened outside the root"):
         read_regular(str(outside), 1024, inside=str(tmp_path / "root"))
     assert read_regular(str(outside), 1024, inside=str(tmp_path)) == b"987654321\n"
+
+
+@pytest.mark.parametrize("pid_max", ["100", "0", "300"])
+def test_a_pid_max_below_the_kernels_floor_is_not_trusted(tmp_path, pid_max):
+    # kernel/pid.c refuses pid_max < 301 (RESERVED_PIDS + 1): a root that says so is not a
+    # real host's, and the kernel's own ceiling decides which PIDs are valid
+    from tailgate.commands.options import existing_pids
+    from tailgate.host import Host
+
+    (tmp_path / "proc/sys/kernel").mkdir(parents=True)
+    (tmp_path / "proc/sys/kernel/pid_max").write_text(pid_max + "\n")
+    (tmp_path / "proc/5000").mkdir()
+    assert existing_pids(Host(str(tmp_path)), ["5000"]) == (5000,)
+    (tmp_path / "proc/sys/kernel/pid_max").write_text("4096\n")  # plausible: trusted
+    with pytest.raises(Exception, match="pid_max"):
+        existing_pids(Host(str(tmp_path)), ["5000"])

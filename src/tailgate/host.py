@@ -53,6 +53,7 @@ MAX_READ_BYTES = 16 * 2**20
 MAX_OUTPUT_BYTES = 64 * 2**20
 _STDERR_KEEP = 64 * 1024
 PID_MAX_LIMIT = 4194304  # the kernel's ceiling for /proc/sys/kernel/pid_max (2^22)
+PID_MAX_MIN = 301  # its floor: RESERVED_PIDS + 1 (kernel/pid.c pid_max_min)
 IFNAMSIZ = 16
 _KERNEL_SPACE = frozenset(b" \t\n\v\f\r\xa0")  # lib/ctype.c: isspace() is true for these bytes
 
