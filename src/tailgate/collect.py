@@ -53,6 +53,7 @@ SOURCE_MODULES = (
     "tailgate.sources.gpu",
     "tailgate.sources.pfc",
     "tailgate.sources.platform",
+    "tailgate.sources.hwerrors",
     # helpers add their source modules here (one line each)
 )
 

@@ -260,6 +260,25 @@ class Host:
                             inside=self._real)
         return data.decode("utf-8", errors="replace") if nul_ok else as_text(data, path)
 
+    def read_at(self, path: str, offset: int, size: int) -> bytes:
+        """``size`` bytes at ``offset`` of ``path`` (a device that reads by offset, such as
+        /dev/cpu/N/msr whose offset is the MSR number; a plain file under a fixture root)."""
+        self._local.source = path
+        real = self._resolve(path)
+        try:
+            fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK)
+        except OSError as exc:
+            raise SourceError(_reason(exc, path)) from exc
+        try:
+            data = os.pread(fd, size, offset)
+        except OSError as exc:
+            raise SourceError(_reason(exc, path)) from exc
+        finally:
+            os.close(fd)
+        if len(data) != size:
+            raise SourceError(f"{path}: {len(data)} bytes at offset {offset:#x}, expected {size}")
+        return data
+
     def exists(self, path: str) -> bool:
         """Whether ``path`` names anything under the root (a dangling or looping symlink
         counts: reading it then says why it cannot be read)."""

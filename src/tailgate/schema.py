@@ -527,6 +527,10 @@ SCHEMAS: tuple[tuple[str, Schema], ...] = (
     (r"(nic|rps|xps|tc\.qdisc|net\.pfc|ethtool\.(info|fec|phy|module|rss|rings|ts))", List(IFACE)),
     (r"net\.pfc\..+", _PFC),
     (r"host\.platform", _PLATFORM),
+    (r"host\.edac", Rec({"mcs": Map(Rec({"ce": U64, "ue": U64, "dimms": Map(Rec({
+        "label": Opt(TEXT), "ce": U64, "ue": U64}))}), key=Str(r"mc[0-9]{1,4}"))})),
+    (r"cpu\.smi", Rec({"count": Opt(Int(0, 2**32)), "cpu": Int(0, 2**16)},
+                      optional={"no_msr": TEXT})),
     (r"gpu\.health", Rec({"source": Opt(TEXT), "gpus": Map(_GPU), "tried": Map(TEXT)},
                          optional={"bus": _GPU_BUS, "attached": Opt(Int(0, 9999)),
                                    "refused": Map(TEXT)})),
