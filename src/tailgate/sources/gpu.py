@@ -652,29 +652,93 @@ def amd_health(host: Host, bdf: str) -> dict[str, Any]:
             blocks[name.removesuffix("_err_count")] = parse_ras_count(host.read(path), path)
     if names:
         gpu["ecc_mode"] = "Enabled"
-        vol: dict[str, int] = {}
-        for block, c in blocks.items():
-            if block == "xgmi_wafl":
-                continue
-            mem = "dram" if block == "umc" else "sram"
-            vol[f"{mem}_uncorrectable"] = vol.get(f"{mem}_uncorrectable", 0) + c["ue"]
-            vol[f"{mem}_correctable"] = vol.get(f"{mem}_correctable", 0) + c["ce"]
-        if vol:
-            gpu["ecc"] = {"volatile": vol}
-        gpu["ras_blocks"] = blocks
+        _ras_sections(gpu, blocks)
         if "gpu_vram_bad_pages" in names:
             bad = parse_bad_pages(host.read(f"{base}/ras/gpu_vram_bad_pages"))
             gpu["retired_pages"] = {"retired": bad["retired"], "pending": bad["pending"]}
             gpu["remapped_rows"] = {"failure": bad["failure"]}
     if "xgmi_wafl" in blocks:
+        pass  # _ras_sections read it
+    elif not host.exists(f"{base}/xgmi_device_id") and not host.exists(f"{base}/xgmi_hive_info"):
+        gpu["nvlink_read"] = True  # not in an xGMI hive: no GPU-to-GPU links
+    gpu.setdefault("unreadable", {})["clock_events"] = (
+        "gpu_metrics (the binary throttle status) is not read by tailgate yet")
+    return gpu
+
+
+# rocm-smi --showrasinfo [all]: per GPU (``GPU[N]:  RAS INFO``; one GPU without that header
+# in the compact layout) a Block / Status / Correctable / Uncorrectable table, read from the
+# same amdgpu ras/ files; a block with a status only has no counters.
+_ROCM_GPU = re.compile(r"^GPU\[(\d+)\]\s*:?\s*RAS INFO")
+_ROCM_ROW = re.compile(r"^([A-Z][A-Z0-9_]*)\s+(ENABLED|DISABLED)(?:\s+([0-9]{1,20})\s+([0-9]{1,20}))?$")
+
+
+def parse_rocm_smi_ras(text: str) -> dict[str, dict[str, Any]]:
+    """``rocm-smi --showrasinfo`` -> ``{gpu index: {"blocks": {block: {"ce", "ue"}},
+    "enabled": [...], "disabled": [...]}}`` (block names lower case, as amdgpu's files)."""
+    out: dict[str, dict[str, Any]] = {}
+    cur: dict[str, Any] | None = None
+    for raw in text.splitlines():
+        line = raw.strip()
+        m = _ROCM_GPU.match(line)
+        if m:
+            cur = out.setdefault(m.group(1), {"blocks": {}, "enabled": [], "disabled": []})
+            continue
+        r = _ROCM_ROW.match(line)
+        if not r:
+            continue
+        if cur is None:  # the compact layout of one GPU
+            cur = out.setdefault("0", {"blocks": {}, "enabled": [], "disabled": []})
+        block = r.group(1).lower()
+        cur["enabled" if r.group(2) == "ENABLED" else "disabled"].append(block)
+        if r.group(3) is not None:
+            cur["blocks"][block] = {"ce": int(r.group(3)), "ue": int(r.group(4))}
+    if not out:
+        raise ParseError("rocm-smi --showrasinfo: no RAS table")
+    return out
+
+
+def parse_rocm_smi_bus(text: str) -> dict[str, str]:
+    """``rocm-smi --showbus``: ``GPU[0]  : PCI Bus: 0000:03:00.0`` -> ``{"0": bdf}``."""
+    return {m.group(1): m.group(2).lower() for m in re.finditer(
+        r"^GPU\[(\d+)\]\s*:\s*PCI Bus:\s*([0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])",
+        text, re.M)}
+
+
+def _ras_sections(gpu: dict[str, Any], blocks: dict[str, dict[str, int]]) -> None:
+    """ECC sections from per-block RAS counts (umc: the HBM; the rest on-chip SRAM)."""
+    vol: dict[str, int] = {}
+    for block, c in blocks.items():
+        if block == "xgmi_wafl":
+            continue
+        mem = "dram" if block == "umc" else "sram"
+        vol[f"{mem}_uncorrectable"] = vol.get(f"{mem}_uncorrectable", 0) + c["ue"]
+        vol[f"{mem}_correctable"] = vol.get(f"{mem}_correctable", 0) + c["ce"]
+    if vol:
+        gpu["ecc"] = {"volatile": vol}
+    gpu["ras_blocks"] = blocks
+    if "xgmi_wafl" in blocks:
         gpu["xgmi"] = {"uncorrectable": blocks["xgmi_wafl"]["ue"],
                        "correctable": blocks["xgmi_wafl"]["ce"]}
         gpu["nvlink_read"] = True
-    elif not host.exists(f"{base}/xgmi_device_id") and not host.exists(f"{base}/xgmi_hive_info"):
-        gpu["nvlink_read"] = True  # not in an xGMI hive: no GPU-to-GPU links
-    gpu["unreadable"] = {"clock_events": "gpu_metrics (the binary throttle status) is not "
-                                         "read by tailgate yet"}
-    return gpu
+
+
+def rocm_smi_health(host: Host) -> dict[str, dict[str, Any]]:
+    """AMD GPUs' RAS counts from rocm-smi, keyed by PCI address (where amdgpu's ras/ files
+    are not there to read: a root captured without them, a container without sysfs)."""
+    ras = parse_rocm_smi_ras(host.run(["rocm-smi", "--showrasinfo", "all"], timeout_s=20))
+    bus = parse_rocm_smi_bus(host.run(["rocm-smi", "--showbus"], timeout_s=20))
+    out: dict[str, dict[str, Any]] = {}
+    for idx, r in ras.items():
+        if idx not in bus:
+            continue
+        gpu: dict[str, Any] = {"ecc": {}, "clock_events": {}, "ecc_mode": "Enabled",
+                               "source": "rocm-smi --showrasinfo all"}
+        _ras_sections(gpu, r["blocks"])
+        if "xgmi_wafl" in r["disabled"]:
+            gpu["nvlink_read"] = True  # the xGMI RAS block is off: no xGMI links
+        out[bus[idx]] = gpu
+    return out
 
 
 # -- DCGM exporter: one bad sample is refused alone ------------------------------------------
@@ -740,11 +804,25 @@ def gpu_health(host: Host, scope: Scope) -> dict[str, Any]:
                 out["refused"] = refused
         except SourceError as exc:
             tried["dcgm"] = f"--dcgm {url}: {exc}"
+    rocm: dict[str, dict[str, Any]] | None = None
     for bdf, g in bus.items():
         if g["vendor"] != "amd":
             continue
         try:
-            out["gpus"][bdf] = amd_health(host, bdf)
+            got = amd_health(host, bdf)
         except SourceError as exc:
             tried[f"amdgpu {bdf}"] = host.blame(exc)
+            continue
+        if "ecc" in (got.get("unreadable") or {}):  # an Instinct GPU without ras/: rocm-smi
+            if rocm is None:
+                try:
+                    rocm = rocm_smi_health(host)
+                except SourceError as exc:
+                    rocm = {}
+                    tried["rocm-smi"] = host.blame(exc)
+            if bdf in rocm:
+                got = {**rocm[bdf], "unreadable": {"clock_events": got["unreadable"][
+                    "clock_events"]}, **({"remapped_rows": got["remapped_rows"]}
+                                         if "remapped_rows" in got else {})}
+        out["gpus"][bdf] = got
     return out
