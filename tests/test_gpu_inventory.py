@@ -81,6 +81,14 @@ def test_aer_and_machine_check_lines():
     # the detail line right after "error message received" is the same error, not another
     assert len(ev) == len([x for x in text("host/aer-dmesg-correctable.txt").splitlines()
                            if "error message received" in x]) == 3
+    # CONFIG_PRINTK_CALLER stamps, as an igb report on linux-netdev prints them (index id
+    # 19597195560): the caller alone has no time, after a time it is skipped
+    line = ("[  T292] pcieport 0000:00:1c.5: AER: Uncorrected (Non-Fatal) error received: "
+            "0000:09:00.0")
+    [e] = kernel_log.parse_kernel_log(line)
+    assert (e["kind"], e["bdf"], e["t_s"]) == ("aer_uncorrected", "0000:09:00.0", None)
+    [e] = kernel_log.parse_kernel_log("[  200.105524]" + line)
+    assert e["t_s"] == 200.105524 and e["text"].startswith("pcieport")
 
 
 # -- a GPU on the bus that its driver does not answer for -----------------------------------------
@@ -209,6 +217,9 @@ def test_no_pci_subject_is_missing_from_the_report(tmp_path, name):
             for cid in GPU_IDS:
                 assert f"{bdf} gpu" in said[cid], (name, cid, bdf, said[cid][:300])
     assert not [f for f in found if f.status == "error"], name
+    # no "None" ever printed where a value was missing
+    assert not [(f.id, f.subject, f.reason) for f in found
+                if "None" in f"{f.subject or ''} {f.reason or ''}"], name
 
 
 # -- DCGM exporter: one bad sample, the rest read; reasons that name the source given ----------

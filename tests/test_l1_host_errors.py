@@ -160,3 +160,45 @@ def test_catalog_and_explain_cover_the_two_new_red_lines():
         assert out.returncode == 0 and "how it is measured" in out.stdout
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     assert "| `l1.memory.ecc` | L1 |" in readme and "| `l1.firmware.smi` | L1 |" in readme
+
+
+# -- the kernel log where sysfs has no counters ------------------------------------------------
+
+def events_fact(log: str, uptime: float) -> dict:
+    return {"source": "dmesg", "uptime_s": uptime, "boot_id": "b1",
+            "events": [e for e in kernel_log.parse_kernel_log(log)
+                       if e["kind"] in kernel_log.HOST_KINDS]}
+
+
+def test_memory_errors_from_the_kernel_log_without_edac():
+    log = (FIX / "edac-ghes-sysfs-counts.txt").read_text().splitlines()[-1]  # a real CE line
+    ue = log.replace("1 CE ghes_mc", "1 UE ghes_mc")
+    missing = Fact(missing="/sys/devices/system/edac/mc: absent")
+    s = snap({"host.edac": missing, "kernel.events": events_fact(f"[  100.5] {ue}", 101.0)},
+             {"host.edac": missing, "kernel.events": events_fact("", 91.0)})
+    [r] = judge("l1.memory.ecc", s)
+    assert r.status == "fail" and "uncorrectable memory error" in r.reason
+    s = snap({"host.edac": missing, "kernel.events": events_fact(f"[  100.5] {log}", 101.0)},
+             {"host.edac": missing, "kernel.events": events_fact("", 91.0)})
+    [r] = judge("l1.memory.ecc", s)  # a corrected line only: the log cannot measure, unknown
+    assert r.status == "unknown" and "not a measurement" in r.reason
+
+
+def test_aer_from_the_kernel_log_where_sysfs_has_no_aer_files():
+    # a kernel before 4.19 (no aer_dev_* files) still logs the error: the real ath10k capture
+    log = (FIX / "aer-dmesg-uncorrected-nonfatal.txt").read_text().split("\n", 1)[1]
+    devices = {"0000:01:00.0": {"kind": "nic", "driver": "ath10k_pci", "upstream": ["0000:00:00.0"]},
+               "0000:00:00.0": {"kind": "upstream", "serves": ["0000:01:00.0"], "upstream": []}}
+    aer = {"counters": {}, "errors": {}}
+    s = snap({"pci.devices": devices, "pci.aer_uncorrectable": aer,
+              "kernel.events": events_fact(log, 50.0)},
+             {"kernel.events": events_fact("", 40.0)})
+    r = {x.subject: x for x in judge("l1.pcie.aer_uncorrectable", s)}
+    f = r["0000:01:00.0 nic ath10k_pci"]
+    assert f.status == "fail" and "uncorrected AER error(s) in the kernel log" in f.reason
+    # the same log before the window: nothing new, and no counters: unknown, never pass
+    s = snap({"pci.devices": devices, "pci.aer_uncorrectable": aer,
+              "kernel.events": events_fact(log, 60.0)},
+             {"kernel.events": events_fact(log, 50.0)})
+    [only] = judge("l1.pcie.aer_uncorrectable", s)
+    assert only.status == "unknown"

@@ -54,6 +54,7 @@ SOURCE_MODULES = (
     "tailgate.sources.pfc",
     "tailgate.sources.platform",
     "tailgate.sources.hwerrors",
+    "tailgate.sources.kernel_log",
     # helpers add their source modules here (one line each)
 )
 

@@ -534,6 +534,8 @@ SCHEMAS: tuple[tuple[str, Schema], ...] = (
     (r"gpu\.health", Rec({"source": Opt(TEXT), "gpus": Map(_GPU), "tried": Map(TEXT)},
                          optional={"bus": _GPU_BUS, "attached": Opt(Int(0, 9999)),
                                    "refused": Map(TEXT)})),
+    (r"kernel\.events", Rec({"source": NAME, "uptime_s": SECONDS, "boot_id": Opt(TEXT),
+                             "events": List(_XID)})),
     (r"gpu\.xid", Rec({"gpus": List(TEXT), "events": List(_XID), "uptime_s": Opt(SECONDS),
                        "boot_id": Opt(TEXT)},
                       optional={"bus": _GPU_BUS, "source": Opt(NAME), "unreadable": TEXT})),

@@ -7,11 +7,69 @@ run's --interval), as every L1 counter.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ..history import NoWindow, growth
 from ..judge import check, need
 from ..model import Result, Snapshot
+
+
+def log_window(snap: Snapshot, name: str) -> tuple[float, str] | str:
+    """(the window's start in seconds since boot, description) for a kernel-log fact read
+    with its kernel clock (``uptime_s``, ``boot_id``), or why there is none."""
+    fact = snap.fact(name)
+    if not fact.ok or not isinstance(fact.value, dict):
+        return f"kernel log: {fact.missing}"
+    now = fact.value
+    for then_fact, where in ((snap.earlier.get(name), "since the last stored run"),
+                             (snap.before.get(name), "over this run's interval")):
+        if then_fact is None or not then_fact.ok or not isinstance(then_fact.value, dict):
+            continue
+        then = then_fact.value
+        if then.get("boot_id") and now.get("boot_id") and then["boot_id"] != now["boot_id"]:
+            continue
+        start = then.get("uptime_s")
+        if isinstance(start, (int, float)) and now.get("uptime_s") is not None \
+                and start <= now["uptime_s"]:
+            return float(start), f"{now['uptime_s'] - start:.1f} s window {where}"
+    return "no earlier reading of the kernel log's clock in this boot"
+
+
+def log_events(snap: Snapshot, kinds: tuple[str, ...], bdf: str | None = None
+               ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], str] | str:
+    """(events in the window, untimed events, window) of ``kinds`` (for ``bdf`` when given)
+    in the kernel log, or why the log cannot say."""
+    w = log_window(snap, "kernel.events")
+    if isinstance(w, str):
+        return w
+    start, desc = w
+    events = [e for e in snap.fact("kernel.events").value.get("events", [])
+              if e["kind"] in kinds and (bdf is None or e.get("bdf") == bdf)]
+    return ([e for e in events if e["t_s"] is not None and e["t_s"] > start],
+            [e for e in events if e["t_s"] is None], desc)
+
+
+_MEMORY_MCE = re.compile(r"memory|dram|dimm|ecc", re.I)
+
+
+def _memory_from_log(snap: Snapshot, missing: str) -> list[Result]:
+    """No EDAC counters: what the kernel log says of memory errors in the window."""
+    got = log_events(snap, ("edac_ue", "edac_ce", "mce"))
+    if isinstance(got, str):
+        return [Result("unknown", subject="host memory", reason=f"{missing}; {got}")]
+    inside, untimed, desc = got
+    bad = [e for e in inside if e["kind"] == "edac_ue"
+           or (e["kind"] == "mce" and _MEMORY_MCE.search(e["text"]))]
+    evidence = {"kernel_log": [e["text"] for e in inside[-10:]], "window": desc}
+    if bad:
+        return [Result("fail", subject="host memory", observed=len(bad), evidence=evidence,
+                       reason=f"no EDAC counters ({missing}), but the kernel log has "
+                       f"{len(bad)} uncorrectable memory error or memory machine-check "
+                       f"line(s) in the {desc}: {bad[-1]['text'][:120]}")]
+    return [Result("unknown", subject="host memory", evidence=evidence,
+                   reason=f"{missing}; the kernel log has no uncorrectable memory error in the "
+                   f"{desc}, but corrected errors are not always logged: not a measurement")]
 
 
 def _dimm_name(key: str, d: dict[str, Any]) -> str:
@@ -20,7 +78,10 @@ def _dimm_name(key: str, d: dict[str, Any]) -> str:
 
 @check("l1.memory.ecc")
 def memory_ecc(snap: Snapshot, p: dict) -> list[Result]:
-    v = need(snap, "host.edac")
+    fact = snap.fact("host.edac")
+    if not fact.ok:
+        return _memory_from_log(snap, str(fact.missing))
+    v = fact.value
     ue_limit = float(p.get("limit", 0))
     ce_limit = float(p.get("correctable_per_hour", 60.0))
     results = []

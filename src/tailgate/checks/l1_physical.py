@@ -365,8 +365,7 @@ def pcie_aer_uncorrectable(snap: Snapshot, p: dict) -> list[Result]:
     aer = need(snap, "pci.aer_uncorrectable")
     counters, errors = aer.get("counters", {}), aer.get("errors", {})
     limit = float(p.get("limit", 0))
-    results = [Result("unknown", subject=_subject(b, devices.get(b, {})), reason=r)
-               for b, r in sorted(errors.items())]
+    results = [_aer_from_log(snap, b, devices.get(b, {}), r) for b, r in sorted(errors.items())]
     for bdf in sorted(counters):
         subject = _subject(bdf, devices.get(bdf, {}))
         counts = counters[bdf]
@@ -413,10 +412,34 @@ def pcie_aer_uncorrectable(snap: Snapshot, p: dict) -> list[Result]:
                                   reason=f"no fatal or non-fatal AER error in {g.window_s:.1f} s "
                                   "nor since boot" + _role(devices.get(bdf, {}))))
     if not results:
+        judged = [b for b, e in sorted(devices.items()) if e.get("kind") != "upstream"]
+        logged = [r for r in (_aer_from_log(snap, b, devices[b], "no aer_dev_* files")
+                              for b in judged) if r.status == "fail"]
+        if logged:  # a kernel before 4.19 has no AER counters in sysfs, but logs the errors
+            return logged
         return [Result("unknown", evidence={"devices": sorted(devices)},
                        reason=f"no AER counters for {', '.join(sorted(devices))} (AER not "
                        "supported here, as in VMs, or disabled by firmware or pci=noaer)")]
     return results
+
+
+def _aer_from_log(snap: Snapshot, bdf: str, entry: dict[str, Any], why: str) -> Result:
+    """No AER counters for ``bdf``: the kernel log's uncorrected AER lines naming it in the
+    window fail; otherwise unknown with both reasons."""
+    from .l1_host import log_events
+
+    subject = _subject(bdf, entry)
+    got = log_events(snap, ("aer_uncorrected",), bdf)
+    if isinstance(got, str):
+        return Result("unknown", subject=subject, reason=why)
+    inside, _, desc = got
+    if inside:
+        return Result("fail", subject=subject, observed=len(inside),
+                      evidence={"kernel_log": [e["text"] for e in inside[-10:]], "window": desc},
+                      reason=f"{len(inside)} uncorrected AER error(s) in the kernel log in the "
+                      f"{desc} ({why}): {inside[-1]['text'][:120]}" + _role(entry))
+    return Result("unknown", subject=subject, reason=f"{why}; the kernel log has no "
+                  f"uncorrected AER line for it in the {desc}")
 
 
 def _mlx5_ifaces(snap: Snapshot) -> tuple[dict[str, str], dict[str, str]]:

@@ -29,6 +29,7 @@ import datetime as dt
 import re
 from typing import Any
 
+from ..collect import collector
 from ..model import ParseError
 
 # kind -> (meaning, class, layer). Classes as in sources.gpu.XID: "hardware", "driver",
@@ -53,7 +54,9 @@ KINDS: dict[str, tuple[str, str, str]] = {
 }
 
 _BDF = r"[0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]"
-_MONO = re.compile(r"^\[\s*(?P<t>\d+\.\d+)\]\s?")
+# CONFIG_PRINTK_CALLER adds the caller after the time ("[   30.1][  T292] ...") or alone
+_MONO = re.compile(r"^\[\s*(?P<t>\d+\.\d+)\](?:\[\s*[TC]\d+\])?\s?")
+_CALLER = re.compile(r"^\[\s*[TC]\d+\]\s?")
 # dmesg --time-format=iso: 2024-05-01T10:23:45,123456+02:00; journal short-iso: +0200
 _ISO = re.compile(r"^(?P<iso>\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[,.]\d+)?"
                   r"(?:Z|[+-]\d{2}:?\d{2}))\s")
@@ -129,6 +132,8 @@ def records(text: str) -> list[tuple[float | None, float | None, str]]:
         elif m := _ISO.match(rest):
             epoch, rest = _iso_epoch(m.group("iso")), rest[m.end():]
         elif m := _SHORT.match(rest):
+            rest = rest[m.end():]
+        elif m := _CALLER.match(rest):
             rest = rest[m.end():]
         else:
             stamped = False
@@ -240,3 +245,29 @@ def read_btime(host: Any) -> float | None:
         return parse_btime(host.read("/proc/stat"))
     except SourceError:
         return None
+
+
+HOST_KINDS = ("aer_uncorrected", "aer_corrected", "mce", "edac_ue", "edac_ce")
+
+
+def _collect_events(host: Any) -> dict[str, Any]:
+    from ..model import SourceError
+    from .gpu import parse_uptime
+
+    text, source, _ = read_log(host)
+    out: dict[str, Any] = {"source": source, "uptime_s": parse_uptime(host.read("/proc/uptime")),
+                           "boot_id": None,
+                           "events": [e for e in parse_kernel_log(text, read_btime(host))
+                                      if e["kind"] in HOST_KINDS]}
+    try:
+        out["boot_id"] = host.read("/proc/sys/kernel/random/boot_id").strip()
+    except SourceError:
+        pass
+    return out
+
+
+@collector("kernel.events", counter=True)
+def kernel_events(host: Any, scope: Any) -> dict[str, Any]:
+    """The kernel log's host hardware events (AER, machine checks, EDAC), with the kernel
+    clock read beside them for the window."""
+    return _collect_events(host)
