@@ -39,11 +39,18 @@ def _subjects(snap: Snapshot) -> tuple[list[str], list[Result]] | list[Result]:
             return [Result("unknown", reason="no GPU health source answered: "
                            + "; ".join(f"{k}: {v}" for k, v in tried.items()))]
         return [Result("skip", reason=f"{_NO_GPU}, and no --dcgm URL")]
-    missing = []
+    missing = _unreadable(h)
     for bdf in sorted(set(bus) - set(gpus)):
         missing.append(Result("unknown", subject=f"{bdf} gpu", evidence={"tried": tried},
                               reason=not_reported(h, bdf)))
     return sorted(gpus), missing
+
+
+def _unreadable(fact: dict[str, Any]) -> list[Result]:
+    """A PCI device that could not be read may be a GPU: unknown, naming why."""
+    return [Result("unknown", subject=f"{bdf} device",
+                   reason=f"a PCI device that may be a GPU could not be read: {why}")
+            for bdf, why in sorted((fact.get("pci_unreadable") or {}).items())]
 
 
 def not_reported(h: dict[str, Any], bdf: str) -> str:
@@ -154,7 +161,7 @@ def gpu_xid(snap: Snapshot, p: dict) -> list[Result]:
     # A failure line that names no GPU (old drivers: "RmInitAdapter failed!") is that GPU's
     # when exactly one of its vendor's GPUs does not answer.
     unnamed = [e for e in events if e["bdf"] is None and e.get("kind") in GONE_KINDS]
-    results = []
+    results = _unreadable(v)
     for bdf in sorted(set(gpus) | {e["bdf"] for e in events if e["bdf"]}):
         mine = [e for e in events if e["bdf"] == bdf]
         vendor = bus.get(bdf, {}).get("vendor")

@@ -120,6 +120,13 @@ def gpus_on_bus(host: Host) -> dict[str, dict[str, Any]]:
     return gpus
 
 
+def unreadable_pci(host: Host) -> dict[str, str]:
+    """PCI devices whose class or vendor could not be read: each may be a GPU, so each is
+    a subject whose findings are unknown with the reason (never silently absent)."""
+    return {b: e["error"] for b, e in sorted(pci_devices(host).items())
+            if e.get("kind") == UNREADABLE}
+
+
 def nvidia_gpus(host: Host) -> list[str]:
     """The NVIDIA GPUs' addresses (see :func:`gpus_on_bus`)."""
     return [b for b, g in gpus_on_bus(host).items() if g["vendor"] == "nvidia"]
@@ -135,6 +142,8 @@ def gpu_xid(host: Host, scope: Scope) -> dict[str, Any]:
         return {"gpus": [], "events": [], "uptime_s": None, "boot_id": None}
     out: dict[str, Any] = {"gpus": sorted(bus), "bus": bus, "events": [], "uptime_s": None,
                            "boot_id": None}
+    if (bad := unreadable_pci(host)):
+        out["pci_unreadable"] = bad
     # Unreadable, every GPU is still a subject: the reason goes in the fact, not a refusal
     try:
         out["uptime_s"] = parse_uptime(host.read("/proc/uptime"))
@@ -782,6 +791,8 @@ def gpu_health(host: Host, scope: Scope) -> dict[str, Any]:
     bdfs = [b for b, g in bus.items() if g["vendor"] == "nvidia"]
     tried: dict[str, str] = {}
     out: dict[str, Any] = {"source": None, "gpus": {}, "tried": tried, "bus": bus}
+    if bus and (bad := unreadable_pci(host)):
+        out["pci_unreadable"] = bad
     if bdfs:
         if host.live:
             try:
