@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from support.inspect import gate_code
 from tailgate.baseline import catalog
 
 CPU_V1 = Path("/sys/fs/cgroup/cpu")
@@ -26,8 +27,10 @@ def tailgate(*args: str, env: dict | None = None, timeout: float = 120):
 
 def report(*args: str) -> tuple[int, dict]:
     proc = tailgate("inspect", *args, "--json", "-")
-    assert proc.returncode in (0, 1), proc.stderr
-    return proc.returncode, json.loads(proc.stdout)
+    assert proc.stdout, proc.stderr
+    rep = json.loads(proc.stdout)
+    assert proc.returncode == gate_code(rep), proc.stderr  # the exit status the report decides
+    return proc.returncode, rep
 
 
 def by_id(rep: dict, check_id: str) -> list[dict]:

@@ -113,3 +113,37 @@ def test_collect_reads_both_files_under_a_root(tmp_path):
     s = collect(Host(str(tmp_path)), Scope(), 0.0)
     r = judge(s)[0]
     assert r.status == "unknown" and "aer_dev_nonfatal" in r.reason
+
+
+def test_since_boot_errors_stay_in_the_evidence_and_warn_when_a_window_exists():
+    fatal, nonfatal = halves()
+    f = parse_aer_uncorrectable(fatal.replace("SDES 0", "SDES 28").replace(
+        "TOTAL_ERR_FATAL 0", "TOTAL_ERR_FATAL 28"), "aer_dev_fatal")
+    n = parse_aer_uncorrectable(nonfatal, "aer_dev_nonfatal")
+    counts = {"0000:81:00.0": {"fatal": f, "nonfatal": n}}
+    # a 1 s window with nothing new: the 28 fatal errors of this boot are not forgotten
+    s = snap(facts(counts), facts(copy.deepcopy(counts)), interval=1.0)
+    r = {x.subject: x for x in judge(s)}["0000:81:00.0 gpu nvidia"]
+    assert r.status == "warn" and "since boot: {'fatal': 28}" in r.reason
+    assert r.evidence["since_boot"] == {"fatal": 28, "nonfatal": 0}
+    assert r.evidence["named_since_boot"] == {"fatal/SDES": 28}
+    # without a window the same counts warn too: one decision either way
+    r = {x.subject: x for x in judge(snap(facts(counts)))}["0000:81:00.0 gpu nvidia"]
+    assert r.status == "warn" and "28" in r.reason
+
+
+def test_a_file_without_its_total_line_counts_its_own_errors_only():
+    fatal, nonfatal = halves()
+    f = parse_aer_uncorrectable(fatal.replace("TOTAL_ERR_FATAL 0", "TOTAL_ERR_FATAL 7"),
+                                "aer_dev_fatal")
+    no_total = nonfatal.replace("TOTAL_ERR_NONFATAL 0\n", "")
+    n0 = parse_aer_uncorrectable(no_total, "aer_dev_nonfatal")
+    n1 = parse_aer_uncorrectable(no_total.replace("CmpltTO 0", "CmpltTO 2"), "aer_dev_nonfatal")
+    before = {"0000:81:00.0": {"fatal": f, "nonfatal": n0}}
+    f1 = parse_aer_uncorrectable(fatal.replace("TOTAL_ERR_FATAL 0", "TOTAL_ERR_FATAL 8")
+                                 .replace("SDES 0", "SDES 1"), "aer_dev_fatal")
+    after = {"0000:81:00.0": {"fatal": f1, "nonfatal": n1}}
+    r = {x.subject: x for x in judge(snap(facts(after), facts(before)))}["0000:81:00.0 gpu nvidia"]
+    assert r.evidence["since_boot"] == {"fatal": 8, "nonfatal": 2}
+    # fatal +1 by its total line, nonfatal +2 by its named counters: 3, neither dropped
+    assert (r.status, r.observed) == ("fail", 3) and "nonfatal/CmpltTO +2" in r.reason

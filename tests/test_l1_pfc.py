@@ -150,3 +150,48 @@ def test_collect_over_a_root(tmp_path):
     (cmds / "dcb_pfc_show_dev_eth0").unlink()
     s = collect(Host(str(tmp_path)), Scope(ifaces=("eth0",)), 0.0)
     assert "dcb pfc show" in s.facts["net.pfc.eth0"].value["unreadable"]
+
+
+def test_intel_link_flow_control_and_every_i40e_name():
+    # e1000e (82574L) and ixgbe print link flow control as rx/tx_flow_control_xoff
+    for name in ("ethtool-S-e1000e-82574L.txt", "ethtool-S-ixgbe-flow-control.txt"):
+        v = pause_counters(parse_stats(text(name)))
+        assert v["global"] == {"rx_frames": 0, "tx_frames": 0}, name
+    # i40e_ethtool.c across versions: before the 4.19 rewrite "port.rx_priority_%u_xoff",
+    # since i40e_gstrings_pfc_stats "port.rx_priority_%u_xoff_rx" / "port.tx_priority_%u_xoff_tx";
+    # link pause "port.link_xoff_rx"; ixgbe with DCB "rx_pb_%u_pxoff"
+    old = pause_counters({"port.rx_priority_3_xoff": 5, "port.tx_priority_3_xoff": 6,
+                          "port.rx_priority_3_xon": 9})
+    new = pause_counters({"port.rx_priority_3_xoff_rx": 5, "port.tx_priority_3_xoff_tx": 6,
+                          "port.rx_priority_3_xon_rx": 9, "port.rx_priority_3_xon_2_xoff": 1,
+                          "port.link_xoff_rx": 2, "port.link_xoff_tx": 3})
+    assert old["prio"]["3"] == new["prio"]["3"] == {"rx_frames": 5, "tx_frames": 6}
+    assert new["global"] == {"rx_frames": 2, "tx_frames": 3}
+    assert pause_counters({"rx_pb_2_pxoff": 4})["prio"]["2"] == {"rx_frames": 4}
+    # a current i40e port in a 24,000 XOFF/s storm fails (it was a skip)
+    i40e = pause_counters({f"port.rx_priority_{i}_xoff_rx": 0 for i in range(8)})
+    i40e.update(link_pause=None, pfc=None, pfc_source=None, rdma=[], unreadable={})
+    hot = copy.deepcopy(i40e)
+    hot["prio"]["3"]["rx_frames"] = 240_000
+    r = judge("l1.pfc.pause_storm", snap(facts(hot, "i40e"), facts(i40e, "i40e")))[0]
+    assert r.status == "fail" and "24000 pause (XOFF) frames/s" in r.reason
+
+
+def test_no_pause_counters_is_a_skip_only_when_known():
+    none = pause_counters({"rx_packets": 1, "tx_packets": 1})
+    base = dict(none, link_pause=None, pfc=None, pfc_source=None, rdma=[],
+                unreadable={"ethtool -a": "`ethtool -a eth0`: no captured output"})
+    r = judge("l1.pfc.pause_storm", snap(facts(base, "virtio_net")))[0]
+    assert r.status == "skip" and "virtio_net has no pause counters" in r.reason
+    r = judge("l1.pfc.pause_storm", snap(facts(base, "igc")))[0]
+    assert r.status == "unknown" and "igc driver prints no pause counter" in r.reason
+    on = dict(base, link_pause=parse_pause_settings(text("ethtool-a-on-eth03.txt")))
+    r = judge("l1.pfc.pause_storm", snap(facts(on, "igc")))[0]
+    assert r.status == "unknown" and "link pause in use" in r.reason
+    # RX/TX off but negotiated on: with pause autoneg the negotiated values are in use
+    neg = dict(base, link_pause=parse_pause_settings(text("ethtool-a-negotiated.txt")))
+    r = judge("l1.pfc.pause_storm", snap(facts(neg, "igc")))[0]
+    assert r.status == "unknown" and "link pause in use" in r.reason
+    off = dict(base, link_pause=parse_pause_settings(text("ethtool-a-off-e1000.txt")))
+    r = judge("l1.pfc.pause_storm", snap(facts(off, "igc")))[0]
+    assert r.status == "skip" and "link pause off" in r.reason

@@ -246,3 +246,30 @@ def test_fuzz_mutated_corpus(text, pos, insert, parser):
         parser(mutated)
     except ParseError:
         pass
+
+
+def test_softnet_rows_shorter_than_any_kernel_prints_are_refused():
+    # prometheus/procfs' fixture holds a 9-column row (2.6 kernels): the shortest there is
+    assert len(parse_softnet(fixture("proc-net-softnet_stat.txt"))) == 5
+    short = "0000000a 00000000 00000001 00000000\n"
+    with pytest.raises(ParseError, match="every kernel prints at least 9"):
+        parse_softnet(short)
+
+
+def test_interrupts_arm64_level_edge_column_and_old_x86_without_hwirq():
+    arm = parse_interrupts(fixture("proc-interrupts-arm64-gicv3.txt"))
+    assert arm["cpus"] == [0, 1, 2, 3]
+    assert arm["irqs"]["58"]["names"] == ["eth0"]  # "GICv3  59 Level     eth0"
+    assert arm["irqs"]["123"]["names"] == ["eth1-0"]  # "ITS-MSI 524288 Edge      eth1-0"
+    assert arm["irqs"]["121"]["names"] == ["PCIe PME"]  # a name with a space
+    xen = parse_interrupts(fixture("proc-interrupts-arm64-xen-lines.txt"))
+    assert xen["irqs"]["35"]["names"] == ["hvc_console"]  # "xen-dyn  Edge  -virq  hvc_console"
+    assert xen["irqs"]["42"]["names"] == ["evtchn:xenstored"]
+    assert xen["irqs"]["37"]["names"] == ["nvme0q0"] and "IPI0" not in xen["irqs"]
+    old = parse_interrupts(fixture("proc-interrupts-x86-xtpic-2004.txt"))
+    assert old["irqs"]["0"]["names"] == ["timer"]
+    assert old["irqs"]["5"]["names"] == ["ehci_hcd", "eth0", "VIA8233"]  # shared: every name
+    assert old["irqs"]["10"]["names"] == ["uhci_hcd", "uhci_hcd", "ohci1394", "eth1"]
+    # the current x86 layout still reads (chip, "hwirq-edge", names)
+    vm = parse_interrupts(fixture("vm-proc-interrupts-virtio.txt"))
+    assert vm["irqs"]["24"]["names"] == ["ACPI:Ged"]

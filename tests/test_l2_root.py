@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from support.inspect import gate_code
+
 ROOT = Path(__file__).parent / "fixtures" / "roots" / "vm-l2"
 EXPECTED = {  # id -> (status, subject); L2 only, the other layers belong to other tests
     "l2.sched.runqlat": ("unknown", "host"),
@@ -34,8 +36,10 @@ def inspect_root(root: Path) -> dict[str, dict]:
     proc = subprocess.run([sys.executable, "-m", "tailgate", "inspect", "--root", str(root),
                            "--interval", "0", "--no-history", "--json", "-"],
                           capture_output=True, text=True, timeout=60, check=False)
-    assert proc.returncode in (0, 1), proc.stderr
-    return {f["id"]: f for f in json.loads(proc.stdout)["findings"] if f["layer"] == "L2"}
+    assert proc.stdout, proc.stderr
+    rep = json.loads(proc.stdout)
+    assert proc.returncode == gate_code(rep), proc.stderr  # the exit status the report decides
+    return {f["id"]: f for f in rep["findings"] if f["layer"] == "L2"}
 
 
 def test_vm_root_matches_expectations():

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from support.inspect import gate_code
 from tailgate.baseline import default_baseline
 from tailgate.judge import checks, run_check
 from tailgate.model import Fact, Snapshot
@@ -169,8 +170,10 @@ def inspect_in(ns: str) -> dict[str, dict]:
     proc = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-m", "tailgate", "inspect",
                            "--iface", "va", "--interval", "0", "--no-history", "--json", "-"],
                           capture_output=True, text=True, timeout=120)
-    assert proc.returncode in (0, 1), proc.stderr
-    return {f["id"]: f for f in json.loads(proc.stdout)["findings"]
+    assert proc.stdout, proc.stderr
+    rep = json.loads(proc.stdout)
+    assert proc.returncode == gate_code(rep), proc.stderr  # the exit status the report decides
+    return {f["id"]: f for f in rep["findings"]
             if f["id"] in ("l3.xps.per_core_tx", "l3.queue.aqm", "l3.rss.symmetric")}
 
 

@@ -131,3 +131,15 @@ def test_conventional_pci_devices_are_skipped(tmp_path):
     device(tmp_path, "pci0000:00/0000:00:03.0", "0x020000", None, vendor="0x1af4")  # virtio
     (f,) = findings(Host(tmp_path)).values()
     assert f.status == "skip" and "no link attributes" in f.reason
+
+
+def test_without_an_upper_end_full_own_maximum_passes_and_below_it_is_unknown(tmp_path):
+    # two devices directly under the host bridge: no port above either in sysfs
+    device(tmp_path, "pci0000:00/0000:00:02.0", "0x020000", ("16", 16, "16", 16))
+    device(tmp_path, "pci0000:00/0000:00:03.0", "0x030200", ("8", 8, "16", 16), vendor="0x10de")
+    found = findings(Host(tmp_path))
+    nic, gpu = found["0000:00:02.0 nic"], found["0000:00:03.0 gpu"]
+    # a link cannot train above its own device's maximum: at it, nothing is lost
+    assert nic.status == "pass" and "no port above it" in nic.reason
+    # below it, a narrower slot cannot be told from a downtrained link: never pass or fail
+    assert gpu.status == "unknown" and "capping slot" in gpu.reason

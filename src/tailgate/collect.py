@@ -53,6 +53,8 @@ SOURCE_MODULES = (
     "tailgate.sources.gpu",
     "tailgate.sources.pfc",
     "tailgate.sources.platform",
+    "tailgate.sources.hwerrors",
+    "tailgate.sources.kernel_log",
     # helpers add their source modules here (one line each)
 )
 
@@ -151,9 +153,9 @@ def host_info(host: Host) -> dict[str, Any]:
         except SourceError:
             name = str(host.root)
         try:
-            kernel = host.read("/proc/sys/kernel/osrelease").strip()
-        except SourceError:
-            kernel = None
+            kernel = host.read("/proc/sys/kernel/osrelease").strip() or "unknown (empty osrelease)"
+        except SourceError as exc:  # a report never prints "None": it says what was not read
+            kernel = f"unknown ({exc})"
         return {"hostname": name, "kernel": kernel, "root": str(host.root), "cpus": None}
     return {
         "hostname": socket.gethostname(),

@@ -53,6 +53,7 @@ MAX_READ_BYTES = 16 * 2**20
 MAX_OUTPUT_BYTES = 64 * 2**20
 _STDERR_KEEP = 64 * 1024
 PID_MAX_LIMIT = 4194304  # the kernel's ceiling for /proc/sys/kernel/pid_max (2^22)
+PID_MAX_MIN = 301  # its floor: RESERVED_PIDS + 1 (kernel/pid.c pid_max_min)
 IFNAMSIZ = 16
 _KERNEL_SPACE = frozenset(b" \t\n\v\f\r\xa0")  # lib/ctype.c: isspace() is true for these bytes
 
@@ -258,6 +259,25 @@ class Host:
         data = read_regular(real, self.max_read if limit is None else limit, what=path,
                             inside=self._real)
         return data.decode("utf-8", errors="replace") if nul_ok else as_text(data, path)
+
+    def read_at(self, path: str, offset: int, size: int) -> bytes:
+        """``size`` bytes at ``offset`` of ``path`` (a device that reads by offset, such as
+        /dev/cpu/N/msr whose offset is the MSR number; a plain file under a fixture root)."""
+        self._local.source = path
+        real = self._resolve(path)
+        try:
+            fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK)
+        except OSError as exc:
+            raise SourceError(_reason(exc, path)) from exc
+        try:
+            data = os.pread(fd, size, offset)
+        except OSError as exc:
+            raise SourceError(_reason(exc, path)) from exc
+        finally:
+            os.close(fd)
+        if len(data) != size:
+            raise SourceError(f"{path}: {len(data)} bytes at offset {offset:#x}, expected {size}")
+        return data
 
     def exists(self, path: str) -> bool:
         """Whether ``path`` names anything under the root (a dangling or looping symlink

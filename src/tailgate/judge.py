@@ -44,6 +44,7 @@ CHECK_MODULES = (
     "tailgate.checks.l3_dpdk",
     "tailgate.checks.l1_gpu",
     "tailgate.checks.l1_pfc",
+    "tailgate.checks.l1_host",
 )
 
 CheckFn = Callable[[Snapshot, dict[str, Any]], "Result | list[Result]"]

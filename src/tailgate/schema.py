@@ -464,14 +464,17 @@ _GPU = Rec({"ecc": Map(Map(U64)), "clock_events": Map(Bool(), key=_CLOCK_REASONS
            optional={
     "uuid": Opt(TEXT), "retired_pages": Map(CountOrFlag()), "remapped_rows": Map(CountOrFlag()),
     "nvlink": Map(Map(U64)), "nvlink_state": Map(TEXT),
-    "unreadable": Map(TEXT, key=one_of("nvlink", "nvlink_state")),  # type: ignore[arg-type]
+    "unreadable": Map(TEXT, key=one_of("nvlink", "nvlink_state", "clock_events", "ecc")),  # type: ignore[arg-type]
+    "source": TEXT, "nvlink_read": Bool(), "ras_blocks": Map(Map(U64)), "xgmi": Map(U64),
     "ecc_mode": Opt(NAME), "xid_last": Int(0, 2**32),
     "clock_event_us": Map(U64, key=_CLOCK_REASONS),  # type: ignore[arg-type]
     "violation_us": Map(U64, key=one_of("power", "thermal", "sync_boost", "board_limit",  # type: ignore[arg-type]
                                         "reliability")),
     "nvlink_total": Map(U64, key=one_of("crc_flit", "crc_data", "replay", "recovery")),  # type: ignore[arg-type]
     "name": Opt(TEXT)})
-_XID = Rec({"t_s": Opt(SECONDS), "bdf": Opt(TEXT), "code": Int(0, 2**16), "text": TEXT})
+_XID = Rec({"t_s": Opt(SECONDS), "bdf": Opt(TEXT), "code": Opt(Int(0, 2**16)), "text": TEXT},
+           optional={"kind": NAME})
+_GPU_BUS = Map(Rec({"vendor": one_of("nvidia", "amd"), "driver": Opt(NAME)}), key=BDF)
 _PFC = Rec({"global": COUNTERS, "prio": Map(COUNTERS, key=Str(r"[0-7]")),
             "link_pause": Opt(Map(Bool())), "unreadable": Map(TEXT),
             "pfc": Opt(Rec({"enabled": List(Int(0, 7), max=8), "cap": Opt(Int(0, 8))})),
@@ -524,9 +527,19 @@ SCHEMAS: tuple[tuple[str, Schema], ...] = (
     (r"(nic|rps|xps|tc\.qdisc|net\.pfc|ethtool\.(info|fec|phy|module|rss|rings|ts))", List(IFACE)),
     (r"net\.pfc\..+", _PFC),
     (r"host\.platform", _PLATFORM),
-    (r"gpu\.health", Rec({"source": Opt(TEXT), "gpus": Map(_GPU), "tried": Map(TEXT)})),
+    (r"host\.edac", Rec({"mcs": Map(Rec({"ce": U64, "ue": U64, "dimms": Map(Rec({
+        "label": Opt(TEXT), "ce": U64, "ue": U64}))}), key=Str(r"mc[0-9]{1,4}"))})),
+    (r"cpu\.smi", Rec({"count": Opt(Int(0, 2**32)), "cpu": Int(0, 2**16)},
+                      optional={"no_msr": TEXT})),
+    (r"gpu\.health", Rec({"source": Opt(TEXT), "gpus": Map(_GPU), "tried": Map(TEXT)},
+                         optional={"bus": _GPU_BUS, "attached": Opt(Int(0, 9999)),
+                                   "refused": Map(TEXT), "pci_unreadable": Map(TEXT, key=BDF)})),
+    (r"kernel\.events", Rec({"source": NAME, "uptime_s": SECONDS, "boot_id": Opt(TEXT),
+                             "events": List(_XID)})),
     (r"gpu\.xid", Rec({"gpus": List(TEXT), "events": List(_XID), "uptime_s": Opt(SECONDS),
-                       "boot_id": Opt(TEXT)})),
+                       "boot_id": Opt(TEXT)},
+                      optional={"bus": _GPU_BUS, "source": Opt(NAME), "unreadable": TEXT,
+                                "pci_unreadable": Map(TEXT, key=BDF)})),
     (r"nic\.[^.].*", _NIC),
     (r"rps\..+", Rec({"rps_cpus": _CPU_MAPS, "rps_flow_cnt": Map(Opt(Int(0, 2**32)))})),
     (r"xps\..+", Rec({"queues": _CPU_MAPS, "online": List(CPU, min=1, max=MAX_CPUS)})),

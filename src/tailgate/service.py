@@ -9,12 +9,13 @@ from .errors import UsageError
 
 def existing_pids(host, values: list[str]) -> tuple[int, ...]:
     """--pid values as integers of processes that exist on ``host`` (duplicates dropped)."""
-    from .host import PID_MAX_LIMIT, valid_pid
+    from .host import PID_MAX_LIMIT, PID_MAX_MIN, valid_pid
     from .model import SourceError
 
-    try:  # the host's own ceiling; the kernel's when it cannot be read
+    try:  # the host's own ceiling; the kernel's when it cannot be read or is implausible
         pid_max = int(host.read("/proc/sys/kernel/pid_max").strip())
-        pid_max = pid_max if 0 < pid_max <= PID_MAX_LIMIT else PID_MAX_LIMIT
+        # the kernel refuses a pid_max outside [301, 2^22]: a value there is no real host's
+        pid_max = pid_max if PID_MAX_MIN <= pid_max <= PID_MAX_LIMIT else PID_MAX_LIMIT
     except (SourceError, ValueError):
         pid_max = PID_MAX_LIMIT
     try:

@@ -1,5 +1,7 @@
-"""A cgroup v1 cpu child the test creates and always removes (MACHINE.md: the cpu controller
-is at /sys/fs/cgroup/cpu here)."""
+"""A cpu cgroup child the test creates and always removes: in the cgroup v1 cpu hierarchy
+where the host has one (MACHINE.md: /sys/fs/cgroup/cpu on our machines), else in the cgroup
+v2 hierarchy with the cpu controller enabled (a v2-only host). `set_quota` writes the quota
+in either (cpu.cfs_quota_us / cpu.max)."""
 
 from __future__ import annotations
 
@@ -15,30 +17,58 @@ import pytest
 CPU_V1 = Path("/sys/fs/cgroup/cpu")
 
 
+def _cpu_root() -> Path:
+    """The root of the hierarchy that holds the cpu controller: v1's, else v2's."""
+    if CPU_V1.is_dir():
+        return CPU_V1
+    for line in Path("/proc/mounts").read_text().splitlines():
+        parts = line.split()
+        if len(parts) > 2 and parts[2] == "cgroup2":
+            root = Path(parts[1])
+            if "cpu" in (root / "cgroup.controllers").read_text().split():
+                if "cpu" not in (root / "cgroup.subtree_control").read_text().split():
+                    (root / "cgroup.subtree_control").write_text("+cpu")
+                return root
+    pytest.fail("no cpu controller: neither cgroup v1's /sys/fs/cgroup/cpu nor a cgroup2 mount "
+                "offering cpu (MACHINE.md: v1 cpu is present on our machines)")
+
+
+def set_quota(cg: Path, quota_us: int | None, period_us: int = 100_000) -> None:
+    """The CPU quota of ``cg`` (None: no limit) in whichever cgroup version it is."""
+    if (cg / "cpu.cfs_quota_us").exists():
+        (cg / "cpu.cfs_period_us").write_text(str(period_us))
+        (cg / "cpu.cfs_quota_us").write_text(str(-1 if quota_us is None else quota_us))
+    else:
+        (cg / "cpu.max").write_text(f"{'max' if quota_us is None else quota_us} {period_us}")
+
+
 @contextlib.contextmanager
 def cpu_cgroup(quota_us: int | None = None, period_us: int = 100_000) -> Iterator[Path]:
     """A fresh child of the cpu hierarchy; its tasks go back to the root before it is removed."""
-    if not CPU_V1.is_dir() or os.geteuid() != 0:
-        pytest.fail("needs root and the cgroup v1 cpu controller at /sys/fs/cgroup/cpu "
-                    "(MACHINE.md: present on our machines)")
-    cg = CPU_V1 / f"tailgate-test-{uuid.uuid4().hex[:8]}"
+    if os.geteuid() != 0:
+        pytest.fail("needs root to make a cpu cgroup (make test and CI run as root)")
+    root = _cpu_root()
+    cg = root / f"tailgate-test-{uuid.uuid4().hex[:8]}"
     cg.mkdir()
     try:
-        (cg / "cpu.cfs_period_us").write_text(str(period_us))
-        if quota_us is not None:
-            (cg / "cpu.cfs_quota_us").write_text(str(quota_us))
+        set_quota(cg, quota_us, period_us)
         yield cg
     finally:
         with contextlib.suppress(OSError):
             for pid in (cg / "cgroup.procs").read_text().split():
                 with contextlib.suppress(OSError):
-                    (CPU_V1 / "cgroup.procs").write_text(pid)
+                    (root / "cgroup.procs").write_text(pid)
         for _ in range(50):
             try:
                 cg.rmdir()
                 break
             except OSError:
                 time.sleep(0.1)
+
+
+def _period_us(cg: Path) -> int:
+    v1 = cg / "cpu.cfs_period_us"
+    return int(v1.read_text()) if v1.exists() else int((cg / "cpu.max").read_text().split()[1])
 
 
 HALF_PERIOD_US = 500_000  # the period of `spent_quota`; its quota is half of it
@@ -57,7 +87,7 @@ def spent_quota(cg: Path, cpu: int = 1, seconds: int = 90,
     after ``seconds``). A cgroup made with another period gives half of it as ``quota_us``."""
     import subprocess
 
-    (cg / "cpu.cfs_quota_us").write_text(str(quota_us))
+    set_quota(cg, quota_us, _period_us(cg))  # the period the cgroup was made with
     p = subprocess.Popen(["taskset", "-c", str(cpu), "sh", "-c",
                           f"end=$(($(date +%s)+{seconds})); while [ $(date +%s) -lt $end ]; do :; done"])
     try:
@@ -66,7 +96,7 @@ def spent_quota(cg: Path, cpu: int = 1, seconds: int = 90,
     finally:
         p.kill()
         p.wait()
-        (cg / "cpu.cfs_quota_us").write_text("-1")
+        set_quota(cg, None, HALF_PERIOD_US)
 
 
 def cpu_seconds(pid: int) -> float:

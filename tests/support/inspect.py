@@ -21,3 +21,12 @@ def inspect_ready_process(argv: list[str], check_id: str) -> dict:
     assert out.returncode in (0, 1), out.stderr
     (finding,) = [f for f in json.loads(out.stdout)["findings"] if f["id"] == check_id]
     return finding
+
+
+def gate_code(report: dict) -> int:
+    """The exit status a JSON inspect report decides under the default --fail-on fail
+    (README: 0 passed, 1 failed, 3 tailgate failed), worked out from its findings alone."""
+    statuses = {f["status"] for f in report["findings"]}
+    if "error" in statuses:
+        return 3
+    return 1 if "fail" in statuses or report["verdict"].get("unmet_required") else 0

@@ -13,16 +13,68 @@ from typing import Any
 from ..history import NoWindow, growth
 from ..judge import Unknown, check, need
 from ..model import Result, Snapshot
-from ..sources.gpu import TAIL_CLASSES, XID
+from ..sources.gpu import GONE_KINDS, TAIL_CLASSES, UNSUPPORTED, XID
+from ..sources.kernel_log import meaning
 
-_NO_GPU = "no NVIDIA GPU on this host (and no --dcgm URL)"
+_NO_GPU = "no NVIDIA or AMD GPU in this host's PCI tree"
 
 
-def _health(snap: Snapshot) -> tuple[dict[str, Any], str]:
+def _health(snap: Snapshot, p: dict | None = None) -> tuple[dict[str, Any], str]:
     h = need(snap, "gpu.health")
     if not isinstance(h, dict) or not isinstance(h.get("gpus"), dict):
         raise Unknown("gpu.health: not a mapping of GPUs")
     return h["gpus"], str(h.get("source") or "")
+
+
+def _subjects(snap: Snapshot) -> tuple[list[str], list[Result]] | list[Result]:
+    """The GPUs to judge (the PCI tree's and any a --dcgm exporter reports) and an unknown
+    for every one of them its source does not report; or the one skip/unknown when there
+    is none."""
+    h = need(snap, "gpu.health")
+    if not isinstance(h, dict) or not isinstance(h.get("gpus"), dict):
+        raise Unknown("gpu.health: not a mapping of GPUs")
+    gpus, bus, tried = h["gpus"], h.get("bus") or {}, h.get("tried") or {}
+    if not gpus and not bus:
+        if tried:
+            return [Result("unknown", reason="no GPU health source answered: "
+                           + "; ".join(f"{k}: {v}" for k, v in tried.items()))]
+        return [Result("skip", reason=f"{_NO_GPU}, and no --dcgm URL")]
+    missing = _unreadable(h)
+    for bdf in sorted(set(bus) - set(gpus)):
+        missing.append(Result("unknown", subject=f"{bdf} gpu", evidence={"tried": tried},
+                              reason=not_reported(h, bdf)))
+    return sorted(gpus), missing
+
+
+def _unreadable(fact: dict[str, Any]) -> list[Result]:
+    """A PCI device that could not be read may be a GPU: unknown, naming why."""
+    return [Result("unknown", subject=f"{bdf} device",
+                   reason=f"a PCI device that may be a GPU could not be read: {why}")
+            for bdf, why in sorted((fact.get("pci_unreadable") or {}).items())]
+
+
+def not_reported(h: dict[str, Any], bdf: str) -> str:
+    """Why a GPU of the PCI tree has no reading."""
+    entry = (h.get("bus") or {}).get(bdf, {})
+    tried = h.get("tried") or {}
+    if entry.get("vendor") == "amd":
+        why = tried.get(f"amdgpu {bdf}")
+        if why:
+            return f"on the PCI bus; its amdgpu sysfs could not be read: {why}"
+        return "on the PCI bus but its amdgpu sysfs was not read"
+    if not h.get("source"):
+        return "on the PCI bus; no NVIDIA source answered: " + "; ".join(
+            f"{k}: {v}" for k, v in tried.items())
+    if not entry.get("driver"):
+        return "on the PCI bus with no driver bound: not answering its driver (see l1.gpu.xid)"
+    reported = len([b for b in h.get("gpus") or {} if (h.get("bus") or {}).get(b, {}).get(
+        "vendor") == "nvidia"])
+    attached = h.get("attached")
+    if attached is not None and reported < attached:
+        return (f"on the PCI bus but not in {h['source']}, a capture that ends early "
+                f"(Attached GPUs: {attached}, {reported} reported): not read")
+    return (f"on the PCI bus but {h['source']} does not report it: a GPU not answering its "
+            "driver, or a capture cut short (see l1.gpu.xid)")
 
 
 def _window(snap: Snapshot, pick: Any) -> tuple[dict[str, float], dict[str, Any]] | str:
@@ -38,11 +90,27 @@ def _gpu(v: dict[str, Any], bdf: str) -> dict[str, Any]:
     return v["gpus"][bdf]
 
 
-# -- Xid -----------------------------------------------------------------------------------------
+def _src(g: dict[str, Any], source: str) -> str:
+    return str(g.get("source") or source)
+
+
+# -- Xid and the kernel log's other GPU messages ------------------------------------------------
 
 def xid_meaning(code: int) -> tuple[str, str]:
     return XID.get(code, (f"Xid {code} (not in tailgate's table: see NVIDIA's Xid catalog)",
                           "unlisted"))
+
+
+def event_meaning(e: dict[str, Any]) -> tuple[str, str]:
+    """(meaning, class) of a kernel-log GPU event: an Xid or another message class."""
+    if e.get("kind", "xid") == "xid":
+        return xid_meaning(e["code"])
+    return meaning(e)
+
+
+def _said(e: dict[str, Any]) -> str:
+    return f"Xid {e['code']} {event_meaning(e)[0]}" if e.get("kind", "xid") == "xid" \
+        else event_meaning(e)[0]
 
 
 def _xid_window(snap: Snapshot, now: dict[str, Any]) -> tuple[float, str] | str:
@@ -62,26 +130,78 @@ def _xid_window(snap: Snapshot, now: dict[str, Any]) -> tuple[float, str] | str:
            "--interval)"
 
 
+def _absent_from_driver(snap: Snapshot, bus: dict[str, Any]) -> dict[str, str]:
+    """GPUs of the PCI tree the management interface does not report: bdf -> why."""
+    h = snap.facts.get("gpu.health")
+    if h is None or not h.ok or not isinstance(h.value, dict):
+        return {b: "no driver bound" for b, e in bus.items() if not e.get("driver")}
+    gpus = h.value.get("gpus") or {}
+    out = {}
+    for bdf, entry in bus.items():
+        if bdf in gpus:
+            continue
+        if not entry.get("driver"):
+            out[bdf] = "no driver bound to it"
+        elif entry.get("vendor") == "nvidia" and h.value.get("source"):
+            out[bdf] = f"{h.value['source']} does not report it"
+    return out
+
+
 @check("l1.gpu.xid")
 def gpu_xid(snap: Snapshot, p: dict) -> list[Result]:
     v = need(snap, "gpu.xid")
     gpus = v.get("gpus") or []
     if not gpus:
         return [Result("skip", reason=_NO_GPU)]
+    bus = v.get("bus") or {}
     window = _xid_window(snap, v)
     events = v.get("events") or []
-    results = []
-    for bdf in sorted(set(gpus) | {e["bdf"] for e in events}):
+    log = f"kernel log ({v.get('source') or 'dmesg'})"
+    absent = _absent_from_driver(snap, bus)
+    # A failure line that names no GPU (old drivers: "RmInitAdapter failed!") is that GPU's
+    # when exactly one of its vendor's GPUs does not answer.
+    unnamed = [e for e in events if e["bdf"] is None and e.get("kind") in GONE_KINDS]
+    results = _unreadable(v)
+    for bdf in sorted(set(gpus) | {e["bdf"] for e in events if e["bdf"]}):
         mine = [e for e in events if e["bdf"] == bdf]
-        since_boot: dict[int, int] = {}
+        vendor = bus.get(bdf, {}).get("vendor")
+        if bdf in absent and unnamed and len([b for b in absent if bus.get(b, {}).get(
+                "vendor") == vendor]) == 1:
+            mine = sorted(mine + [e for e in unnamed if e["kind"].startswith(
+                "nvrm" if vendor == "nvidia" else "amdgpu")],
+                key=lambda e: (e["t_s"] is None, e["t_s"] or 0))
+        since_boot: dict[str, int] = {}
         for e in mine:
-            since_boot[e["code"]] = since_boot.get(e["code"], 0) + 1
-        evidence: dict[str, Any] = {"since_boot": {str(k): n for k, n in sorted(since_boot.items())},
-                                    "source": "kernel log (dmesg)"}
+            key = str(e["code"]) if e.get("kind", "xid") == "xid" else e["kind"]
+            since_boot[key] = since_boot.get(key, 0) + 1
+        evidence: dict[str, Any] = {"since_boot": dict(sorted(since_boot.items())),
+                                    "source": log}
         subject = f"{bdf} gpu"
+        gone = [e for e in mine if e.get("kind") in GONE_KINDS
+                or (e.get("kind", "xid") == "xid" and e["code"] == 79)]
+        if v.get("unreadable") and not mine:
+            results.append(Result("unknown", subject=subject, evidence=evidence,
+                                  reason=f"the kernel log could not be read: {v['unreadable']}"))
+            continue
+        if bdf in absent:
+            evidence["not_answering"] = absent[bdf]
+            if gone:
+                evidence["kernel_log"] = [e["text"] for e in gone[-5:]]
+                results.append(Result("fail", subject=subject, observed=len(gone),
+                                      evidence=evidence,
+                                      reason=f"on the bus but not answering its driver "
+                                      f"({absent[bdf]}): the {log} says "
+                                      + "; ".join(dict.fromkeys(_said(e) for e in gone))
+                                      + f" ({gone[0]['text'][:120]})"))
+            else:
+                results.append(Result("unknown", subject=subject, evidence=evidence,
+                                      reason=f"on the bus but not answering its driver "
+                                      f"({absent[bdf]}), and the {log} says nothing of it: "
+                                      "a capture cut short, or a GPU that stopped answering"))
+            continue
         if isinstance(window, str):
             results.append(Result("unknown", subject=subject, evidence=evidence,
-                                  reason=f"{window}; {len(mine)} Xid event(s) in the kernel log "
+                                  reason=f"{window}; {len(mine)} GPU event(s) in the {log} "
                                   "since boot"))
             continue
         start, desc = window
@@ -89,26 +209,27 @@ def gpu_xid(snap: Snapshot, p: dict) -> list[Result]:
         untimed = [e for e in mine if e["t_s"] is None]
         inside = [e for e in mine if e["t_s"] is not None and e["t_s"] > start]
         evidence["in_window"] = [{"t_s": e["t_s"], "code": e["code"],
-                                  "meaning": xid_meaning(e["code"])[0],
-                                  "class": xid_meaning(e["code"])[1], "text": e["text"]}
+                                  "kind": e.get("kind", "xid"),
+                                  "meaning": event_meaning(e)[0],
+                                  "class": event_meaning(e)[1], "text": e["text"]}
                                  for e in inside[-20:]]
-        codes = sorted({e["code"] for e in inside})
-        said = ", ".join(f"Xid {c} {xid_meaning(c)[0]}" for c in codes)
-        tail = [c for c in codes if xid_meaning(c)[1] in (*TAIL_CLASSES, "unlisted")]
+        said = ", ".join(dict.fromkeys(_said(e) for e in inside))
+        tail = [e for e in inside if event_meaning(e)[1] in (*TAIL_CLASSES, "unlisted")]
         if untimed and not inside:
             results.append(Result("unknown", subject=subject, evidence=evidence,
-                                  reason=f"{len(untimed)} Xid event(s) without a timestamp "
-                                  "(printk.time=0): cannot tell whether they fall in the window"))
+                                  reason=f"{len(untimed)} GPU event(s) without a usable "
+                                  "timestamp (printk.time=0, or a journal line without a "
+                                  "year): cannot tell whether they fall in the window"))
         elif tail:
             results.append(Result("fail", subject=subject, observed=len(inside), evidence=evidence,
-                                  reason=f"{len(inside)} Xid event(s) in the {desc}: {said}"))
+                                  reason=f"{len(inside)} GPU event(s) in the {desc}: {said}"))
         elif inside:
             results.append(Result("warn", subject=subject, observed=len(inside), evidence=evidence,
                                   reason=f"application Xid event(s) in the {desc}: {said} (the "
                                   "program faulted, not the GPU)"))
         else:
             results.append(Result("pass", subject=subject, observed=0, evidence=evidence,
-                                  reason=f"no Xid event in the {desc}"
+                                  reason=f"no GPU event in the {log} in the {desc}"
                                   + (f" ({len(mine)} earlier in this boot)" if mine else "")))
     return results
 
@@ -122,25 +243,35 @@ def _ecc_volatile(v: dict[str, Any], bdf: str) -> dict[str, int]:
 @check("l1.gpu.ecc")
 def gpu_ecc(snap: Snapshot, p: dict) -> list[Result]:
     gpus, source = _health(snap)
-    if not gpus:
-        return [Result("skip", reason=_NO_GPU)]
+    subj = _subjects(snap)
+    if not isinstance(subj, tuple):
+        return subj
+    results = subj[1]
     limit = float(p.get("limit", 0))
     corr_limit = float(p.get("correctable_per_hour", 0))
-    results = []
     for bdf in sorted(gpus):
         g = gpus[bdf]
         subject = f"{bdf} gpu"
         ecc = g.get("ecc") or {}
-        evidence: dict[str, Any] = {"source": source, "ecc_mode": g.get("ecc_mode"), "ecc": ecc}
+        src = _src(g, source)
+        evidence: dict[str, Any] = {"source": src, "ecc_mode": g.get("ecc_mode"), "ecc": ecc}
         if g.get("ecc_mode") == "Disabled":
             results.append(Result("skip", subject=subject, evidence=evidence,
                                   reason="ECC is disabled on this GPU (nvidia-smi -e 1 and a "
                                   "reset enable it)"))
             continue
-        if not ecc.get("volatile"):
+        if g.get("ecc_mode") == UNSUPPORTED:
             results.append(Result("skip", subject=subject, evidence=evidence,
-                                  reason="no ECC error counters (a GPU without ECC memory, "
-                                  "or every counter N/A)"))
+                                  reason=f"{src} says this GPU does not support ECC (no ECC "
+                                  "memory, or amdgpu RAS off)"))
+            continue
+        if not ecc.get("volatile"):
+            mode = g.get("ecc_mode")
+            why = (g.get("unreadable") or {}).get("ecc")
+            results.append(Result("unknown", subject=subject, evidence=evidence,
+                                  reason=why or f"no volatile ECC counters in {src}"
+                                  + (f" although ECC is {mode}" if mode else
+                                     ", and no ECC mode either (the section is not in it)")))
             continue
         w = _window(snap, lambda val, b=bdf: _ecc_volatile(val, b))
         if isinstance(w, str):
@@ -176,18 +307,27 @@ def gpu_ecc(snap: Snapshot, p: dict) -> list[Result]:
 @check("l1.gpu.memory_repair")
 def gpu_memory_repair(snap: Snapshot, p: dict) -> list[Result]:
     gpus, source = _health(snap)
-    if not gpus:
-        return [Result("skip", reason=_NO_GPU)]
-    results = []
+    subj = _subjects(snap)
+    if not isinstance(subj, tuple):
+        return subj
+    results = subj[1]
     for bdf in sorted(gpus):
         g = gpus[bdf]
         subject = f"{bdf} gpu"
         rr, rp = g.get("remapped_rows"), g.get("retired_pages")
-        evidence = {"source": source, "remapped_rows": rr, "retired_pages": rp}
+        src = _src(g, source)
+        evidence = {"source": src, "remapped_rows": rr, "retired_pages": rp,
+                    "ecc_mode": g.get("ecc_mode")}
         if not rr and not rp:
-            results.append(Result("skip", subject=subject, evidence=evidence,
-                                  reason="neither row remapping nor page retirement reported "
-                                  "(a GPU without ECC memory)"))
+            if g.get("ecc_mode") in (UNSUPPORTED, "Disabled"):
+                results.append(Result("skip", subject=subject, evidence=evidence,
+                                      reason=f"ECC {g['ecc_mode'].lower()} on this GPU: no "
+                                      "row remapping or page retirement"))
+            else:
+                results.append(Result("unknown", subject=subject, evidence=evidence,
+                                      reason=f"neither remapped rows nor retired pages in {src}"
+                                      + (f" although ECC is {g['ecc_mode']}"
+                                         if g.get("ecc_mode") else "")))
             continue
         fails, warns = [], []
         if rr:
@@ -203,14 +343,15 @@ def gpu_memory_repair(snap: Snapshot, p: dict) -> list[Result]:
             **{f"rows_{k}": n for k, n in (_gpu(val, b).get("remapped_rows") or {}).items()
                if k in ("uncorrectable", "correctable")},
             **{f"pages_{k}": n for k, n in (_gpu(val, b).get("retired_pages") or {}).items()
-               if k in ("single_bit", "double_bit")}})
+               if k in ("single_bit", "double_bit", "retired")}})
         if isinstance(w, str):
             evidence["window"] = w
         else:
             deltas, win = w
             evidence.update(win, grown=deltas)
             grown = {k: n for k, n in deltas.items() if n}
-            if grown.get("rows_uncorrectable") or grown.get("pages_double_bit"):
+            if grown.get("rows_uncorrectable") or grown.get("pages_double_bit") \
+                    or grown.get("pages_retired"):
                 fails.append(f"rows remapped or pages retired after uncorrectable errors in the "
                              f"{win['window']}: {grown}")
             elif grown:
@@ -234,26 +375,33 @@ def gpu_memory_repair(snap: Snapshot, p: dict) -> list[Result]:
 @check("l1.gpu.nvlink")
 def gpu_nvlink(snap: Snapshot, p: dict) -> list[Result]:
     gpus, source = _health(snap)
-    if not gpus:
-        return [Result("skip", reason=_NO_GPU)]
+    subj = _subjects(snap)
+    if not isinstance(subj, tuple):
+        return subj
+    results = subj[1]
     limit = float(p.get("limit", 0))
-    results = []
     for bdf in sorted(gpus):
         g = gpus[bdf]
         subject = f"{bdf} gpu"
         links, states = g.get("nvlink") or {}, g.get("nvlink_state") or {}
-        totals = g.get("nvlink_total") or {}
-        evidence: dict[str, Any] = {"source": source, "links": links, "state": states}
+        totals = g.get("nvlink_total") or g.get("xgmi") or {}
+        src = _src(g, source)
+        evidence: dict[str, Any] = {"source": src, "links": links, "state": states}
         unreadable = (g.get("unreadable") or {}).get("nvlink")
         if not links and not totals and not states:
             if unreadable:
                 results.append(Result("unknown", subject=subject, reason=unreadable))
-            else:
+            elif g.get("nvlink_read"):
                 results.append(Result("skip", subject=subject, evidence=evidence,
-                                      reason="no NVLink on this GPU"))
+                                      reason=f"no NVLink or xGMI link on this GPU ({src} "
+                                      "reports none)"))
+            else:
+                results.append(Result("unknown", subject=subject, evidence=evidence,
+                                      reason=f"{src} carries no NVLink counters (not "
+                                      "collected there): cannot tell whether links exist"))
             continue
         w = _window(snap, lambda val, b=bdf: _gpu(val, b).get("nvlink")
-                    or _gpu(val, b).get("nvlink_total") or {})
+                    or _gpu(val, b).get("nvlink_total") or _gpu(val, b).get("xgmi") or {})
         active = sorted((k for k, s in states.items() if s == "active"), key=int)
         down = sorted((k for k, s in states.items() if s != "active"), key=int)
         if isinstance(w, str):
@@ -298,20 +446,23 @@ _HW_TIME = ("hw_thermal", "hw_power_brake", "sw_thermal", "thermal", "reliabilit
 @check("l1.gpu.clock_events")
 def gpu_clock_events(snap: Snapshot, p: dict) -> list[Result]:
     gpus, source = _health(snap)
-    if not gpus:
-        return [Result("skip", reason=_NO_GPU)]
+    subj = _subjects(snap)
+    if not isinstance(subj, tuple):
+        return subj
+    results = subj[1]
     limit = float(p.get("limit", 0.0))  # share of the window in hardware/thermal slowdown
     cap_limit = float(p.get("power_cap_share", 0.05))
-    results = []
     for bdf in sorted(gpus):
         g = gpus[bdf]
         subject = f"{bdf} gpu"
         active = [k for k, on in (g.get("clock_events") or {}).items() if on]
         counters = g.get("clock_event_us") or g.get("violation_us") or {}
-        evidence: dict[str, Any] = {"source": source, "active": active, "counters_us": counters}
+        src = _src(g, source)
+        evidence: dict[str, Any] = {"source": src, "active": active, "counters_us": counters}
         if not g.get("clock_events") and not counters:
+            why = (g.get("unreadable") or {}).get("clock_events")
             results.append(Result("unknown", subject=subject, evidence=evidence,
-                                  reason="no clock event reasons reported for this GPU"))
+                                  reason=why or f"no clock event reasons in {src} for this GPU"))
             continue
         shares: dict[str, float] = {}
         w = _window(snap, lambda val, b=bdf: _gpu(val, b).get("clock_event_us")

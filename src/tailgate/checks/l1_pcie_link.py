@@ -51,6 +51,12 @@ def _judge_link(upper: str, lower: str, kind: str, up: dict[str, Any] | None,
     slow = low["current_gts"] < cap_gts
     if not narrow and not slow:
         return "pass", f"{now}, its full capability", ev
+    if up is None:
+        # Below its own maximum with no upper end to read: a slower or narrower slot
+        # (capped) cannot be told from a downtrained link
+        return "unknown", f"trained at {now}, below its own {capable}, and no link " \
+                          f"attributes above it to tell a capping slot from a downtrained " \
+                          "link", ev
     what = f"trained at {now}, capable of {capable}"
     if narrow:
         return "fail", f"{what}: {cap_width // max(low['current_width'], 1)}x fewer lanes " \
@@ -96,8 +102,13 @@ def pcie_link_downtrained(snap: Snapshot, p: dict) -> list[Result]:
         if len(chains[bdf]) == 1 and bdf in errors:  # its own files could not be read
             results.append(Result("unknown", subject=f"{bdf} {kind}", reason=errors[bdf]))
         elif len(chains[bdf]) == 1 and links.get(bdf) is not None:
-            results.append(Result("unknown", subject=f"{bdf} {kind}",
-                                  reason="no port above it in sysfs to pair its link with"))
+            # No port above it in sysfs (a VM's passthrough, a root-complex integrated
+            # device): judged on its own maximum, as a link whose upper end says nothing
+            low = links[bdf]
+            status, reason, ev = _judge_link("(no port above)", bdf, kind, None, low)
+            results.append(Result(status, subject=f"{bdf} {kind}", evidence=ev,
+                                  reason=reason + " (no port above it in sysfs)",
+                                  observed=_fmt(low["current_gts"], low["current_width"])))
     if not results:
         return [Result("skip", evidence={"devices": sorted(chains)},
                        reason="no PCIe link on " + ", ".join(sorted(chains)) + " (no link "

@@ -8,6 +8,7 @@ from typing import Any
 from ..history import NoWindow, growth
 from ..judge import Unknown, check, need
 from ..model import Result, Snapshot
+from ..sources.pfc import NO_PAUSE_DRIVERS, pause_active
 
 
 def _ifaces(snap: Snapshot) -> list[str]:
@@ -19,6 +20,33 @@ def _ifaces(snap: Snapshot) -> list[str]:
 
 def _skip() -> list[Result]:
     return [Result("skip", reason="no network interface backed by a device (use --iface)")]
+
+
+def _no_counters(snap: Snapshot, iface: str, v: dict[str, Any]) -> Result:
+    """No pause counter read: a skip only when it is known that none can move."""
+    info = snap.fact(f"ethtool.info.{iface}")
+    driver = info.value.get("driver") if info.ok and isinstance(info.value, dict) else None
+    lp = v.get("link_pause") or {}
+    pfc = v.get("pfc")
+    evidence = {"driver": driver, "link_pause": v.get("link_pause"), "pfc": pfc,
+                "unreadable": v.get("unreadable")}
+    if driver in NO_PAUSE_DRIVERS:
+        return Result("skip", subject=iface, evidence=evidence,
+                      reason=f"{driver} has no pause counters (a virtual NIC: no MAC to pause)")
+    if lp and not pause_active(lp) and pfc is not None and not pfc["enabled"]:
+        return Result("skip", subject=iface, evidence=evidence,
+                      reason="link pause off (ethtool -a) and PFC on no priority (dcb pfc "
+                      "show): nothing can pause this port")
+    if lp and not pause_active(lp) and pfc is None and not v.get("rdma"):
+        return Result("skip", subject=iface, evidence=evidence,
+                      reason="link pause off (ethtool -a) and no RDMA on this port (PFC "
+                      "unread: " + str((v.get("unreadable") or {}).get(
+                          "dcb pfc show", "dcb absent")) + ")")
+    said = f"the {driver} driver" if driver else "the driver (unknown: ethtool -i unread)"
+    return Result("unknown", subject=iface, evidence=evidence,
+                  reason=f"{said} prints no pause counter tailgate knows in ethtool -S"
+                  + (f" (link pause {'in use' if pause_active(lp) else 'off'} per ethtool -a)"
+                     if lp else "; ethtool -a unread"))
 
 
 @check("l1.pfc.pause_storm")
@@ -36,9 +64,7 @@ def pause_storm(snap: Snapshot, p: dict) -> list[Result]:
             continue
         v = f.value
         if not v["prio"] and not v["global"] and not v["storm"]:
-            results.append(Result("skip", subject=iface,
-                                  reason="the driver prints no pause counters (no PFC or "
-                                  "link pause on this port, or a virtual NIC)"))
+            results.append(_no_counters(snap, iface, v))
             continue
         try:
             g = growth(snap, f"net.pfc.{iface}",

@@ -342,6 +342,15 @@ def pcie_bad_tlp(snap: Snapshot, p: dict) -> list[Result]:
 _AER_TOTALS = {"fatal": "TOTAL_ERR_FATAL", "nonfatal": "TOTAL_ERR_NONFATAL"}
 
 
+def _kind_total(counts: dict[str, float], kind: str) -> float:
+    """One file's count: its TOTAL_ERR_* line, else (a kernel or capture without it) the sum
+    of its own named counters, never the other file's."""
+    total = _AER_TOTALS[kind]
+    if total in counts:
+        return counts[total]
+    return sum(n for k, n in counts.items() if not k.startswith("TOTAL_"))
+
+
 def _uncorrectable_named(counts: dict[str, dict[str, int]]) -> dict[str, int]:
     """``fatal/CmpltTO``-style names of the non-zero per-error counters (totals left out)."""
     return {f"{kind}/{name}": n for kind, c in counts.items() for name, n in c.items()
@@ -356,14 +365,11 @@ def pcie_aer_uncorrectable(snap: Snapshot, p: dict) -> list[Result]:
     aer = need(snap, "pci.aer_uncorrectable")
     counters, errors = aer.get("counters", {}), aer.get("errors", {})
     limit = float(p.get("limit", 0))
-    results = [Result("unknown", subject=_subject(b, devices.get(b, {})), reason=r)
-               for b, r in sorted(errors.items())]
+    results = [_aer_from_log(snap, b, devices.get(b, {}), r) for b, r in sorted(errors.items())]
     for bdf in sorted(counters):
         subject = _subject(bdf, devices.get(bdf, {}))
         counts = counters[bdf]
-        since_boot = {kind: counts[kind].get(_AER_TOTALS[kind],
-                                             sum(n for k, n in counts[kind].items()))
-                      for kind in counts}
+        since_boot = {kind: _kind_total(counts[kind], kind) for kind in counts}
         evidence: dict[str, Any] = {"since_boot": since_boot,
                                     "named_since_boot": _uncorrectable_named(counts)}
         try:
@@ -378,27 +384,62 @@ def pcie_aer_uncorrectable(snap: Snapshot, p: dict) -> list[Result]:
                                   + _role(devices.get(bdf, {}))))
             continue
         grown = {k: n for k, n in g.deltas.items() if n}
-        totals = {k: n for k, n in grown.items() if "/TOTAL_" in k}
         named = {k: n for k, n in grown.items() if "/TOTAL_" not in k}
-        total = sum(totals.values()) if totals else sum(named.values())
+        # per file: its own TOTAL line where printed, else the sum of its named counters
+        total = sum(_kind_total({k.split("/", 1)[1]: n for k, n in g.deltas.items()
+                                 if k.startswith(f"{kind}/")}, kind) for kind in counts)
         evidence.update(_window_evidence(g), grown=grown)
+        before = {k: n for k, n in since_boot.items() if n}
         if total > limit:
             which = ", ".join(f"{k} +{n:g}" for k, n in named.items()) or \
-                ", ".join(f"{k} +{n:g}" for k, n in totals.items())
+                ", ".join(f"{k} +{n:g}" for k, n in grown.items())
             fatal = any(k.startswith("fatal/") for k in grown)
             results.append(Result("fail", subject=subject, observed=total, evidence=evidence,
                                   reason=f"{total:g} uncorrectable "
                                   f"{'(fatal) ' if fatal else ''}AER error(s) in "
                                   f"{g.window_s:.1f} s: {which}" + _role(devices.get(bdf, {}))))
+        elif before:
+            # None in the window, but the device lost transactions (or, fatal, its link)
+            # earlier in this boot: it may again. Warned, as without a window.
+            named_before = ", ".join(f"{k} {n}" for k, n in evidence["named_since_boot"].items())
+            results.append(Result("warn", subject=subject, observed=total, evidence=evidence,
+                                  reason=f"no uncorrectable AER error in {g.window_s:.1f} s, "
+                                  f"but since boot: {before}"
+                                  + (f" ({named_before})" if named_before else "")
+                                  + _role(devices.get(bdf, {}))))
         else:
             results.append(Result("pass", subject=subject, observed=total, evidence=evidence,
-                                  reason=f"no fatal or non-fatal AER error in {g.window_s:.1f} s"
-                                  + _role(devices.get(bdf, {}))))
+                                  reason=f"no fatal or non-fatal AER error in {g.window_s:.1f} s "
+                                  "nor since boot" + _role(devices.get(bdf, {}))))
     if not results:
+        judged = [b for b, e in sorted(devices.items()) if e.get("kind") != "upstream"]
+        logged = [r for r in (_aer_from_log(snap, b, devices[b], "no aer_dev_* files")
+                              for b in judged) if r.status == "fail"]
+        if logged:  # a kernel before 4.19 has no AER counters in sysfs, but logs the errors
+            return logged
         return [Result("unknown", evidence={"devices": sorted(devices)},
                        reason=f"no AER counters for {', '.join(sorted(devices))} (AER not "
                        "supported here, as in VMs, or disabled by firmware or pci=noaer)")]
     return results
+
+
+def _aer_from_log(snap: Snapshot, bdf: str, entry: dict[str, Any], why: str) -> Result:
+    """No AER counters for ``bdf``: the kernel log's uncorrected AER lines naming it in the
+    window fail; otherwise unknown with both reasons."""
+    from .l1_host import log_events
+
+    subject = _subject(bdf, entry)
+    got = log_events(snap, ("aer_uncorrected",), bdf)
+    if isinstance(got, str):
+        return Result("unknown", subject=subject, reason=why)
+    inside, _, desc = got
+    if inside:
+        return Result("fail", subject=subject, observed=len(inside),
+                      evidence={"kernel_log": [e["text"] for e in inside[-10:]], "window": desc},
+                      reason=f"{len(inside)} uncorrected AER error(s) in the kernel log in the "
+                      f"{desc} ({why}): {inside[-1]['text'][:120]}" + _role(entry))
+    return Result("unknown", subject=subject, reason=f"{why}; the kernel log has no "
+                  f"uncorrected AER line for it in the {desc}")
 
 
 def _mlx5_ifaces(snap: Snapshot) -> tuple[dict[str, str], dict[str, str]]:

@@ -30,6 +30,7 @@ from typing import Any
 from ..collect import Scope, collector
 from ..host import Host
 from ..model import ParseError, SourceError
+from .kernel_log import bdf_of, parse_kernel_log, read_btime, read_log
 from .pci import NVIDIA, UNREADABLE, _bdf, pci_devices
 
 # -- Xid: the kernel log ---------------------------------------------------------------------
@@ -70,37 +71,30 @@ XID: dict[int, tuple[str, str]] = {
     154: ("GPU recovery action changed (a reset or a reboot is required)", "hardware"),
 }
 TAIL_CLASSES = ("hardware", "driver", "memory")
-
-# ``[ 3947.590120] NVRM: Xid (PCI:0000:61:00): 119, pid=123417, name=..., text`` (dmesg);
-# journalctl -k prefixes ``kernel:``. PCI is domain:bus:device (older) or with .function.
-_XID_RE = re.compile(
-    r"(?:\[\s*(?P<t>\d+\.\d+)\]\s*)?NVRM: Xid \(PCI:(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:"
-    r"[0-9A-Fa-f]{2}(?:\.[0-7])?)\): (?P<code>\d+), ?(?P<text>.*)$")
 MAX_EVENTS = 1000  # a GPU in a fault loop prints an Xid per second: the newest are kept
+
+# Kernel-log events judged by l1.gpu.xid: the Xid lines and the messages of a GPU that
+# failed at load or fell off the bus without one (sources.kernel_log.KINDS).
+GPU_KINDS = ("xid", "nvrm_fell_off_bus", "nvrm_init_failed", "amdgpu_init_failed",
+             "amdgpu_reset", "amdgpu_ring_timeout", "amdgpu_ras")
+# The kinds that say a GPU is on the bus but does not answer its driver.
+GONE_KINDS = ("nvrm_fell_off_bus", "nvrm_init_failed", "amdgpu_init_failed")
+AMD = "0x1002"
+VENDORS = {NVIDIA: "nvidia", AMD: "amd"}
 
 
 def xid_bdf(pci: str) -> str:
     """``0000:61:00`` (the kernel log's domain:bus:device) -> ``0000:61:00.0``."""
-    dom, bus, rest = pci.lower().split(":", 2)
-    dev = rest if "." in rest else f"{rest}.0"
-    return f"{dom[-4:]}:{bus}:{dev}"
+    return bdf_of(pci)
 
 
-def parse_xid(text: str) -> list[dict[str, Any]]:
-    """Xid lines of a kernel log (``dmesg``, ``journalctl -k``) -> events, oldest first:
-    ``{"t_s": seconds since boot | None, "bdf", "code", "text"}``. Other lines are ignored;
-    a line naming an Xid that does not parse is a :class:`ParseError`."""
-    events: list[dict[str, Any]] = []
-    for line in text.splitlines():
-        if "NVRM: Xid" not in line:
-            continue
-        m = _XID_RE.search(line)
-        if not m:
-            raise ParseError(f"kernel log: an Xid line that does not parse: {line.strip()[:80]!r}")
-        events.append({"t_s": float(m.group("t")) if m.group("t") else None,
-                       "bdf": xid_bdf(m.group("pci")), "code": int(m.group("code")),
-                       "text": m.group("text").strip()[:200]})
-    return events[-MAX_EVENTS:]
+def parse_xid(text: str, btime: float | None = None) -> list[dict[str, Any]]:
+    """The GPU events of a kernel log (``dmesg``, ``journalctl -k``), oldest first:
+    ``{"t_s": seconds since boot | None, "kind", "bdf", "code": Xid | None, "text"}``:
+    Xid lines and the NVRM / amdgpu messages of a GPU that fell off the bus, failed to
+    initialise, was reset or reported RAS errors. A line naming an Xid that does not
+    parse is a :class:`ParseError`."""
+    return [e for e in parse_kernel_log(text, btime) if e["kind"] in GPU_KINDS][-MAX_EVENTS:]
 
 
 def parse_uptime(text: str) -> float:
@@ -111,32 +105,57 @@ def parse_uptime(text: str) -> float:
     return float(first)
 
 
-def nvidia_gpus(host: Host) -> list[str]:
-    """The NVIDIA GPUs' addresses. None found while a PCI device could not be read: that
-    device might be the GPU, so "no GPU here" (a skip) cannot be said: the source is refused."""
+def gpus_on_bus(host: Host) -> dict[str, dict[str, Any]]:
+    """The NVIDIA and AMD GPUs (and accelerators) of the PCI tree: ``{bdf: {"vendor":
+    "nvidia" | "amd", "driver": bound driver | None}}``. None found while a PCI device could
+    not be read: that device might be a GPU, so "no GPU here" (a skip) cannot be said: the
+    source is refused."""
     devices = pci_devices(host)
-    gpus = sorted(b for b, e in devices.items()
-                  if e.get("vendor") == NVIDIA and e.get("kind") == "gpu")
+    gpus = {b: {"vendor": VENDORS[e["vendor"]], "driver": e.get("driver")}
+            for b, e in sorted(devices.items())
+            if e.get("vendor") in VENDORS and e.get("kind") in ("gpu", "accelerator")}
     unreadable = [e["error"] for e in devices.values() if e.get("kind") == UNREADABLE]
     if not gpus and unreadable:
         raise SourceError(f"a PCI device could not be read (it may be a GPU): {unreadable[0]}")
     return gpus
 
 
+def unreadable_pci(host: Host) -> dict[str, str]:
+    """PCI devices whose class or vendor could not be read: each may be a GPU, so each is
+    a subject whose findings are unknown with the reason (never silently absent)."""
+    return {b: e["error"] for b, e in sorted(pci_devices(host).items())
+            if e.get("kind") == UNREADABLE}
+
+
+def nvidia_gpus(host: Host) -> list[str]:
+    """The NVIDIA GPUs' addresses (see :func:`gpus_on_bus`)."""
+    return [b for b, g in gpus_on_bus(host).items() if g["vendor"] == "nvidia"]
+
+
 @collector("gpu.xid", counter=True)
 def gpu_xid(host: Host, scope: Scope) -> dict[str, Any]:
-    """``{"uptime_s", "boot_id", "events": [...], "gpus": [bdf, ...]}``: the kernel log's Xid
-    events and the moment (seconds since boot) the log was read."""
-    gpus = nvidia_gpus(host)
-    if not gpus:
+    """``{"uptime_s", "boot_id", "events": [...], "gpus": [bdf, ...], "bus": {bdf: {vendor,
+    driver}}, "source"}``: the kernel log's GPU events and the moment (seconds since boot)
+    the log was read."""
+    bus = gpus_on_bus(host)
+    if not bus:
         return {"gpus": [], "events": [], "uptime_s": None, "boot_id": None}
-    uptime = parse_uptime(host.read("/proc/uptime"))
+    out: dict[str, Any] = {"gpus": sorted(bus), "bus": bus, "events": [], "uptime_s": None,
+                           "boot_id": None}
+    if (bad := unreadable_pci(host)):
+        out["pci_unreadable"] = bad
+    # Unreadable, every GPU is still a subject: the reason goes in the fact, not a refusal
     try:
-        boot_id = host.read("/proc/sys/kernel/random/boot_id").strip()
+        out["uptime_s"] = parse_uptime(host.read("/proc/uptime"))
+        text, out["source"], _ = read_log(host)
+        out["events"] = parse_xid(text, read_btime(host))
+    except SourceError as exc:
+        out["unreadable"] = host.blame(exc)
+    try:
+        out["boot_id"] = host.read("/proc/sys/kernel/random/boot_id").strip()
     except SourceError:
-        boot_id = None
-    events = parse_xid(host.run(["dmesg"], timeout_s=10))
-    return {"gpus": gpus, "events": events, "uptime_s": uptime, "boot_id": boot_id}
+        pass
+    return out
 
 
 # -- nvidia-smi -q ----------------------------------------------------------------------------
@@ -155,6 +174,16 @@ _REASONS = {"idle": "idle", "applications clocks setting": "applications_clocks"
 _COUNTERS = {"sw power capping": "sw_power_cap", "sync boost": "sync_boost",
              "sw thermal slowdown": "sw_thermal", "hw thermal slowdown": "hw_thermal",
              "hw power braking": "hw_power_brake"}
+
+
+UNSUPPORTED = "Unsupported"
+_UNSUPPORTED = ("N/A", "[N/A]", "[Not Supported]", "Not Supported")
+
+
+def attached_gpus(text: str) -> int | None:
+    """``Attached GPUs : 8`` of ``nvidia-smi -q`` (how many sections a whole capture has)."""
+    m = re.search(r"^Attached GPUs\s*:\s*([0-9]{1,4})\s*$", text, re.M)
+    return int(m.group(1)) if m else None
 
 
 def _count(value: str, where: str) -> int | None:
@@ -209,7 +238,9 @@ def parse_smi_health(text: str) -> dict[str, dict[str, Any]]:
         where = "/".join([*names, key])
         top = names[0] if names else key
         if top in ("Ecc Mode", "ECC Mode") and key == "Current":
-            gpu["ecc_mode"] = None if value.strip() in _NA else value.strip()
+            v = value.strip()
+            # N/A (GeForce, RTX workstation cards): the GPU has no ECC memory to switch on
+            gpu["ecc_mode"] = UNSUPPORTED if v in _UNSUPPORTED else None if v in _NA else v
         elif top == "ECC Errors" and len(names) >= 2 and names[1] in ("Volatile", "Aggregate"):
             scope = gpu["ecc"].setdefault(names[1].lower(), {})
             if len(names) == 3:  # old layout: Single Bit / Double Bit tables
@@ -276,8 +307,11 @@ _NVL_NAMES = {"Replay": "replay", "Recovery": "recovery", "CRC": "crc", "CRC Fli
 
 def parse_nvlink_errors(text: str) -> dict[str, dict[str, Any]]:
     """``nvidia-smi nvlink -e`` -> ``{gpu index: {"uuid", "links": {link: {counter: n}}}}``.
-    Counter names: replay, recovery, crc (and crc_flit/crc_data/ecc_data where printed)."""
+    Counter names: replay, recovery, crc (and crc_flit/crc_data/ecc_data where printed).
+    Empty output is what nvidia-smi prints where no GPU has NVLink: ``{}``."""
     out: dict[str, dict[str, Any]] = {}
+    if not text.strip():
+        return out
     cur: dict[str, Any] | None = None
     for line in text.splitlines():
         m = _NVL_GPU_RE.match(line)
@@ -299,8 +333,11 @@ def parse_nvlink_errors(text: str) -> dict[str, dict[str, Any]]:
 
 def parse_nvlink_status(text: str) -> dict[str, dict[str, str]]:
     """``nvidia-smi nvlink -s`` -> ``{gpu index: {link: "active" | "inactive"}}`` (``Link 0:
-    26.562 GB/s`` is active, ``Link 0: <inactive>`` is not)."""
+    26.562 GB/s`` is active, ``Link 0: <inactive>`` is not); empty output (no NVLink on any
+    GPU) is ``{}``."""
     out: dict[str, dict[str, str]] = {}
+    if not text.strip():
+        return out
     cur: dict[str, str] | None = None
     for line in text.splitlines():
         m = _NVL_GPU_RE.match(line)
@@ -416,6 +453,8 @@ def nvml_health(pynvml: Any) -> dict[str, dict[str, Any]]:
         mode = opt(nvml.nvmlDeviceGetEccMode, h)
         if mode is not None:
             gpu["ecc_mode"] = "Enabled" if mode[0] == nvml.NVML_FEATURE_ENABLED else "Disabled"
+        else:  # NVML said NotSupported: a GPU without ECC memory
+            gpu["ecc_mode"] = UNSUPPORTED
         if gpu.get("ecc_mode") == "Enabled":
             for counter, scope in ((nvml.NVML_VOLATILE_ECC, "volatile"),
                                    (nvml.NVML_AGGREGATE_ECC, "aggregate")):
@@ -469,11 +508,15 @@ def nvml_health(pynvml: Any) -> dict[str, dict[str, Any]]:
             gpu["violation_us"] = violations
         links: dict[str, dict[str, int]] = {}
         states: dict[str, str] = {}
+        no_link = (nvml.NVMLError_NotSupported, nvml.NVMLError_InvalidArgument)
         for link in range(nvml.NVML_NVLINK_MAX_LINKS):
             try:
                 state = nvml.nvmlDeviceGetNvLinkState(h, link)
-            except nvml.NVMLError:
-                continue  # NotSupported or InvalidArgument: no such link on this GPU
+            except no_link:
+                continue  # no such link on this GPU
+            except nvml.NVMLError as exc:  # the link exists but did not answer
+                gpu.setdefault("unreadable", {})["nvlink"] = f"NVML link {link}: {exc}"
+                continue
             states[str(link)] = "active" if state == nvml.NVML_FEATURE_ENABLED else "inactive"
             counters: dict[str, int] = {}
             for c, key in ((nvml.NVML_NVLINK_ERROR_DL_REPLAY, "replay"),
@@ -489,6 +532,7 @@ def nvml_health(pynvml: Any) -> dict[str, dict[str, Any]]:
             gpu["nvlink_state"] = states
         if links:
             gpu["nvlink"] = links
+        gpu["nvlink_read"] = True  # every link asked: none is an answer, not a gap
         gpu["ecc"] = {k: v for k, v in gpu["ecc"].items() if v}
         out[bdf] = gpu
     return out
@@ -512,8 +556,7 @@ def _nvml(bdfs: list[str]) -> dict[str, dict[str, Any]]:
     return {b: g for b, g in got.items() if b in bdfs}
 
 
-def _smi(host: Host) -> dict[str, dict[str, Any]]:
-    text = host.run(["nvidia-smi", "-q"], timeout_s=20)
+def _smi(host: Host, text: str) -> dict[str, dict[str, Any]]:
     gpus = parse_smi_health(text)
     index = smi_index_to_bdf(text)
     for argv, parse, field in ((["nvidia-smi", "nvlink", "-e"], parse_nvlink_errors, "nvlink"),
@@ -529,35 +572,268 @@ def _smi(host: Host) -> dict[str, dict[str, Any]]:
             bdf = index.get(idx)
             if bdf in gpus:
                 gpus[bdf][field] = v["links"] if field == "nvlink" else v
+        if field == "nvlink":  # read: a GPU it does not list has no NVLink
+            for g in gpus.values():
+                g["nvlink_read"] = True
     return gpus
 
 
+# -- AMD: amdgpu's sysfs ----------------------------------------------------------------------
+
+# amdgpu_ras.c amdgpu_ras_sysfs_read: "ue: %lu\nce: %lu\n" (Linux 5.x; "de: %lu" added by
+# 6.10 for deferred errors). The UMC block is the HBM's memory controller (DRAM ECC); every
+# other block (gfx, sdma, mmhub, hdp, ...) is on-chip SRAM; xgmi_wafl is the xGMI links.
+_RAS_LINE = re.compile(r"^(ue|ce|de): ?([0-9]{1,20})$")
+
+
+def parse_ras_count(text: str, what: str) -> dict[str, int]:
+    """``ras/<block>_err_count`` -> ``{"ue": n, "ce": n[, "de": n]}``."""
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        m = _RAS_LINE.match(line.strip())
+        if not m:
+            raise ParseError(f"{what}: not a RAS count line: {line.strip()[:40]!r}")
+        out[m.group(1)] = int(m.group(2))
+    if "ue" not in out or "ce" not in out:
+        raise ParseError(f"{what}: no ue/ce counts")
+    return out
+
+
+def parse_bad_pages(text: str) -> dict[str, Any]:
+    """``ras/gpu_vram_bad_pages`` (``0x%08x : 0x%08x : %1s`` per page: R reserved, P
+    pending, F failed to reserve) -> ``{"retired": n, "pending": bool, "failure": bool}``."""
+    counts = {"R": 0, "P": 0, "F": 0}
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        m = re.fullmatch(r"0x[0-9a-fA-F]+\s*:\s*0x[0-9a-fA-F]+\s*:\s*([RPF])", line.strip())
+        if not m:
+            raise ParseError(f"gpu_vram_bad_pages: not a page line: {line.strip()[:40]!r}")
+        counts[m.group(1)] += 1
+    return {"retired": counts["R"], "pending": bool(counts["P"]), "failure": bool(counts["F"])}
+
+
+# PCI device ids of AMD Instinct GPUs: every one has ECC HBM and amdgpu RAS. pci.ids names
+# 7388/738c/738e (Arcturus, MI100) and 7408/740c/740f (Aldebaran, MI250X/MI250/MI210); the
+# MI300 family (Aqua Vanjaram: 74a0 MI300A, 74a1 MI300X, 74a2 MI308X, 74a5 MI325X, 74a9, 74b5
+# and 74bd its other SKUs and VFs) is newer than Debian 12's pci.ids. An unlisted one with
+# the processing-accelerator class (0x12) counts too.
+INSTINCT_IDS = frozenset({"0x7388", "0x738c", "0x738e", "0x7408", "0x740c", "0x740f",
+                          "0x74a0", "0x74a1", "0x74a2", "0x74a5", "0x74a9", "0x74b5",
+                          "0x74bd"})
+
+
+def _instinct(host: Host, base: str) -> bool:
+    try:
+        dev = host.read(f"{base}/device").strip().lower()
+        cls = host.read(f"{base}/class").strip().lower()
+    except SourceError:
+        return True  # cannot tell: not "unsupported"
+    return dev in INSTINCT_IDS or cls.startswith("0x12")
+
+
+def amd_health(host: Host, bdf: str) -> dict[str, Any]:
+    """One AMD GPU from amdgpu's sysfs: ECC/RAS counters per block, retired pages, xGMI
+    link errors and the PCIe replay counter."""
+    base = f"/sys/bus/pci/devices/{bdf}"
+    gpu: dict[str, Any] = {"ecc": {}, "clock_events": {}, "source": "amdgpu sysfs (ras/)"}
+    try:
+        names = host.listdir(f"{base}/ras")
+    except SourceError as exc:
+        if not str(exc).endswith(": absent"):
+            raise
+        names = []
+        # amdgpu makes ras/ only where RAS is supported and enabled (amdgpu.ras_enable). An
+        # Instinct GPU has ECC HBM: its ras/ missing is RAS switched off or not captured.
+        if _instinct(host, base):
+            gpu["ecc_mode"] = None
+            gpu.setdefault("unreadable", {})["ecc"] = (
+                f"{base}/ras absent on an Instinct GPU (ECC HBM): RAS off (amdgpu.ras_enable=0) "
+                "or not captured")
+        else:
+            gpu["ecc_mode"] = UNSUPPORTED
+    blocks: dict[str, dict[str, int]] = {}
+    for name in names:
+        if name.endswith("_err_count"):
+            path = f"{base}/ras/{name}"
+            blocks[name.removesuffix("_err_count")] = parse_ras_count(host.read(path), path)
+    if names:
+        gpu["ecc_mode"] = "Enabled"
+        _ras_sections(gpu, blocks)
+        if "gpu_vram_bad_pages" in names:
+            bad = parse_bad_pages(host.read(f"{base}/ras/gpu_vram_bad_pages"))
+            gpu["retired_pages"] = {"retired": bad["retired"], "pending": bad["pending"]}
+            gpu["remapped_rows"] = {"failure": bad["failure"]}
+    if "xgmi_wafl" in blocks:
+        pass  # _ras_sections read it
+    elif not host.exists(f"{base}/xgmi_device_id") and not host.exists(f"{base}/xgmi_hive_info"):
+        gpu["nvlink_read"] = True  # not in an xGMI hive: no GPU-to-GPU links
+    gpu.setdefault("unreadable", {})["clock_events"] = (
+        "gpu_metrics (the binary throttle status) is not read by tailgate yet")
+    return gpu
+
+
+# rocm-smi --showrasinfo [all]: per GPU (``GPU[N]:  RAS INFO``; one GPU without that header
+# in the compact layout) a Block / Status / Correctable / Uncorrectable table, read from the
+# same amdgpu ras/ files; a block with a status only has no counters.
+_ROCM_GPU = re.compile(r"^GPU\[(\d+)\]\s*:?\s*RAS INFO")
+_ROCM_ROW = re.compile(r"^([A-Z][A-Z0-9_]*)\s+(ENABLED|DISABLED)(?:\s+([0-9]{1,20})\s+([0-9]{1,20}))?$")
+
+
+def parse_rocm_smi_ras(text: str) -> dict[str, dict[str, Any]]:
+    """``rocm-smi --showrasinfo`` -> ``{gpu index: {"blocks": {block: {"ce", "ue"}},
+    "enabled": [...], "disabled": [...]}}`` (block names lower case, as amdgpu's files)."""
+    out: dict[str, dict[str, Any]] = {}
+    cur: dict[str, Any] | None = None
+    for raw in text.splitlines():
+        line = raw.strip()
+        m = _ROCM_GPU.match(line)
+        if m:
+            cur = out.setdefault(m.group(1), {"blocks": {}, "enabled": [], "disabled": []})
+            continue
+        r = _ROCM_ROW.match(line)
+        if not r:
+            continue
+        if cur is None:  # the compact layout of one GPU
+            cur = out.setdefault("0", {"blocks": {}, "enabled": [], "disabled": []})
+        block = r.group(1).lower()
+        cur["enabled" if r.group(2) == "ENABLED" else "disabled"].append(block)
+        if r.group(3) is not None:
+            cur["blocks"][block] = {"ce": int(r.group(3)), "ue": int(r.group(4))}
+    if not out:
+        raise ParseError("rocm-smi --showrasinfo: no RAS table")
+    return out
+
+
+def parse_rocm_smi_bus(text: str) -> dict[str, str]:
+    """``rocm-smi --showbus``: ``GPU[0]  : PCI Bus: 0000:03:00.0`` -> ``{"0": bdf}``."""
+    return {m.group(1): m.group(2).lower() for m in re.finditer(
+        r"^GPU\[(\d+)\]\s*:\s*PCI Bus:\s*([0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])",
+        text, re.M)}
+
+
+def _ras_sections(gpu: dict[str, Any], blocks: dict[str, dict[str, int]]) -> None:
+    """ECC sections from per-block RAS counts (umc: the HBM; the rest on-chip SRAM)."""
+    vol: dict[str, int] = {}
+    for block, c in blocks.items():
+        if block == "xgmi_wafl":
+            continue
+        mem = "dram" if block == "umc" else "sram"
+        vol[f"{mem}_uncorrectable"] = vol.get(f"{mem}_uncorrectable", 0) + c["ue"]
+        vol[f"{mem}_correctable"] = vol.get(f"{mem}_correctable", 0) + c["ce"]
+    if vol:
+        gpu["ecc"] = {"volatile": vol}
+    gpu["ras_blocks"] = blocks
+    if "xgmi_wafl" in blocks:
+        gpu["xgmi"] = {"uncorrectable": blocks["xgmi_wafl"]["ue"],
+                       "correctable": blocks["xgmi_wafl"]["ce"]}
+        gpu["nvlink_read"] = True
+
+
+def rocm_smi_health(host: Host) -> dict[str, dict[str, Any]]:
+    """AMD GPUs' RAS counts from rocm-smi, keyed by PCI address (where amdgpu's ras/ files
+    are not there to read: a root captured without them, a container without sysfs)."""
+    ras = parse_rocm_smi_ras(host.run(["rocm-smi", "--showrasinfo", "all"], timeout_s=20))
+    bus = parse_rocm_smi_bus(host.run(["rocm-smi", "--showbus"], timeout_s=20))
+    out: dict[str, dict[str, Any]] = {}
+    for idx, r in ras.items():
+        if idx not in bus:
+            continue
+        gpu: dict[str, Any] = {"ecc": {}, "clock_events": {}, "ecc_mode": "Enabled",
+                               "source": "rocm-smi --showrasinfo all"}
+        _ras_sections(gpu, r["blocks"])
+        if "xgmi_wafl" in r["disabled"]:
+            gpu["nvlink_read"] = True  # the xGMI RAS block is off: no xGMI links
+        out[bus[idx]] = gpu
+    return out
+
+
+# -- DCGM exporter: one bad sample is refused alone ------------------------------------------
+
+def dcgm_samples(text: str) -> tuple[list[list[Any]], dict[str, str]]:
+    """A DCGM exporter scrape -> (samples, {refused sample: why}). The scrape is parsed whole
+    first; where that fails, line by line, so that one sample whose value is not a number
+    (an exporter that printed its own error there) is refused by name and the others read."""
+    from .engine import parse_exposition
+
+    try:
+        return parse_exposition(text), {}
+    except ParseError:
+        pass
+    samples: list[list[Any]] = []
+    refused: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        try:
+            samples += parse_exposition(line + "\n")
+        except ParseError as exc:
+            refused[line.strip()[:120]] = str(exc).split(";")[0][:160]
+    if not samples:
+        raise ParseError("DCGM exporter metrics: no sample reads: "
+                         + "; ".join(list(refused)[:3]))
+    return samples, refused
+
+
+# -- the collector ------------------------------------------------------------------------------
+
 @collector("gpu.health", counter=True)
 def gpu_health(host: Host, scope: Scope) -> dict[str, Any]:
-    """``{"source": what answered, "gpus": {bdf | gpuN: {...}}, "tried": {source: reason}}``;
-    no NVIDIA GPU and no --dcgm: ``{"gpus": {}}`` (the checks skip)."""
-    from .engine import fetch, parse_exposition
+    """``{"source": what answered for the NVIDIA GPUs, "gpus": {bdf | gpuN: {...}},
+    "tried": {source: reason}, "bus": {bdf: {vendor, driver}}, "attached": n | None}``.
+    Every NVIDIA and AMD GPU of the PCI tree is in ``bus``; one its source does not report
+    is absent from ``gpus`` (the checks say why). No GPU and no --dcgm: ``{"gpus": {}}``."""
+    from .engine import fetch
 
-    bdfs = nvidia_gpus(host)
+    bus = gpus_on_bus(host)
+    bdfs = [b for b, g in bus.items() if g["vendor"] == "nvidia"]
     tried: dict[str, str] = {}
+    out: dict[str, Any] = {"source": None, "gpus": {}, "tried": tried, "bus": bus}
+    if bus and (bad := unreadable_pci(host)):
+        out["pci_unreadable"] = bad
     if bdfs:
         if host.live:
             try:
-                return {"source": "NVML (nvidia-ml-py)", "gpus": _nvml(bdfs), "tried": tried}
+                out.update(source="NVML (nvidia-ml-py)", gpus=_nvml(bdfs))
             except SourceError as exc:
                 tried["nvml"] = str(exc)
-        try:
-            return {"source": "nvidia-smi -q", "gpus": _smi(host), "tried": tried}
-        except SourceError as exc:
-            tried["nvidia-smi"] = host.blame(exc)
+        if out["source"] is None:
+            try:
+                text = host.run(["nvidia-smi", "-q"], timeout_s=20)
+                out.update(source="nvidia-smi -q", gpus=_smi(host, text),
+                           attached=attached_gpus(text))
+            except SourceError as exc:
+                tried["nvidia-smi"] = host.blame(exc)
     url = scope.options.get("dcgm")
-    if url:
+    if url and out["source"] is None:
         try:
-            gpus = parse_dcgm(parse_exposition(fetch(str(url), host.timeout_s)))
-            return {"source": f"DCGM exporter {url}", "gpus": gpus, "tried": tried}
+            samples, refused = dcgm_samples(fetch(str(url), host.timeout_s))
+            out.update(source=f"DCGM exporter {url}", gpus=parse_dcgm(samples))
+            if refused:
+                out["refused"] = refused
         except SourceError as exc:
-            tried["dcgm"] = str(exc)
-    if not bdfs and not url:
-        return {"source": None, "gpus": {}, "tried": tried}
-    raise SourceError("no GPU health source answered: "
-                      + "; ".join(f"{k}: {v}" for k, v in tried.items()))
+            tried["dcgm"] = f"--dcgm {url}: {exc}"
+    rocm: dict[str, dict[str, Any]] | None = None
+    for bdf, g in bus.items():
+        if g["vendor"] != "amd":
+            continue
+        try:
+            got = amd_health(host, bdf)
+        except SourceError as exc:
+            tried[f"amdgpu {bdf}"] = host.blame(exc)
+            continue
+        if "ecc" in (got.get("unreadable") or {}):  # an Instinct GPU without ras/: rocm-smi
+            if rocm is None:
+                try:
+                    rocm = rocm_smi_health(host)
+                except SourceError as exc:
+                    rocm = {}
+                    tried["rocm-smi"] = host.blame(exc)
+            if bdf in rocm:
+                got = {**rocm[bdf], "unreadable": {"clock_events": got["unreadable"][
+                    "clock_events"]}, **({"remapped_rows": got["remapped_rows"]}
+                                         if "remapped_rows" in got else {})}
+        out["gpus"][bdf] = got
+    return out

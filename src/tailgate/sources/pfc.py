@@ -12,7 +12,13 @@ configuration, per interface.
   priorities with PFC enabled (or ``global`` when link pause is on).
   ice (ice_ethtool.c): ``rx_priority_{N}_xon.nic``, ``rx_priority_{N}_xoff.nic``,
   ``tx_priority_{N}_xon.nic``, ``tx_priority_{N}_xoff.nic`` (frames only, no duration);
-  i40e: ``port.rx_priority_{N}_xoff`` ... (same).
+  i40e (i40e_ethtool.c): ``port.{rx,tx}_priority_{N}_{xon,xoff}`` until the 2018 rewrite
+  of its statistics (Linux 4.19: i40e_gstrings_pfc_stats), since then
+  ``port.tx_priority_{N}_xoff_tx`` / ``port.rx_priority_{N}_xoff_rx`` (and ``_xon_tx``,
+  ``_xon_rx``, ``_xon_2_xoff``); link pause ``port.link_xoff_rx`` / ``port.link_xoff_tx``.
+  ixgbe: per packet buffer (traffic class) ``{rx,tx}_pb_{N}_pxoff`` with DCB on.
+  e1000e, igb, ixgbe (link flow control): ``rx_flow_control_xoff``,
+  ``tx_flow_control_xoff`` (and ``_xon``).
   bnxt_en (bnxt_ethtool.c): ``rx_pfc_ena_frames_pri{N}``, ``tx_pfc_ena_frames_pri{N}``,
   ``pfc_pri{N}_rx_duration_us``, ``pfc_pri{N}_tx_duration_us``.
 * ``ethtool -a``: link-level (802.3x) pause, ``Autonegotiate/RX/TX: on|off``.
@@ -35,7 +41,8 @@ _PAUSE_RES = (
     (re.compile(r"^(rx|tx)_prio(\d)_pause$"), "frames"),
     (re.compile(r"^(rx|tx)_prio(\d)_pause_duration$"), "us"),
     (re.compile(r"^(rx|tx)_priority_(\d)_xoff\.nic$"), "frames"),
-    (re.compile(r"^port\.(rx|tx)_priority_(\d)_xoff$"), "frames"),
+    (re.compile(r"^port\.(rx|tx)_priority_(\d)_xoff(?:_rx|_tx)?$"), "frames"),
+    (re.compile(r"^(rx|tx)_pb_(\d)_pxoff$"), "frames"),
     (re.compile(r"^(rx|tx)_pfc_ena_frames_pri(\d)$"), "frames"),
 )
 _BNXT_US = re.compile(r"^pfc_pri(\d)_(rx|tx)_duration_us$")
@@ -43,7 +50,13 @@ _GLOBAL = {"rx_global_pause": ("rx", "frames"), "tx_global_pause": ("tx", "frame
            "rx_global_pause_duration": ("rx", "us"), "tx_global_pause_duration": ("tx", "us"),
            "rx_pause_ctrl_phy": ("rx", "frames"), "tx_pause_ctrl_phy": ("tx", "frames"),
            "link_xoff_rx.nic": ("rx", "frames"), "link_xoff_tx.nic": ("tx", "frames"),
-           "rx_pause_frames": ("rx", "frames"), "tx_pause_frames": ("tx", "frames")}
+           "rx_pause_frames": ("rx", "frames"), "tx_pause_frames": ("tx", "frames"),
+           "rx_flow_control_xoff": ("rx", "frames"), "tx_flow_control_xoff": ("tx", "frames"),
+           "port.link_xoff_rx": ("rx", "frames"), "port.link_xoff_tx": ("tx", "frames")}
+# Drivers that have no pause counters at all: virtual NICs (no MAC to pause).
+NO_PAUSE_DRIVERS = frozenset({"virtio_net", "veth", "tun", "bridge", "bonding", "vxlan",
+                              "dummy", "macvlan", "ipvlan", "geneve", "vrf", "hv_netvsc",
+                              "xen-netfront", "vmxnet3", "ena", "gve"})
 _TRAFFIC = re.compile(r"^(rx|tx)_prio(\d)_packets$")
 _STORM = ("tx_pause_storm_warning_events", "tx_pause_storm_error_events")
 
@@ -91,6 +104,15 @@ def parse_pause_settings(text: str) -> dict[str, bool]:
     if "rx" not in out or "tx" not in out:
         raise ParseError("ethtool -a: no RX/TX pause lines")
     return out
+
+
+def pause_active(lp: dict[str, bool]) -> bool:
+    """Whether link pause is in use: with pause autonegotiation on, the negotiated values
+    (``RX negotiated``/``TX negotiated``) are the ones in use (Documentation/networking/
+    ethtool-netlink), else RX/TX as set."""
+    if lp.get("autoneg") and ("rx_negotiated" in lp or "tx_negotiated" in lp):
+        return bool(lp.get("rx_negotiated") or lp.get("tx_negotiated"))
+    return bool(lp.get("rx") or lp.get("tx"))
 
 
 def parse_dcb_pfc(text: str) -> dict[str, Any]:

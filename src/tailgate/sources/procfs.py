@@ -66,6 +66,9 @@ def parse_snmp(text: str) -> dict[str, dict[str, int]]:
     return out
 
 
+SOFTNET_MIN_COLUMNS = 9
+
+
 def parse_softnet(text: str) -> list[dict[str, int]]:
     """/proc/net/softnet_stat: one hex row per CPU; processed, dropped, time_squeeze first.
 
@@ -76,8 +79,13 @@ def parse_softnet(text: str) -> list[dict[str, int]]:
     rows = []
     for i, line in enumerate(_lines(text)):
         cols = line.split()
-        if len(cols) < 3:
-            raise ParseError(f"softnet_stat row {i}: {len(cols)} columns, expected at least 3")
+        # net/core/net-procfs.c: 9 columns since 2.6 (processed, dropped, time_squeeze, five
+        # zeros, cpu_collision), 10 with received_rps (2.6.35), 11 with flow_limit_count
+        # (3.11), 13 with backlog length and CPU index (5.10); no kernel prints fewer than 9
+        if len(cols) < SOFTNET_MIN_COLUMNS:
+            raise ParseError(f"softnet_stat row {i}: {len(cols)} columns; every kernel prints "
+                             f"at least {SOFTNET_MIN_COLUMNS}")
+
         if not all(_HEX_RE.fullmatch(c) for c in cols):
             raise ParseError(f"softnet_stat row {i}: not hexadecimal")
         vals = [int(c, 16) for c in cols]
@@ -159,6 +167,15 @@ def parse_pressure(text: str) -> dict[str, dict[str, float]]:
     return out
 
 
+# What kernel/irq/proc.c show_interrupts prints after the counts: the chip name; the hwirq
+# where the IRQ has a domain (absent in 2.6-era x86: "XT-PIC  timer", "IO-APIC-edge");
+# "Edge"/"Level" with CONFIG_GENERIC_IRQ_SHOW_LEVEL (arm64, some others); then "-name" of
+# the flow handler ("5-edge" on x86, "Edge -virq" on Xen); then the action names, shared
+# ones joined by ", " (a name may hold a space: "PCIe PME").
+_IRQ_DESC = re.compile(r"^(?P<chip>\S+)(?:\s+\d+(?:-[a-z]+)?)?(?:\s+(?:Edge|Level))?"
+                       r"(?:\s+-\S+)?(?:\s+(?P<names>.+))?$")
+
+
 def parse_interrupts(text: str) -> dict[str, object]:
     """/proc/interrupts: per numbered IRQ its per-CPU counts, chip text and action name(s).
 
@@ -186,8 +203,8 @@ def parse_interrupts(text: str) -> dict[str, object]:
         if len(counts) != len(cpus):
             raise ParseError(f"irq {irq}: {len(counts)} counts for {len(cpus)} CPUs")
         desc = rest.split(None, len(cpus))[-1] if len(tokens) > len(cpus) else ""
-        # The action names follow the chip and hwirq columns; shared IRQs join them with ", ".
-        names_part = desc.split(None, 2)[-1] if len(desc.split()) >= 3 else desc
+        m = _IRQ_DESC.match(desc.strip())
+        names_part = (m.group("names") or "") if m else desc
         names = [n.strip() for n in names_part.split(", ") if n.strip()]
         put(irqs, irq, {"counts": counts, "desc": desc.strip(), "names": names}, "irq")
     return {"cpus": cpus, "irqs": irqs}
