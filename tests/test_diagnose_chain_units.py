@@ -124,7 +124,10 @@ def test_a_thread_parked_for_the_whole_run_is_nobodys_cause():
 
 def test_the_holder_in_a_chain_owns_its_run_queue_wait_for_that_request():
     ev, s, e, bl = run(*lock_preempted())
-    assert bl.threads[0] == (101, 102) and bl.threads[1] == (101,)
+    assert bl.scope[0].serving == (101,) and bl.scope[1].serving == (101,)
+    a = int(s[0])
+    assert bl.scope[0].clips == ((102, a + MS // 5, a + 10 * MS - 10_000),)
+    assert bl.scope[1].clips == ()
     own = bl.owned(s, e, ev.runq_not_after_stop())
     assert own.hit.sum() == 20 and own.hit[0] and not own.hit[1]
 
@@ -217,12 +220,16 @@ def test_bands_are_the_generic_shape():
 
 def test_owned_counts_no_thread_it_did_not_use():
     s, e = np.array([0, 100], np.int64), np.array([50, 150], np.int64)
-    from tailgate.diagnose.chain import owned
+    from tailgate.diagnose.chain import Scope, owned
 
-    own = owned(s, e, [(1,), (2,)], {1: np.array([[10, 20]]), 3: np.array([[0, 200]])})
+    by = {1: np.array([[10, 20]]), 3: np.array([[0, 200]])}
+    own = owned(s, e, [Scope((1,)), Scope((2,))], by)
     assert isinstance(own, Owned)
     assert own.hit.tolist() == [True, False] and own.inside.tolist() == [10, 0]
     assert own.threads == 1 and own.spans.tolist() == [[10, 20]]
+    # a chain thread's evidence only inside the window the request waited for it in
+    own = owned(s, e, [Scope((1,)), Scope((2,), ((3, 120, 130),))], by)
+    assert own.inside.tolist() == [10, 10] and own.threads == 2
 
 
 def test_the_probe_compiles():
@@ -230,7 +237,7 @@ def test_the_probe_compiles():
     its wake-up and connection probes."""
     if shutil.which("bpftrace") is None:
         pytest.fail("bpftrace is not installed (Debian package bpftrace)")
-    out = subprocess.run(["bpftrace", "-d", str(program_path("diagnose")), "1000", str(PORT),
-                          *["1"] * 8], capture_output=True, text=True, timeout=120, check=False)
+    out = subprocess.run(["bpftrace", "-d", str(program_path("diagnose")), "1000", "0",
+                          *["1"] * 8, str(PORT)], capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "WARNING" not in out.stderr, out.stderr

@@ -18,7 +18,8 @@ Evidence in (diagnose.bt's lines, parsed by :mod:`.evidence`), per-request chain
   :data:`DEPTH` links; a chain that goes on is marked cut, and so is one whose waker was not
   yet tracked when the wait began (what it did then is not known).
 * **Evidence belongs to the request it delayed.** :func:`owned` keeps, per request, only the
-  waits of the threads that served it and of the service's threads in its chains: a thread
+  waits of the threads that served it and, inside the window the request waited for them,
+  of the service's threads in its chains: a thread
   that slept through the run beside the work (an idle worker, one parked on a futex for the
   whole run) is nobody's cause.
 """
@@ -109,6 +110,8 @@ class Link:
     behind: Behind | None = None
     convoy: int = 0  # waiters woken one by one through it before this thread (a lock)
     cpu: int | None = None  # where an interrupt ran
+    wa: int = 0  # the window the task was looked at in: from the wait before it began (or
+    wb: int = 0  # the request was sent) to the wake-up that ended that wait
 
     @property
     def ms(self) -> float:
@@ -239,7 +242,7 @@ def serving(reads: list[tuple[int, int, int, int]], port: int | None, service: s
 
 def _link(tr: Tracks, w: Wait, depth: int, a: int, b: int, convoy: int = 0) -> Link:
     return Link(depth, w.kind, w.tid, tr.tgid(w.tid), tr.comm(w.tid), max(a, w.a), min(b, w.b),
-                w.nr, w.behind, convoy)
+                w.nr, w.behind, convoy, None, a, b)
 
 
 def _follow(tr: Tracks, first: Wait, a: int, b: int, request: int) -> Chain:
@@ -266,14 +269,16 @@ def _follow(tr: Tracks, first: Wait, a: int, b: int, request: int) -> Chain:
         if task is None or task.since > lo:
             if depth > DEPTH:
                 return Chain(request, tuple(links), "depth")
-            links.append(Link(depth, "unknown", wake.tid, wake.tgid, wake.comm, lo, hi))
+            links.append(Link(depth, "unknown", wake.tid, wake.tgid, wake.comm, lo, hi,
+                              wa=lo, wb=hi))
             return Chain(request, tuple(links), "untracked")
         theirs = [x for x in tr.overlapping(wake.tid, lo, hi)
                   if min(hi, x.b) - max(lo, x.a) >= MIN_LINK_NS]
         if not theirs:  # it ran (or waited less than the threshold) until it woke ours
             if depth > DEPTH:
                 return Chain(request, tuple(links), "depth")
-            links.append(Link(depth, "on_cpu", wake.tid, wake.tgid, wake.comm, lo, hi))
+            links.append(Link(depth, "on_cpu", wake.tid, wake.tgid, wake.comm, lo, hi,
+                              wa=lo, wb=hi))
             return Chain(request, tuple(links))
         nxt = max(theirs, key=lambda x: min(hi, x.b) - max(lo, x.a))
         same_lock = (nxt.kind == "futex" == links[-1].kind and wake.tgid == links[-1].tgid
@@ -282,7 +287,7 @@ def _follow(tr: Tracks, first: Wait, a: int, b: int, request: int) -> Chain:
             convoy += 1
             last = links[-1]
             links[-1] = Link(last.depth, last.kind, last.tid, last.tgid, last.comm, last.a,
-                             last.b, last.nr, last.behind, convoy)
+                             last.b, last.nr, last.behind, convoy, None, last.wa, last.wb)
             w, lo = nxt, max(lo, nxt.a)
             continue
         if depth > DEPTH:
@@ -317,44 +322,67 @@ def chains(tr: Tracks, serve: Serving, d: np.ndarray, ends: np.ndarray,
 
 # -- ownership: evidence for the requests it delayed --------------------------------------
 
-def request_threads(serve: Serving, per_request: list[list[Chain]], service: set[int]
-                    ) -> list[tuple[int, ...]]:
-    """Per request, the service's threads whose waits count for it: those that served it and
-    those of the service in its chains."""
+@dataclass(frozen=True)
+class Scope:
+    """Whose evidence counts for one request: its serving threads' over its whole window, and
+    each service thread of its chains' only inside the window it was waited for in."""
+
+    serving: tuple[int, ...]
+    clips: tuple[tuple[int, int, int], ...] = ()  # (tid, a, b)
+
+
+def scopes(serve: Serving, per_request: list[list[Chain]], service: set[int]) -> list[Scope]:
     out = []
     for i, cs in enumerate(per_request):
-        tids = set(serve.of(i))
-        for c in cs:
-            tids.update(lk.tid for lk in c.links if lk.tid in service)
-        out.append(tuple(sorted(tids)))
+        mine = serve.of(i)
+        clips = {(lk.tid, lk.wa, lk.wb) for c in cs for lk in c.links[1:]
+                 if lk.tid in service and lk.tid not in mine and lk.wb > lk.wa}
+        out.append(Scope(mine, tuple(sorted(clips))))
     return out
 
 
-def owned(starts: np.ndarray, ends: np.ndarray, threads: list[tuple[int, ...]],
+def owned(starts: np.ndarray, ends: np.ndarray, scope: list[Scope],
           spans_by_tid: dict[int, np.ndarray]) -> Owned:
-    """Per request, how its threads' spans of one kind cover it: the union of the spans of
-    ``threads[i]`` against ``[starts[i], ends[i]]`` (requests grouped by thread set)."""
+    """Per request, how the spans of one kind that belong to it (:class:`Scope`) cover its
+    window ``[starts[i], ends[i]]``. Requests with no chain thread are grouped by their
+    serving threads (most requests: one union per group)."""
     n = len(starts)
     hit = np.zeros(n, dtype=bool)
     inside = np.zeros(n, dtype=np.int64)
+    none = np.zeros((0, 2), np.int64)
     groups: dict[tuple[int, ...], list[int]] = {}
-    for i, t in enumerate(threads):
-        groups.setdefault(t, []).append(i)
-    counted: set[int] = set()
+    counted: list[np.ndarray] = []
+    threads: set[int] = set()
+    for i, sc in enumerate(scope):
+        if not sc.clips:
+            groups.setdefault(sc.serving, []).append(i)
+            continue
+        rows = [spans_by_tid.get(t, none) for t in sc.serving]
+        for t, a, b in sc.clips:
+            sp = spans_by_tid.get(t, none)
+            sp = np.clip(sp[(sp[:, 1] >= a) & (sp[:, 0] <= b)], a, b)
+            rows.append(sp)
+            threads.update([t] if len(sp) else [])
+        threads.update(t for t in sc.serving if len(spans_by_tid.get(t, none)))
+        m = merge_spans(np.concatenate(rows)) if rows else none
+        if len(m):
+            ix = np.array([i])
+            inside[i] = overlap_ns(starts[ix], ends[ix], m)[0]
+            hit[i] = _touches(starts[ix], ends[ix], m)[0]
+            counted.append(m)
     for tids, idx in groups.items():
-        rows = [spans_by_tid[t] for t in tids if t in spans_by_tid and len(spans_by_tid[t])]
+        rows = [spans_by_tid[t] for t in tids if len(spans_by_tid.get(t, none))]
         if not rows:
             continue
-        counted.update(t for t in tids if t in spans_by_tid)
+        threads.update(t for t in tids if len(spans_by_tid.get(t, none)))
         m = merge_spans(np.concatenate(rows))
+        counted.append(m)
         ix = np.array(idx)
-        ov = overlap_ns(starts[ix], ends[ix], m)
-        inside[ix] = ov
+        inside[ix] = overlap_ns(starts[ix], ends[ix], m)
         # an instant or a span touching the window's edge covers it too (as covered())
         hit[ix] = _touches(starts[ix], ends[ix], m)
-    kept = [spans_by_tid[t] for t in sorted(counted)]
-    spans = merge_spans(np.concatenate(kept)) if kept else np.zeros((0, 2), np.int64)
-    return Owned(hit, inside, spans, threads=len(counted))
+    spans = merge_spans(np.concatenate(counted)) if counted else none
+    return Owned(hit, inside, spans, threads=len(threads))
 
 
 def _touches(starts: np.ndarray, ends: np.ndarray, m: np.ndarray) -> np.ndarray:
@@ -460,7 +488,7 @@ class Blame:
     tracks: Tracks
     serve: Serving
     per_request: list[list[Chain]]
-    threads: list[tuple[int, ...]]  # per request: the service threads its evidence is from
+    scope: list[Scope]  # per request: whose evidence counts for it
     service: set[int]
     note: str | None = None
 
@@ -481,11 +509,11 @@ class Blame:
             note = ("no read on the service's port was seen: each request's evidence is from "
                     "every thread of the service")
         per = chains(tr, serve, d, e)
-        return cls(tr, serve, per, request_threads(serve, per, service), service, note)
+        return cls(tr, serve, per, scopes(serve, per, service), service, note)
 
     def owned(self, starts: np.ndarray, ends: np.ndarray, rows: list[tuple[int, int, int]]
               ) -> Owned:
-        return owned(starts, ends, self.threads, spans_by_tid(rows))
+        return owned(starts, ends, self.scope, spans_by_tid(rows))
 
 
 def windows(starts: np.ndarray, ends: np.ndarray, sends: np.ndarray | None,
@@ -591,3 +619,41 @@ def bands(blame: Blame, starts: np.ndarray, ends: np.ndarray, t0: int,
                             "end_ms": round((lk.b - t0) / 1e6, 3), "kind": lk.kind,
                             "label": label, "source": "chain", "request": i})
     return out
+
+
+OWNED_KINDS = ("runq", "stopped", "futex")  # the per-thread causes (diagnose.causes)
+
+
+def owned_causes(blame: Blame, ev: Events, starts: np.ndarray, ends: np.ndarray,
+                 throttled: np.ndarray) -> dict[str, Owned]:
+    """The per-thread causes' evidence, each wait counted only for the requests of its
+    thread (run-queue time inside a throttled period is throttling, as before; a futex
+    call's time runnable after its wake-up is run-queue time, as diagnose.accounting has
+    it: a waker that sat in the run queue is no lock wait)."""
+    from .attribution import subtract_spans
+
+    rows = {"runq": ev.runq_not_after_stop(), "stopped": ev.intervals.get("stopped", []),
+            "futex": ev.intervals.get("futex", [])}
+    out = {}
+    runq = spans_by_tid(rows["runq"])
+    for kind in OWNED_KINDS:
+        by = spans_by_tid(rows[kind])
+        if kind == "runq" and len(throttled):
+            by = {t: subtract_spans(s, throttled) for t, s in by.items()}
+        if kind == "futex":
+            by = {t: subtract_spans(s, runq[t]) if t in runq else s for t, s in by.items()}
+        out[kind] = owned(starts, ends, blame.scope, by)
+    return out
+
+
+def report(blame: Blame, doc: dict[str, Any], starts: np.ndarray, ends: np.ndarray,
+           crit: dict[str, float], cgroups: dict[int, str], service_pids: set[int]) -> None:
+    """Put the chains in the diagnose document: ``chains`` (every link of every request above
+    the P99, each chain signature judged), ``verdict.chain`` (the claimed chain, its sentence
+    and the remedy of its last link) and the slowest requests' links as
+    ``timeline.bands``."""
+    out = judge(blame, starts, ends, crit, cgroups, service_pids)
+    doc["chains"] = out
+    doc["verdict"]["chain"] = out["verdict"]
+    tl = doc.setdefault("timeline", {})
+    tl.setdefault("bands", []).extend(bands(blame, starts, ends, int(tl["t0_monotonic_ns"])))

@@ -311,3 +311,29 @@ class Poller:
     def __exit__(self, *exc) -> None:
         self.stop.set()
         self.thread.join(5)
+
+
+def chain_pids(ev: Events) -> set[int]:
+    """The processes the chain of blame names (wakers, tasks run-queue waits were behind)."""
+    out = {t.tgid for t in ev.tasks.values()} | {w.tgid for w in ev.wakes}
+    out |= {b.tgid for b in ev.behind.values()}
+    out |= {w.behind.tgid for w in ev.waker_waits if w.behind is not None}
+    out.discard(0)
+    return out
+
+
+def task_cgroups(host: Host, pids: set[int]) -> dict[int, str]:
+    """Each live process's cgroup (its v1 ``cpu`` controller's, else its v2 one's), as
+    ``/proc/PID/cgroup`` names it; a process gone since is left out (named without one)."""
+    from ..sources.cgroup import parse_proc_cgroup
+
+    out: dict[int, str] = {}
+    for pid in sorted(pids):
+        try:
+            groups = parse_proc_cgroup(host.read(f"/proc/{pid}/cgroup"))
+        except SourceError:
+            continue
+        path = groups.get("cpu", groups.get(""))
+        if path is not None:
+            out[pid] = path
+    return out
