@@ -96,7 +96,7 @@ def test_futex_wait_behind_a_preempted_lock_holder():
     assert v["links"] == ["futex", "runq"]
     assert v["example"][1]["behind"] == {"tid": 901, "pid": 900, "comm": "busy", "cpu": 1,
                                          "cgroup": "/batch"}
-    assert "the lock holder `srv` (tid 102) runnable but not running for 9.3 ms behind " \
+    assert "its waker `srv` (tid 102) runnable but not running for 9.3 ms behind " \
            "`busy` (pid 900, cgroup /batch) on CPU 1" in v["sentence"], v["sentence"]
     assert v["remedy"].startswith("Give the thread at the end of the chain a CPU")
     # every slow request's links in the JSON
