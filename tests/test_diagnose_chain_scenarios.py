@@ -36,8 +36,18 @@ from support.cgroups import cpu_cgroup
 from support.nginx import available, free_port
 from support.require import require
 from support.workloads import busy_cpus, finish, realtime, start
-from test_diagnose_scenarios import (CLEAN_TRIES, INJECTED, RT, TCP, _diagnose, busy_on_cpu1,
-                                     disturbed, explain, lockserver, nginx_on_cpu1)
+from test_diagnose_scenarios import (
+    CLEAN_TRIES,
+    INJECTED,
+    RT,
+    TCP,
+    _diagnose,
+    busy_on_cpu1,
+    disturbed,
+    explain,
+    lockserver,
+    nginx_on_cpu1,
+)
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -241,3 +241,34 @@ def test_the_probe_compiles():
                           *["1"] * 8, str(PORT)], capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "WARNING" not in out.stderr, out.stderr
+
+
+def test_the_html_draws_the_band_layer():
+    """timeline.bands, drawn generically: a bar per band on its row, one trace per source and
+    kind (an engine's phases draw beside the chains with no change), the chain's links joined
+    through their ends, the rows top-down in their order of appearance."""
+    from tailgate.report.diagnose_html import timeline_figure
+
+    tl = {"t_ms": [0.0, 100.0], "bin_ms": 100.0, "evidence_ms": {}, "instants": {},
+          "series": {}, "latency_p99_ms": [1.0, 2.0], "latency_max_ms": [1.0, 9.0],
+          "bands": [
+              {"row": "requests", "start_ms": 10.0, "end_ms": 21.0, "kind": "request",
+               "label": "request 7: 11.00 ms", "source": "chain", "request": 7},
+              {"row": "handler (101)", "start_ms": 10.2, "end_ms": 20.0, "kind": "futex",
+               "label": "futex wait 9.80 ms", "source": "chain", "request": 7},
+              {"row": "holder (102)", "start_ms": 10.2, "end_ms": 19.5, "kind": "runq",
+               "label": "runnable 9.30 ms behind busy (900)", "source": "chain", "request": 7},
+              {"row": "slot 0", "start_ms": 5.0, "end_ms": 9.0, "kind": "prefill",
+               "label": "prefill 512 tokens", "source": "engine", "request": None}]}
+    fig = timeline_figure(tl)
+    bars = {t.name: t for t in fig.data if t.type == "bar"}
+    assert sorted(bars) == ["chain: futex", "chain: request", "chain: runq", "engine: prefill"]
+    runq = bars["chain: runq"]
+    assert list(runq.y) == ["holder (102)"] and list(runq.base) == [10.2]
+    assert list(runq.x) == [pytest.approx(9.3)] and "behind busy (900)" in runq.hovertext[0]
+    assert bars["engine: prefill"].hovertext[0] == "prefill 512 tokens"
+    (line,) = [t for t in fig.data if t.name == "chain (who woke whom)"]
+    assert list(line.x) == [19.5, 20.0, None] and list(line.y) == ["holder (102)",
+                                                                    "handler (101)", None]
+    rows = fig.layout.yaxis3.categoryarray  # row 2's axis (row 1 has a secondary axis)
+    assert list(rows) == ["slot 0", "holder (102)", "handler (101)", "requests"]

@@ -231,8 +231,10 @@ def serving(reads: list[tuple[int, int, int, int]], port: int | None, service: s
             out.append(())
             continue
         c = cport[j]
-        lo, hi = np.searchsorted(conn_t[c], [d[i], ct[j]], side="left")
-        tids = tuple(sorted(set(conn_tid[c][lo:hi])))
+        # the service's side prints a line when a connection's reader changes: the reader
+        # in effect when the request was sent, and any that took over before its reply
+        lo, hi = np.searchsorted(conn_t[c], [d[i], ct[j]], side="right")
+        tids = tuple(sorted(set(conn_tid[c][max(lo - 1, 0):hi])))
         out.append(tids)
         placed += bool(tids)
     return Serving(out, pool, placed)
