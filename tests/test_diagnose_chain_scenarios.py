@@ -16,8 +16,9 @@ and the tasks in it:
 * a server with a thread parked on a futex through the whole run beside a real tail of
   another kind (the loop on its handlers' CPU) claims the run queue, never the futex;
 * the one-link scenarios of test_diagnose_scenarios keep their cause: nginx behind busy loops
-  is a chain of one run-queue wait behind them, and the lock server whose holder sleeps with
-  the mutex held names the holder asleep, woken by a timer.
+  is a chain of one run-queue wait behind them, nginx under a CPU quota one throttled wait,
+  and the lock server whose holder sleeps with the mutex held names the holder asleep, woken
+  by a timer.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from support.cgroups import cpu_cgroup
+from support.cgroups import cpu_cgroup, throttling_load
 from support.nginx import available, free_port
 from support.require import require
 from support.workloads import busy_cpus, finish, realtime, start
@@ -47,6 +48,7 @@ from test_diagnose_scenarios import (
     explain,
     lockserver,
     nginx_on_cpu1,
+    quota,
 )
 
 pytestmark = pytest.mark.timeout(240)
@@ -277,3 +279,18 @@ def test_a_holder_sleeping_with_the_lock_is_named():
     assert holder["syscall"] in ("nanosleep", "clock_nanosleep"), holder
     assert timer["kind"] == "timer" and timer["cpu"] == 1, timer  # the server's CPU
     assert c["remedy"].startswith("The chain ends in a timer")
+
+
+def test_a_cpu_quota_is_a_chain_of_one_throttled_wait():
+    """nginx under a CPU quota (test_diagnose_scenarios' throttling): its run-queue waits
+    inside the cgroup's throttled periods are throttling, and the chain says so."""
+    require(available())
+    with nginx_on_cpu1(rt=False) as (ng, pid):
+        rate, quota_us = throttling_load(pid, ng.url("/"))
+        with quota(pid, quota_us):
+            doc = _diagnose(ng.url("/"), pid, "--arrival", "poisson", rate=str(rate),
+                            duration="4s")
+    assert doc["verdict"]["first"] == "throttled", why(doc)
+    c = chain(doc)
+    assert c["links"] == ["throttled"], why(doc)
+    assert c["remedy"].startswith("The chain ends in CFS throttling"), c

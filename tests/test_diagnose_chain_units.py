@@ -272,3 +272,38 @@ def test_the_html_draws_the_band_layer():
                                                                     "handler (101)", None]
     rows = fig.layout.yaxis3.categoryarray  # row 2's axis (row 1 has a secondary axis)
     assert list(rows) == ["slot 0", "holder (102)", "handler (101)", "requests"]
+
+
+def test_a_run_queue_wait_inside_a_throttled_period_is_throttling():
+    lines = names(101)
+    rl, a, b = request(0, 40000, 101, 6)
+    lines += rl + [f"R 101 {a + MS // 5} {a + 5 * MS} 1 0 0 1 swapper/1"]
+    ev = parse_events(["\n".join(lines)])
+    s, e = np.array([a], np.int64), np.array([b], np.int64)
+    bl = Blame.of(ev, {101}, PORT, s, e, throttled=np.array([[a, a + 5 * MS]]))
+    (c,) = bl.per_request[0]
+    assert c.signature == ("throttled",)
+    from tailgate.diagnose.chain import describe, remedy
+
+    assert describe(c, {}, {SVC}).startswith("runnable but throttled (its cgroup's CPU quota "
+                                             "spent) 4.8 ms")
+    assert "cpu.cfs_quota_us" in remedy(c)
+    bl = Blame.of(ev, {101}, PORT, s, e)  # no throttling: a wait on an idle CPU
+    (c,) = bl.per_request[0]
+    assert c.signature == ("runq",)
+    assert "(it was idle: the wake-up's own latency)" in describe(c, {}, {SVC})
+
+
+def test_a_wakers_open_wait_is_no_thread_of_the_service():
+    """The probe's map of waits still open at its end holds the wakers it tracked too (the
+    slow device's process of test_diagnose_profile): those are not the service's threads,
+    whose time the accounting splits."""
+    from tailgate.diagnose.analyse import _threads
+    from tailgate.diagnose.evidence import ProbeMaps
+
+    ev = parse_events(["\n".join(names(101) + [f"N 700 700 2 {T0} feeder"])])
+    maps = ProbeMaps(switches={101: {"voluntary": 3, "involuntary": 0}},
+                     open_waits={101: (T0 + MS, 0), 700: (T0 + MS, 230)})
+    s, e = np.array([T0], np.int64), np.array([T0 + 5 * MS], np.int64)
+    threads = _threads(ev, maps, s, e, T0 + 10 * MS)
+    assert sorted(threads) == [101] and threads[101]["read"].tolist() == [[T0 + MS, T0 + 10 * MS]]

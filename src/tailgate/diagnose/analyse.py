@@ -107,7 +107,7 @@ def analyse(spec: DiagnoseSpec, ev: Evidence) -> dict[str, Any]:
         # the chain of blame: who served each request, whom it waited for; a wait counts
         # only for the requests of the thread it belongs to (diagnose.chain)
         blame = Blame.of(events, _service_threads(events, maps), port, starts, ends, sends,
-                         arrives)
+                         arrives, spans["throttled"])
         causes = {CAUSES[k]: v for k, v in spans.items()}
         causes.update({CAUSES[k]: own for k, own in
                        owned_causes(blame, events, starts, ends, spans["throttled"]).items()})
@@ -216,7 +216,10 @@ def _threads(events, maps, starts, ends, t_end: int) -> dict[int, dict[str, Any]
     for tid, t in events.exits.items():  # gone: no thread of the service from then on
         if t < t_end:
             add(tid, "unseen", t, t_end)
+    service = _service_threads(events, maps)
     for tid, (since, nr) in maps.open_waits.items():  # still waiting when the probe ended
+        if tid not in service:  # a waker the chain tracked: no thread of the service
+            continue
         if since < t_end:
             add(tid, syscall_class(nr), since, t_end)
     return {tid: {k: np.array(v, dtype=np.int64) for k, v in kinds.items()}

@@ -50,6 +50,7 @@ SYSCALLS = {0: "read", 1: "write", 7: "poll", 17: "pread64", 19: "readv", 23: "s
 
 WHAT = {
     "runq": "runnable but not running", "stopped": "stopped (SIGSTOP or ptrace)",
+    "throttled": "runnable but throttled (its cgroup's CPU quota spent)",
     "futex": "futex wait", "read": "blocked in a read", "write": "blocked in a write",
     "poll": "waiting for an event", "sleep": "asleep", "blocked_other": "blocked",
     "on_cpu": "on CPU", "timer": "a timer", "softirq": "a softirq", "irq": "an interrupt",
@@ -60,6 +61,8 @@ REMEDY = {
     "runq": "Give the thread at the end of the chain a CPU of its own: move the task it "
             "queued behind elsewhere (cpuset, taskset) or raise the thread's priority; a "
             "lock holder preempted holds up every waiter.",
+    "throttled": "The chain ends in CFS throttling of the service's cgroup: raise or remove "
+                 "its CPU quota (cpu.cfs_quota_us / cpu.max) for latency-critical work.",
     "stopped": "Find what stops the thread at the end of the chain (a debugger, a profiler, "
                "a freezer, a supervisor's SIGSTOP) and keep it off the serving path.",
     "futex": "Shorten or split the lock the chain ends on, or take the slow work out of its "
@@ -141,11 +144,20 @@ class Tracks:
     service: set[int] = field(default_factory=set)  # the service's threads
 
     @classmethod
-    def of(cls, ev: Events, service: set[int]) -> Tracks:
+    def of(cls, ev: Events, service: set[int], throttled: np.ndarray | None = None) -> Tracks:
+        """``throttled``: the service's cgroup's throttled periods; a service thread's
+        run-queue wait mostly inside them was throttling (its cgroup's quota was spent), not
+        a task ahead of it."""
         tr = cls(tasks=dict(ev.tasks), service=set(service))
         rows: dict[int, list[Wait]] = {}
+        thr = (merge_spans(np.asarray(throttled, np.int64).reshape(-1, 2))
+               if throttled is not None else np.zeros((0, 2), np.int64))
         for tid, a, b in ev.runq_not_after_stop():
-            rows.setdefault(tid, []).append(Wait(tid, "runq", a, b, -1, ev.behind.get((tid, a))))
+            kind = "runq"
+            if len(thr) and tid in service:
+                inside = overlap_ns(np.array([a]), np.array([b]), thr)[0]
+                kind = "throttled" if 2 * inside >= b - a else "runq"
+            rows.setdefault(tid, []).append(Wait(tid, kind, a, b, -1, ev.behind.get((tid, a))))
         for tid, a, b in ev.intervals.get("stopped", []):
             rows.setdefault(tid, []).append(Wait(tid, "stopped", a, b))
         for tid, a, b, nr in ev.offcpu:
@@ -253,7 +265,7 @@ def _follow(tr: Tracks, first: Wait, a: int, b: int, request: int) -> Chain:
     w, lo = first, max(a, first.a)
     convoy = 0
     while True:
-        if w.kind == "runq":  # ends behind a task, not in a wake-up: the end of the chain
+        if w.kind in ("runq", "throttled"):  # ends when it gets the CPU: the chain's end
             return Chain(request, tuple(links))
         wake = tr.waker(w)
         if wake is None:
@@ -476,7 +488,7 @@ def remedy(c: Chain) -> str:
 
 # -- the whole: built once per run, used by attribution and by the report --------------------
 
-LAYER = {"runq": "L2", "stopped": "L2", "read": "L2", "write": "L2", "timer": "L2",
+LAYER = {"runq": "L2", "throttled": "L2", "stopped": "L2", "read": "L2", "write": "L2", "timer": "L2",
          "softirq": "L2", "irq": "L2", "futex": "L3", "poll": "L3", "sleep": "L3",
          "blocked_other": "L2", "on_cpu": "L3", "unknown": "L3"}
 BAND_REQUESTS = 20  # the slowest requests drawn as bands on the timeline
@@ -496,11 +508,12 @@ class Blame:
     @classmethod
     def of(cls, ev: Events, service: set[int], port: int | None, starts: np.ndarray,
            ends: np.ndarray, sends: np.ndarray | None = None,
-           arrives: np.ndarray | None = None) -> Blame:
+           arrives: np.ndarray | None = None, throttled: np.ndarray | None = None) -> Blame:
         """``starts``/``ends``: each request's intended start and end (ns); ``sends``: its
-        dispatch, ``arrives``: its reply's arrival in the kernel (0: not known)."""
+        dispatch, ``arrives``: its reply's arrival in the kernel (0: not known);
+        ``throttled``: the service's cgroup's throttled periods."""
         d, e = windows(starts, ends, sends, arrives)
-        tr = Tracks.of(ev, service)
+        tr = Tracks.of(ev, service, throttled)
         serve = serving(ev.reads, port, service, d, ends)
         note = None
         if not serve.pool:
