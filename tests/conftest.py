@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 import tailgate.judge
-from tailgate.commands.inspect import ERROR_LOG_ENV
+from tailgate.verdict import ERROR_LOG_ENV
 
 _LOG = Path(tempfile.mkstemp(prefix="tailgate-error-findings-", suffix=".jsonl")[1])
 os.environ[ERROR_LOG_ENV] = str(_LOG)

@@ -239,10 +239,18 @@ def test_diagnose_page(tmp_path):
     assert r.console == []
     assert plots(r.dom) == 2  # the timeline and the spectrum
     assert 'id="causes"' in r.dom
-    # every series of the JSON timeline is drawn: request P99 and max, the evidence that
-    # occurred, every counter series; and the spectrum's latency and service
+    # every series of the JSON timeline is accounted for: request P99 and max, the evidence
+    # that occurred and every counter series of a source with something in it are drawn; a
+    # source whose every series stayed at zero is one line under the drawing (issue 44); and
+    # the spectrum's latency and service
+    sources: dict[tuple[str, str], list[str]] = {}
+    for k, s in tl["series"].items():
+        sources.setdefault((s["layer"], k.split(".", 1)[0]), []).append(k)
+    quiet = {src for src, names in sources.items()
+             if not any(v for k in names for v in tl["series"][k]["values"] if v is not None)}
     drawn = (2 + sum(1 for v in tl["evidence_ms"].values() if any(v))
-             + sum(1 for v in tl["instants"].values() if any(v)) + len(tl["series"]))
+             + sum(1 for v in tl["instants"].values() if any(v))
+             + sum(len(names) for src, names in sources.items() if src not in quiet))
     assert len(tl["series"]) >= 20, sorted(tl["series"])
     # the band layer (timeline.bands: the slowest requests' chains): a bar trace per source
     # and kind, and a line joining each chain's links (the stops: stopped <- the stopper)
@@ -253,17 +261,22 @@ def test_diagnose_page(tmp_path):
     assert bars(figure(r.dom, "timeline")) == len({(b["source"], b["kind"]) for b in bands})
     assert "bands: the slowest requests' chains" in r.dom
     assert traces(r.dom) == drawn + 2 + line
+    said = re.findall(r"<li>(L\d) (\w+): ([^<]*)</li>", figure(r.dom, "timeline").split(
+        'id="quiet"', 1)[1].split("</ul>", 1)[0]) if quiet else []
+    assert {(layer, kind): names.split(", ") for layer, kind, names in said} == {
+        src: sources[src] for src in quiet}, (said, quiet)
     # under the latency row, one row per layer and evidence kind (the causes' evidence, then
-    # each counter source), titled in the drawing
+    # each counter source with something in it), titled in the drawing
     layers = {s["layer"] for s in tl["series"].values()} | {
         CAUSES[k].layer for k, v in {**tl["evidence_ms"], **tl["instants"]}.items() if any(v)}
-    kinds = {(s["layer"], k.split(".", 1)[0]) for k, s in tl["series"].items()} | {
+    kinds = (set(sources) - quiet) | {
         (CAUSES[k].layer, "evidence") for k, v in {**tl["evidence_ms"], **tl["instants"]}.items()
         if any(v)}
     titles = re.findall(r'class="annotation-text[^"]*"[^>]*data-unformatted="(L\d) (\w+): ',
                         r.dom)
     assert sorted(titles) == sorted(kinds) and "L2" in layers, (titles, kinds)
-    assert {"evidence", "psi", "softirq", "switches"} <= {k for _, k in kinds}
+    assert {"evidence", "switches"} <= {k for _, k in kinds}  # the stops, nginx's switches
+    assert {"psi", "softirq"} <= {k for _, k in set(sources)}  # drawn or said quiet
     # no colour twice in a row (each row's traces, left and right axis together)
     timeline = figure(r.dom, "timeline")
     rows = _row_colours(timeline)

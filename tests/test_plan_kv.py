@@ -152,7 +152,7 @@ def test_parameter_counts_match_published_sizes():
     assert v3.total == pytest.approx(671e9, rel=0.001) and v3.active == pytest.approx(37e9,
                                                                                       rel=0.02)
     assert kv.weights_dtype(json.loads((CONFIGS / "deepseek-v3.json").read_text())) == "fp8"
-    with pytest.raises(kv.ConfigError, match="model_type 'opt'"):
+    with pytest.raises(kv.ModelConfigError, match="model_type 'opt'"):
         params("opt-13b")
 
 
@@ -180,15 +180,15 @@ def test_cli_weights_counted_and_split_across_ranks():
 
 
 def test_bad_configs_are_clear_errors():
-    with pytest.raises(kv.ConfigError, match="num_hidden_layers"):
+    with pytest.raises(kv.ModelConfigError, match="num_hidden_layers"):
         kv.Geometry.from_config({"hidden_size": 10})
-    with pytest.raises(kv.ConfigError, match="multiple"):
+    with pytest.raises(kv.ModelConfigError, match="multiple"):
         kv.Geometry.from_config({"num_hidden_layers": 2, "num_attention_heads": 6,
                                  "num_key_value_heads": 4, "hidden_size": 60})
-    with pytest.raises(kv.ConfigError, match="qk_rope_head_dim"):
+    with pytest.raises(kv.ModelConfigError, match="qk_rope_head_dim"):
         kv.Geometry.from_config({"num_hidden_layers": 2, "num_attention_heads": 2,
                                  "kv_lora_rank": 512})
-    with pytest.raises(kv.ConfigError, match="unknown dtype"):
+    with pytest.raises(kv.ModelConfigError, match="unknown dtype"):
         kv.CacheFormat("fp7")
     with pytest.raises(ValueError, match="not a size"):
         kv.parse_size("lots")

@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from .errors import ConfigError
+from .errors import ConfigError, UsageError
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -196,3 +196,14 @@ def load_baseline(path: str) -> Baseline:
                             "(enabled: false): a required id must be measured")
     return Baseline(params, source=path, disabled=frozenset(disabled),
                     required=frozenset(required), platform=platform)
+
+
+def required_ids(ids: list[str], baseline: Baseline) -> list[str]:
+    """The ids the gate requires measured: ``--require`` ids (each checked against the catalog
+    and the baseline) and the baseline's own, in catalog order."""
+    for cid in ids:
+        if cid not in catalog():
+            raise UsageError(f"--require {cid}: unknown check id (see `tailgate checks`)")
+        if cid in baseline.disabled:
+            raise UsageError(f"--require {cid}: disabled by the baseline ({baseline.source})")
+    return [cid for cid in catalog() if cid in baseline.required or cid in ids]

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .errors import InputError
 from .hist import Histogram, HistogramError, decode
 
 Z95 = 1.959964
@@ -33,7 +34,7 @@ PCTS = (("p50", 50.0), ("p90", 90.0), ("p95", 95.0), ("p99", 99.0), ("p999", 99.
 Extracted = list[tuple["Metric", Histogram | None]]
 
 
-class CompareError(ValueError):
+class CompareError(InputError):
     """A document that cannot be compared (the message names the file)."""
 
 

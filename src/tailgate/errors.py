@@ -35,6 +35,12 @@ class UsageError(TailgateError):
     """Bad input from the user (an argument, a path): printed as one line, exit status 2."""
 
 
+class InputError(UsageError, ValueError):
+    """Bad input a parser or loader refused (a file, an expression, an option's value): a
+    :class:`UsageError` (exit status 2) and, for the callers that catch it as one, a
+    ValueError. Every such class of tailgate derives from it."""
+
+
 class ConfigError(TailgateError):
     """A configuration file (baseline, counter history) that cannot be used, exit status 2."""
 

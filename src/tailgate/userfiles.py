@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from .errors import InputError
 from .host import TooLarge, read_regular, shorten
 from .model import SourceError
 
@@ -24,7 +25,7 @@ MAX_SNAPSHOT_BYTES = 64 * 2**20  # a snapshot of a big host is a few MiB
 MAX_DEPTH = 64  # a snapshot nests ~8 deep; a baseline 3
 
 
-class UserFileError(ValueError):
+class UserFileError(InputError):
     """A user's file that cannot be used; the message names it."""
 
 

@@ -7,6 +7,8 @@ a check or parser that raised makes it ``error``, whatever else it says.
 
 from __future__ import annotations
 
+import json
+import os
 from collections import Counter
 from collections.abc import Iterable
 
@@ -97,3 +99,19 @@ def exit_status(report: Report, fail_on: str = "fail") -> int:
                                             for f in report.findings):
         return EXIT_GATE
     return EXIT_OK
+
+
+ERROR_LOG_ENV = "TAILGATE_ERROR_LOG"
+
+
+def log_errors(report: Report) -> None:
+    """Append every ``error`` finding as a JSON line to $TAILGATE_ERROR_LOG, when set: the
+    test suite sets it so that a tailgate bug in any run, even in a subprocess, fails it."""
+    path = os.environ.get(ERROR_LOG_ENV)
+    errors = [f for f in report.findings if f.status == "error"]
+    if not path or not errors:
+        return
+    with open(path, "a", encoding="utf-8") as fh:
+        for f in errors:
+            fh.write(json.dumps({"where": f"tailgate inspect (pid {os.getpid()})",
+                                 **f.to_json()}, default=str) + "\n")

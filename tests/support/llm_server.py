@@ -180,11 +180,19 @@ FAULTS = ("ok", "status_500", "status_404", "reset_mid_stream", "bad_json", "bad
           "eof_mid_chunk", "rst_mid_stream", "upgrade")
 # Not in FAULTS (a test of its own): "endless_event", data lines that never end an event;
 # "event_error_json" / "event_error_text", one token then an SSE `event: error` whose data
-# is JSON with a message / plain text; "endless_tokens", content chunks that never end.
+# is JSON with a message / plain text; "endless_tokens", content chunks that never end;
+# "big_event", a content chunk of BIG_EVENT bytes (data lines of 1,000,000 bytes: the
+# JSON's padding, below the 1 MiB line limit; the event below the 16 MiB event limit).
 ERROR_MESSAGE = "backend crashed: out of KV cache"
+BIG_EVENT = 15_000_000
+BIG_BODY = b"\n".join(
+    [b'data: {"id":"x","object":"text_completion","choices":[{"index":0,"text":" t0",'
+     b'"finish_reason":"length"}],',
+     *(b'data: "pad%d":"%s",' % (k, b"a" * 1_000_000) for k in range(BIG_EVENT // 1_000_000)),
+     b'data: "end":0}']) + b"\n\ndata: [DONE]\n\n"
 ENDLESS_TOKENS = 5_000_000  # an "endless" stream stops here (the client cuts it first)
 # Modes whose response is completely framed: with keep_alive the connection then stays open.
-KEEPS_ALIVE = ("ok", "status_500", "status_404", "bad_json", "bad_sse_line", "no_token",
+KEEPS_ALIVE = ("ok", "big_event", "status_500", "status_404", "bad_json", "bad_sse_line", "no_token",
                "error_object", "not_event_stream", "close_without_done", "interim_100")
 
 
@@ -206,7 +214,8 @@ class ScriptedServer:
     def __init__(self, modes: tuple[str, ...] = ("ok",), gap_s: float = 0.001,
                  usage: bool = True, first_empty: bool = False,
                  keep_alive: bool = False, tokens_per_chunk: int = 1, logprobs: bool = False,
-                 usage_skew: int = 0, cached_tokens: int | None = None) -> None:
+                 usage_skew: int = 0, cached_tokens: int | None = None,
+                 serial_big: bool = True) -> None:
         import threading
 
         self.modes = modes
@@ -218,6 +227,7 @@ class ScriptedServer:
         self.logprobs = logprobs
         self.usage_skew = usage_skew
         self.cached_tokens = cached_tokens
+        self.serial_big = serial_big  # big_event: one response written at a time
         self.bodies: list[dict] = []
         self.heads: list[bytes] = []  # each request's header block, as received
         self.send_ns: list[list[int]] = []  # per ok request, when each content chunk was sent
@@ -247,6 +257,7 @@ class ScriptedServer:
         async def main() -> None:
             self._loop = asyncio.get_running_loop()
             self._stop = asyncio.Event()
+            self._one_big = asyncio.Lock()
             self._hung: list = []
             srv = await asyncio.start_server(self._handle, "127.0.0.1", 0)
             self.port = srv.sockets[0].getsockname()[1]
@@ -333,6 +344,15 @@ class ScriptedServer:
                 line = b"data: " + b"x" * 65536 + b"\n"
                 for _ in range(16384):  # 1 GiB at most; the client cuts it long before
                     writer.write(line)
+                    await writer.drain()
+            elif mode == "big_event":
+                # serial_big: one response written at a time, across connections (the
+                # client then holds part of few: the one written, and the tails of the ones
+                # before that the loopback buffers still hold)
+                async with self._one_big if self.serial_big else contextlib.nullcontext():
+                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                                 b"Content-Length: %d\r\n%s\r\n" % (len(BIG_BODY), close))
+                    writer.write(BIG_BODY)
                     await writer.drain()
             elif mode in ("event_error_json", "event_error_text"):
                 writer.write(head_("200 OK") + piece(chunk(" t0")))

@@ -12,6 +12,11 @@ compare the client's accounting with the server's:
 * ``reset_alternate`` (HTTP): resets (RST) every other connection at accept, before
   reading anything; the others answer one request and close (``Connection: close``),
   so the client keeps opening connections while requests wait for them.
+* ``reset_all`` (HTTP): resets (RST) every connection at accept, before reading anything.
+* ``answer_reset`` (HTTP): reads a request's header block, answers it whole (200 with a
+  Content-Length body), then resets the connection with the request's body unread: a
+  client still uploading a large body finds its write failing while the whole answer
+  waits in its receive buffer.
 * ``idle_close`` (HTTP): closes a connection that has been idle ``delay_s``.
 * ``by_seq`` (HTTP, for the client's test mode that stamps requests): a deterministic
   answer per request id (``X-Tailgate-Seq``): :func:`by_seq_response`, whichever
@@ -29,7 +34,8 @@ import struct
 
 from support.async_server import AsyncServer
 
-BEHAVIOURS = ("header_first", "double", "reset_alternate", "idle_close", "by_seq")
+BEHAVIOURS = ("header_first", "double", "reset_alternate", "reset_all", "answer_reset",
+              "idle_close", "by_seq")
 
 
 def by_seq_response(seq: int) -> bytes:
@@ -86,11 +92,9 @@ class Misbehaving(AsyncServer):
         self._writers.add(writer)
         self.accepted += 1
         try:
-            if self.behaviour == "reset_alternate" and self.accepted % 2 == 1:
-                sock = writer.get_extra_info("socket")
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                self.reset += 1
-                writer.transport.abort()
+            if (self.behaviour == "reset_alternate" and self.accepted % 2 == 1
+                    or self.behaviour == "reset_all"):
+                self._rst(writer)
                 return
             while not self._stop.is_set():
                 if self.behaviour == "idle_close":
@@ -102,6 +106,12 @@ class Misbehaving(AsyncServer):
                 else:
                     length = await self._read_head(reader)
                 if length is None:
+                    return
+                if self.behaviour == "answer_reset":
+                    writer.write(self.response())
+                    await writer.drain()
+                    self.answered += 1
+                    self._rst(writer)
                     return
                 if self.behaviour != "header_first":
                     await self._read_body(reader, length)
@@ -133,6 +143,13 @@ class Misbehaving(AsyncServer):
             self._writers.discard(writer)
             with contextlib.suppress(Exception):
                 writer.close()
+
+    def _rst(self, writer: asyncio.StreamWriter) -> None:
+        """Reset the connection (RST, not FIN): SO_LINGER 0, then the close."""
+        sock = writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.reset += 1
+        writer.transport.abort()
 
     async def _read_head(self, reader: asyncio.StreamReader) -> int | None:
         """A request's header block (or a TCP line): its body length, None at the end."""

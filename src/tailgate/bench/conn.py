@@ -22,6 +22,8 @@ A subclass owns a sans-I/O reader: it implements :meth:`Connection.expect`,
 from __future__ import annotations
 
 import asyncio
+import os
+import re
 import ssl
 import time
 from collections import deque
@@ -49,6 +51,8 @@ class Sink(Protocol):
 
     def on_closed(self, conn: Connection) -> None: ...
 
+    def on_written(self, conn: Connection) -> None: ...
+
 
 class Connection(asyncio.Protocol):
     """Base class: ``send`` one request, report its end once, close cleanly."""
@@ -68,6 +72,12 @@ class Connection(asyncio.Protocol):
         self.eof = False  # the peer closed its side
         self.reusable = True
         self.idle = False  # on the engine's idle list (owned by the engine)
+        # A request still being written (the transport paused us: the engine sets its
+        # limit to 0), and a response that came before it was all out: the connection
+        # takes its next request once the write is done (on_written), never over the rest
+        # of a body that a reset may yet cut (fastloop.c: want_ready).
+        self.writing = False
+        self.want_ready = False
 
     @property
     def usable(self) -> bool:
@@ -134,6 +144,15 @@ class Connection(asyncio.Protocol):
         if self.transport is not None and not self.closed:
             self.transport.abort()
 
+    def pause_writing(self) -> None:
+        self.writing = True
+
+    def resume_writing(self) -> None:
+        self.writing = False
+        if self.want_ready:
+            self.want_ready = False
+            self.sink.on_written(self)
+
     # -- the end of the stream -------------------------------------------------------------
 
     def eof_received(self) -> bool | None:
@@ -147,6 +166,15 @@ class Connection(asyncio.Protocol):
             return
         self.closed = True
         self.reusable = False
+        if (self.rid >= 0 and isinstance(exc, OSError) and not isinstance(exc, ssl.SSLError)
+                and self.transport is not None
+                and self.transport.get_extra_info("ssl_object") is None):
+            # A write failed (the server reset the connection while we sent): it may have
+            # answered first, and the kernel still holds that (see read_rest). (A TLS
+            # transport reads its own rest: tls.TlsLink.)
+            rest = read_rest(self.transport)
+            if rest:
+                self.data_received(rest)
         if self.rid >= 0:
             self._ended(exc)
         self.sink.on_closed(self)
@@ -162,8 +190,6 @@ class Connection(asyncio.Protocol):
                 kind, reason = err.kind, err.reason
         elif isinstance(exc, ssl.SSLError):
             # A TLS alert after the handshake (TLS 1.3: a refused client certificate).
-            from .tls import handshake_reason  # (tls imports this module)
-
             kind, reason = "tls", handshake_reason(exc)
         else:
             kind = "closed" if not self.nbytes else "reset"
@@ -184,6 +210,55 @@ class Connection(asyncio.Protocol):
         self.sink.on_response(self, rid, outcome, 0, self.nbytes, reason)
 
 
+def read_rest(transport: asyncio.BaseTransport) -> bytes:
+    """What the kernel still holds for a transport whose write failed (reset by the peer).
+
+    A server may answer a request whole and then reset the connection while the client
+    is still sending (an upload it does not want; a TLS 1.3 alert after the client's
+    handshake was done); the write then fails while the answer sits readable: Linux keeps
+    the bytes that came before a RST and returns them before the end. Both event loops
+    (uvloop, asyncio) call ``connection_lost`` before they close the socket, so it is read
+    there, non-blocking, to its end (RFC 9112 9.5: a client keeps reading while it sends).
+    fastloop.c's send_failed does the same."""
+    sock = transport.get_extra_info("socket")
+    fd = sock.fileno() if sock is not None else -1
+    chunks: list[bytes] = []
+    while fd >= 0:
+        try:
+            data = os.read(fd, 1 << 16)
+        except InterruptedError:
+            continue
+        except OSError:  # nothing more yet (EAGAIN), or the reset itself
+            break
+        if not data:
+            break
+        chunks.append(data)
+    return b"".join(chunks)
+
+
 def monotonic() -> float:
     """The clock every bench time is read from (CLOCK_MONOTONIC on Linux)."""
     return time.monotonic()
+
+
+def tls_why(exc: BaseException) -> str:
+    """An SSL or socket error as a short phrase (no "[SSL]" prefix, no _ssl.c line)."""
+    if isinstance(exc, ssl.SSLError) and exc.reason:
+        return exc.reason.replace("_", " ").lower()
+    text = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+    return re.sub(r"^\[\w+\] |\s*\(_ssl\.c:\d+\)$", "", text)  # "[SSL] x (_ssl.c:1006)"
+
+
+def handshake_reason(exc: BaseException) -> str:
+    """A short, stable reason for a failed handshake (one error-example line per cause)."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return f"TLS: certificate verify failed: {exc.verify_message}"
+    if isinstance(exc, TimeoutError):
+        return "TLS: handshake timed out"
+    if isinstance(exc, ssl.SSLError):
+        return f"TLS: {tls_why(exc)}"
+    if isinstance(exc, ConnectionError | EOFError):
+        # asyncio reports a plain close (FIN) as a ConnectionResetError without an errno
+        why = tls_why(exc) if getattr(exc, "errno", None) else "EOF"
+        return f"TLS: the server closed the connection during the handshake ({why})"
+    return f"TLS: {tls_why(exc)}"

@@ -390,7 +390,9 @@ class Engine:
             self._bytes.append(nbytes)
             if self._llm:
                 self._tok.append(conn.tokens())  # type: ignore[attr-defined]
-        if conn.usable:
+        if conn.usable and conn.writing:
+            conn.want_ready = True  # the rest of its request first (on_written)
+        elif conn.usable:
             self._ready(conn, now)
         else:
             conn.abort()
@@ -444,6 +446,16 @@ class Engine:
                         note_reason(self.rec.examples, "protocol", OUT_OF_STEP)
         if want:
             self.rec.out_of_step(np.array(sorted(want), dtype=np.int64))
+
+    def on_written(self, conn: Connection) -> None:
+        """A connection whose response came while its request was still being written
+        has written it all: now it is free."""
+        if conn.usable:
+            self._ready(conn, monotonic())
+            if self._next_due <= monotonic():
+                self._dispatch()
+        else:
+            conn.abort()
 
     def on_closed(self, conn: Connection) -> None:
         self.n_open -= 1
@@ -502,6 +514,8 @@ class Engine:
             if self.pending and not self.stopping:
                 self._maybe_open()
             return
+        # Told whenever a write is held back (pause_writing): see Connection.writing.
+        conn.transport.set_write_buffer_limits(0)
         self._ready(conn, monotonic())
 
     def _record_failure(self, rid: int, outcome: int, end: float, send: float = math.nan,

@@ -133,6 +133,8 @@ typedef struct Conn {
     /* want_ready: a response completed while this request was still being written; the
      * connection takes the next request only once the write is done (flush_out) */
     int want_ready;
+    /* draining: a send failed and what the kernel holds is being read (send_failed) */
+    int draining;
     int64_t rid, t_send, t_conn, nbytes, served;
     int64_t t_arrive; /* when the kernel received the last bytes read (NO_TIME: unknown) */
     /* TLS: the session (NULL without TLS), its handshake under way, when TCP connected;
@@ -349,6 +351,45 @@ static int put(Bytes *b, const char *d, size_t n) {
     return 0;
 }
 
+/* What a connection keeps of a buffer once its response (or request) is done: more (a 16
+ * MiB event, a long line or header block, a large request's ciphertext) is given back
+ * then, so only a connection with a response in progress holds more than this
+ * (docs/bench.md, "Memory a run holds"; blocks of 256 KiB and up are mappings of their
+ * own, returned when freed). Within a response they are kept: a stream of big events
+ * reuses them instead of faulting fresh pages in for each. */
+#define KEEP_BUF (64u << 10)
+
+static void give_back(Bytes *b, size_t keep) {
+    if (b->cap <= keep || b->n) return;
+    free(b->v);
+    b->v = NULL;
+    b->cap = 0;
+}
+
+/* A connection's request or response ended (keep KEEP_BUF), or the connection did (0):
+ * the buffers of its readers, and its TLS output once it is all sent. */
+static void conn_give_back(Conn *c, size_t keep) {
+    Bytes *bufs[] = {&c->line, &c->ev, &c->ctype, &c->ebody, &c->seg_why, &c->fail_why};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) {
+        bufs[i]->n = 0;
+        give_back(bufs[i], keep);
+    }
+    if (c->tx_off >= c->tx.n) {
+        c->tx.n = c->tx_off = 0;
+        give_back(&c->tx, keep);
+    }
+    if (c->bcap > keep) {
+        free(c->buf);
+        c->buf = NULL;
+        c->bcap = c->blen = 0;
+    }
+    if (c->stamped_cap > keep && c->out != c->stamped) {
+        free(c->stamped);
+        c->stamped = NULL;
+        c->stamped_cap = 0;
+    }
+}
+
 static size_t ev_bytes(Loop *L) { return L->evs.n * sizeof(Ev) + L->blob.n; }
 
 static void ev_push(Loop *L, int64_t rid, int64_t t, int64_t nbytes, int type, const char *d,
@@ -442,6 +483,7 @@ static void maybe_open(Loop *L);
 static void opened(Loop *L, Conn *c);
 static void ready(Loop *L, Conn *c, int64_t now);
 static void conn_ended(Loop *L, Conn *c, int err);
+static void send_failed(Loop *L, Conn *c, int err);
 
 static void tls_free(Conn *c) {
     if (!c->ssl) return;
@@ -474,6 +516,8 @@ static void conn_close(Loop *L, Conn *c) {
     if (c->fd >= 0) close(c->fd); /* also leaves the epoll set */
     c->fd = -1;
     tls_free(c);
+    c->out = NULL;
+    conn_give_back(c, 0); /* a closed slot holds nothing (it may not be used again) */
     c->state = C_FREE;
     c->rid = -1;
     L->free_slots[L->n_free++] = (int)(c - L->conns);
@@ -483,7 +527,7 @@ static void conn_close(Loop *L, Conn *c) {
     }
 }
 
-/* A connection attempt failed (kind CONNECT, or TLS_K in the handshake). */
+/* A connection attempt failed (kind CONNECT, TLS_K in the handshake, RESET after it). */
 static void attempt_failed(Loop *L, Conn *c, int kind, const char *reason, int initial) {
     c->state = C_FREE;
     if (c->fd >= 0) close(c->fd);
@@ -624,7 +668,10 @@ static int tls_push(Loop *L, Conn *c) {
         c->tx.n += (size_t)got;
     }
     int r = send_rest(L, c, c->tx.v, c->tx.n, &c->tx_off);
-    if (r == 0) c->tx.n = c->tx_off = 0;
+    if (r == 0) {
+        c->tx.n = c->tx_off = 0;
+        give_back(&c->tx, KEEP_BUF);
+    }
     return r;
 }
 
@@ -765,9 +812,7 @@ static void flush_out(Loop *L, Conn *c) {
     } else r = send_rest(L, c, c->out, c->out_len, &c->out_off);
     if (r > 0) return;
     if (r < 0) {
-        int err = errno;
-        conn_ended(L, c, err);
-        conn_close(L, c);
+        send_failed(L, c, errno);
         return;
     }
     if (c->want_ready) { /* the response came first; now the connection is free */
@@ -799,14 +844,7 @@ static void expect_resp(Loop *L, Conn *c) {
         c->settled = c->skip_lf = c->ev_error = c->seg_stop = c->seg_err = c->read_fail = 0;
         c->n_data = c->ev_size = c->line_len = 0;
         Bytes *bufs[] = {&c->line, &c->ev, &c->ctype, &c->ebody, &c->seg_why, &c->fail_why};
-        for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) {
-            bufs[i]->n = 0;
-            if (bufs[i]->cap > (1u << 20)) { /* a huge event's buffer is not kept */
-                free(bufs[i]->v);
-                bufs[i]->v = NULL;
-                bufs[i]->cap = 0;
-            }
-        }
+        for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) bufs[i]->n = 0;
     }
 }
 
@@ -885,6 +923,7 @@ static void complete(Loop *L, Conn *c, int outcome, int status, const char *reas
         c->sus_at = (c->sus_at + 1) % MAX_SUSPECTS;
         if (c->n_sus < MAX_SUSPECTS) c->n_sus++;
     }
+    conn_give_back(c, KEEP_BUF); /* (its reason is recorded: nothing points into them) */
 }
 
 /* A response nobody asked for arrived on this connection: it is out of step, and each
@@ -921,6 +960,7 @@ static void fail(Loop *L, Conn *c, int kind, const char *reason) {
         c->rid = -1;
         record_at(L, rid, kind, 0, c->t_send, now_rel(L), c->t_arrive, c->nbytes, reason);
     }
+    conn_give_back(c, KEEP_BUF);
 }
 
 static void stray(Loop *L, Conn *c, const char *fmt_tail, const char *data, size_t n) {
@@ -1948,10 +1988,9 @@ static int tls_feed(Loop *L, Conn *c, const char *buf, size_t n) {
         conn_close(L, c);
         return 1;
     }
+    if (c->draining) return 0; /* (send_failed reads on; nothing more goes out) */
     if (tls_push(L, c) < 0) {
-        int err = errno;
-        conn_ended(L, c, err);
-        conn_close(L, c);
+        send_failed(L, c, errno);
         return 1;
     }
     if (c->out_off < c->out_len) flush_out(L, c); /* a write that had to read first */
@@ -1992,6 +2031,37 @@ static void on_readable(Loop *L, Conn *c) {
     }
 }
 
+/* A send failed (errno err) with a request in flight. The server may have answered before
+ * it reset the connection (RFC 9112 9.5: a client keeps reading while it sends; a server
+ * that answers an upload early and resets, or a TLS 1.3 server's alert after our
+ * handshake was done): what the kernel already holds is read and framed first, so a
+ * response that arrived whole is ok and an alert is tls; only a request still in flight
+ * after that ends with err (reset). The connection goes either way. (Linux keeps the
+ * bytes that came before a RST readable; the send took the error, so the reads end with
+ * an EOF after them.) */
+static void send_failed(Loop *L, Conn *c, int err) {
+    c->reusable = 0;
+    c->draining = 1;
+    c->out_off = c->out_len; /* nothing more goes out */
+    c->tx.n = c->tx_off = 0;
+    char *buf = L->rbuf;
+    union { char b[CMSG_SPACE(sizeof(struct timespec)) * 2]; struct cmsghdr align; } ctl;
+    while (c->state == C_OPEN && c->rid >= 0) {
+        struct iovec io = {.iov_base = buf, .iov_len = READ_CHUNK};
+        struct msghdr m = {.msg_iov = &io, .msg_iovlen = 1, .msg_control = ctl.b,
+                           .msg_controllen = sizeof ctl.b};
+        ssize_t r = recvmsg(c->fd, &m, 0);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break; /* the end, nothing more yet, or the error itself */
+        c->t_arrive = arrived(L, &m);
+        if (c->ssl) tls_feed(L, c, buf, (size_t)r);
+        else on_bytes(L, c, buf, (size_t)r);
+    }
+    if (c->state != C_OPEN) return; /* framed to its end (complete, failed): closed */
+    conn_ended(L, c, err);
+    conn_close(L, c);
+}
+
 /* A connecting socket reported an event: 1 when its connect failed (counted and
  * closed), 0 when it has not. */
 static int connect_error(Loop *L, Conn *c, int initial) {
@@ -2000,6 +2070,20 @@ static int connect_error(Loop *L, Conn *c, int initial) {
     getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &el);
     if (!err) return 0;
     char reason[MAX_REASON];
+    if (err == ECONNRESET || err == EPIPE) {
+        /* The handshake was done (a refusal is ECONNREFUSED) and the server reset the
+         * connection before anything went out: a reset (tls.dial's words), not connect. */
+        if (L->tls) {
+            snprintf(reason, sizeof reason, "TLS: the server closed the connection during the "
+                     "handshake (%s)", strerror(err));
+            attempt_failed(L, c, TLS_K, reason, initial);
+        } else {
+            snprintf(reason, sizeof reason, "connection reset before its first request was "
+                     "written: [Errno %d] %s", err, strerror(err));
+            attempt_failed(L, c, RESET, reason, initial);
+        }
+        return 1;
+    }
     snprintf(reason, sizeof reason, "[Errno %d] %s", err, strerror(err));
     connect_failed(L, c, reason, initial);
     return 1;

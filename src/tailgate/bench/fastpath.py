@@ -47,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import InputError
 from .conn import OUT_OF_STEP
 from .engine import EngineConfig, WorkerResult
 from .outcome import KINDS, OK, PROTOCOL
@@ -178,7 +179,7 @@ def _restore(tid: int | None, policy: int, param: os.sched_param) -> None:
         pass
 
 
-class EngineUnavailable(ValueError):
+class EngineUnavailable(InputError):
     """``--engine fast`` was asked for but cannot run (the message says why)."""
 
 

@@ -32,7 +32,7 @@ from typing import Any
 
 import yaml
 
-from ..errors import ConfigError
+from ..errors import ConfigError, UsageError
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 MAX_SCENARIO_BYTES = 1 << 20
@@ -200,3 +200,38 @@ def target_args(base: argparse.Namespace, t: ScenarioTarget) -> argparse.Namespa
             val = float(val)
         setattr(ns, key, val)
     return ns
+
+
+def check_key(t: Any, path: str) -> None:
+    """Per-key checks, so an error names the key's own line."""
+    from .schedule import ARRIVALS, parse_ramp
+    from .slo import SloError, parse_slo
+    from .spec import parse_size
+    from .target import TargetError, parse_header
+    from .units import parse_duration, parse_rate
+
+    def rate_or_ramp(text: str) -> None:
+        if parse_ramp(text) is None:
+            parse_rate(text)
+
+    checks = {"rate": rate_or_ramp, "duration": parse_duration, "warmup": parse_duration,
+              "timeout": parse_duration, "max_header_bytes": parse_size,
+              "max_body_bytes": parse_size, "max_event_bytes": parse_size}
+    llm = str(t.options.get("url", "")).startswith("openai+")
+    for key, val in t.options.items():
+        try:
+            if key in checks:
+                checks[key](str(val))
+            elif key == "slo" and not llm:  # LLM SLOs (ttft_p99...) are the engine's to parse
+                for e in val:
+                    parse_slo(e)
+            elif key == "header":
+                for h in val:
+                    parse_header(h)
+            elif key == "arrival" and val not in ARRIVALS:
+                raise ValueError(f"expected {', '.join(ARRIVALS[:-1])} or {ARRIVALS[-1]}, "
+                                 f"not {val!r}")
+            elif key == "burstiness" and not 1e-3 <= float(val) <= 1e3:
+                raise ValueError(f"expected a gamma shape between 0.001 and 1000, not {val!r}")
+        except (ValueError, SloError, TargetError) as exc:
+            raise UsageError(f"{t.where(path, key)}: {exc}") from None

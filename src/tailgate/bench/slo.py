@@ -20,6 +20,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import InputError
+
 _EXPR = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_.]*)\s*(<=|>=|<|>)\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
                    r"\s*([A-Za-zµ%]*)\s*$")
 _OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
@@ -28,7 +30,7 @@ TIME_STATS = ("p50", "p90", "p95", "p99", "p999", "p9999", "max", "mean")
 SERIES = {"latency": "latency_ms", "service": "service_time_ms", "lateness": "lateness_ms"}
 
 
-class SloError(ValueError):
+class SloError(InputError):
     """An SLO expression that cannot be parsed (message says why and what is allowed)."""
 
 
@@ -153,3 +155,16 @@ def evaluate(slos: list[Slo], result: dict[str, Any]) -> list[dict[str, Any]]:
             rec["pass"] = slo.holds(observed)
         out.append(rec)
     return out
+
+
+def no_success(data: dict[str, Any]) -> str | None:
+    """Why a run in which no request succeeded fails, SLO or not; None when one did."""
+    req = data.get("requests") or {}
+    if req.get("ok"):
+        return None
+    errors = {k: v for k, v in (req.get("errors") or {}).items() if v}
+    examples = req.get("error_examples") or {}
+    first = next((ex[0].get("reason") for k in errors for ex in [examples.get(k) or []] if ex), None)
+    detail = ", ".join(f"{n:,} {k}" for k, n in sorted(errors.items(), key=lambda kv: -kv[1]))
+    return (f"no request succeeded ({req.get('sent', 0):,} sent"
+            + (f": {detail}" if detail else "") + (f"; e.g. {first}" if first else "") + ")")

@@ -330,3 +330,8 @@ def _span(info: Any, schedule: Any) -> Any:
     last = float(schedule[-1]) - info.warmup_s
     gap = 1.0 / info.rate if info.rate else 0.0
     return replace(info, duration_s=max(last + gap, 1e-9))
+
+
+def spec_of(args: argparse.Namespace) -> BenchSpec:
+    """The checked BenchSpec of a parsed command line (a usage error names the option)."""
+    return build(BenchOptions.from_namespace(args))

@@ -9,12 +9,13 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from .. import __version__
+from ..errors import InputError
 from .tls import TlsOptions
 
 _TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")  # RFC 9110 method/header name
 
 
-class TargetError(ValueError):
+class TargetError(InputError):
     """The target or its request options are malformed (message says why)."""
 
 

@@ -9,6 +9,17 @@ request is ever sent, and no service time ever starts, before the session is up
 (a request that *waited* for the connection has the wait in its latency, as for
 a plain connect).
 
+The session is :class:`TlsLink`'s (an ``ssl.SSLObject`` over memory BIOs, as the
+compiled loop drives OpenSSL), not the event loop's: when a write fails because the
+server reset the connection, what it sent first (a whole response, a TLS 1.3 alert such
+as ``certificate required``) is still in the kernel, and only a session of our own can
+read it through (:func:`.conn.read_rest`); the loop's own TLS transport reports the
+reset and drops those bytes.
+
+A reset before anything was written (``ECONNRESET`` when the TCP connect completes: the
+handshake was done, a refusal is ``ECONNREFUSED``) is a ``reset`` (a TLS target's, its
+handshake's ``tls``), never ``connect``, which means refused, unreachable or timed out.
+
 What TLS does is fixed by :class:`TlsOptions` (a frozen value, carried by the
 target into every worker); :func:`client_context` turns it into an
 ``ssl.SSLContext`` once per worker. Server name (SNI) and the name verified
@@ -20,17 +31,19 @@ as RFC 6066 requires). A ``Host`` header is never used for it.
 from __future__ import annotations
 
 import asyncio
-import re
+import contextlib
+import errno
 import socket
 import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .conn import Connection
+from ..errors import InputError
+from .conn import Connection, handshake_reason, read_rest, tls_why
 
 
-class TlsError(ValueError):
+class TlsError(InputError):
     """TLS options that cannot be used (unreadable file, key without certificate...)."""
 
 
@@ -67,7 +80,7 @@ def client_context(opts: TlsOptions) -> ssl.SSLContext:
     try:
         ctx = ssl.create_default_context(cafile=opts.cacert)
     except (OSError, ssl.SSLError) as exc:
-        raise TlsError(f"--cacert {opts.cacert}: {_why(exc)}") from None
+        raise TlsError(f"--cacert {opts.cacert}: {tls_why(exc)}") from None
     if opts.insecure:
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
@@ -79,7 +92,7 @@ def client_context(opts: TlsOptions) -> ssl.SSLContext:
         except (OSError, ssl.SSLError) as exc:
             raise TlsError(f"--cert {opts.cert}"
                            + (f" --key {opts.key}" if opts.key else "")
-                           + f": {_why(exc)}") from None
+                           + f": {tls_why(exc)}") from None
     if opts.alpn:
         ctx.set_alpn_protocols(list(opts.alpn))
     return ctx
@@ -127,26 +140,17 @@ def context_settings(ctx: ssl.SSLContext) -> ContextSettings:
         keylog_filename=ctx.keylog_filename)
 
 
-def _why(exc: BaseException) -> str:
-    if isinstance(exc, ssl.SSLError) and exc.reason:
-        return exc.reason.replace("_", " ").lower()
-    text = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
-    return re.sub(r"^\[\w+\] |\s*\(_ssl\.c:\d+\)$", "", text)  # "[SSL] x (_ssl.c:1006)"
+_RESET = (errno.ECONNRESET, errno.EPIPE)
 
 
-def handshake_reason(exc: BaseException) -> str:
-    """A short, stable reason for a failed handshake (one error-example line per cause)."""
-    if isinstance(exc, ssl.SSLCertVerificationError):
-        return f"TLS: certificate verify failed: {exc.verify_message}"
-    if isinstance(exc, TimeoutError):
-        return "TLS: handshake timed out"
-    if isinstance(exc, ssl.SSLError):
-        return f"TLS: {_why(exc)}"
-    if isinstance(exc, ConnectionError | EOFError):
-        # asyncio reports a plain close (FIN) as a ConnectionResetError without an errno
-        why = _why(exc) if getattr(exc, "errno", None) else "EOF"
-        return f"TLS: the server closed the connection during the handshake ({why})"
-    return f"TLS: {_why(exc)}"
+def _connect_error(exc: BaseException, tls: bool) -> DialError:
+    """Why a TCP connect failed: ``connect``, or a reset once it was up (see the module doc)."""
+    if isinstance(exc, OSError) and exc.errno in _RESET:
+        if tls:
+            return DialError("tls", handshake_reason(exc))
+        return DialError("reset", f"connection reset before its first request was written: "
+                                  f"{exc}")
+    return DialError("connect", str(exc) or type(exc).__name__)
 
 
 async def dial(loop: asyncio.AbstractEventLoop, factory: Callable[[], Connection],
@@ -159,26 +163,202 @@ async def dial(loop: asyncio.AbstractEventLoop, factory: Callable[[], Connection
             _, conn = await asyncio.wait_for(loop.create_connection(factory, host, port),
                                              timeout_s)
         except (TimeoutError, OSError) as exc:
-            raise DialError("connect", str(exc) or type(exc).__name__) from None
+            raise _connect_error(exc, False) from None
         return Dialed(conn, time.monotonic() - t0, None)
     try:
         sock = await asyncio.wait_for(_tcp(loop, host, port), timeout_s)
     except (TimeoutError, OSError) as exc:
-        raise DialError("connect", str(exc) or type(exc).__name__) from None
+        raise _connect_error(exc, True) from None
     t1 = time.monotonic()
     left = max(timeout_s - (t1 - t0), 1e-3)
+    shaken: asyncio.Future[Connection] = loop.create_future()
+    link: TlsLink | None = None
     try:
         # connection_made runs only once the handshake is done (or never).
-        _, conn = await asyncio.wait_for(
-            loop.create_connection(factory, sock=sock, ssl=ctx, server_hostname=sni or host,
-                                   ssl_handshake_timeout=left), left)
+        _, link = await loop.create_connection(
+            lambda: TlsLink(ctx, sni or host, factory, shaken), sock=sock)
+        conn = await asyncio.wait_for(shaken, left)
+        if isinstance(link.refused, ssl.SSLError):
+            # The server's alert came before our first request could be written (TLS 1.3:
+            # the client's handshake ends first, the server refuses its certificate after):
+            # the handshake failed, as when the request did go out (conn.py: tls).
+            raise link.refused
     except (TimeoutError, OSError, EOFError) as exc:
+        if link is not None:
+            link.abort()
         sock.close()
         raise DialError("tls", handshake_reason(exc)) from None
     except BaseException:  # cancelled (the run ended): the socket is ours to close
+        if link is not None:
+            link.abort()
         sock.close()
         raise
     return Dialed(conn, t1 - t0, time.monotonic() - t1)
+
+
+class TlsLink(asyncio.Protocol):
+    """A TLS session over a plain transport: the handshake, then the connection's
+    transport (``write``, ``abort``, ``is_closing``, ``get_extra_info``) with the
+    plaintext going to and from it. When a write failed (the transport is lost with an
+    ``OSError``) the ciphertext the kernel still holds goes through the session first,
+    so a response that arrived whole completes and an alert is the connection's
+    ``ssl.SSLError`` (conn.py: ``tls``), as the compiled loop reads it."""
+
+    def __init__(self, ctx: ssl.SSLContext, name: str, factory: Callable[[], Connection],
+                 shaken: asyncio.Future[Connection]) -> None:
+        self._incoming = ssl.MemoryBIO()
+        self._outgoing = ssl.MemoryBIO()
+        self.obj = ctx.wrap_bio(self._incoming, self._outgoing, server_hostname=name)
+        self.factory = factory
+        self.shaken = shaken
+        self.raw: asyncio.Transport | None = None
+        self.app: Connection | None = None
+        self._lost = False
+        self.refused: Exception | None = None  # the session's error, if it failed
+
+    # -- the transport the connection sees ----------------------------------------------
+
+    def write(self, data: bytes) -> None:
+        if self._lost or self.raw is None:
+            return
+        try:
+            self.obj.write(data)
+        except ssl.SSLError as exc:
+            self._fail(exc)
+            return
+        self._flush()
+
+    def abort(self) -> None:
+        if self.raw is not None:
+            self.raw.abort()
+
+    def close(self) -> None:
+        self.abort()
+
+    def is_closing(self) -> bool:
+        return self._lost or self.raw is None or self.raw.is_closing()
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        if self.raw is not None:
+            self.raw.set_write_buffer_limits(high, low)
+
+    def get_write_buffer_size(self) -> int:
+        return 0 if self.raw is None else self.raw.get_write_buffer_size()
+
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        if name == "ssl_object":
+            return self.obj
+        if name == "sslcontext":
+            return self.obj.context
+        return default if self.raw is None else self.raw.get_extra_info(name, default)
+
+    # -- the plain transport's protocol --------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.raw = transport  # type: ignore[assignment]
+        self._shake()
+
+    def data_received(self, data: bytes) -> None:
+        self._incoming.write(data)
+        if self.app is None:
+            self._shake()
+        else:
+            self._read()
+
+    def pause_writing(self) -> None:
+        if self.app is not None:
+            self.app.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self.app is not None and not self._lost:
+            self.app.resume_writing()
+
+    def eof_received(self) -> bool | None:
+        if self.app is None:
+            self._handshake_failed(ConnectionResetError())  # (no errno: "EOF")
+        elif not self._lost:
+            self.app.eof_received()
+        return None  # close our side too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.app is None:
+            self._handshake_failed(exc if exc is not None else ConnectionResetError())
+            self._lost = True
+            return
+        if self._lost:
+            return
+        if isinstance(exc, OSError) and self.raw is not None:
+            rest = read_rest(self.raw)  # (conn.read_rest: what the server sent first)
+            if rest:
+                self._incoming.write(rest)
+                self._read()
+                if self._lost:
+                    return
+        self._lost = True
+        self.app.connection_lost(exc)
+
+    # -- the session ----------------------------------------------------------------------
+
+    def _flush(self) -> None:
+        if self._outgoing.pending and self.raw is not None and not self.raw.is_closing():
+            self.raw.write(self._outgoing.read())
+
+    def _shake(self) -> None:
+        try:
+            self.obj.do_handshake()
+        except ssl.SSLWantReadError:
+            self._flush()
+            return
+        except (ssl.SSLError, OSError) as exc:
+            self._flush()  # the alert, when there is one (as the loop's TLS sends it)
+            self._handshake_failed(exc)
+            return
+        self._flush()
+        self.app = self.factory()
+        self.app.connection_made(self)
+        if not self.shaken.done():
+            self.shaken.set_result(self.app)
+        if self._incoming.pending:
+            self._read()
+
+    def _handshake_failed(self, exc: BaseException) -> None:
+        if not self.shaken.done():
+            self.shaken.set_exception(exc)
+        if self.raw is not None:
+            self.raw.abort()
+
+    def _read(self) -> None:
+        app, obj, incoming = self.app, self.obj, self._incoming
+        while not self._lost:
+            try:
+                data = obj.read(1 << 16)
+            except ssl.SSLWantReadError:
+                break
+            except ssl.SSLError as exc:  # an alert (TLS 1.3: a refused client certificate)
+                self._fail(exc)
+                return
+            if not data:  # close_notify: the end of the stream (our own goes back)
+                self.eof_received()
+                with contextlib.suppress(ssl.SSLError):
+                    self.obj.unwrap()
+                self._flush()
+                if self.raw is not None:
+                    self.raw.close()
+                return
+            app.data_received(data)
+            if not incoming.pending and not obj.pending():
+                break  # all read (a read now would only raise SSLWantReadError)
+        self._flush()  # (a post-handshake message may want an answer)
+
+    def _fail(self, exc: Exception) -> None:
+        """The session failed: the connection ends with ``exc``, the socket goes."""
+        if self._lost:
+            return
+        self._lost = True
+        self.refused = exc
+        if self.raw is not None:
+            self.raw.abort()
+        self.app.connection_lost(exc)
 
 
 async def _tcp(loop: asyncio.AbstractEventLoop, host: str, port: int) -> socket.socket:

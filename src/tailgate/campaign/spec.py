@@ -226,8 +226,7 @@ def _inspect(node: yaml.Node, path: str, out: dict[str, Any]) -> None:
 
 
 def _loads(node: yaml.Node, path: str) -> tuple[Load, ...]:
-    from ..bench.scenario import ScenarioError, ScenarioTarget, _options
-    from ..commands.bench_fleet import _check_key
+    from ..bench.scenario import ScenarioError, ScenarioTarget, _options, check_key
 
     if not isinstance(node, yaml.SequenceNode) or not node.value:
         raise _err(path, node, "loads", "expected a non-empty list of load targets")
@@ -250,7 +249,7 @@ def _loads(node: yaml.Node, path: str) -> tuple[Load, ...]:
         from ..errors import UsageError
 
         try:
-            _check_key(t, path)  # values: rates, durations, SLOs, headers
+            check_key(t, path)  # values: rates, durations, SLOs, headers
         except UsageError as exc:
             raise CampaignError(str(exc)) from None
         if "duration" not in opts and not (str(opts["url"]).startswith("openai+")

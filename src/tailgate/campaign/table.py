@@ -31,6 +31,7 @@ from ..compare import (
     rank_interval,
     status_changes,
 )
+from ..errors import InputError
 from ..hist import Histogram, decode
 from .run import INDEX, SCHEMA, digest
 
@@ -58,7 +59,7 @@ LLM_KEEP = ("ttft.p50", "ttft.p99", "ttft.p999", "itl.p50", "itl.p99", "itl.p999
             "e2e.p50", "e2e.p99", "e2e.p999", "output_tokens_per_s", "goodput_rps")
 
 
-class CampaignFileError(ValueError):
+class CampaignFileError(InputError):
     """A campaign directory that cannot be read (the message names the file)."""
 
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
+from ..bench.slo import no_success
+from ..bench.spec import spec_of
 from ..errors import UsageError
 from ..outputs import check_writable, write_output
 
@@ -186,13 +187,6 @@ def add_load_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--quiet", action="store_true", help="no live progress display")
 
 
-def spec_of(args: argparse.Namespace) -> Any:
-    """The checked BenchSpec of a parsed command line (a usage error names the option)."""
-    from ..bench.spec import BenchOptions, build
-
-    return build(BenchOptions.from_namespace(args))
-
-
 def run(args: argparse.Namespace) -> int:
     from ..bench.result import summary_text
     from ..bench.runner import Hooks, save
@@ -279,19 +273,6 @@ def parse_percentiles(text: str) -> list[tuple[str, float]]:
             raise _argparse.ArgumentTypeError(f"{part.strip()}: a percentile is 1 to 99.9999")
         out.setdefault(percentile_name(p), p)
     return list(out.items())
-
-
-def no_success(data: dict[str, Any]) -> str | None:
-    """Why a run in which no request succeeded fails, SLO or not; None when one did."""
-    req = data.get("requests") or {}
-    if req.get("ok"):
-        return None
-    errors = {k: v for k, v in (req.get("errors") or {}).items() if v}
-    examples = req.get("error_examples") or {}
-    first = next((ex[0].get("reason") for k in errors for ex in [examples.get(k) or []] if ex), None)
-    detail = ", ".join(f"{n:,} {k}" for k, n in sorted(errors.items(), key=lambda kv: -kv[1]))
-    return (f"no request succeeded ({req.get('sent', 0):,} sent"
-            + (f": {detail}" if detail else "") + (f"; e.g. {first}" if first else "") + ")")
 
 
 def _sweep(args: argparse.Namespace) -> int:

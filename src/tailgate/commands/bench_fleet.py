@@ -47,41 +47,6 @@ def wanted(args: argparse.Namespace) -> bool:
                 or getattr(args, "per_node", 1) != 1)
 
 
-def _check_key(t: Any, path: str) -> None:
-    """Per-key checks, so an error names the key's own line."""
-    from ..bench.schedule import ARRIVALS, parse_ramp
-    from ..bench.slo import SloError, parse_slo
-    from ..bench.spec import parse_size
-    from ..bench.target import TargetError, parse_header
-    from ..bench.units import parse_duration, parse_rate
-
-    def rate_or_ramp(text: str) -> None:
-        if parse_ramp(text) is None:
-            parse_rate(text)
-
-    checks = {"rate": rate_or_ramp, "duration": parse_duration, "warmup": parse_duration,
-              "timeout": parse_duration, "max_header_bytes": parse_size,
-              "max_body_bytes": parse_size, "max_event_bytes": parse_size}
-    llm = str(t.options.get("url", "")).startswith("openai+")
-    for key, val in t.options.items():
-        try:
-            if key in checks:
-                checks[key](str(val))
-            elif key == "slo" and not llm:  # LLM SLOs (ttft_p99...) are the engine's to parse
-                for e in val:
-                    parse_slo(e)
-            elif key == "header":
-                for h in val:
-                    parse_header(h)
-            elif key == "arrival" and val not in ARRIVALS:
-                raise ValueError(f"expected {', '.join(ARRIVALS[:-1])} or {ARRIVALS[-1]}, "
-                                 f"not {val!r}")
-            elif key == "burstiness" and not 1e-3 <= float(val) <= 1e3:
-                raise ValueError(f"expected a gamma shape between 0.001 and 1000, not {val!r}")
-        except (ValueError, SloError, TargetError) as exc:
-            raise UsageError(f"{t.where(path, key)}: {exc}") from None
-
-
 def _runs(args: argparse.Namespace) -> tuple[list[tuple[str, argparse.Namespace]], Any]:
     """(name, options) per target, and the scenario's targets (None for one TARGET)."""
     if not args.scenario:
@@ -90,22 +55,22 @@ def _runs(args: argparse.Namespace) -> tuple[list[tuple[str, argparse.Namespace]
         return [(args.target, args)], None
     if args.target is not None:
         raise UsageError("give TARGET or --scenario FILE, not both")
-    from ..bench.scenario import ScenarioError, load_scenario, target_args
+    from ..bench.scenario import ScenarioError, check_key, load_scenario, target_args
 
     try:
         targets = load_scenario(args.scenario)
     except ScenarioError as exc:
         raise UsageError(str(exc)) from None
     for t in targets:
-        _check_key(t, args.scenario)
+        check_key(t, args.scenario)
     return [(t.name, target_args(args, t)) for t in targets], targets
 
 
 def run_fleet(args: argparse.Namespace) -> int:
     from ..bench.result import build_result, owed_by_worker
     from ..bench.slo import evaluate
+    from ..bench.spec import spec_of
     from ..bench.workers import WorkerFailure, plan, run_workers
-    from .bench import spec_of
 
     for flag in ("log", "hdr", "html", "sweep", "confidence"):
         if getattr(args, flag, None):
@@ -242,7 +207,7 @@ def _report(args: argparse.Namespace, sections: list, scenario: bool) -> int:
               file=stream)
     elif failed:
         print("SLO failed: " + ", ".join(f["expr"] for f in failed), file=stream)
-    from .bench import no_success
+    from ..bench.slo import no_success
 
     nothing = [(name, why) for name, r in sections if (why := no_success(r.json))]
     for name, why in nothing:

@@ -47,6 +47,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "requests were in flight (a third probe)")
     g.add_argument("--profile-hz", type=int, default=None, metavar="HZ",
                    help="on-CPU samples per second and CPU (default 997; with --profile)")
+    g.add_argument("--all", action="store_true", dest="all_causes",
+                   help="print every cause's sentence (by default the unclaimed ones are one "
+                   "table)")
     add_load_options(p)
     add_request_options(p)
     p.set_defaults(func=run)
@@ -72,5 +75,5 @@ def run(args: argparse.Namespace) -> int:
 
         from ..report.diagnose_render import terminal
 
-        terminal(doc, Console())
+        terminal(doc, Console(), all_causes=args.all_causes)
     return 1 if doc["verdict"]["claimed"] else 0

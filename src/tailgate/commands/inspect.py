@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 
 from ..errors import UsageError
@@ -62,6 +61,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="check ids that must be measured: exit 1 when one is unknown or "
                    "skipped (repeatable; also `required: true` per id in the baseline)")
     p.add_argument("--quiet", action="store_true", help="no terminal report")
+    p.add_argument("--all", action="store_true", dest="all_findings",
+                   help="print every finding in full (by default: fail, warn, unknown and "
+                   "error in full, a pass as one line, each layer's skips as one line)")
     p.add_argument("--engine", metavar="URL",
                    help="an inference engine's Prometheus endpoint (vLLM, SGLang), e.g. "
                    "http://127.0.0.1:8000/metrics, scraped at both ends of the interval; "
@@ -173,43 +175,16 @@ def progress_display(args: argparse.Namespace):
         yield on_phase
 
 
-def _required(ids: list[str], baseline) -> list[str]:
-    from ..baseline import catalog
-
-    for cid in ids:
-        if cid not in catalog():
-            raise UsageError(f"--require {cid}: unknown check id (see `tailgate checks`)")
-        if cid in baseline.disabled:
-            raise UsageError(f"--require {cid}: disabled by the baseline ({baseline.source})")
-    return [cid for cid in catalog() if cid in baseline.required or cid in ids]
-
-
-ERROR_LOG_ENV = "TAILGATE_ERROR_LOG"
-
-
-def log_errors(report) -> None:
-    """Append every ``error`` finding as a JSON line to $TAILGATE_ERROR_LOG, when set: the
-    test suite sets it so that a tailgate bug in any run, even in a subprocess, fails it."""
-    path = os.environ.get(ERROR_LOG_ENV)
-    errors = [f for f in report.findings if f.status == "error"]
-    if not path or not errors:
-        return
-    with open(path, "a", encoding="utf-8") as fh:
-        for f in errors:
-            fh.write(json.dumps({"where": f"tailgate inspect (pid {os.getpid()})",
-                                 **f.to_json()}, default=str) + "\n")
-
-
 def run(args: argparse.Namespace) -> int:
     if getattr(args, "ray", None):  # the fleet: every Ray node collects, judged here
         from .inspect_fleet import run_fleet
 
         return run_fleet(args)
-    from ..baseline import default_baseline, load_baseline
-    from ..verdict import exit_status, judged_report
+    from ..baseline import default_baseline, load_baseline, required_ids
+    from ..verdict import exit_status, judged_report, log_errors
 
     baseline = load_baseline(args.baseline) if args.baseline else default_baseline()
-    required = _required(args.require, baseline)
+    required = required_ids(args.require, baseline)
 
     check_writable(args.save, args.json, args.junit, args.html)
     snap = snapshot_for(args)
@@ -236,5 +211,5 @@ def run(args: argparse.Namespace) -> int:
     if not args.quiet and args.json != "-":
         from ..report.terminal import print_report
 
-        print_report(report)
+        print_report(report, all_findings=args.all_findings)
     return exit_status(report, args.fail_on)

@@ -28,7 +28,7 @@ def add_fleet_options(p: argparse.ArgumentParser) -> None:
 
 
 def run_fleet(args: argparse.Namespace) -> int:
-    from ..baseline import default_baseline, load_baseline
+    from ..baseline import default_baseline, load_baseline, required_ids
     from ..fleet.cluster import connect, disconnect, live_nodes
     from ..fleet.inspect import (
         HostReport,
@@ -39,8 +39,7 @@ def run_fleet(args: argparse.Namespace) -> int:
         fleet_view,
     )
     from ..model import Snapshot
-    from ..verdict import exit_status, judged_report
-    from .inspect import _required, log_errors
+    from ..verdict import exit_status, judged_report, log_errors
 
     for name in HOST_ONLY:
         if getattr(args, name, None):
@@ -58,7 +57,7 @@ def run_fleet(args: argparse.Namespace) -> int:
     if timeout <= 0:
         raise UsageError("--node-timeout must be > 0")
     baseline = load_baseline(args.baseline) if args.baseline else default_baseline()
-    required = _required(args.require, baseline)
+    required = required_ids(args.require, baseline)
     check_writable(args.json, args.junit, args.html)
     if args.iface:
         raise UsageError("--iface names one host's interfaces: not with --ray (each node "

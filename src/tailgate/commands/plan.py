@@ -193,8 +193,8 @@ def run_kv(args: argparse.Namespace) -> int:
                                  f"{weights['bytes_per_rank'] / 1e9:,.2f} GB per rank and "
                                  f"reserve {args.reserve} is {budget} bytes")
         cap = None if budget is None else kv.capacity(tb, budget, args.block_size, args.seq_len)
-    except ValueError as exc:  # ConfigError included
-        raise UsageError(f"{path}: {exc}" if isinstance(exc, kv.ConfigError) else str(exc)) \
+    except ValueError as exc:  # ModelConfigError included
+        raise UsageError(f"{path}: {exc}" if isinstance(exc, kv.ModelConfigError) else str(exc)) \
             from None
     data = kv.plan_json(geo, fmt, tb, cap)
     data["tensor_parallel"] = args.tp
@@ -215,7 +215,7 @@ def _weights(args: argparse.Namespace, cfg: Any) -> dict[str, Any]:
         params = kv.parameters(cfg)
         wdtype = kv.canonical_dtype(args.weight_dtype) if args.weight_dtype else \
             kv.weights_dtype(cfg)
-    except kv.ConfigError as exc:
+    except kv.ModelConfigError as exc:
         raise UsageError(f"--weights auto: {exc}") from None
     total = params.total * kv.DTYPE_BITS[wdtype] // 8
     return {"source": "counted", "parameters": params.total, "active_parameters": params.active,

@@ -22,6 +22,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--markdown", metavar="FILE|-", help="write a compare document as Markdown")
     p.add_argument("--junit", metavar="FILE|-", help="write an inspect report as JUnit XML")
     p.add_argument("--quiet", action="store_true", help="no terminal output")
+    p.add_argument("--all", action="store_true", dest="all_findings",
+                   help="print every finding of an inspect report, every cause of a "
+                   "diagnosis, in full")
     p.set_defaults(func=run)
 
 
@@ -59,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
                 console.print(("\n" if i else "") + f"== {path} ({k}) ==", markup=False,
                               soft_wrap=True)
             try:
-                terminal(k, doc, console)
+                terminal(k, doc, console, args.all_findings)
             except (KeyError, TypeError, ValueError, AttributeError) as exc:
                 raise UsageError(f"{path}: {k} document of the wrong shape "
                                  f"({type(exc).__name__}: {exc})") from exc

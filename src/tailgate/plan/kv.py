@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from .. import units
+from ..errors import InputError
 
 # bits per element of each cache dtype
 DTYPE_BITS = {"fp32": 32, "bf16": 16, "fp16": 16, "fp8": 8, "int8": 8, "int4": 4}
@@ -38,14 +39,14 @@ _DTYPE_ALIASES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "hal
 QUANTIZED = ("fp8", "int8", "int4")
 
 
-class ConfigError(ValueError):
+class ModelConfigError(InputError):
     """A config.json that does not describe a decoder we can size (the message says why)."""
 
 
 def canonical_dtype(name: str) -> str:
     d = _DTYPE_ALIASES.get(name.lower(), name.lower())
     if d not in DTYPE_BITS:
-        raise ConfigError(f"unknown dtype {name!r} (one of {', '.join(DTYPE_BITS)})")
+        raise ModelConfigError(f"unknown dtype {name!r} (one of {', '.join(DTYPE_BITS)})")
     return d
 
 
@@ -69,7 +70,7 @@ class Geometry:
     def from_config(cls, cfg: dict[str, Any]) -> Geometry:
         """Read the fields every engine reads from a Hugging Face config.json."""
         if not isinstance(cfg, dict):
-            raise ConfigError("config.json is not a JSON object")
+            raise ModelConfigError("config.json is not a JSON object")
         if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers nest the decoder
             cfg = {**cfg["text_config"], "model_type": cfg.get("model_type", "")}
 
@@ -81,19 +82,19 @@ class Geometry:
 
         def positive(name: str, value: Any) -> int:
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ConfigError(f"{name} must be a positive integer, not {value!r}")
+                raise ModelConfigError(f"{name} must be a positive integer, not {value!r}")
             return value
 
         layers = first("num_hidden_layers", "n_layer", "num_layers")
         heads = first("num_attention_heads", "n_head")
         if layers is None or heads is None:
-            raise ConfigError("config.json lacks num_hidden_layers or num_attention_heads")
+            raise ModelConfigError("config.json lacks num_hidden_layers or num_attention_heads")
         layers, heads = positive("num_hidden_layers", layers), positive("num_attention_heads", heads)
         mtype = str(cfg.get("model_type", ""))
         wdtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bf16")
         try:
             wdtype = canonical_dtype(wdtype)
-        except ConfigError:
+        except ModelConfigError:
             wdtype = "bf16"
         if cfg.get("kv_lora_rank") is not None:
             rank = positive("kv_lora_rank", cfg["kv_lora_rank"])
@@ -102,16 +103,16 @@ class Geometry:
         kv = first("num_key_value_heads", "num_kv_heads")
         kv = heads if kv is None else positive("num_key_value_heads", kv)
         if heads % kv:
-            raise ConfigError(f"num_attention_heads {heads} is not a multiple of "
+            raise ModelConfigError(f"num_attention_heads {heads} is not a multiple of "
                               f"num_key_value_heads {kv}")
         hd = cfg.get("head_dim")
         if hd is None:
             hidden = first("hidden_size", "n_embd", "d_model")
             if hidden is None:
-                raise ConfigError("config.json lacks head_dim and hidden_size")
+                raise ModelConfigError("config.json lacks head_dim and hidden_size")
             hidden = positive("hidden_size", hidden)
             if hidden % heads:
-                raise ConfigError(f"hidden_size {hidden} is not a multiple of heads {heads}")
+                raise ModelConfigError(f"hidden_size {hidden} is not a multiple of heads {heads}")
             hd = hidden // heads
         hd = positive("head_dim", hd)
         kind = "mha" if kv == heads else ("mqa" if kv == 1 else "gqa")
@@ -262,21 +263,21 @@ def parameters(cfg: dict[str, Any]) -> Parameters:
     per layer the attention projections (GQA q/k/v/o, Qwen2's q/k/v biases; or
     MLA's q_a/q_b/kv_a/kv_b/o with their norms), the gated MLP (gate, up, down),
     MoE experts and router, and the RMSNorm weights. Other families raise
-    ConfigError: give the weights' size instead.
+    ModelConfigError: give the weights' size instead.
     """
     if isinstance(cfg.get("text_config"), dict):
         cfg = {**cfg["text_config"], "model_type": cfg.get("model_type", "")}
     geo = Geometry.from_config(cfg)
     mtype = str(cfg.get("model_type", ""))
     if geo.kind != "mla" and mtype not in _DENSE_TYPES and mtype != "":
-        raise ConfigError(f"cannot count the parameters of model_type {mtype!r}: give the "
+        raise ModelConfigError(f"cannot count the parameters of model_type {mtype!r}: give the "
                           "weights' size (--weights SIZE)")
     try:
         h = int(cfg["hidden_size"])
         vocab = int(cfg["vocab_size"])
         inter = int(cfg["intermediate_size"])
     except (KeyError, TypeError, ValueError):
-        raise ConfigError("need hidden_size, vocab_size and intermediate_size to count "
+        raise ModelConfigError("need hidden_size, vocab_size and intermediate_size to count "
                           "parameters") from None
     embed = vocab * h * (1 if cfg.get("tie_word_embeddings") else 2) + h  # + final norm
     layers, heads = geo.layers, geo.attention_heads
@@ -286,7 +287,7 @@ def parameters(cfg: dict[str, Any]) -> Parameters:
             nope, rope = int(cfg["qk_nope_head_dim"]), geo.rope_dim
             v_dim = int(cfg["v_head_dim"])
         except (KeyError, TypeError, ValueError):
-            raise ConfigError("MLA config lacks qk_nope_head_dim or v_head_dim") from None
+            raise ModelConfigError("MLA config lacks qk_nope_head_dim or v_head_dim") from None
         qk = heads * (nope + rope)
         q = h * qk if not q_lora else h * q_lora + q_lora + q_lora * qk
         attn = (q + h * (geo.head_dim + rope) + geo.head_dim

@@ -31,10 +31,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import InputError
+
 SUSTAINED = 0.95
 
 
-class SweepError(ValueError):
+class SweepError(InputError):
     """Bad --sweep input (the message says why)."""
 
 

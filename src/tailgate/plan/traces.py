@@ -28,12 +28,13 @@ import zlib
 from collections.abc import Iterator
 from datetime import datetime
 
+from ..errors import InputError
 from .prefix_cache import Request
 
 MOONCAKE_BLOCK = 512
 
 
-class TraceError(ValueError):
+class TraceError(InputError):
     """A trace line that does not parse (the message names the line)."""
 
 

@@ -1,5 +1,6 @@
 """The diagnose page: causes, the timeline (each request's latency against each layer's
-evidence, zoomable) and the latency spectrum."""
+evidence, zoomable; a panel whose series stayed at zero is one line under it, not drawn)
+and the latency spectrum."""
 
 from __future__ import annotations
 
@@ -32,7 +33,26 @@ def timeline_rows(tl: dict[str, Any]) -> list[tuple[str, list[tuple[str, str, li
     return [(layer, rows[layer]) for layer in LAYERS if layer in rows]
 
 
-def timeline_panels(tl: dict[str, Any]) -> list[tuple[str, str, list[tuple[str, str, list]]]]:
+Panel = tuple[str, str, list[tuple[str, str, list]]]  # (layer, kind, [(name, unit, values)])
+
+
+def timeline_panels(tl: dict[str, Any]) -> list[Panel]:
+    """The panels drawn: those with something in them (see :func:`quiet_panels`)."""
+    return [p for p in _panels(tl) if not _quiet(p)]
+
+
+def quiet_panels(tl: dict[str, Any]) -> list[Panel]:
+    """The panels whose every series stayed at zero over the window (a bin no poll reached
+    is neither): watched and quiet, said in one line each rather than drawn flat."""
+    return [p for p in _panels(tl) if _quiet(p)]
+
+
+def _quiet(panel: Panel) -> bool:
+    values = [v for _, _, vs in panel[2] for v in vs if v is not None]
+    return bool(values) and not any(values)
+
+
+def _panels(tl: dict[str, Any]) -> list[Panel]:
     """Each layer's row cut by evidence kind: ``(layer, kind, series)``, the causes' own
     evidence (``evidence``: intervals and instants) first, then the counters by source (the
     series name up to its first dot: ``psi``, ``softirq``, ``switches``...), so no row holds
@@ -257,6 +277,13 @@ def diagnose_page(doc: dict[str, Any]) -> str:
     parts.append("<table id='causes'><tr><th>layer</th><th>cause</th><th></th><th>evidence</th>"
                  f"<th>remedy</th></tr>{rows}</table>")
     parts.append(figure_div(timeline_figure(doc["timeline"], v.get("first")), "timeline"))
+    quiet = quiet_panels(doc["timeline"])
+    if quiet:
+        parts.append("<p><b>watched and quiet</b> (zero in every bin of the window, not "
+                     "drawn):</p><ul id='quiet'>" + "".join(
+                         f"<li>{e(layer)} {e(kind)}: "
+                         f"{e(', '.join(name for name, _, _ in series))}</li>"
+                         for layer, kind, series in quiet) + "</ul>")
     hists = (doc.get("bench") or {}).get("histograms") or {}
     series = [(k, decode(t)) for k, t in hists.items() if k != "lateness"]
     if series:

@@ -1,11 +1,12 @@
-"""The diagnose summary on the terminal."""
+"""The diagnose summary on the terminal: the claimed causes in full (sentence and remedy),
+the unclaimed ones as one table (``all_causes``: each with its sentence, as the JSON has it)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 
-def terminal(doc: dict[str, Any], console) -> None:
+def terminal(doc: dict[str, Any], console, all_causes: bool = False) -> None:
     v = doc["verdict"]
     tail = doc.get("tail") or {}
     o = doc["overhead"]
@@ -33,12 +34,17 @@ def terminal(doc: dict[str, Any], console) -> None:
                       f"{len(tl['series'])} counter series", highlight=False)
     for source, why in (tl.get("unknown") or {}).items():
         console.print(f"UNKNOWN {source}: {why}", highlight=False, markup=False)
+    unclaimed = []
     for c in doc["causes"]:
+        if not (c["claimed"] or all_causes):
+            unclaimed.append(c)
+            continue
         mark = "CAUSE " if c["claimed"] else "      "
         console.print(f"{mark}{c['layer']}  {c['cause']:<10} {c['sentence']}", highlight=False,
                       markup=False)
         if c["claimed"]:
             console.print(f"              remedy: {c['remedy']}", highlight=False, markup=False)
+    unclaimed_table(unclaimed, doc.get("evidence") or {}, console)
     if v["first"]:
         console.print(f"verdict: {v['first']} ({v['layer']}) explains the tail first"
                       + (f"; also: {', '.join(v['claimed'][1:])}" if len(v["claimed"]) > 1
@@ -53,6 +59,28 @@ def terminal(doc: dict[str, Any], console) -> None:
                       markup=False)
     accounting(doc.get("accounting"), console)
     profile(doc.get("profile"), console)
+
+
+def unclaimed_table(causes: list[dict[str, Any]], evidence: dict[str, Any], console) -> None:
+    """The causes not claimed, one row each: the share of the slow requests and of all
+    requests in flight while it happened, the share of the slow requests' latency it lasted,
+    its events and time (--all: their sentences)."""
+    if not causes:
+        return
+
+    def pct(v: Any) -> str:
+        return "-" if v is None else f"{100 * v:.1f}"
+
+    console.print("not claimed (--all prints each one's sentence):", highlight=False)
+    console.print(f"  {'layer':<6}{'cause':<11}{'tail':<5}{'in tail %':>10}{'in all %':>9}"
+                  f"{'lasted %':>9}{'events':>8}{'total ms':>10}", highlight=False)
+    for c in causes:
+        total = c.get("total_ms", (evidence.get(c["cause"]) or {}).get("total_ms"))
+        console.print(f"  {c['layer']:<6}{c['cause']:<11}{c.get('tail') or '-':<5}"
+                      f"{pct(c.get('tail_p99_cover')):>10}{pct(c.get('all_cover')):>9}"
+                      f"{pct(c.get('tail_time_share')):>9}"
+                      f"{c.get('events', '-'):>8}{'-' if total is None else f'{total:.1f}':>10}",
+                      highlight=False, markup=False)
 
 
 def accounting(acc: dict[str, Any] | None, console) -> None:

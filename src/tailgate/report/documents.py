@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..errors import InputError
 from ..model import Finding, Report, Verdict
 
 KINDS = ("inspect report (inspect --json)", "bench result (http, https, tcp, grpc, openai+)",
@@ -26,7 +27,7 @@ OUTPUTS = {"terminal": {"inspect", "bench", "collective", "sweep", "probe", "dia
            "junit": {"inspect"}}
 
 
-class DocumentError(ValueError):
+class DocumentError(InputError):
     """A document this command cannot read (the message names what it reads)."""
 
 
@@ -111,11 +112,13 @@ def _points(doc: dict[str, Any]):
     return [Point.from_json(p) for p in doc["points"]]
 
 
-def terminal(k: str, doc: dict[str, Any], console) -> None:
+def terminal(k: str, doc: dict[str, Any], console, every: bool = False) -> None:
+    """``doc`` (of kind ``k``) on the terminal; ``every``: an inspect report's every finding,
+    a diagnosis's every cause, in full."""
     if k == "inspect":
         from .terminal import print_report
 
-        print_report(report_from_json(doc), console)
+        print_report(report_from_json(doc), console, all_findings=every)
     elif k == "bench":
         console.print(bench_text(doc), markup=False, highlight=False, soft_wrap=True)
     elif k == "collective":
@@ -133,13 +136,13 @@ def terminal(k: str, doc: dict[str, Any], console) -> None:
         console.print(summary(pts, top, knee, bool(doc.get("slo")), doc.get("knee_reason", "")),
                       markup=False, highlight=False, soft_wrap=True)
     elif k == "probe":
-        from ..commands.probe import print_summary
+        from .probe_render import print_summary
 
         print_summary(doc, console)
     elif k == "diagnose":
         from .diagnose_render import terminal as diagnose_terminal
 
-        diagnose_terminal(doc, console)
+        diagnose_terminal(doc, console, all_causes=every)
     elif k == "compare":
         from .compare_render import terminal as compare_terminal
 

@@ -26,10 +26,10 @@ import math
 import re
 from typing import Any
 
-from ..collect import Scope, collector, crash_fact
+from ..collect import Scope, collector
 from ..host import Host
-from ..model import Fact, ParseError, SourceError
-from .netdev import interfaces
+from ..model import ParseError, SourceError
+from .netdev import per_iface
 from .records import is_uint, put
 
 UNSUPPORTED = "Operation not supported"
@@ -491,22 +491,6 @@ def parse_rss(text: str) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------- collectors
-
-
-def per_iface(prefix: str, host: Host, scope: Scope, fn) -> dict[str, object]:
-    try:
-        names = interfaces(host, scope)
-    except SourceError as exc:
-        return {prefix: Fact(missing=str(exc))}
-    out: dict[str, object] = {prefix: names}
-    for iface in names:
-        try:
-            out[f"{prefix}.{iface}"] = fn(iface)
-        except SourceError as exc:
-            out[f"{prefix}.{iface}"] = Fact(missing=host.blame(exc))
-        except Exception as exc:  # noqa: BLE001 - a parser bug: this port's fact is an error
-            out[f"{prefix}.{iface}"] = crash_fact(f"{prefix} of {iface}", exc)
-    return out
 
 
 def _run_or_unsupported(host: Host, argv: list[str]) -> str:

@@ -15,10 +15,11 @@ ena        ``eth0-Tx-Rx-3``; gve ``gve-ntfy-blk3@pci:0000:00:04.0``
 from __future__ import annotations
 
 import posixpath
+import re
 
-from ..collect import Scope, collector
+from ..collect import Scope, collector, crash_fact
 from ..host import Host
-from ..model import Fact, SourceError
+from ..model import Fact, ParseError, SourceError
 from .process import parse_cpulist
 from .procfs import parse_interrupts
 from .records import is_uint
@@ -146,8 +147,6 @@ def rps_map(host: Host, iface: str) -> dict[str, object]:
     those CPUs; RFS (``rps_flow_cnt`` > 0 with ``net.core.rps_sock_flow_entries`` > 0)
     steers each flow, within that mask, to the CPU its reader last ran on. Absent
     without CONFIG_RPS: None."""
-    from .qdisc import parse_cpumask
-
     base = f"/sys/class/net/{iface}/queues"
     queues = sorted((q for q in host.listdir(base) if q.startswith("rx-")),
                     key=lambda n: int(n[3:]) if is_uint(n[3:]) else 0)
@@ -169,6 +168,34 @@ def rps_map(host: Host, iface: str) -> dict[str, object]:
 
 @collector("rps", multi=True)
 def rps(host: Host, scope: Scope) -> dict[str, object]:
-    from .ethtool import per_iface
-
     return per_iface("rps", host, scope, lambda i: rps_map(host, i))
+
+
+def per_iface(prefix: str, host: Host, scope: Scope, fn) -> dict[str, object]:
+    """``fn(iface)`` for every interface of ``scope`` (ethtool, qdisc, pfc and rps facts):
+    missing with the reason when it cannot be read, an error fact when ``fn`` raised."""
+    try:
+        names = interfaces(host, scope)
+    except SourceError as exc:
+        return {prefix: Fact(missing=str(exc))}
+    out: dict[str, object] = {prefix: names}
+    for iface in names:
+        try:
+            out[f"{prefix}.{iface}"] = fn(iface)
+        except SourceError as exc:
+            out[f"{prefix}.{iface}"] = Fact(missing=host.blame(exc))
+        except Exception as exc:  # noqa: BLE001 - a parser bug: this port's fact is an error
+            out[f"{prefix}.{iface}"] = crash_fact(f"{prefix} of {iface}", exc)
+    return out
+
+
+def parse_cpumask(text: str) -> list[int]:
+    """``00000000,0000000f`` -> ``[0, 1, 2, 3]`` (rps_cpus, xps_cpus)."""
+    s = text.strip()
+    # 256 words of 32 bits = 8192 CPUs, the kernel's largest NR_CPUS.
+    if not re.fullmatch(r"[0-9a-fA-F]{1,8}(,[0-9a-fA-F]{1,8}){0,255}", s):
+        raise ParseError(f"not a CPU mask: {s[:40]!r}")
+    value = 0
+    for word in s.split(","):
+        value = (value << 32) | int(word, 16)
+    return [i for i in range(value.bit_length()) if value >> i & 1]

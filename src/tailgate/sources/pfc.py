@@ -126,7 +126,7 @@ def _one(host: Host, iface: str) -> dict[str, Any]:
 
 @collector("net.pfc", counter=True, multi=True)
 def net_pfc(host: Host, scope: Scope) -> dict[str, object]:
-    from .ethtool import per_iface
+    from .netdev import per_iface
 
     return per_iface("net.pfc", host, scope, lambda i: _one(host, i))
 

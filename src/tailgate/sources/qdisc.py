@@ -20,7 +20,7 @@ from typing import Any
 from ..collect import Scope, collector
 from ..host import Host
 from ..model import ParseError, SourceError
-from .ethtool import per_iface
+from .netdev import parse_cpumask, per_iface
 from .records import is_uint, loads_unique
 
 # Active queue management: drops (or marks) early and by flow, not at the tail.
@@ -101,18 +101,6 @@ def classify(qdiscs: list[dict[str, Any]]) -> dict[str, Any]:
     return {"root": root["kind"],
             "leaves": [{"kind": q["kind"], "parent": q["parent"], "class": tag(q["kind"])}
                        for q in leaves]}
-
-
-def parse_cpumask(text: str) -> list[int]:
-    """``00000000,0000000f`` -> ``[0, 1, 2, 3]``."""
-    s = text.strip()
-    # 256 words of 32 bits = 8192 CPUs, the kernel's largest NR_CPUS.
-    if not re.fullmatch(r"[0-9a-fA-F]{1,8}(,[0-9a-fA-F]{1,8}){0,255}", s):
-        raise ParseError(f"not a CPU mask: {s[:40]!r}")
-    value = 0
-    for word in s.split(","):
-        value = (value << 32) | int(word, 16)
-    return [i for i in range(value.bit_length()) if value >> i & 1]
 
 
 def parse_cpulist(text: str) -> list[int]:

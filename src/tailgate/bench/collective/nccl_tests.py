@@ -37,6 +37,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ...errors import InputError
 from .spec import BUS_FACTORS
 
 _HEADER_NAMES = {"size", "bytes"}
@@ -59,7 +60,7 @@ _INT = re.compile(r"^-?[0-9]+$")
 _TIMESTAMP = re.compile(r"^[0-9]{4}-[0-9][0-9]-[0-9][0-9]$")
 
 
-class NcclTestsError(ValueError):
+class NcclTestsError(InputError):
     """The text is not nccl-tests output, or a row does not fit its header (says where)."""
 
 
