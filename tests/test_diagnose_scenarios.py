@@ -415,8 +415,14 @@ def test_stops_and_loss_are_both_named():
     assert {"stopped", "retransmit"} <= set(claimed(doc)), explain(doc)
 
 
+# A wait on the lock counts only for the requests of the thread that waited (issue 45): the
+# lock is held twice as often as in the scenarios alone (4 ms every 20th request), so that the
+# requests that waited on it fill the P90 under the other cause's P99.
+PAIR_HOLD = {"hold_us": 4000, "every": 20}
+
+
 def test_futex_and_loss_are_both_named():
-    with Veth() as v, lockserver(hold_us=3000, every=40, veth=v) as (url, pid), \
+    with Veth() as v, lockserver(**PAIR_HOLD, veth=v) as (url, pid), \
             random_loss(v.host, 0.02):
         doc = diagnose(url, pid, *TCP)
     assert {"futex", "retransmit"} <= set(claimed(doc)), explain(doc)
@@ -431,7 +437,7 @@ def test_futex_and_contention_are_both_named():
 
 
 def test_futex_and_stops_are_both_named():
-    with lockserver(hold_us=3000, every=40) as (url, pid), stopping(pid, every_s=1.0, for_s=0.02):
+    with lockserver(**PAIR_HOLD) as (url, pid), stopping(pid, every_s=1.0, for_s=0.02):
         doc = diagnose(url, pid, *TCP)
     assert {"futex", "stopped"} <= set(claimed(doc)), explain(doc)
 

@@ -252,7 +252,15 @@ def test_diagnose_page(tmp_path):
              + sum(1 for v in tl["instants"].values() if any(v))
              + sum(len(names) for src, names in sources.items() if src not in quiet))
     assert len(tl["series"]) >= 20, sorted(tl["series"])
-    assert traces(r.dom) == drawn + 2
+    # the band layer (timeline.bands: the slowest requests' chains): a bar trace per source
+    # and kind, and a line joining each chain's links (the stops: stopped <- the stopper)
+    bands = tl["bands"]
+    per_request = Counter((b["source"], b["request"]) for b in bands if b["kind"] != "request")
+    line = int(any(n > 1 for n in per_request.values()))
+    assert bands and line, bands[:5]
+    assert bars(figure(r.dom, "timeline")) == len({(b["source"], b["kind"]) for b in bands})
+    assert "bands: the slowest requests' chains" in r.dom
+    assert traces(r.dom) == drawn + 2 + line
     said = re.findall(r"<li>(L\d) (\w+): ([^<]*)</li>", figure(r.dom, "timeline").split(
         'id="quiet"', 1)[1].split("</ul>", 1)[0]) if quiet else []
     assert {(layer, kind): names.split(", ") for layer, kind, names in said} == {
@@ -272,7 +280,10 @@ def test_diagnose_page(tmp_path):
     # no colour twice in a row (each row's traces, left and right axis together)
     timeline = figure(r.dom, "timeline")
     rows = _row_colours(timeline)
-    assert len(rows) == 1 + len(kinds), rows.keys()
+    assert len(rows) == 1 + len(kinds) + line, rows.keys()
+    # the band row (the second): the chains' line, one path per chain, one grey
+    chained = sum(n > 1 for n in per_request.values())
+    assert rows.pop("x2") == ["rgb(85, 85, 85)"] * chained
     want = [2] + [len(series) for _, _, series in timeline_panels(tl)]
     assert sorted(len(c) for c in rows.values()) == sorted(want)
     for axis, colours in rows.items():

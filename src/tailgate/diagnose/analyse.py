@@ -59,6 +59,7 @@ def analyse(spec: DiagnoseSpec, ev: Evidence) -> dict[str, Any]:
 
     from .attribution import attribute, merge_spans, part_share, subtract_spans
     from .causes import CAUSES
+    from .chain import Blame, owned_causes, report
     from .timeline import timeline
 
     opts = spec.options
@@ -103,7 +104,14 @@ def analyse(spec: DiagnoseSpec, ev: Evidence) -> dict[str, Any]:
                         if k in bench_doc}
         doc["bench"]["histograms"] = bench_doc.get("histograms")
         t0 = min(t0, int(starts.min())) if len(starts) else t0
-        attributions, info = attribute(starts, ends, {CAUSES[k]: v for k, v in spans.items()},
+        # the chain of blame: who served each request, whom it waited for; a wait counts
+        # only for the requests of the thread it belongs to (diagnose.chain)
+        blame = Blame.of(events, _service_threads(events, maps), port, starts, ends, sends,
+                         arrives, spans["throttled"])
+        causes = {CAUSES[k]: v for k, v in spans.items()}
+        causes.update({CAUSES[k]: own for k, own in
+                       owned_causes(blame, events, starts, ends, spans["throttled"]).items()})
+        attributions, info = attribute(starts, ends, causes,
                                        opts.min_cover, opts.min_lift, opts.min_share,
                                        sends=sends, min_ms=opts.min_ms, arrives=arrives)
         doc["tail"] = info
@@ -145,7 +153,16 @@ def analyse(spec: DiagnoseSpec, ev: Evidence) -> dict[str, Any]:
                                           int(bin_s * 1e9), len(tl["t_ms"]))
     doc["counters"] = ev.counters.to_json()
     _steal(doc, tl["series"], ev.load_cpus, cpus)
+    if bench_doc is not None:
+        report(blame, doc, starts, ends, {"min_cover": opts.min_cover, "min_lift": opts.min_lift,
+                                          "min_share": opts.min_share, "min_ms": opts.min_ms},
+               ev.task_cgroups, set(pids))
     return doc
+
+
+def _service_threads(events, maps) -> set[int]:
+    """The service's threads: those the probe counted switches of or named at depth 1."""
+    return set(maps.switches) | {t.tid for t in events.tasks.values() if t.depth == 1}
 
 
 def _steal(doc: dict[str, Any], series: dict[str, Any], load_cpus: tuple[int, ...],
@@ -199,7 +216,10 @@ def _threads(events, maps, starts, ends, t_end: int) -> dict[int, dict[str, Any]
     for tid, t in events.exits.items():  # gone: no thread of the service from then on
         if t < t_end:
             add(tid, "unseen", t, t_end)
+    service = _service_threads(events, maps)
     for tid, (since, nr) in maps.open_waits.items():  # still waiting when the probe ended
+        if tid not in service:  # a waker the chain tracked: no thread of the service
+            continue
         if since < t_end:
             add(tid, syscall_class(nr), since, t_end)
     return {tid: {k: np.array(v, dtype=np.int64) for k, v in kinds.items()}

@@ -116,25 +116,44 @@ def overlap_ns(starts: np.ndarray, ends: np.ndarray, spans: np.ndarray) -> np.nd
     return upto(ends) - upto(starts)
 
 
+@dataclass(frozen=True)
+class Owned:
+    """Evidence already set against each request (diagnose.chain.owned): whether any of it
+    overlapped the request's window (``hit``) and for how long (``inside``, ns), counting for
+    each request only the threads it belongs to. ``spans``: the union of what was counted
+    (events and total time); ``threads``: how many threads' evidence was counted."""
+
+    hit: np.ndarray
+    inside: np.ndarray
+    spans: np.ndarray
+    threads: int = 0
+
+
 GENERATOR = Cause("generator", "load", "the load generator itself sent them late or read "
                   "their replies late (its own lateness, not the service)",
                   "Give the generator more cores (--workers) or a lower --rate; its lateness "
                   "is in the bench result.")
 
 
-def _score(cause: Cause, spans: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+def _score(cause: Cause, spans: np.ndarray | Owned, starts: np.ndarray, ends: np.ndarray,
            tail: np.ndarray, tail999: np.ndarray, level: str, cut: float,
            crit: dict[str, float]) -> Attribution:
-    """How strongly ``spans`` co-occur with the requests of ``tail`` (those above ``level``)."""
+    """How strongly ``spans`` co-occur with the requests of ``tail`` (those above ``level``);
+    :class:`Owned` evidence counts for each request only where it belongs to it."""
     lat = ends - starts
-    hit = covered(starts, ends, spans)
+    own = spans if isinstance(spans, Owned) else None
+    if own is not None:
+        hit, spans = own.hit, own.spans
+    else:
+        hit = covered(starts, ends, spans)
     n_tail = int(tail.sum())
     tail_cover = float(hit[tail].mean()) if n_tail else 0.0
     all_cover = float(hit.mean())
     lift = tail_cover / all_cover if all_cover > 0 else (float("inf") if tail_cover else 0.0)
     total = float((spans[:, 1] - spans[:, 0]).sum()) / 1e6 if len(spans) else 0.0
     if total > 0 and n_tail:
-        inside = overlap_ns(starts[tail], ends[tail], spans)
+        inside = (own.inside[tail] if own is not None
+                  else overlap_ns(starts[tail], ends[tail], spans))
         share = float((inside / np.maximum(lat[tail], 1)).mean())
         mean_ms = float(inside.mean()) / 1e6
     else:  # instants (retransmissions): the request waited for the whole recovery
@@ -159,7 +178,7 @@ def _score(cause: Cause, spans: np.ndarray, starts: np.ndarray, ends: np.ndarray
     return a
 
 
-def attribute(starts: np.ndarray, ends: np.ndarray, causes: dict[Cause, np.ndarray],
+def attribute(starts: np.ndarray, ends: np.ndarray, causes: dict[Cause, np.ndarray | Owned],
               min_cover: float = 0.5, min_lift: float = 1.5, min_share: float = 0.1,
               sends: np.ndarray | None = None, min_ms: float = 1.0,
               arrives: np.ndarray | None = None) -> tuple[list[Attribution], dict]:

@@ -22,6 +22,59 @@ NET_SOFTIRQS = (2, 3)
 PROBE_BIN_NS = 20_000_000  # the probe's @swbin and @sirq bins (diagnose.bt)
 
 
+@dataclass(frozen=True)
+class Behind:
+    """The task a run-queue wait ended behind: the one its thread got the CPU from (tid 0:
+    the CPU was idle, the wait was the wake-up's own latency)."""
+
+    tid: int
+    tgid: int
+    cpu: int
+    comm: str
+
+
+@dataclass(frozen=True)
+class Wake:
+    """A watched task woken (``sched_waking``): by task ``tid`` of ``tgid`` on ``cpu``, or, when
+    ``ctx`` is not ``task``, in an interrupt that ran on top of that task."""
+
+    wakee: int
+    t: int
+    tid: int
+    tgid: int
+    cpu: int
+    ctx: str  # task | timer | softirq | irq
+    comm: str
+
+
+@dataclass(frozen=True)
+class WakerWait:
+    """A wait of a waker (a task tracked because it woke a service thread or another waker)."""
+
+    kind: str  # runq | stopped | offcpu
+    tid: int
+    a: int
+    b: int
+    nr: int = -1  # offcpu: the syscall it blocked in (-1: none)
+    preempted: bool = False  # runq: after an involuntary switch
+    behind: Behind | None = None  # runq: the task it got the CPU from
+
+
+@dataclass(frozen=True)
+class Task:
+    """A task the probe tracked: depth 1 a thread of the service, 2 a waker of one, 3 a
+    waker's waker; ``since``: its first switch out (before it, what it did is not known)."""
+
+    tid: int
+    tgid: int
+    depth: int
+    since: int
+    comm: str
+
+
+CONTEXTS = ("task", "timer", "softirq", "irq")
+
+
 @dataclass
 class Events:
     """Intervals (ns) per kind, and retransmission instants with their ports."""
@@ -32,6 +85,13 @@ class Events:
     preempted: set[tuple[int, int]] = field(default_factory=set)  # (tid, a) of runq waits
     offcpu: list[tuple[int, int, int, int]] = field(default_factory=list)  # tid, a, b, syscall
     exits: dict[int, int] = field(default_factory=dict)  # tid -> its last switch out
+    # the chain of blame (diagnose.chain): whom a run-queue wait was behind, who woke whom,
+    # the wakers' own waits, the tasks tracked, and the reads of the service's connections
+    behind: dict[tuple[int, int], Behind] = field(default_factory=dict)  # (tid, a) of runq
+    wakes: list[Wake] = field(default_factory=list)
+    waker_waits: list[WakerWait] = field(default_factory=list)
+    tasks: dict[int, Task] = field(default_factory=dict)
+    reads: list[tuple[int, int, int, int]] = field(default_factory=list)  # tid, t, sport, dport
     malformed: int = 0
 
     def softirq_spans(self, cpus: tuple[int, ...], vecs: tuple[int, ...] = NET_SOFTIRQS
@@ -63,6 +123,13 @@ class Events:
 ATTACHED = "tailgate-diagnose: attached"  # diagnose.bt's BEGIN line: every probe attached
 
 
+def _behind(parts: list[str]) -> Behind:
+    tid, tgid, cpu = (int(x) for x in parts[:3])
+    if tid < 0 or tgid < 0 or cpu < 0:
+        raise ValueError(parts)
+    return Behind(tid, tgid, cpu, " ".join(parts[3:]))
+
+
 def parse_events(chunks: list[str]) -> Events:
     """The probe's printf lines (pure). A line that is not an event is counted, not fatal."""
     ev = Events()
@@ -70,29 +137,72 @@ def parse_events(chunks: list[str]) -> Events:
         for line in chunk.splitlines():
             parts = line.split()
             try:
-                if parts and parts[0] in KINDS and len(parts) == 4 + (parts[0] == "R"):
+                kind = parts[0] if parts else ""
+                if kind == "R" and len(parts) in (5, *range(9, 16)):
                     tid, a, b = (int(x) for x in parts[1:4])
-                    if b < a or a <= 0 or (parts[0] == "R" and parts[4] not in ("0", "1")):
+                    if b < a or a <= 0 or parts[4] not in ("0", "1"):
                         raise ValueError(line)
-                    ev.intervals.setdefault(KINDS[parts[0]], []).append((tid, a, b))
-                    if parts[0] == "R" and parts[4] == "1":
+                    ev.intervals.setdefault("runq", []).append((tid, a, b))
+                    if parts[4] == "1":
                         ev.preempted.add((tid, a))
-                elif parts and parts[0] == "Q" and len(parts) == 5:
+                    if len(parts) > 5:
+                        ev.behind[(tid, a)] = _behind(parts[5:])
+                elif kind in KINDS and len(parts) == 4:
+                    tid, a, b = (int(x) for x in parts[1:4])
+                    if b < a or a <= 0:
+                        raise ValueError(line)
+                    ev.intervals.setdefault(KINDS[kind], []).append((tid, a, b))
+                elif kind == "r" and len(parts) >= 9:
+                    tid, a, b = (int(x) for x in parts[1:4])
+                    if b < a or a <= 0 or parts[4] not in ("0", "1"):
+                        raise ValueError(line)
+                    ev.waker_waits.append(WakerWait("runq", tid, a, b, -1, parts[4] == "1",
+                                                    _behind(parts[5:])))
+                elif kind == "s" and len(parts) == 4:
+                    tid, a, b = (int(x) for x in parts[1:4])
+                    if b < a or a <= 0:
+                        raise ValueError(line)
+                    ev.waker_waits.append(WakerWait("stopped", tid, a, b))
+                elif kind == "o" and len(parts) == 5:
+                    tid, a, b, nr = (int(x) for x in parts[1:])
+                    if b < a or a <= 0 or nr < -1:
+                        raise ValueError(line)
+                    ev.waker_waits.append(WakerWait("offcpu", tid, a, b, nr))
+                elif kind == "W" and len(parts) >= 7:
+                    wakee, t, tid, tgid, cpu, ctx = (int(x) for x in parts[1:7])
+                    if t <= 0 or not 0 <= ctx < len(CONTEXTS) or cpu < 0:
+                        raise ValueError(line)
+                    ev.wakes.append(Wake(wakee, t, tid, tgid, cpu, CONTEXTS[ctx],
+                                         " ".join(parts[7:])))
+                elif kind == "N" and len(parts) >= 5:
+                    tid, tgid, depth, t = (int(x) for x in parts[1:5])
+                    if t <= 0 or not 1 <= depth <= 3:
+                        raise ValueError(line)
+                    old = ev.tasks.get(tid)
+                    # a waker found later at a smaller depth keeps its first sight
+                    ev.tasks[tid] = Task(tid, tgid, depth, old.since if old else t,
+                                         " ".join(parts[5:]))
+                elif kind == "C" and len(parts) == 5:
+                    tid, t, sport, dport = (int(x) for x in parts[1:])
+                    if t <= 0 or not (0 < sport < 65536 and 0 < dport < 65536):
+                        raise ValueError(line)
+                    ev.reads.append((tid, t, sport, dport))
+                elif kind == "Q" and len(parts) == 5:
                     vec, cpu, a, b = (int(x) for x in parts[1:])
                     if b < a or a <= 0 or not 0 <= vec < len(SOFTIRQS):
                         raise ValueError(line)
                     ev.softirqs.append((vec, cpu, a, b))
-                elif parts and parts[0] == "O" and len(parts) == 5:
+                elif kind == "O" and len(parts) == 5:
                     tid, a, b, nr = (int(x) for x in parts[1:])
                     if b < a or a <= 0 or nr < -1:
                         raise ValueError(line)
                     ev.offcpu.append((tid, a, b, nr))
-                elif parts and parts[0] == "X" and len(parts) == 3:
+                elif kind == "X" and len(parts) == 3:
                     tid, t = int(parts[1]), int(parts[2])
                     if t <= 0:
                         raise ValueError(line)
                     ev.exits[tid] = t
-                elif parts and parts[0] == "T" and len(parts) == 4:
+                elif kind == "T" and len(parts) == 4:
                     t, sport, dport = (int(x) for x in parts[1:])
                     ev.retransmits.append((t, sport, dport))
                 elif parts and line.strip() != ATTACHED:
@@ -201,3 +311,29 @@ class Poller:
     def __exit__(self, *exc) -> None:
         self.stop.set()
         self.thread.join(5)
+
+
+def chain_pids(ev: Events) -> set[int]:
+    """The processes the chain of blame names (wakers, tasks run-queue waits were behind)."""
+    out = {t.tgid for t in ev.tasks.values()} | {w.tgid for w in ev.wakes}
+    out |= {b.tgid for b in ev.behind.values()}
+    out |= {w.behind.tgid for w in ev.waker_waits if w.behind is not None}
+    out.discard(0)
+    return out
+
+
+def task_cgroups(host: Host, pids: set[int]) -> dict[int, str]:
+    """Each live process's cgroup (its v1 ``cpu`` controller's, else its v2 one's), as
+    ``/proc/PID/cgroup`` names it; a process gone since is left out (named without one)."""
+    from ..sources.cgroup import parse_proc_cgroup
+
+    out: dict[int, str] = {}
+    for pid in sorted(pids):
+        try:
+            groups = parse_proc_cgroup(host.read(f"/proc/{pid}/cgroup"))
+        except SourceError:
+            continue
+        path = groups.get("cpu", groups.get(""))
+        if path is not None:
+            out[pid] = path
+    return out

@@ -129,8 +129,9 @@ def collect(spec: DiagnoseSpec, tmp: str, say: Callable[[str], None] = lambda te
     and read back what every source recorded over the window."""
     from ..probes.driver import Run, attached
     from ..probes.output import parse_output
+    from .analyse import _port
     from .counters import CounterPoller
-    from .evidence import ATTACHED, Poller, parse_events, parse_maps
+    from .evidence import ATTACHED, Poller, chain_pids, parse_events, parse_maps, task_cgroups
     from .profile import ATTACHED as PROFILE_ATTACHED
     from .profile import program as profile_program
 
@@ -154,7 +155,9 @@ def collect(spec: DiagnoseSpec, tmp: str, say: Callable[[str], None] = lambda te
         prof = (stack.enter_context(attached(Run("diagnose_profile", probe_s, 0, pids,
                                                  text=profile_program(spec.profile_hz))))
                 if opts.profile else None)
-        probe = stack.enter_context(attached(Run("diagnose", probe_s, 0, pids)))
+        # the service's port: the probe names the thread that read each request
+        port = (_port(spec.target) if spec.target else None) or 0
+        probe = stack.enter_context(attached(Run("diagnose", probe_s, 0, pids, extra=(port,))))
         _await_line(probe, ATTACHED)  # its BEGIN: the load starts once every probe is on
         if prof:
             _await_line(prof, PROFILE_ATTACHED)
@@ -201,6 +204,8 @@ def collect(spec: DiagnoseSpec, tmp: str, say: Callable[[str], None] = lambda te
         load_cpus=counter_spec.load_cpus,
         profile=_profile_samples(prof, spec.profile_hz) if prof else None,
         bench=bench_doc, log_path=log_path,
+        # read now: the tasks the chains name (an interfering job) may be gone later
+        task_cgroups=task_cgroups(host, chain_pids(events)),
         overhead={"probe_cpu_s": round(probe_cpu + prof_cpu, 3), "context_switches": switches,
                   "readout_s": round(readout_s, 3),
                   "readout_cpu_s": round(max(readout_cpu, 0.0), 3),

@@ -4,7 +4,7 @@ A new evidence source is one more field here, filled in ``collect`` and read in 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .counters import Polls
@@ -28,3 +28,5 @@ class Evidence:
     bench: dict[str, Any] | None  # the load's tailgate_bench document (None: passive)
     log_path: str  # the load's per-request log
     overhead: dict[str, Any]  # what the probes and polls cost (the document's "overhead")
+    # the cgroup of each process the chains of blame name (pid -> path), read after the window
+    task_cgroups: dict[int, str] = field(default_factory=dict)

@@ -84,6 +84,8 @@ class Run:
     # A program generated from a fixed template (malloc: its uprobes depend on the
     # allocators found), run with -e instead of the shipped file.
     text: str | None = None
+    # Integers after the pids ($11, $12, ...): diagnose's service port.
+    extra: tuple[int, ...] = ()
 
     def params(self) -> list[str]:
         ms = int(round(self.duration_s * 1000))
@@ -96,7 +98,10 @@ class Run:
             raise ValueError(f"at most {MAX_PIDS} process ids per probe, got {len(pids)}")
         # Unused slots repeat the first pid so that none matches pid 0 (the idle task).
         slots = (pids + [pids[0]] * MAX_PIDS)[:MAX_PIDS] if pids else [0] * MAX_PIDS
-        return [str(ms), str(self.mode), *(str(p) for p in slots)]
+        for x in self.extra:
+            if not (isinstance(x, int) and 0 <= x < 2**32):
+                raise ValueError(f"invalid probe parameter {x!r}")
+        return [str(ms), str(self.mode), *(str(p) for p in slots), *map(str, self.extra)]
 
     def argv(self) -> list[str]:
         program = ["-e", self.text] if self.text else [str(program_path(self.program))]

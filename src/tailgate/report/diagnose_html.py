@@ -107,19 +107,75 @@ def _units(series: list[tuple[str, str, list]]) -> str:
     return "ms per bin" if ms == {True} else "counts and levels per bin"
 
 
+BAND_KEYS = ("row", "start_ms", "end_ms", "kind", "label", "source", "request")
+
+
+def band_rows(bands: list[dict[str, Any]]) -> list[str]:
+    """The band layer's rows, in the order they first appear (a source lists its own rows
+    together: a request above the threads its chain went through)."""
+    return list(dict.fromkeys(b["row"] for b in bands))
+
+
+def add_bands(fig, bands: list[dict[str, Any]], row: int) -> None:
+    """The generic band layer (``timeline.bands``): each band a bar from ``start_ms`` to
+    ``end_ms`` on its ``row``, one colour per ``source``/``kind`` (one trace each, so a few
+    thousand bands stay light), its ``label`` on hover; the bands of one request from one
+    source linked by a dotted line through their ends (a chain: each link ends where the
+    wake-up ending the link before it came from)."""
+    import plotly.graph_objects as go
+
+    by: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for b in bands:
+        by.setdefault((b["source"], b["kind"]), []).append(b)
+    colours = palette(len(by))
+    for ((source, kind), group), colour in zip(sorted(by.items()), colours, strict=True):
+        fig.add_trace(go.Bar(
+            orientation="h", y=[b["row"] for b in group],
+            x=[max(b["end_ms"] - b["start_ms"], 0.0) for b in group],
+            base=[b["start_ms"] for b in group], name=f"{source}: {kind}", legend="legend2",
+            marker={"color": colour}, hovertext=[
+                f"{b['label']}" + (f" (request {b['request']})" if b["request"] is not None
+                                   else "") for b in group],
+            hoverinfo="text"), row=row, col=1)
+    chains: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for b in bands:
+        if b["request"] is not None and b["kind"] != "request":
+            chains.setdefault((b["source"], b["request"]), []).append(b)
+    xs: list[float | None] = []
+    ys: list[str | None] = []
+    for links in chains.values():
+        if len(links) > 1:
+            xs += [b["end_ms"] for b in reversed(links)] + [None]
+            ys += [b["row"] for b in reversed(links)] + [None]
+    if xs:
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name="chain (who woke whom)",
+                                 legend="legend2", line={"dash": "dot", "color": "#555",
+                                                         "width": 1}), row=row, col=1)
+    fig.update_yaxes(type="category", categoryorder="array",
+                     categoryarray=list(reversed(band_rows(bands))), row=row, col=1)
+
+
 def timeline_figure(tl: dict[str, Any], claimed: str | None = None):
-    """Request latency on top, then one zoomable row per layer and evidence kind (time per bin
-    on the left axis, counts and levels on the right), all on the window's shared time axis,
-    each row with its own legend beside it and no colour twice in it; the bins where the
-    claimed cause acted shaded across every row."""
+    """Request latency on top, then the band layer (``timeline.bands``: the chains of the
+    slowest requests across the threads involved, and any other source's bands), then one
+    zoomable row per layer and evidence kind (time per bin on the left axis, counts and
+    levels on the right), all on the window's shared time axis, each row with its own legend
+    beside it and no colour twice in it; the bins where the claimed cause acted shaded
+    across every row."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     panels = timeline_panels(tl)
-    rows = 1 + len(panels)
+    bands = tl.get("bands") or []
+    first = 2 + bool(bands)  # the first evidence panel's row
+    rows = first - 1 + len(panels)
+    heights = [1.0] + ([max(1.0, 0.25 * len(band_rows(bands)))] if bands else []) \
+        + [1.0] * len(panels)
     fig = make_subplots(rows=rows, cols=1, shared_xaxes=True, vertical_spacing=0.3 / rows,
-                        specs=[[{"secondary_y": True}]] * rows,
+                        specs=[[{"secondary_y": True}]] * rows, row_heights=heights,
                         subplot_titles=["request latency (P99 and max per bin, ms)"]
+                        + (["bands: the slowest requests' chains (hover for each link)"]
+                           if bands else [])
                         + [f"{layer} {kind}: {_units(series)}" for layer, kind, series in panels])
     t = tl["t_ms"]
     step = max(1, len(t) // MAX_POINTS)
@@ -130,7 +186,12 @@ def timeline_figure(tl: dict[str, Any], claimed: str | None = None):
         fig.add_trace(go.Scatter(x=t[::step], y=tl["latency_max_ms"][::step], name="max",
                                  mode="lines", line={"color": top[1]}), row=1, col=1)
     legends: dict[str, Any] = {}
-    for i, (_, _, series) in enumerate(panels, 2):
+    if bands:
+        add_bands(fig, bands, 2)
+        domain = fig.get_subplot(2, 1).yaxis.domain
+        legends["legend2"] = {"y": domain[1], "yanchor": "top", "x": 1.06, "xanchor": "left",
+                              "font": {"size": 10}}
+    for i, (_, _, series) in enumerate(panels, first):
         legend = f"legend{i}"
         # the right axis only beside a left one: plotly cannot lay out an overlaying axis
         # whose base axis has no trace (the whole figure then draws nothing)
@@ -156,7 +217,8 @@ def timeline_figure(tl: dict[str, Any], claimed: str | None = None):
                           name=f"claimed: {claimed}")
         title += f"; shaded: where {claimed} (claimed) acted"
     top_domain = fig.get_subplot(1, 1).yaxis.domain
-    fig.update_layout(height=120 + 200 * rows, title=title,
+    fig.update_layout(height=120 + 200 * rows + (20 * len(band_rows(bands)) if bands else 0),
+                      title=title, barmode="overlay",
                       margin={"l": 60, "r": 260, "t": 70, "b": 40},
                       legend={"y": top_domain[1], "yanchor": "top", "x": 1.06, "xanchor": "left",
                               "font": {"size": 10}}, **legends)
@@ -202,6 +264,11 @@ def diagnose_page(doc: dict[str, Any]) -> str:
     parts.append("<p><b>verdict:</b> " + (e(f"{v['first']} ({v['layer']}) explains the tail "
                                               "first") if v["first"] else
                                             e(f"nothing claimed: {v['unexplained']}")) + "</p>")
+    chain = v.get("chain")
+    if chain:
+        parts.append(f"<p id='chain'><b>chain of blame ({chain['tail']} tail):</b> "
+                     f"{e(chain['sentence'])}<br><b>remedy (its last link):</b> "
+                     f"{e(chain['remedy'])}</p>")
     rows = "".join(
         f"<tr class='{'worse' if c['claimed'] else ''}'><td>{e(c['layer'])}</td>"
         f"<td>{e(c['cause'])}</td><td>{'claimed' if c['claimed'] else ''}</td>"

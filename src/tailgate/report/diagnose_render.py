@@ -52,6 +52,11 @@ def terminal(doc: dict[str, Any], console, all_causes: bool = False) -> None:
     else:
         console.print(f"verdict: nothing claimed - {v['unexplained']}", highlight=False,
                       markup=False)
+    chain = v.get("chain")
+    if chain:
+        console.print(f"chain: {chain['sentence']}", highlight=False, markup=False)
+        console.print(f"       remedy (its last link): {chain['remedy']}", highlight=False,
+                      markup=False)
     accounting(doc.get("accounting"), console)
     profile(doc.get("profile"), console)
 

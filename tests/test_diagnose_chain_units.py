@@ -1,0 +1,309 @@
+"""The chain of blame (diagnose.chain), on probe lines written as diagnose.bt prints them:
+who served each request, the walk back through the wakers, ownership of evidence, the
+judgement of chains and the timeline's bands."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from tailgate.diagnose.attribution import Owned, attribute, covered
+from tailgate.diagnose.causes import CAUSES
+from tailgate.diagnose.chain import Blame, bands, judge
+from tailgate.diagnose.evidence import parse_events
+from tailgate.probes.driver import program_path
+
+pytestmark = pytest.mark.unit
+
+MS = 1_000_000
+T0 = 10_000 * MS
+PORT = 8080
+SVC = 100  # the service's pid; 101.. its threads
+GEN = 50  # the generator's thread
+CRIT = {"min_cover": 0.5, "min_lift": 1.5, "min_share": 0.1, "min_ms": 1.0}
+
+
+def request(i: int, conn: int, tid: int, lat_ms: float) -> tuple[list[str], int, int]:
+    """The reads of one request: the service's thread ``tid`` reads it 0.1 ms after it is
+    sent on connection ``conn``; the generator reads the reply just before its end."""
+    a = T0 + i * 20 * MS
+    b = a + int(lat_ms * MS)
+    return [f"C {tid} {a + MS // 10} {PORT} {conn}", f"C {GEN} {b - 20_000} {conn} {PORT}"], a, b
+
+
+def names(*tids: int, since: int = T0 - 1000 * MS) -> list[str]:
+    return [f"N {t} {SVC} 1 {since} srv" for t in tids]
+
+
+def run(lines: list[str], starts: list[int], ends: list[int], service=(101, 102, 103, 104)):
+    ev = parse_events(["\n".join(lines)])
+    assert ev.malformed == 0
+    s, e = np.array(starts, np.int64), np.array(ends, np.int64)
+    return ev, s, e, Blame.of(ev, set(service), PORT, s, e)
+
+
+def lock_preempted(slow_every: int = 10, n: int = 200):
+    """Handler 101 serves every request; every ``slow_every``-th waits 10 ms on a futex for
+    holder 102, itself runnable behind `busy` (pid 900) on CPU 1 for 9.5 ms of it. Thread 103
+    is parked on a futex for the whole run."""
+    lines = names(101, 102, 103)
+    starts, ends = [], []
+    for i in range(n):
+        slow = i % slow_every == 0
+        rl, a, b = request(i, 40000 + i % 4, 101, 11 if slow else 0.5)
+        lines += rl
+        if slow:
+            lines += [f"O 101 {a + MS // 5} {a + 10 * MS} 202",
+                      f"F 101 {a + MS // 5} {a + 10 * MS}",
+                      f"W 101 {a + 10 * MS - 10_000} 102 {SVC} 1 0 srv",
+                      f"R 102 {a + MS // 10} {a + 9 * MS + MS // 2} 1 901 900 1 busy"]
+        starts.append(a)
+        ends.append(b)
+    lines.append(f"F 103 {T0 - MS} {T0 + n * 20 * MS + MS}")
+    return lines, starts, ends
+
+
+def test_serving_thread_comes_from_the_reads_of_its_connection():
+    lines = names(101, 102)
+    starts, ends = [], []
+    for i, tid in enumerate((101, 102, 101)):
+        rl, a, b = request(i, 40000 + i, tid, 2)
+        lines += rl
+        starts.append(a)
+        ends.append(b)
+    # a read by 102 on another connection at the same time is not request 0's
+    lines.append(f"C 102 {T0 + MS // 5} {PORT} 49999")
+    _, _, _, bl = run(lines, starts, ends)
+    assert bl.serve.threads == [(101,), (102,), (101,)]
+    assert bl.serve.placed == 3 and bl.serve.pool == (101, 102)
+
+
+def test_futex_wait_behind_a_preempted_lock_holder():
+    ev, s, e, bl = run(*lock_preempted())
+    (c,) = bl.per_request[0]
+    assert c.signature == ("futex", "runq") and c.cut is None
+    first, holder = c.links
+    assert (first.tid, holder.tid) == (101, 102)
+    assert holder.behind.comm == "busy" and holder.behind.tgid == 900 and holder.behind.cpu == 1
+    # the holder's wait counted from the waiter's start to the wake-up
+    assert holder.a == first.a and holder.b == s[0] + 9 * MS + MS // 2
+    assert bl.per_request[1] == []
+    out = judge(bl, s, e, CRIT, {900: "/batch"}, {SVC})
+    v = out["verdict"]
+    assert v["links"] == ["futex", "runq"]
+    assert v["example"][1]["behind"] == {"tid": 901, "pid": 900, "comm": "busy", "cpu": 1,
+                                         "cgroup": "/batch"}
+    assert "its waker `srv` (tid 102) runnable but not running for 9.3 ms behind " \
+           "`busy` (pid 900, cgroup /batch) on CPU 1" in v["sentence"], v["sentence"]
+    assert v["remedy"].startswith("Give the thread at the end of the chain a CPU")
+    # every slow request's links in the JSON
+    assert len(out["slow"]) == 20 and all(r["chains"] for r in out["slow"])
+
+
+def test_a_thread_parked_for_the_whole_run_is_nobodys_cause():
+    """The old rule: thread 103's futex wait covers every request, lasts all of the slow
+    requests' latency and is claimed as pervasive. Owned, it counts for no request (103 read
+    nothing and woke nobody); the handler's own waits still do."""
+    ev, s, e, bl = run(*lock_preempted())
+    futex = np.array([(a, b) for _, a, b in ev.intervals["futex"]], np.int64)
+    assert covered(s, e, futex).all()
+    own = bl.owned(s, e, ev.intervals["futex"])
+    assert own.threads == 1 and own.hit.sum() == 20
+    atts, _ = attribute(s, e, {CAUSES["futex"]: own}, sends=None)
+    (a,) = atts
+    assert a.claimed and a.all_cover == pytest.approx(0.1)
+    only_idle = [(t, a, b) for t, a, b in ev.intervals["futex"] if t == 103]
+    old, _ = attribute(s, e, {CAUSES["futex"]: futex[-1:]})
+    assert old[0].claimed  # the bug this fixes
+    atts, _ = attribute(s, e, {CAUSES["futex"]: bl.owned(s, e, only_idle)})
+    assert not atts[0].claimed and atts[0].tail_cover == 0
+
+
+def test_the_holder_in_a_chain_owns_its_run_queue_wait_for_that_request():
+    ev, s, e, bl = run(*lock_preempted())
+    assert bl.scope[0].serving == (101,) and bl.scope[1].serving == (101,)
+    a = int(s[0])
+    assert bl.scope[0].clips == ((102, a + MS // 5, a + 10 * MS - 10_000),)
+    assert bl.scope[1].clips == ()
+    own = bl.owned(s, e, ev.runq_not_after_stop())
+    assert own.hit.sum() == 20 and own.hit[0] and not own.hit[1]
+
+
+def test_a_lock_convoy_is_one_link_to_its_holder():
+    """101 is woken by 104, another waiter, woken by the holder 102 that was preempted."""
+    lines = names(101, 102, 104)
+    rl, a, b = request(0, 40000, 101, 12)
+    lines += rl + [f"O 101 {a + MS // 5} {a + 11 * MS} 202",
+                   f"W 101 {a + 11 * MS - 5000} 104 {SVC} 1 0 srv",
+                   f"O 104 {a + MS // 10} {a + 10 * MS} 202",
+                   f"W 104 {a + 10 * MS - 5000} 102 {SVC} 1 0 srv",
+                   f"R 102 {a} {a + 9 * MS} 1 901 900 1 busy"]
+    _, _, _, bl = run(lines, [a], [b])
+    (c,) = bl.per_request[0]
+    assert c.signature == ("futex", "runq")
+    assert c.links[0].convoy == 1 and c.links[1].tid == 102
+
+
+def test_chains_leaving_the_watched_tasks_say_so():
+    """A read woken by an outside writer (depth 3, asleep: woken by a timer past the cap); a
+    wait woken by a timer; a waker first seen after the wait began."""
+    lines = names(101, 102) + [f"N 700 700 3 {T0 - MS} feeder"]
+    starts, ends = [], []
+    rl, a, b = request(0, 40000, 101, 10)
+    lines += rl + [f"O 101 {a + MS // 5} {a + 9 * MS} 202",
+                   f"W 101 {a + 9 * MS} 102 {SVC} 1 0 srv",
+                   f"O 102 {a} {a + 9 * MS - 10_000} 0",
+                   f"W 102 {a + 9 * MS - 20_000} 700 700 0 0 feeder",
+                   f"o 700 {a - MS} {a + 9 * MS - 30_000} 230",
+                   f"W 700 {a + 9 * MS - 40_000} 0 0 0 1 swapper/0"]
+    starts.append(a)
+    ends.append(b)
+    rl, a, b = request(1, 40001, 101, 5)
+    lines += rl + [f"O 101 {a + MS // 5} {a + 4 * MS} 230",
+                   f"W 101 {a + 4 * MS} 0 0 1 1 swapper/1"]
+    starts.append(a)
+    ends.append(b)
+    rl, a, b = request(2, 40002, 101, 5)
+    lines += rl + [f"O 101 {a + MS // 5} {a + 4 * MS} 202",
+                   f"W 101 {a + 4 * MS} 555 555 1 0 stranger"]
+    starts.append(a)
+    ends.append(b)
+    _, s, e, bl = run(lines, starts, ends)
+    (c,) = bl.per_request[0]
+    assert c.signature == ("futex", "read", "sleep") and c.cut == "depth"
+    assert c.links[2].tgid == 700
+    (c,) = bl.per_request[1]
+    assert c.signature == ("sleep", "timer") and c.links[1].cpu == 1 and c.cut is None
+    (c,) = bl.per_request[2]
+    assert c.signature == ("futex", "unknown") and c.cut == "untracked"
+    from tailgate.diagnose.chain import describe
+
+    text = describe(bl.per_request[0][0], {700: "/feeders"}, {SVC})
+    assert "`feeder` (pid 700, tid 700, cgroup /feeders; not a process of the service) asleep " \
+           "(clock_nanosleep)" in text and text.endswith("(cut: the chain goes on past 3 links)")
+
+
+def test_waits_for_work_are_no_link():
+    """The thread waited in epoll for the request to arrive, and again after its reply: the
+    request waited for neither."""
+    lines = names(101)
+    rl, a, b = request(0, 40000, 101, 3)
+    lines += rl + [f"O 101 {a - 50 * MS} {a + MS // 10} 232",
+                   f"O 101 {b - MS // 2} {b + 50 * MS} 232"]
+    _, _, _, bl = run(lines, [a], [b])
+    assert bl.per_request == [[]]
+
+
+def test_without_reads_every_thread_may_have_served():
+    lines = names(101, 102) + [f"F 102 {T0} {T0 + 5 * MS}"]
+    ev, s, e, bl = run(lines, [T0], [T0 + 6 * MS])
+    assert bl.serve.placed == 0 and bl.serve.pool == (101, 102, 103, 104)
+    assert "every thread" in bl.note
+    assert bl.owned(s, e, ev.intervals["futex"]).hit.tolist() == [True]
+
+
+def test_bands_are_the_generic_shape():
+    _, s, e, bl = run(*lock_preempted())
+    out = bands(bl, s, e, T0, limit=2)
+    assert {tuple(sorted(b)) for b in out} == {("end_ms", "kind", "label", "request", "row",
+                                                "source", "start_ms")}
+    req = [b for b in out if b["kind"] == "request"]
+    assert [b["request"] for b in req] == [0, 10]
+    holder = [b for b in out if b["row"] == "srv (102)" and b["request"] == 0]
+    assert holder[0]["kind"] == "runq" and holder[0]["start_ms"] == pytest.approx(0.2)
+    assert "behind busy (900)" in holder[0]["label"]
+    assert all(b["source"] == "chain" for b in out)
+
+
+def test_owned_counts_no_thread_it_did_not_use():
+    s, e = np.array([0, 100], np.int64), np.array([50, 150], np.int64)
+    from tailgate.diagnose.chain import Scope, owned
+
+    by = {1: np.array([[10, 20]]), 3: np.array([[0, 200]])}
+    own = owned(s, e, [Scope((1,)), Scope((2,))], by)
+    assert isinstance(own, Owned)
+    assert own.hit.tolist() == [True, False] and own.inside.tolist() == [10, 0]
+    assert own.threads == 1 and own.spans.tolist() == [[10, 20]]
+    # a chain thread's evidence only inside the window the request waited for it in
+    own = owned(s, e, [Scope((1,)), Scope((2,), ((3, 120, 130),))], by)
+    assert own.inside.tolist() == [10, 10] and own.threads == 2
+
+
+def test_the_probe_compiles():
+    """bpftrace's dry run (-d: parse, check and compile, attach nothing) of the program with
+    its wake-up and connection probes."""
+    if shutil.which("bpftrace") is None:
+        pytest.fail("bpftrace is not installed (Debian package bpftrace)")
+    out = subprocess.run(["bpftrace", "-d", str(program_path("diagnose")), "1000", "0",
+                          *["1"] * 8, str(PORT)], capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "WARNING" not in out.stderr, out.stderr
+
+
+def test_the_html_draws_the_band_layer():
+    """timeline.bands, drawn generically: a bar per band on its row, one trace per source and
+    kind (an engine's phases draw beside the chains with no change), the chain's links joined
+    through their ends, the rows top-down in their order of appearance."""
+    from tailgate.report.diagnose_html import timeline_figure
+
+    tl = {"t_ms": [0.0, 100.0], "bin_ms": 100.0, "evidence_ms": {}, "instants": {},
+          "series": {}, "latency_p99_ms": [1.0, 2.0], "latency_max_ms": [1.0, 9.0],
+          "bands": [
+              {"row": "requests", "start_ms": 10.0, "end_ms": 21.0, "kind": "request",
+               "label": "request 7: 11.00 ms", "source": "chain", "request": 7},
+              {"row": "handler (101)", "start_ms": 10.2, "end_ms": 20.0, "kind": "futex",
+               "label": "futex wait 9.80 ms", "source": "chain", "request": 7},
+              {"row": "holder (102)", "start_ms": 10.2, "end_ms": 19.5, "kind": "runq",
+               "label": "runnable 9.30 ms behind busy (900)", "source": "chain", "request": 7},
+              {"row": "slot 0", "start_ms": 5.0, "end_ms": 9.0, "kind": "prefill",
+               "label": "prefill 512 tokens", "source": "engine", "request": None}]}
+    fig = timeline_figure(tl)
+    bars = {t.name: t for t in fig.data if t.type == "bar"}
+    assert sorted(bars) == ["chain: futex", "chain: request", "chain: runq", "engine: prefill"]
+    runq = bars["chain: runq"]
+    assert list(runq.y) == ["holder (102)"] and list(runq.base) == [10.2]
+    assert list(runq.x) == [pytest.approx(9.3)] and "behind busy (900)" in runq.hovertext[0]
+    assert bars["engine: prefill"].hovertext[0] == "prefill 512 tokens"
+    (line,) = [t for t in fig.data if t.name == "chain (who woke whom)"]
+    assert list(line.x) == [19.5, 20.0, None] and list(line.y) == ["holder (102)",
+                                                                    "handler (101)", None]
+    rows = fig.layout.yaxis3.categoryarray  # row 2's axis (row 1 has a secondary axis)
+    assert list(rows) == ["slot 0", "holder (102)", "handler (101)", "requests"]
+
+
+def test_a_run_queue_wait_inside_a_throttled_period_is_throttling():
+    lines = names(101)
+    rl, a, b = request(0, 40000, 101, 6)
+    lines += rl + [f"R 101 {a + MS // 5} {a + 5 * MS} 1 0 0 1 swapper/1"]
+    ev = parse_events(["\n".join(lines)])
+    s, e = np.array([a], np.int64), np.array([b], np.int64)
+    bl = Blame.of(ev, {101}, PORT, s, e, throttled=np.array([[a, a + 5 * MS]]))
+    (c,) = bl.per_request[0]
+    assert c.signature == ("throttled",)
+    from tailgate.diagnose.chain import describe, remedy
+
+    assert describe(c, {}, {SVC}).startswith("runnable but throttled (its cgroup's CPU quota "
+                                             "spent) 4.8 ms")
+    assert "cpu.cfs_quota_us" in remedy(c)
+    bl = Blame.of(ev, {101}, PORT, s, e)  # no throttling: a wait on an idle CPU
+    (c,) = bl.per_request[0]
+    assert c.signature == ("runq",)
+    assert "(it was idle: the wake-up's own latency)" in describe(c, {}, {SVC})
+
+
+def test_a_wakers_open_wait_is_no_thread_of_the_service():
+    """The probe's map of waits still open at its end holds the wakers it tracked too (the
+    slow device's process of test_diagnose_profile): those are not the service's threads,
+    whose time the accounting splits."""
+    from tailgate.diagnose.analyse import _threads
+    from tailgate.diagnose.evidence import ProbeMaps
+
+    ev = parse_events(["\n".join(names(101) + [f"N 700 700 2 {T0} feeder"])])
+    maps = ProbeMaps(switches={101: {"voluntary": 3, "involuntary": 0}},
+                     open_waits={101: (T0 + MS, 0), 700: (T0 + MS, 230)})
+    s, e = np.array([T0], np.int64), np.array([T0 + 5 * MS], np.int64)
+    threads = _threads(ev, maps, s, e, T0 + 10 * MS)
+    assert sorted(threads) == [101] and threads[101]["read"].tolist() == [[T0 + MS, T0 + 10 * MS]]
