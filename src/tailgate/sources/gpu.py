@@ -32,6 +32,7 @@ from ..host import Host
 from ..model import ParseError, SourceError
 from .kernel_log import bdf_of, parse_kernel_log, read_btime, read_log
 from .pci import NVIDIA, UNREADABLE, _bdf, pci_devices
+from .procfs import parse_uptime
 
 # -- Xid: the kernel log ---------------------------------------------------------------------
 
@@ -95,14 +96,6 @@ def parse_xid(text: str, btime: float | None = None) -> list[dict[str, Any]]:
     initialise, was reset or reported RAS errors. A line naming an Xid that does not
     parse is a :class:`ParseError`."""
     return [e for e in parse_kernel_log(text, btime) if e["kind"] in GPU_KINDS][-MAX_EVENTS:]
-
-
-def parse_uptime(text: str) -> float:
-    """``/proc/uptime``: ``12345.67 54321.00`` -> 12345.67."""
-    first = text.split()[0] if text.split() else ""
-    if not re.fullmatch(r"\d+(?:\.\d+)?", first):
-        raise ParseError(f"/proc/uptime: not an uptime: {text.strip()[:40]!r}")
-    return float(first)
 
 
 def gpus_on_bus(host: Host) -> dict[str, dict[str, Any]]:

@@ -31,6 +31,7 @@ from typing import Any
 
 from ..collect import collector
 from ..model import ParseError
+from .procfs import parse_uptime
 
 # kind -> (meaning, class, layer). Classes as in sources.gpu.XID: "hardware", "driver",
 # "memory", "application", "info".
@@ -252,7 +253,6 @@ HOST_KINDS = ("aer_uncorrected", "aer_corrected", "mce", "edac_ue", "edac_ce")
 
 def _collect_events(host: Any) -> dict[str, Any]:
     from ..model import SourceError
-    from .gpu import parse_uptime
 
     text, source, _ = read_log(host)
     out: dict[str, Any] = {"source": source, "uptime_s": parse_uptime(host.read("/proc/uptime")),

@@ -289,3 +289,11 @@ def pressure(host: Host, scope: Scope) -> dict:
             hint = " (needs CONFIG_PSI)" if str(exc).endswith(": absent") else ""
             out[f"pressure.{res}"] = Fact(missing=f"{exc}{hint}")
     return out
+
+
+def parse_uptime(text: str) -> float:
+    """``/proc/uptime``: ``12345.67 54321.00`` -> 12345.67."""
+    first = text.split()[0] if text.split() else ""
+    if not re.fullmatch(r"\d+(?:\.\d+)?", first):
+        raise ParseError(f"/proc/uptime: not an uptime: {text.strip()[:40]!r}")
+    return float(first)
