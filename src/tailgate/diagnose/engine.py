@@ -57,6 +57,8 @@ INTERFERENCE = Cause("engine_prefill_interference", "L4", "another request's pre
                      "decode)", "Cap the prefill per step (chunked prefill / --ubatch-size) "
                      "or separate prefill from decode (disaggregated serving).")
 PARTS = ("late", "queue", "prefill", "delivery")
+LABEL = {QUEUE.key: "queue wait", PREFILL.key: "prefill compute",
+         INTERFERENCE.key: "another request's prefill"}
 
 
 @dataclass(frozen=True)
@@ -181,7 +183,7 @@ def _score(cause: Cause, part: np.ndarray, whole: np.ndarray, tail: np.ndarray,
                     float(part[tail].sum()) / 1e6, claimed)
     a.extra["tail"] = level
     a.sentence = (f"{what} {level}: {100 * share:.0f} % of the {n_tail} slow requests' time "
-                  f"(>= {cut_ns / 1e6:.2f} ms) was {cause.key.removeprefix('engine_')}"
+                  f"(>= {cut_ns / 1e6:.2f} ms) was {LABEL[cause.key]}"
                   f" ({mean_ms:.2f} ms each; it was most of {100 * tail_cover:.0f} % of them, "
                   f"vs {100 * all_cover:.0f} % of all {len(part)})")
     return a
@@ -267,7 +269,8 @@ def analyse(r: Requests, t0_ns: int, min_cover: float = 0.5, min_lift: float = 1
     pa_.extra.update(computed_tokens=int(computed), cached_tokens=int(cached))
     pa_.sentence += (f"; {computed:,.0f} of their {computed + cached:,.0f} prompt tokens "
                      f"computed, {cached:,.0f} from the prefix cache"
-                     + (" (prefix-cache misses)" if computed > 4 * max(cached, 1) else ""))
+                     + (" (prefix-cache misses)" if pa_.claimed and computed > 4 * max(cached, 1)
+                        else ""))
     causes.append(pa_)
     causes.append(_interference(r, ph, idx, crit))
     causes.sort(key=lambda a: (not a.claimed, -a.time_share))
@@ -313,8 +316,6 @@ def _interference(r: Requests, ph: Phases, idx: np.ndarray,
     cut = _pct(gap, 90)
     tail = gap >= cut
     a = _score(INTERFERENCE, over, gap, tail, crit, "P90", cut, "ITL (longest gap per request)")
-    a.sentence = a.sentence.replace("was prefill_interference",
-                                    "another request's prefill")
     return a
 
 
@@ -360,3 +361,19 @@ def _bands(r: Requests, ph: Phases, idx: np.ndarray, ttft: np.ndarray,
         if len(out) >= MAX_BANDS:
             break
     return out
+
+
+def from_log(log_text: str, start_monotonic_s: float, t0_ns: int,
+             crit: dict[str, float]) -> tuple[dict[str, Any], list[Attribution],
+                                              list[dict[str, Any]]]:
+    """:func:`analyse` on a bench run's per-request log (its run started at
+    ``start_monotonic_s`` on CLOCK_MONOTONIC); ``crit``: diagnose's min_cover, min_lift,
+    min_share and min_ms. A log without the engine's columns makes an unknown section."""
+    from ..bench.result import read_log
+
+    cols = read_log(log_text)
+    if "engine_state" not in cols:
+        return ({"unknown": "not an openai+ run with the engine's columns: no per-request "
+                 "records of the engine"}, [], [])
+    r = Requests.from_log(cols, int(round(start_monotonic_s * 1e9)))
+    return analyse(r, t0_ns, **crit)
