@@ -24,8 +24,8 @@ sys.path[0] = str(Path(__file__).parents[1])  # tests/, not tests/support (its i
 
 from support.nginx import free_port  # noqa: E402
 from support.workloads import build, finish, start  # noqa: E402
-from tailgate.commands.diagnose import _stop_patiently  # noqa: E402
 from tailgate.diagnose.profile import ATTACHED, program  # noqa: E402
+from tailgate.diagnose.runner import stop_patiently  # noqa: E402
 from tailgate.probes.driver import Run, attached  # noqa: E402
 from tailgate.probes.output import parse_output  # noqa: E402
 
@@ -57,7 +57,7 @@ def samples(reps: int) -> None:
                 while not any(ATTACHED in line for line in list(bt.out)):
                     time.sleep(0.01)
                 t = run(p)
-                _stop_patiently(bt)
+                stop_patiently(bt)
             out = parse_output("".join(bt.out))
             print(json.dumps({"hz": hz, "elapsed_s": round(t, 4),
                               "samples": out.scalar("@on_n"),

@@ -47,7 +47,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _check_service(c) -> None:
     """The service must exist before anything runs (a missing pid is the file's error)."""
     from ..host import Host
-    from .options import existing_cgroup, existing_pids
+    from ..service import existing_cgroup, existing_pids
 
     host = Host("/")
     try:

@@ -9,7 +9,7 @@ import os
 
 from ..errors import UsageError
 from ..outputs import check_writable, write_output
-from .options import existing_cgroup, existing_pids
+from ..service import existing_cgroup, existing_pids
 
 
 def register(sub: argparse._SubParsersAction) -> None:

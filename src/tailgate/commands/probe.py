@@ -9,7 +9,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..outputs import check_writable, write_output
-from .options import existing_cgroup, existing_pids
+from ..service import existing_cgroup, existing_pids
 
 NAMES = ("runqlat", "offcpu", "futex", "switches", "sockopt", "mmsg", "malloc", "softirq")
 MAX_DURATION_S = 3600.0
