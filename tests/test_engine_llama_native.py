@@ -5,18 +5,15 @@ placed on tailgate's clock, and the join's error measured against the server's o
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 import urllib.request
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from support.llm_server import MODEL_NAME, native_llama_server
 from tailgate.bench.result import read_log
-from tailgate.diagnose.engine import Requests, place
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from ..errors import UsageError
+from .engine import engine_into
 from .spec import DiagnoseSpec
 from .window import Evidence
 
@@ -145,6 +146,10 @@ def analyse(spec: DiagnoseSpec, ev: Evidence) -> dict[str, Any]:
                                           int(bin_s * 1e9), len(tl["t_ms"]))
     doc["counters"] = ev.counters.to_json()
     _steal(doc, tl["series"], ev.load_cpus, cpus)
+    # the engine's own record of each request (llama-server's timings), on the same clock
+    engine_into(doc, spec.target, bench_doc, log_path,
+                {"min_cover": spec.min_cover, "min_lift": spec.min_lift,
+                 "min_share": spec.min_share, "min_ms": spec.min_ms})
     return doc
 
 

@@ -377,3 +377,40 @@ def from_log(log_text: str, start_monotonic_s: float, t0_ns: int,
                  "records of the engine"}, [], [])
     r = Requests.from_log(cols, int(round(start_monotonic_s * 1e9)))
     return analyse(r, t0_ns, **crit)
+
+
+LAYER_ORDER = {layer: i for i, layer in enumerate(("load", "L1", "L2", "L3", "L4"))}
+
+
+def engine_into(doc: dict[str, Any], target: str | None, bench_doc: dict[str, Any] | None,
+                log_path: str, crit: dict[str, float]) -> None:
+    """Add the engine's phases to a diagnose document: its section (``doc["engine"]``),
+    its causes among the others (claimed first, bottom-up by layer, as attribution orders
+    them), the verdict again, and the phases as the timeline's bands. Only for openai+
+    loads; anything else keeps the document as it is."""
+    if not (target and target.startswith("openai+")) or bench_doc is None:
+        return
+    start = (bench_doc.get("clock") or {}).get("start_monotonic_s")
+    tl = doc.get("timeline") or {}
+    with open(log_path, encoding="utf-8") as f:
+        text = f.read()
+    if start is None or not text.startswith("worker,"):
+        doc["engine"] = {"unknown": "the run's request log has no clock or no engine columns"}
+        return
+    section, causes, bands = from_log(text, start, int(tl.get("t0_monotonic_ns", 0)), crit)
+    doc["engine"] = section
+    tl["bands"] = bands
+    if not causes:
+        return
+    merged = list(doc.get("causes", ())) + [a.to_json() for a in causes]
+    merged.sort(key=lambda c: (not c["claimed"], c.get("tail") == "P90",
+                               LAYER_ORDER.get(c["layer"], 9),
+                               -(c.get("tail_time_share") or 0)))
+    doc["causes"] = merged
+    claimed = [c for c in merged if c["claimed"]]
+    v = doc.setdefault("verdict", {})
+    v["claimed"] = [c["cause"] for c in claimed]
+    v["first"] = claimed[0]["cause"] if claimed else None
+    v["layer"] = claimed[0]["layer"] if claimed else None
+    if claimed:
+        v["unexplained"] = None
