@@ -147,9 +147,10 @@ def analyse(spec: DiagnoseSpec, ev: Evidence) -> dict[str, Any]:
     doc["counters"] = ev.counters.to_json()
     _steal(doc, tl["series"], ev.load_cpus, cpus)
     # the engine's own record of each request (llama-server's timings), on the same clock
+    o = spec.options
     engine_into(doc, spec.target, bench_doc, log_path,
-                {"min_cover": spec.min_cover, "min_lift": spec.min_lift,
-                 "min_share": spec.min_share, "min_ms": spec.min_ms})
+                {"min_cover": o.min_cover, "min_lift": o.min_lift,
+                 "min_share": o.min_share, "min_ms": o.min_ms})
     return doc
 
 
