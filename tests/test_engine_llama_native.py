@@ -4,6 +4,7 @@ placed on tailgate's clock, and the join's error measured against the server's o
 
 from __future__ import annotations
 
+import collections
 import json
 import subprocess
 import sys
@@ -48,7 +49,9 @@ def _bench(base: str, log: Path, engine: str, *extra: str) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "tailgate", "bench", "openai+" + base, "--model", MODEL_NAME,
          "--api", "chat", "--input-len", "24", "--output-len", "16", "--rate", "20",
-         "--requests", "60", "--engine", engine, "--log", str(log), "--quiet", *extra],
+         "--requests", "60", "--engine", engine, "--log", str(log), "--quiet",
+         # (llama-server closes a kept-alive connection now and then before answering)
+         "--retry-stale", *extra],
         capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode == 0, out.stderr[-2000:]
 
@@ -59,11 +62,13 @@ def test_both_load_engines_log_every_requests_engine_record(tmp_path, engine):
         _bench(base, tmp_path / "log.csv", engine)
     cols = read_log((tmp_path / "log.csv").read_text())
     ok = cols["outcome"] == "ok"
-    assert ok.sum() == 60
+    assert ok.sum() == 60, collections.Counter(cols["outcome"].tolist())
     assert (cols["engine_state"][ok] == "ok").all()
     assert (cols["engine_predicted_n"][ok] == 16).all()
     assert (cols["engine_prompt_n"] + cols["engine_cache_n"] > 24)[ok].all()
     assert (cols["engine_prompt_ms"][ok] > 0).all() and (cols["engine_predicted_ms"][ok] > 0).all()
-    # the engine's decode fits inside what the client saw of it
-    seen = cols["last_token_s"] - cols["first_token_s"]
-    assert (cols["engine_predicted_ms"][ok] / 1e3 <= seen[ok] + 0.002).all()
+    # the engine's prefill and decode fit between the request's send and its last token's
+    # read (the first token may reach the client late: the join does not assume otherwise)
+    seen = cols["last_token_s"] - cols["send_s"]
+    work = (cols["engine_prompt_ms"] + cols["engine_predicted_ms"]) / 1e3
+    assert (work[ok] <= seen[ok]).all(), (work - seen)[ok].max()
