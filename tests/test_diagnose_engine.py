@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -38,7 +39,7 @@ def _diagnose(base: str, pid: int, trace: Path, *extra: str) -> dict:
     out = subprocess.run(
         ["taskset", "-c", "0", sys.executable, "-m", "tailgate", "diagnose", "openai+" + base,
          "--pid", str(pid), "--model", MODEL_NAME, "--api", "chat", "--workload", "trace",
-         "--trace", str(trace), "--json", "-", *extra],
+         "--trace", str(trace), "--retry-stale", "--json", "-", *extra],
         capture_output=True, text=True, timeout=300, check=False)
     assert out.returncode in (0, 1), out.stderr[-3000:]
     doc = json.loads(out.stdout)
@@ -50,25 +51,48 @@ def _why(doc: dict) -> str:
     return "\n".join(f"{c['claimed']} {c['cause']}: {c['sentence']}" for c in doc["causes"])
 
 
+def _per_token_ms(base: str) -> float:
+    """The server's decode time per token now (the slowest of five streams of 64 tokens,
+    from its own timings): the machine is shared, so the workload is sized to it."""
+    from tailgate.llm.openai import parse_chunk
+
+    worst = 0.0
+    for _ in range(5):
+        body = json.dumps({"model": MODEL_NAME, "max_tokens": 64, "stream": True,
+                           "messages": [{"role": "user", "content": "the water of time"}]})
+        req = urllib.request.Request(base + "/chat/completions", data=body.encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as r:
+            last = [ln for ln in r.read().decode().splitlines() if ln.startswith("data: {")][-1]
+        t = parse_chunk(last[6:], "chat").timings
+        worst = max(worst, t.predicted_ms / (t.predicted_n - 1))
+    return worst
+
+
 def test_one_slot_short_requests_queued_behind_long_generations_name_queue_wait(tmp_path):
-    """One slot; a request every 25 ms, one in twenty generating 400 tokens and the rest 8
-    (the issue's case): the short ones after a long one wait in the engine's queue for the
-    only slot. Queue wait is named first, with what it was behind; no futex."""
-    rows = [(i * 25.0, 16, 400 if i % 20 == 19 else 8, [i]) for i in range(1000)]
-    trace = _trace(tmp_path / "t.jsonl", rows)
+    """One slot; one request in twenty generating 200 tokens and the rest 4 (the issue's
+    case, scaled to this machine): the short ones that arrive during a long one (about six
+    of them) wait in the engine's queue for the only slot. Requests come every 30 tokens'
+    decode time (the slot under half busy). Queue wait is named first, with what it was
+    behind; no futex."""
     with native_llama_server(tmp_path, slots=1, cpu="1") as (base, proc):
-        doc = _diagnose(base, proc.pid, trace)
-    why = _why(doc)
+        tok = _per_token_ms(base)
+        gap = max(10.0, 30 * tok)
+        rows = [(i * gap, 16, 200 if i % 20 == 19 else 4, [i]) for i in range(200)]
+        doc = _diagnose(base, proc.pid, _trace(tmp_path / "t.jsonl", rows))
+    why = _why(doc) + f"\n{tok:.2f} ms a token, a request every {gap:.0f} ms"
     assert doc["verdict"]["first"] == "engine_queue", why
     assert "futex" not in doc["verdict"]["claimed"], why
     (q,) = [c for c in doc["causes"] if c["cause"] == "engine_queue"]
-    assert q["sentence"].startswith("TTFT P99: ") and q["tail_time_share"] > 0.5, why
-    assert q["decode_tokens"] >= 200, why  # behind a long generation
+    # 200 requests: fewer than ten above the P99, so the P90's are judged
+    assert q["sentence"].startswith("TTFT P90: ") and q["tail_time_share"] > 0.5, why
+    assert q["decode_tokens"] >= 100, why  # behind a long generation
     eng = doc["engine"]
-    assert eng["records"] == {"ok": 1000, "malformed": 0, "none": 0}
-    assert eng["join"]["refused"] == 0 and eng["join"]["error_bound_ms"]["p99"] < 5
+    assert eng["records"] == {"ok": 200, "malformed": 0, "none": 0}, (
+        eng, doc["bench"]["requests"].get("error_examples"))
+    assert eng["join"]["refused"] == 0, eng["join"]
     slow = eng["slowest"][0]
-    assert slow["queue_ms"] > slow["prefill_ms"] and slow["generated"] == 8
+    assert slow["queue_ms"] > slow["prefill_ms"] and slow["generated"] == 4, slow
     bands = doc["timeline"]["bands"]
     assert {b["kind"] for b in bands} >= {"queue", "prefill", "decode"}
     assert all(b["source"] == "engine" for b in bands)

@@ -84,8 +84,8 @@ class Requests:
     @classmethod
     def from_log(cls, cols: dict[str, np.ndarray], base_ns: int) -> Requests:
         """From :func:`tailgate.bench.result.read_log`'s columns (s from the run's start at
-        ``base_ns``); measured requests that ended."""
-        keep = (cols["warmup"] == 0) & np.isfinite(cols["end_s"])
+        ``base_ns``); measured requests that ended ok (a failed one has no last chunk)."""
+        keep = (cols["warmup"] == 0) & np.isfinite(cols["end_s"]) & (cols["outcome"] == "ok")
         n = int(keep.sum())
 
         def ns(name: str) -> np.ndarray:
@@ -223,7 +223,7 @@ def analyse(r: Requests, t0_ns: int, min_cover: float = 0.5, min_lift: float = 1
     timeline's bands (ms from ``t0_ns``)."""
     n = len(r.ids)
     states = {k: int(np.count_nonzero(r.state == k)) for k in ("ok", "bad", "")}
-    out: dict[str, Any] = {"engine": "llama.cpp", "requests": n,
+    out: dict[str, Any] = {"engine": "llama.cpp", "requests": n,  # (ok ones)
                            "records": {"ok": states["ok"], "malformed": states["bad"],
                                        "none": states[""]}}
     if states["ok"] == 0:
@@ -376,7 +376,10 @@ def from_log(log_text: str, start_monotonic_s: float, t0_ns: int,
         return ({"unknown": "not an openai+ run with the engine's columns: no per-request "
                  "records of the engine"}, [], [])
     r = Requests.from_log(cols, int(round(start_monotonic_s * 1e9)))
-    return analyse(r, t0_ns, **crit)
+    section, causes, bands = analyse(r, t0_ns, **crit)
+    measured = (cols["warmup"] == 0) & np.isfinite(cols["end_s"])
+    section["not_ok"] = int(np.count_nonzero(measured & (cols["outcome"] != "ok")))
+    return section, causes, bands
 
 
 LAYER_ORDER = {layer: i for i, layer in enumerate(("load", "L1", "L2", "L3", "L4"))}
