@@ -6,15 +6,18 @@ from __future__ import annotations
 
 import collections
 import json
+import re
 import subprocess
 import sys
 import urllib.request
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from support.llm_server import MODEL_NAME, native_llama_server
 from tailgate.bench.result import read_log
+from tailgate.diagnose.engine import Requests, place
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -72,3 +75,42 @@ def test_both_load_engines_log_every_requests_engine_record(tmp_path, engine):
     seen = cols["last_token_s"] - cols["send_s"]
     work = (cols["engine_prompt_ms"] + cols["engine_predicted_ms"]) / 1e3
     assert (work[ok] <= seen[ok]).all(), (work - seen)[ok].max()
+
+
+_LOG_LINE = (r"^(\d+)\.(\d+)\.(\d+)\.(\d+) I slot +{what}: id +\d+ \| task (\d+)")
+
+
+def _log_times(text: str, what: str) -> np.ndarray:
+    """The server log's times of ``what`` per task (ns from its log's start: llama.cpp's
+    --log-timestamps prints minutes.seconds.ms.us of the wall clock since then)."""
+    out = [(((int(a) * 60 + int(b)) * 1000 + int(c)) * 1000 + int(d)) * 1000
+           for a, b, c, d, _ in re.findall(_LOG_LINE.format(what=what), text, re.M)]
+    return np.array(out, dtype=np.int64)
+
+
+def test_the_joins_error_against_the_servers_own_log(tmp_path):
+    """The join measured against the server's own log: each request's prefill start and
+    decode end as tailgate placed them (from the response's timings and the client's
+    reads) against the log's "processing task" and "stop processing" lines of the same
+    task (one slot: tasks run in the order they were placed). The log's clock has another
+    origin (the wall clock since its start): the median difference is that offset, and what
+    is left per request is the join's error. It stays within the bound the join states."""
+    with native_llama_server(tmp_path, slots=1, cpu="1", nice=-10) as (base, _):
+        _bench(base, tmp_path / "log.csv", "fast", "--json", str(tmp_path / "r.json"))
+    start = json.loads((tmp_path / "r.json").read_text())["clock"]["start_monotonic_s"]
+    r = Requests.from_log(read_log((tmp_path / "log.csv").read_text()),
+                          int(round(start * 1e9)))
+    ph = place(r)
+    assert ph.ok.all(), [w for w in ph.why if w]
+    text = (tmp_path / "llama-native.log").read_text()
+    launch, release = _log_times(text, "launch_slot_"), _log_times(text, "release")
+    assert len(launch) == len(release) == len(r.ids), (len(launch), len(r.ids))
+    order = np.argsort(ph.prefill_start, kind="stable")
+    bound = np.percentile(ph.error_ns, 99)
+    for log, ours in ((launch, ph.prefill_start[order]), (release, ph.decode_end[order])):
+        diff = log - ours
+        err = np.abs(diff - np.median(diff))
+        print(f"join error P50 {np.percentile(err, 50) / 1e6:.3f} ms, P99 "
+              f"{np.percentile(err, 99) / 1e6:.3f} ms, max {err.max() / 1e6:.3f} ms; "
+              f"stated bound P99 {bound / 1e6:.3f} ms")
+        assert np.percentile(err, 99) <= max(bound, 1e6), err.max()

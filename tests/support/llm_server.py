@@ -188,18 +188,21 @@ def native_llama_server_binary() -> str:
 @contextlib.contextmanager
 def native_llama_server(tmpdir: str | os.PathLike[str], slots: int = 1, ctx: int = 4096,
                         threads: int = 1, cpu: str | None = None,
-                        extra: tuple[str, ...] = (),
+                        extra: tuple[str, ...] = (), nice: int | None = None,
                         startup_s: float = 60.0) -> Iterator[tuple[str, subprocess.Popen]]:
     """Start llama.cpp's native server (the C++ ``llama-server``) on loopback with the tiny
     random model, ``slots`` parallel slots of ``ctx`` tokens each, ``--metrics`` and
     ``--slots``; yield its base URL (``…/v1``) and its process (its pid for diagnose). Its
-    log (with timestamps, every task's timings) goes to ``tmpdir``/llama-native.log."""
+    log (with timestamps, every task's timings) goes to ``tmpdir``/llama-native.log.
+    ``nice``: its scheduling priority (a scenario whose cause is the engine's own keeps the
+    server ahead of the machine's other work, as it keeps it on a CPU of its own)."""
     model = write_tiny_gguf(Path(tmpdir) / "tiny-native.gguf", context=ctx)
     port = free_port()
     log_path = Path(tmpdir) / "llama-native.log"
     log = open(log_path, "w")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
         [*(("taskset", "-c", cpu) if cpu is not None else ()),
+         *(("nice", "-n", str(nice)) if nice is not None else ()),
          native_llama_server_binary(), "-m", str(model), "--host", "127.0.0.1",
          "--port", str(port), "-np", str(slots), "-c", str(ctx * slots), "-t", str(threads),
          "-tb", str(threads), "--metrics", "--slots", "--log-timestamps", "--log-prefix",
