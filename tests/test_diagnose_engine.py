@@ -37,7 +37,10 @@ def _trace(path: Path, rows: list[tuple[float, int, int, list[int]]]) -> Path:
 
 def _diagnose(base: str, pid: int, trace: Path, *extra: str) -> dict:
     out = subprocess.run(
-        ["taskset", "-c", "0", sys.executable, "-m", "tailgate", "diagnose", "openai+" + base,
+        # (the load ahead of the machine's other work too, as the server: a late generator
+        # would rightly be named first)
+        ["nice", "-n", "-10", "taskset", "-c", "0", sys.executable, "-m", "tailgate",
+         "diagnose", "openai+" + base,
          "--pid", str(pid), "--model", MODEL_NAME, "--api", "chat", "--workload", "trace",
          "--trace", str(trace), "--retry-stale", "--json", "-", *extra],
         capture_output=True, text=True, timeout=300, check=False)
@@ -53,8 +56,8 @@ def _why(doc: dict) -> str:
 
 def _measure(base: str) -> tuple[float, float]:
     """What the server takes now (the machine is shared, so the workload is sized to it):
-    the slowest of five short requests end to end (a 16-word prompt, 4 tokens), and its
-    decode time per token (the slowest of three streams of 64 tokens, from its timings)."""
+    the median of five short requests end to end (a 16-word prompt, 4 tokens), and its
+    decode time per token (the median of three streams of 64 tokens, from its timings)."""
     import time
 
     from tailgate.llm.openai import parse_chunk
@@ -67,16 +70,18 @@ def _measure(base: str) -> tuple[float, float]:
         with urllib.request.urlopen(req, timeout=60) as r:
             return [ln for ln in r.read().decode().splitlines() if ln.startswith("data: {")][-1]
 
-    short = 0.0
+    import statistics
+
+    shorts = []
     for _ in range(5):
         t0 = time.monotonic()
         stream(8, 4)
-        short = max(short, (time.monotonic() - t0) * 1e3)
-    tok = 0.0
+        shorts.append((time.monotonic() - t0) * 1e3)
+    toks = []
     for _ in range(3):
         t = parse_chunk(stream(8, 64)[6:], "chat").timings
-        tok = max(tok, t.predicted_ms / (t.predicted_n - 1))
-    return short, tok
+        toks.append(t.predicted_ms / (t.predicted_n - 1))
+    return statistics.median(shorts), statistics.median(toks)
 
 
 def test_one_slot_short_requests_queued_behind_long_generations_name_queue_wait(tmp_path):
