@@ -343,6 +343,8 @@ def build_result(info: RunInfo, parts: Sequence[WorkerResult],
         for p in parts:
             if p.tokens is not None:
                 book.add(p.tokens)
+        from ..llm.accounting import ENGINE
+
         block = llm_block(book, info.warmup_s)
         data["requests"]["good"] = block.pop("good")
         data["requests"]["warmup_ok"] = book.warmup_ok
@@ -350,7 +352,7 @@ def build_result(info: RunInfo, parts: Sequence[WorkerResult],
         data.update(block)
         data["histograms"].update({k: encode(book.hists[k])
                                    for k in ("ttft", "itl", "itl_per_token", "tpot", "e2e",
-                                             "first_chunk")})
+                                             "first_chunk", *ENGINE) if book.hists[k].total})
         if info.hdr_interval_s:
             from ..llm.accounting import completed_over_time
 
