@@ -25,8 +25,10 @@ Attribution follows :mod:`.attribution`'s rule, but per request: a phase belongs
 request (never co-occurrence with someone else's), so a request's TTFT is split into
 lateness, queue, prefill and delivery, and a part is claimed when it makes a large share
 of the slow requests' TTFT (``min_share``, at least ``min_ms`` each), covers most of them
-(``min_cover``: half their TTFT or more in that part) and markedly more than it does of the
-requests at large (``min_lift``, or pervasive: ``PERVASIVE_SHARE`` of their time). ITL
+(``min_cover``: half their TTFT or more in that part) and lasted markedly longer in them
+than in the requests at large (``min_lift``, on its mean time: with no "pervasive"
+alternative, since a phase every request has alike — the prefill of a healthy run —
+explains no tail). ITL
 spikes (each request's longest gap between chunks, the longest tenth) are set against other
 requests' prefills on the same clock: a spike another request's prefill overlapped is that
 prefill's interference.
@@ -39,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from .attribution import MIN_TAIL, PERVASIVE_SHARE, Attribution, Cause, merge_spans, overlap_ns
+from .attribution import MIN_TAIL, Attribution, Cause, merge_spans, overlap_ns
 
 MAX_SKEW_NS = 50_000_000  # a record 50 ms off the client's view is another clock's
 MAX_BANDS = 4000  # bands in the document (the slowest requests' first)
@@ -173,19 +175,22 @@ def _score(cause: Cause, part: np.ndarray, whole: np.ndarray, tail: np.ndarray,
     tail_cover = float(hit[tail].mean()) if n_tail else 0.0
     all_cover = float(hit.mean()) if len(hit) else 0.0
     share = float(frac[tail].mean()) if n_tail else 0.0
-    lift = (float(frac[tail].mean() / frac.mean()) if frac.mean() > 0 else
-            (float("inf") if share else 0.0))
+    # how much longer the part was in the slow requests than in all of them: a phase every
+    # request has in the same measure (the prefill of a healthy run) explains no tail
+    every = float(part.mean()) if len(part) else 0.0
+    lift = (float(part[tail].mean()) / every if every > 0 else
+            (float("inf") if share else 0.0)) if n_tail else 0.0
     mean_ms = float(part[tail].mean()) / 1e6 if n_tail else 0.0
     claimed = (n_tail >= MIN_TAIL and tail_cover >= crit["min_cover"]
                and share >= crit["min_share"] and mean_ms >= crit["min_ms"]
-               and (lift >= crit["min_lift"] or share >= PERVASIVE_SHARE))
+               and lift >= crit["min_lift"])
     a = Attribution(cause, tail_cover, share, None, all_cover, lift, n_tail,
                     float(part[tail].sum()) / 1e6, claimed)
     a.extra["tail"] = level
     a.sentence = (f"{what} {level}: {100 * share:.0f} % of the {n_tail} slow requests' time "
                   f"(>= {cut_ns / 1e6:.2f} ms) was {LABEL[cause.key]}"
-                  f" ({mean_ms:.2f} ms each; it was most of {100 * tail_cover:.0f} % of them, "
-                  f"vs {100 * all_cover:.0f} % of all {len(part)})")
+                  f" ({mean_ms:.2f} ms each, {lift:.1f}x its mean over all {len(part)}; it was "
+                  f"most of {100 * tail_cover:.0f} % of them, vs {100 * all_cover:.0f} % of all)")
     return a
 
 
