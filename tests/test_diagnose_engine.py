@@ -113,3 +113,43 @@ def test_one_slot_short_requests_queued_behind_long_generations_name_queue_wait(
     bands = doc["timeline"]["bands"]
     assert {b["kind"] for b in bands} >= {"queue", "prefill", "decode"}
     assert all(b["source"] == "engine" for b in bands)
+
+
+def _conversations(path: Path, gap_ms: float, convs: int = 10, turns: int = 10) -> Path:
+    """Multi-turn conversations, interleaved: turn t of conversation c re-sends its t
+    earlier blocks and adds one (hash ids name the blocks: their text is the same each
+    time, so a cache that still holds the conversation serves all but the new block)."""
+    rows = []
+    for t in range(turns):
+        for c in range(convs):
+            i = t * convs + c
+            # (in 512-word blocks; the run scales them by 0.1: 51 words a block, 4 tokens out)
+            rows.append((i * gap_ms, 512 * (t + 1), 40, [c * 1000 + k for k in range(t + 1)]))
+    return _trace(path, rows)
+
+
+@pytest.mark.parametrize("fits", [False, True])
+def test_prefix_cache_misses_are_named_with_token_counts_only_when_the_cache_is_too_small(
+        tmp_path, fits):
+    """Ten conversations of ten turns, interleaved, a request every 600 ms. With one slot
+    (and llama-server's host-memory prompt cache off: --cache-ram 0) each turn finds the
+    slot holding another conversation: its whole history is computed again, and the later
+    turns' long prefills make the TTFT tail — named as prefill with its token counts,
+    "prefix-cache misses". With a slot per conversation (chosen by prompt similarity) each
+    turn computes only its new block: no such claim."""
+    slots = 10 if fits else 1
+    trace = _conversations(tmp_path / "t.jsonl", 600.0)
+    with native_llama_server(tmp_path, slots=slots, ctx=2048, cpu="1", nice=-10,
+                             extra=("--cache-ram", "0")) as (base, proc):
+        doc = _diagnose(base, proc.pid, trace, "--trace-token-scale", "0.1")
+    why = _why(doc)
+    (p,) = [c for c in doc["causes"] if c["cause"] == "engine_prefill"]
+    eng = doc["engine"]
+    assert eng["records"]["ok"] == 100, eng
+    if fits:
+        assert not p["claimed"], why
+        assert p["cached_tokens"] > p["computed_tokens"], why
+    else:
+        assert doc["verdict"]["first"] == "engine_prefill", why
+        assert "prefix-cache misses" in p["sentence"], why
+        assert p["computed_tokens"] > 4 * p["cached_tokens"], why

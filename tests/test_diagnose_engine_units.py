@@ -240,3 +240,21 @@ def test_a_clean_run_claims_nothing_and_no_record_is_unknown():
     assert doc["unknown"].startswith("the engine sent no per-request record in any of the 50")
     bad = Requests(**{**r.__dict__, "state": np.full(50, "bad", dtype=object)})
     assert analyse(bad, 0)[0]["unknown"] == "every record the engine sent was malformed (50)"
+
+
+def test_a_prefill_slow_for_the_usual_tokens_is_not_claimed_as_prefill_compute():
+    """Every tenth request's prefill took 40 ms for the same 16 tokens as the others (its
+    thread held up: a host cause): the prefill is most of their TTFT and 10x its mean, but
+    they computed no more than anyone: not claimed, and the sentence says why."""
+    r = _one_slot(every=10_000, slots=4)
+    slow = np.arange(len(r.ids)) % 10 == 3
+    add = np.where(slow, 40 * MS, 0)
+    stretched = Requests(**{**r.__dict__, "prompt_ms": r.prompt_ms + add / MS,
+                            "first_token": r.first_token + add,
+                            "last_token": r.last_token + add, "end": r.end + add,
+                            "gap_from": r.gap_from + add, "gap_to": r.gap_to + add})
+    _, causes, _ = analyse(stretched, 1_000 * MS)
+    (p,) = [c for c in causes if c.cause.key == "engine_prefill"]
+    assert not p.claimed and p.extra["computed_lift"] == 1.0, p.sentence
+    assert p.sentence.endswith("see the host's causes)"), p.sentence
+    assert not any(c.claimed for c in causes), [c.sentence for c in causes]

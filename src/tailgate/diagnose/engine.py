@@ -272,10 +272,21 @@ def analyse(r: Requests, t0_ns: int, min_cover: float = 0.5, min_lift: float = 1
     computed = float(np.nansum(r.prompt_n[idx][tail]))
     cached = float(np.nansum(r.cache_n[idx][tail]))
     pa_.extra.update(computed_tokens=int(computed), cached_tokens=int(cached))
+    # prefill compute explains the tail only where the slow requests computed more: a prefill
+    # that was long for the usual tokens was slow, not large (its thread waited: a host cause)
+    every_n = float(np.nanmean(r.prompt_n[idx]))
+    tok_lift = (float(np.nanmean(r.prompt_n[idx][tail])) / every_n if every_n > 0 else 0.0)
+    pa_.extra["computed_lift"] = round(tok_lift, 3)
+    slow_not_large = pa_.claimed and tok_lift < min_lift
+    if slow_not_large:
+        pa_.claimed = False
     pa_.sentence += (f"; {computed:,.0f} of their {computed + cached:,.0f} prompt tokens "
                      f"computed, {cached:,.0f} from the prefix cache"
                      + (" (prefix-cache misses)" if pa_.claimed and computed > 4 * max(cached, 1)
-                        else ""))
+                        else "")
+                     + (f"; but they computed only {tok_lift:.1f}x the average prompt tokens: "
+                        "the prefill was slow, not large (its thread was held up: see the "
+                        "host's causes)" if slow_not_large else ""))
     causes.append(pa_)
     causes.append(_interference(r, ph, idx, crit))
     causes.sort(key=lambda a: (not a.claimed, -a.time_share))
