@@ -153,3 +153,4 @@ def test_prefix_cache_misses_are_named_with_token_counts_only_when_the_cache_is_
         assert doc["verdict"]["first"] == "engine_prefill", why
         assert "prefix-cache misses" in p["sentence"], why
         assert p["computed_tokens"] > 4 * p["cached_tokens"], why
+
