@@ -25,7 +25,10 @@ Run: ``.venv/bin/python benchmarks/bench_llm_scale.py [--rates 100,500,1000,2000
 at each rate the variants take turns run by run, so a change is measured against the code
 before it in the same minutes. ``--schemes http,https`` runs each engine over TLS as well
 (the server then speaks TLS with a throwaway CA's certificate, and a chunk's write time is
-when its ciphertext was written), taking turns with the plaintext runs.
+when its ciphertext was written), taking turns with the plaintext runs. With
+``SSE_DECODE_STEPS=1`` in the environment the server emits tokens as an engine's decode loop
+does (issue 46): a step every ITL on one clock, each step a chunk for every running stream
+at once, so chunks arrive in bursts (see sse_fake_server.c).
 """
 
 from __future__ import annotations

@@ -15,6 +15,11 @@
  * had read the whole request (ns): t0 - that time is the true TTFT, as the server sees it.
  * With SSE_TLS_CERT and SSE_TLS_KEY (PEM files) in the environment it speaks TLS (OpenSSL
  * over memory BIOs): a chunk's write time is then when its ciphertext was written.
+ * With SSE_DECODE_STEPS=1 it emits tokens as an inference engine's decode loop does: one
+ * step every GAP_NS on a clock shared by all streams (from the server's start), each step a
+ * token for every running stream at the same instant; a new request's first token comes at
+ * the next step (so the true TTFT is up to GAP_NS). The chunks then arrive in bursts, one
+ * per stream, every step, instead of spread evenly in time.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -60,6 +65,8 @@ static SSL_CTX *tls;
 static volatile sig_atomic_t stop_now;
 static int n_tokens;
 static int64_t gap_ns;
+static int decode_steps;  /* SSE_DECODE_STEPS=1: every stream's token on one step clock */
+static int64_t step_base; /* that clock's time 0 (the server's start) */
 static Conn **heap;
 static int heap_n, heap_cap;
 static Stream **streams;
@@ -216,6 +223,8 @@ static int start(int ep, Conn *c, const char *body, size_t blen) {
     c->streaming = 1;
     c->next_tok = 0;
     c->t0 = s->t0 = now_ns();
+    if (decode_steps) /* the stream joins the batch at the next decode step */
+        c->t0 = step_base + (c->t0 - step_base + gap_ns - 1) / gap_ns * gap_ns;
     if (!emit(ep, c, HEAD, sizeof HEAD - 1)) return 0;
     c->due = c->t0;
     heap_push(c);
@@ -291,6 +300,8 @@ int main(int argc, char **argv) {
     }
     n_tokens = atoi(argv[3]);
     gap_ns = atoll(argv[4]);
+    decode_steps = getenv("SSE_DECODE_STEPS") && !strcmp(getenv("SSE_DECODE_STEPS"), "1");
+    step_base = now_ns();
     signal(SIGPIPE, SIG_IGN);
     const char *cert = getenv("SSE_TLS_CERT"), *key = getenv("SSE_TLS_KEY");
     if (cert && key) {

@@ -34,26 +34,28 @@ BASE = {
             "--delimiter", r"\n"],
     "openai": ["openai+http://127.0.0.1:9/v1", "--rate", "10", "--duration", "1s",
                "--model", "m"],
+    "udp": ["udp://127.0.0.1:9", "--rate", "10", "--duration", "1s"],
 }
-SCHEME = {"http": "http://", "tcp": "tcp://", "openai": "openai+http://"}
-ALL = ("http", "tcp", "openai")
+SCHEME = {"http": "http://", "tcp": "tcp://", "openai": "openai+http://", "udp": "udp://"}
+ALL = ("http", "tcp", "openai", "udp")
+STREAMS = ("http", "tcp", "openai")  # connections, requests: not udp://'s one socket
 # option -> (the argv that gives it, the protocols it applies to). Every option of the
 # bench parser is here (checked below), so a new one must say where it applies.
 TABLE: dict[str, tuple[list[str], tuple[str, ...]]] = {
     "--rate": (["--rate", "20"], ALL),
     "--duration": (["--duration", "2s"], ALL),
-    "--arrival": (["--arrival", "poisson"], ALL),
-    "--burstiness": (["--arrival", "gamma", "--burstiness", "0.5"], ALL),
+    "--arrival": (["--arrival", "poisson"], STREAMS),
+    "--burstiness": (["--arrival", "gamma", "--burstiness", "0.5"], STREAMS),
     "--warmup": (["--warmup", "0.5s"], ALL),
-    "--connections": (["--connections", "3"], ALL),
-    "--max-connections": (["--max-connections", "7"], ALL),
-    "--workers": (["--workers", "2"], ALL),
+    "--connections": (["--connections", "3"], STREAMS),
+    "--max-connections": (["--max-connections", "7"], STREAMS),
+    "--workers": (["--workers", "2"], STREAMS),
     "--timeout": (["--timeout", "3s"], ALL),
     "--requests": (["--requests", "4"], ALL),
-    "--seed": (["--seed", "5"], ALL),
+    "--seed": (["--seed", "5"], STREAMS),
     "--slo": (["--slo", "p99<1s"], ALL),
-    "--confidence": (["--confidence", "p99=10%@95%"], ALL),
-    "--engine": (["--engine", "fast"], ("http", "tcp", "openai")),  # openai+http://: yes
+    "--confidence": (["--confidence", "p99=10%@95%"], STREAMS),
+    "--engine": (["--engine", "fast"], ALL),  # openai+http:// and udp://: yes
     # many generators (tests/test_scenario.py, test_fleet_ray.py): run() hands these to
     # commands/bench_fleet.py before _parse, for every protocol
     "--ray": (["--ray", "127.0.0.1:6379"], ALL),
@@ -64,14 +66,14 @@ TABLE: dict[str, tuple[list[str], tuple[str, ...]]] = {
     "--html": (["--html", "/dev/null"], ALL),
     "--hdr": (["--hdr", "/dev/null"], ALL),
     "--hdr-interval": (["--hdr", "/dev/null", "--hdr-interval", "2s"], ALL),
-    "--log": (["--log", "/dev/null"], ALL),
+    "--log": (["--log", "/dev/null"], STREAMS),
     "--spectrum": (["--spectrum"], ALL),
     "--percentiles": (["--percentiles", "50,95,99.9"], ALL),
     "--min-tail-samples": (["--min-tail-samples", "3"], ALL),
     "--quiet": (["--quiet"], ALL),
-    "--max-header-bytes": (["--max-header-bytes", "64KiB"], ALL),
-    "--max-body-bytes": (["--max-body-bytes", "1MiB"], ALL),
-    "--retry-stale": (["--retry-stale"], ALL),
+    "--max-header-bytes": (["--max-header-bytes", "64KiB"], STREAMS),
+    "--max-body-bytes": (["--max-body-bytes", "1MiB"], STREAMS),
+    "--retry-stale": (["--retry-stale"], STREAMS),
     "--sweep": (["--sweep", "1..2"], ALL),
     "--sweep-steps": (["--sweep", "1..2", "--sweep-steps", "3"], ALL),
     "--sweep-bisect": (["--sweep", "1..2", "--sweep-bisect", "1"], ALL),
@@ -103,6 +105,9 @@ TABLE: dict[str, tuple[list[str], tuple[str, ...]]] = {
     "--no-usage": (["--no-usage"], ("openai",)),
     "--ignore-eos": (["--ignore-eos"], ("openai",)),
     "--continuous-usage": (["--continuous-usage"], ("openai",)),
+    "--size": (["--size", "128"], ("udp",)),
+    "--batch": (["--batch", "1"], ("udp",)),
+    "--io": (["--io", "io_uring"], ("udp",)),
     "--concurrency": (["--concurrency", "2"], ()),  # closed loop: refused everywhere
     # TLS: for https://, grpcs:// and openai+https:// (tests/test_bench_tls.py): refused
     # for every plaintext target here

@@ -52,7 +52,7 @@ def test_a_spec_is_checked_once_and_frozen():
 def test_the_registry_is_where_schemes_flags_and_kinds_come_from():
     reg = registry.registry()
     assert sorted(reg) == ["grpc", "grpcs", "http", "https", "openai+http", "openai+https",
-                           "tcp"]
+                           "tcp", "udp"]
     assert registry.compiled_schemes() == ("http", "https", "tcp", "openai+http", "openai+https")
     assert registry.flag_protocols()["--body"] == ("http", "grpc")
     assert "grpc_status" in registry.kinds_for("grpcs")

@@ -11,10 +11,12 @@ import socket
 import subprocess
 import sys
 import threading
+from collections import Counter
 
 import pytest
 
 from support.accounting import accounted, only_error
+from support.client_hello import HelloCatcher, parse
 from support.nginx import Nginx, available
 from support.require import require
 from support.tls_certs import Pki
@@ -157,6 +159,22 @@ def test_client_certificate_required_in_the_handshake(pki, engine):
         assert req["ok"] == req["sent"] == 20
 
 
+def test_sslkeylogfile_is_honoured_by_both_engines(pki, engine, tmp_path, monkeypatch):
+    """SSLKEYLOGFILE (which ssl.create_default_context reads): each connection's TLS 1.3
+    secrets, one line each, from either engine (what Wireshark needs to decrypt a capture)."""
+    keys = tmp_path / "keys.log"
+    monkeypatch.setenv("SSLKEYLOGFILE", str(keys))
+    with TlsServer(pki.server_cert, pki.server_key) as srv:  # (Python's: TLS 1.3)
+        data = bench(srv.url(), TlsOptions(cacert=pki.ca), engine, rate=20, connections=2)
+    assert accounted(data)["ok"] == 10
+    labels = Counter(line.split()[0] for line in keys.read_text().splitlines()
+                     if not line.startswith("#"))
+    opened = data["connections"]["opened"]
+    assert opened >= 1 and labels == {label: opened for label in (
+        "CLIENT_HANDSHAKE_TRAFFIC_SECRET", "SERVER_HANDSHAKE_TRAFFIC_SECRET",
+        "CLIENT_TRAFFIC_SECRET_0", "SERVER_TRAFFIC_SECRET_0", "EXPORTER_SECRET")}
+
+
 def test_handshake_counts_in_latency_of_who_waited_never_in_service_time(pki, engine):
     delay = 0.2  # the server starts each handshake this long after the TCP accept
     with TlsServer(pki.server_cert, pki.server_key, handshake_delay_s=delay) as srv:
@@ -288,14 +306,49 @@ def test_openai_streams_over_tls(pki):
     assert kind == "tls" and "certificate verify failed" in reason
 
 
-def test_the_compiled_loop_offers_the_ciphers_the_python_engine_offers():
-    """Both engines' client hellos offer the same suites (CPython's list for TLS 1.2, the
-    defaults for 1.3), in the same order: a server picks the same one for either."""
+@pytest.mark.parametrize("sni", ["localhost", None], ids=["sni", "ip"])
+def test_both_engines_send_the_same_client_hello(pki, sni):
+    """The compiled loop's context is made from the settings of the Python engine's
+    (tls.context_settings): on whichever Python runs the suite (Debian's offers other suites
+    and versions than upstream CPython's defaults), a server sees the same client hello from
+    either engine: suites in order, extensions in order, groups, signature algorithms,
+    versions, ALPN and SNI (the random, the session id and the key shares differ on every
+    connection)."""
+    hellos = {}
+    for engine in ("python", "fast"):
+        with HelloCatcher() as catcher:
+            data = bench(f"https://127.0.0.1:{catcher.port}/", TlsOptions(cacert=pki.ca, sni=sni),
+                         engine, rate=6, connections=0)
+        req = accounted(data)  # (each ends as the catcher closes: test_a_server_that_closes...)
+        assert req["sent"] == 3 and req["ok"] == 0, req
+        parsed = {parse(r) for r in catcher.records}
+        assert len(catcher.records) >= 1 and len(parsed) == 1, (parsed, req)  # the same each time
+        hellos[engine] = parsed.pop()
+    python, fast = hellos["python"], hellos["fast"]
+    assert python.alpn == (b"http/1.1",)
+    assert python.sni == ((b"localhost",) if sni else ())  # (an IP address is never sent)
+    differ = {f: {"python": getattr(python, f), "fast": getattr(fast, f)}
+              for f in python.__dataclass_fields__ if getattr(fast, f) != getattr(python, f)}
+    assert not differ
+
+
+def test_a_compiled_loop_on_another_openssl_is_refused_for_tls_only(monkeypatch):
+    """Its settings are copied from Python's SSLContext, whose option bits mean what they say
+    only to Python's OpenSSL: on another one, TLS targets run on the Python engine (auto) or
+    are refused with the reason (fast); plaintext ones keep the compiled loop."""
     import ssl
+    import types
 
-    from tailgate.bench.fastpath import fastloop
+    from tailgate.bench import fastpath
 
-    require(None if fastloop is not None else "the compiled engine is not built")
-    python = [c["name"] for c in ssl.create_default_context().get_ciphers()]
-    assert fastloop.tls_ciphers() == python
-    assert "TLS_AES_128_GCM_SHA256" in python and "ECDHE-RSA-AES128-GCM-SHA256" in python
+    require(fastpath.UNAVAILABLE)  # (None: built)
+    assert fastpath.TLS_UNAVAILABLE is None  # this build runs Python's own OpenSSL
+    other = fastpath.tls_unavailable(types.SimpleNamespace(
+        OPENSSL_VERSION_NUMBER=ssl.OPENSSL_VERSION_NUMBER + 0x10))
+    assert other is not None and f"{ssl.OPENSSL_VERSION_NUMBER:#x}" in other
+    monkeypatch.setattr(fastpath, "TLS_UNAVAILABLE", other)
+    assert fastpath.choose("auto", "https") == fastpath.choose("auto", "openai+https") == "python"
+    assert fastpath.fallback_note("auto", "https") == f"ran the python engine: {other}"
+    with pytest.raises(fastpath.EngineUnavailable, match="would not speak the same TLS"):
+        fastpath.choose("fast", "https")
+    assert fastpath.choose("auto", "http") == fastpath.choose("fast", "http") == "fast"

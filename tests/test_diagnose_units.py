@@ -12,7 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from tailgate.diagnose.counters import Spec, bin_series, read_counters, series_meta, target_cpus
+from tailgate.diagnose.counters import (
+    Spec,
+    bin_series,
+    kept_reason,
+    read_counters,
+    series_meta,
+    target_cpus,
+)
 from tailgate.diagnose.evidence import parse_events, parse_maps
 from tailgate.diagnose.timeline import rebin
 from tailgate.host import Host
@@ -154,3 +161,13 @@ def test_the_attached_line_is_no_event_and_no_malformed_line():
 
     ev = parse_events([f"{ATTACHED}\nO 7 100 200 0\nnonsense\n"])
     assert ev.offcpu == [(7, 100, 200, 0)] and ev.malformed == 1
+
+
+def test_an_answer_is_kept_over_a_time_out_as_the_reason():
+    late = "http://h/metrics: no complete answer within 2 s"
+    nope = "http://h/metrics: HTTP 404 Not Found"
+    assert kept_reason(None, late) == late
+    assert kept_reason(late, nope) == nope  # the engine answered: that is why
+    assert kept_reason(nope, late) == nope  # the first answer stands
+    assert kept_reason(late, late) == late
+    assert kept_reason("a", "b") == "a"

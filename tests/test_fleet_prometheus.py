@@ -151,6 +151,16 @@ def test_serve_once_measures_the_run_queue_with_the_resident_probe(tmp_path):
     assert [s.value for s in up] == [1.0], up
     hist = {s.name: s for s in fams["tailgate_runqueue_latency_seconds"] if s.name.endswith("_count")}
     assert hist["tailgate_runqueue_latency_seconds_count"].value > 0
+    # its own cost (issue 46): the switches it timed (the histogram's count) x the measured
+    # cost of one
+    from tailgate.exporter import PROBE_COST_S
+
+    (events,) = fams["tailgate_probe_events"]
+    (per,) = fams["tailgate_probe_cost_seconds_per_event"]
+    (spent,) = fams["tailgate_probe_cpu_seconds"]
+    assert events.value == hist["tailgate_runqueue_latency_seconds_count"].value
+    assert per.value == PROBE_COST_S["runqlat"] and per.labels == {"probe": "runqlat"}
+    assert spent.value == pytest.approx(events.value * per.value)
     runq = [s for s in fams["tailgate_finding_status"]
             if s.labels["id"] == "l2.sched.runqlat" and s.value == 1]
     assert [s.labels["status"] for s in runq] in (["pass"], ["fail"]), runq

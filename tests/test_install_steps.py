@@ -109,6 +109,12 @@ def test_readme_commands_mount_tracefs_and_install(shims, target, tmp_path):
                          text=True, timeout=60, check=True).stdout
     # A fresh clone: the venv is made and the package installed, apt runs, tracefs is mounted.
     assert "-m venv .venv" in dry and "pip install" in dry
+    # from Debian's own interpreter (what a Debian user runs), never the python3 PATH finds
+    # first; PYTHON= chooses another
+    assert "/usr/bin/python3 -m venv .venv" in dry, dry
+    other = subprocess.run(["make", "-n", target, "PYTHON=/opt/py/bin/python3"], cwd=clone,
+                           env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert "/opt/py/bin/python3 -m venv .venv" in other.stdout, other.stdout + other.stderr
     assert "apt-get update" in dry and "mount -t tracefs" in dry
     subprocess.run(["make", "--no-print-directory", "tracefs"], cwd=clone, env=env, check=True,
                    capture_output=True, timeout=60)

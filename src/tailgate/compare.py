@@ -187,6 +187,7 @@ def extract(doc: dict[str, Any]) -> tuple[str, Extracted]:
                             _num((doc.get("rate") or {}).get("achieved")), "higher"), None))
         rows.append((Metric("error_rate", "end-to-end", "%",
                             100.0 * errors / sent if sent else None), None))
+        rows += _packet_rows(doc.get("packets"))
     elif k == "llm":
         for m in ("ttft", "itl", "itl_per_token", "tpot", "e2e"):
             if isinstance(doc.get(f"{m}_ms"), dict):  # (older results lack itl_per_token)
@@ -213,6 +214,18 @@ def extract(doc: dict[str, Any]) -> tuple[str, Extracted]:
             rows.append((Metric(f"{f['id']} [{f.get('subject', 'host')}]", f.get("layer", ""),
                                 str(f.get("unit", "")), value, better), None))
     return k, rows
+
+
+def _packet_rows(p: Any) -> Extracted:
+    """A udp:// load's datagram figures (L3: the data plane's packet rate, what a syscall
+    batch or io_uring changes): echoed datagrams per second, loss, CPU per datagram."""
+    if not isinstance(p, dict):
+        return []
+    pps = _num(p.get("pps_echoed"))
+    return [(Metric("packet_rate", "L3", "Mpps", pps / 1e6 if pps is not None else None,
+                    "higher"), None),
+            (Metric("packet_loss", "L3", "%", _num(p.get("loss_pct"))), None),
+            (Metric("cpu_per_packet", "L3", "ns", _num(p.get("cpu_ns_per_packet"))), None)]
 
 
 def _pct_of(name: str) -> float | None:

@@ -33,6 +33,13 @@ from .report import prometheus as prom
 from .verdict import judged_report
 
 RESIDENT_PROBES = ("runqlat",)
+# What one event costs the host, CPU seconds: a context switch with its wake-up (two program
+# runs of 219 ns each, the median that benchmarks/bench_observer.py read from the kernel's
+# per-program run time on our 2-core VM, 2026-12-06; the CPU-time difference of a ping-pong
+# with and without the probe agreed, 430 us per 1,000 switches, within its noise). The
+# programs run inside the switching tasks, so no process of ours shows this time: serve
+# states it (docs/benchmarks.md, "The observer's cost").
+PROBE_COST_S = {"runqlat": 2 * 219e-9}
 
 
 @dataclass
@@ -44,6 +51,7 @@ class ProbeState:
     last: dict[str, Any] | None = None  # the last window's summary
     counts: list[int] = field(default_factory=list)  # per exported bucket, cumulative over time
     sum_s: float = 0.0
+    events: int = 0  # switches the probe timed, every window added
 
 
 class Exporter(Collector):
@@ -67,7 +75,8 @@ class Exporter(Collector):
     def collect(self) -> Iterator[Metric]:
         with self.lock:
             families = list(self.families)
-            probes = {n: {"up": s.up, "reason": s.reason, "ok": s.ok, "failed": s.failed}
+            probes = {n: {"up": s.up, "reason": s.reason, "ok": s.ok, "failed": s.failed,
+                          "events": s.events, "cost_s": PROBE_COST_S.get(n)}
                       for n, s in self.probes.items()}
             hist = None
             if "runqlat" in self.probes:
@@ -143,6 +152,7 @@ class Exporter(Collector):
             for low, high, count in buckets:
                 st.counts[prom.bucket_index(self.bounds, high - 1)] += count
                 st.sum_s += count * (low + high - 1) / 2 * 1e-9  # bucket midpoints
+            st.events += int(summary.get("count") or 0)
             st.up, st.reason, st.ok, st.last = True, "", st.ok + 1, summary
 
     # -- running -----------------------------------------------------------------------------

@@ -45,19 +45,21 @@ HALF_PERIOD_US = 500_000  # the period of `spent_quota`; its quota is half of it
 
 
 @contextlib.contextmanager
-def spent_quota(cg: Path, cpu: int = 1) -> Iterator[None]:
+def spent_quota(cg: Path, cpu: int = 1, seconds: int = 90,
+                quota_us: int = HALF_PERIOD_US // 2) -> Iterator[None]:
     """A quota of half of each 500 ms period on ``cg`` (made with ``period_us=HALF_PERIOD_US``)
     and a busy loop on ``cpu`` inside it that spends it in the first half, so the whole cgroup
     is throttled for the second. A request to a service in ``cg`` that lands in a throttled half
     waits for the next period, up to 250 ms: P99 about 245 ms on any machine, with no
     calibration of the service's CPU per request (one that a VM's steal time skewed in CI left
     the service unthrottled). The service's own demand is a few per cent of its share, so
-    nothing queues beyond that. The quota and the loop go on leaving."""
+    nothing queues beyond that. The quota and the loop go on leaving (the loop ends by itself
+    after ``seconds``). A cgroup made with another period gives half of it as ``quota_us``."""
     import subprocess
 
-    (cg / "cpu.cfs_quota_us").write_text(str(HALF_PERIOD_US // 2))
+    (cg / "cpu.cfs_quota_us").write_text(str(quota_us))
     p = subprocess.Popen(["taskset", "-c", str(cpu), "sh", "-c",
-                          "end=$(($(date +%s)+90)); while [ $(date +%s) -lt $end ]; do :; done"])
+                          f"end=$(($(date +%s)+{seconds})); while [ $(date +%s) -lt $end ]; do :; done"])
     try:
         (cg / "cgroup.procs").write_text(str(p.pid))
         yield

@@ -221,7 +221,8 @@ typedef struct {
      * an IP address (verified against the certificate's IP entries, never sent as SNI) */
     SSL_CTX *tls;
     char *tls_name;
-    int tls_ip, tls_verify;
+    int tls_ip, tls_verify, tls_check_host;
+    FILE *keylog; /* SSLKEYLOGFILE's, when the Python engine's context has one */
     char *pbuf; /* what one read decrypted to */
     I64s conn_ns, hs_ns; /* each opened connection's TCP connect and TLS handshake times */
     /* outputs, guarded by mu */
@@ -705,9 +706,8 @@ static void tls_start(Loop *L, Conn *c) {
     SSL_set_bio(c->ssl, rb, wb);
     SSL_set_connect_state(c->ssl);
     if (L->tls_name && !L->tls_ip) SSL_set_tlsext_host_name(c->ssl, L->tls_name);
-    if (L->tls_name && L->tls_verify) {
-        X509_VERIFY_PARAM *vp = SSL_get0_param(c->ssl);
-        X509_VERIFY_PARAM_set_hostflags(vp, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
+    if (L->tls_name && L->tls_verify && L->tls_check_host) {
+        X509_VERIFY_PARAM *vp = SSL_get0_param(c->ssl); /* (host flags: the context's) */
         if (L->tls_ip) X509_VERIFY_PARAM_set1_ip_asc(vp, L->tls_name);
         else X509_VERIFY_PARAM_set1_host(vp, L->tls_name, 0);
     }
@@ -2215,6 +2215,7 @@ static void Loop_dealloc(Loop *L) {
         }
     }
     if (L->tls) SSL_CTX_free(L->tls);
+    if (L->keylog) fclose(L->keylog);
     free(L->tls_name); free(L->pbuf); free(L->conn_ns.v); free(L->hs_ns.v);
     if (L->ep >= 0) close(L->ep);
     if (L->wake_fd >= 0) close(L->wake_fd);
@@ -2227,64 +2228,81 @@ static void Loop_dealloc(Loop *L) {
     Py_TYPE(L)->tp_free((PyObject *)L);
 }
 
-/* What every client context has, as ssl.create_default_context: TLS 1.2 or newer and
- * CPython's cipher list for TLS 1.2 (tls_ciphers() shows it to the tests). */
-static SSL_CTX *client_ctx(void) {
-    SSL_CTX *x = SSL_CTX_new(TLS_client_method());
-    if (!x) return NULL;
-    if (SSL_CTX_set_min_proto_version(x, TLS1_2_VERSION) != 1 ||
-        SSL_CTX_set_cipher_list(x, "@SECLEVEL=2:ECDH+AESGCM:ECDH+CHACHA20:ECDH+AES:DHE+AES:"
-                                   "!aNULL:!eNULL:!aDSS:!SHA1:!AESCCM") != 1) {
-        SSL_CTX_free(x);
-        return NULL;
+/* SSLKEYLOGFILE, as the Python engine's context writes it (_ssl.c's keylog callback) */
+static void tls_keylog(const SSL *ssl, const char *line) {
+    Loop *L = SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl));
+    if (L && L->keylog) {
+        fprintf(L->keylog, "%s\n", line);
+        fflush(L->keylog);
     }
-    return x;
 }
 
-static PyObject *fl_tls_ciphers(PyObject *self, PyObject *unused) {
-    SSL_CTX *x = client_ctx();
-    if (!x) return PyErr_Format(PyExc_RuntimeError, "no TLS client context");
-    STACK_OF(SSL_CIPHER) *st = SSL_CTX_get_ciphers(x);
-    PyObject *out = PyList_New(0);
-    for (int i = 0; out && i < sk_SSL_CIPHER_num(st); i++) {
-        PyObject *name = PyUnicode_FromString(SSL_CIPHER_get_name(sk_SSL_CIPHER_value(st, i)));
-        if (!name || PyList_Append(out, name) < 0) Py_CLEAR(out);
-        Py_XDECREF(name);
-    }
-    SSL_CTX_free(x);
-    return out;
-}
+/* What the Python engine's SSLContext sets, copied from it (tls.ContextSettings, read from
+ * the context tls.client_context made, so both engines offer the same client hello and
+ * verify alike). Python has checked the files already, so a failure here is unexpected:
+ * -1 with a ValueError set. */
+typedef struct {
+    const char *cafile, *certfile, *keyfile, *name, *ciphers, *ciphersuites, *keylog;
+    int verify, check_hostname, min_version, max_version, common_name, pha;
+    unsigned long long options;
+    unsigned long verify_flags;
+    Py_buffer *alpn;
+} TlsSettings;
 
-/* The client context of a TLS target (tls.client_context's settings; Python has checked
- * the files already, so a failure here is unexpected): -1 with a ValueError set. */
-static int tls_context(Loop *L, const char *cafile, const char *certfile, const char *keyfile,
-                       int insecure, const char *name, Py_buffer *alpn) {
+static int tls_context(Loop *L, const TlsSettings *t) {
     const char *what = "a TLS context";
     ERR_clear_error();
-    SSL_CTX *x = L->tls = client_ctx();
+    SSL_CTX *x = L->tls = SSL_CTX_new(TLS_client_method());
     if (!x) goto bad;
-    L->tls_verify = !insecure;
-    if (insecure) SSL_CTX_set_verify(x, SSL_VERIFY_NONE, NULL);
+    SSL_CTX_set_app_data(x, L);
+    SSL_CTX_clear_options(x, SSL_CTX_get_options(x));
+    SSL_CTX_set_options(x, (uint64_t)t->options);
+    what = "the protocol versions";
+    if (SSL_CTX_set_min_proto_version(x, t->min_version) != 1 ||
+        SSL_CTX_set_max_proto_version(x, t->max_version) != 1) goto bad;
+    what = "the cipher list";
+    /* an empty TLS 1.2 list is valid when only TLS 1.3 suites are offered */
+    if ((*t->ciphers ? SSL_CTX_set_cipher_list(x, t->ciphers) : 1) != 1 ||
+        SSL_CTX_set_ciphersuites(x, t->ciphersuites) != 1) goto bad;
+    X509_VERIFY_PARAM *vp = SSL_CTX_get0_param(x);
+    X509_VERIFY_PARAM_clear_flags(vp, X509_VERIFY_PARAM_get_flags(vp));
+    X509_VERIFY_PARAM_set_flags(vp, t->verify_flags);
+    /* _ssl.c's host flags: no partial wildcards, the subject's CN only if the context
+     * allows it (hostname_checks_common_name) */
+    X509_VERIFY_PARAM_set_hostflags(vp, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS |
+        (t->common_name ? 0 : X509_CHECK_FLAG_NEVER_CHECK_SUBJECT));
+    SSL_CTX_set_post_handshake_auth(x, t->pha);
+    L->tls_verify = t->verify;
+    L->tls_check_host = t->check_hostname;
+    if (!t->verify) SSL_CTX_set_verify(x, SSL_VERIFY_NONE, NULL);
     else {
         SSL_CTX_set_verify(x, SSL_VERIFY_PEER, NULL);
-        what = cafile ? cafile : "the system's CAs";
-        if ((cafile ? SSL_CTX_load_verify_locations(x, cafile, NULL)
-                    : SSL_CTX_set_default_verify_paths(x)) != 1) goto bad;
+        what = t->cafile ? t->cafile : "the system's CAs";
+        if ((t->cafile ? SSL_CTX_load_verify_locations(x, t->cafile, NULL)
+                       : SSL_CTX_set_default_verify_paths(x)) != 1) goto bad;
     }
-    if (certfile) {
-        what = certfile;
-        if (SSL_CTX_use_certificate_chain_file(x, certfile) != 1) goto bad;
-        what = keyfile ? keyfile : certfile;
+    if (t->certfile) {
+        what = t->certfile;
+        if (SSL_CTX_use_certificate_chain_file(x, t->certfile) != 1) goto bad;
+        what = t->keyfile ? t->keyfile : t->certfile;
         if (SSL_CTX_use_PrivateKey_file(x, what, SSL_FILETYPE_PEM) != 1 ||
             SSL_CTX_check_private_key(x) != 1) goto bad;
     }
     what = "ALPN";
-    if (alpn->buf && alpn->len &&
-        SSL_CTX_set_alpn_protos(x, alpn->buf, (unsigned)alpn->len) != 0) goto bad;
-    if (name && *name) {
+    if (t->alpn->buf && t->alpn->len &&
+        SSL_CTX_set_alpn_protos(x, t->alpn->buf, (unsigned)t->alpn->len) != 0) goto bad;
+    if (t->keylog && *t->keylog) {
+        what = t->keylog;
+        if (!(L->keylog = fopen(t->keylog, "a"))) {
+            PyErr_Format(PyExc_ValueError, "TLS: %s: %s", what, strerror(errno));
+            return -1;
+        }
+        SSL_CTX_set_keylog_callback(x, tls_keylog);
+    }
+    if (t->name && *t->name) {
         unsigned char ip[16];
-        if (!(L->tls_name = strdup(name))) goto bad;
-        L->tls_ip = inet_pton(AF_INET, name, ip) == 1 || inet_pton(AF_INET6, name, ip) == 1;
+        if (!(L->tls_name = strdup(t->name))) goto bad;
+        L->tls_ip = inet_pton(AF_INET, t->name, ip) == 1 || inet_pton(AF_INET6, t->name, ip) == 1;
     }
     if (!(L->pbuf = malloc(READ_CHUNK))) goto bad;
     return 0;
@@ -2302,21 +2320,28 @@ static int Loop_init(Loop *L, PyObject *args, PyObject *kw) {
                             "max_line", "max_body", "delimiter", "response_length",
                             "retry_stale", "check_seq", "requests", "request_offsets",
                             "max_event", "sse_max_line", "tls", "cafile", "certfile",
-                            "keyfile", "insecure", "server_name", "alpn", NULL};
+                            "keyfile", "verify", "check_hostname", "server_name", "alpn",
+                            "ciphers", "ciphersuites", "min_version", "max_version", "options",
+                            "verify_flags", "common_name", "post_handshake_auth", "keylog",
+                            NULL};
     const char *kind, *address;
-    const char *cafile = NULL, *certfile = NULL, *keyfile = NULL, *server_name = NULL;
-    int family, port, cap, retry_stale = 0, check_seq = 0, tls = 0, insecure = 0;
+    int family, port, cap, retry_stale = 0, check_seq = 0, tls = 0;
     Py_buffer reqb, times, reqs = {0}, offs = {0}, alpn = {0};
+    TlsSettings ts = {.ciphers = "", .ciphersuites = "", .common_name = 1, .alpn = &alpn};
     long long first_measured, max_header, max_line, max_body, resp_len = -1;
     long long max_event = 16 << 20, sse_max_line = 1 << 20;
     double timeout_s;
     PyObject *delim_obj = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "sisiy*y*LidLLL|OLppy*y*LLpzzzpzy*", names,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sisiy*y*LidLLL|OLppy*y*LLpzzzppzy*ssiiKkppz",
+                                     names,
                                      &kind, &family, &address, &port, &reqb, &times,
                                      &first_measured, &cap, &timeout_s, &max_header, &max_line,
                                      &max_body, &delim_obj, &resp_len, &retry_stale, &check_seq,
-                                     &reqs, &offs, &max_event, &sse_max_line, &tls, &cafile,
-                                     &certfile, &keyfile, &insecure, &server_name, &alpn))
+                                     &reqs, &offs, &max_event, &sse_max_line, &tls, &ts.cafile,
+                                     &ts.certfile, &ts.keyfile, &ts.verify, &ts.check_hostname,
+                                     &ts.name, &alpn, &ts.ciphers, &ts.ciphersuites,
+                                     &ts.min_version, &ts.max_version, &ts.options,
+                                     &ts.verify_flags, &ts.common_name, &ts.pha, &ts.keylog))
         return -1;
     int rc = -1;
     L->ep = L->wake_fd = -1;
@@ -2445,7 +2470,7 @@ static int Loop_init(Loop *L, PyObject *args, PyObject *kw) {
     }
     struct epoll_event ev = {.events = EPOLLIN, .data.u64 = EV_WAKE};
     epoll_ctl(L->ep, EPOLL_CTL_ADD, L->wake_fd, &ev);
-    if (tls && tls_context(L, cafile, certfile, keyfile, insecure, server_name, &alpn) < 0)
+    if (tls && tls_context(L, &ts) < 0)
         goto out;
     L->precise = 1;
     rc = 0;
@@ -2847,7 +2872,6 @@ out:
 static PyMethodDef module_methods[] = {
     {"frame", (PyCFunction)(void (*)(void))fl_frame, METH_VARARGS | METH_KEYWORDS,
      "the framing of one response, fed bytes without a socket"},
-    {"tls_ciphers", fl_tls_ciphers, METH_NOARGS, "the cipher suites a TLS client offers"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -2913,5 +2937,8 @@ PyMODINIT_FUNC PyInit_fastloop(void) {
     PyModule_AddIntConstant(m, "K_CLOSED", K_CLOSED);
     PyModule_AddIntConstant(m, "MAX_SUSPECTS", MAX_SUSPECTS);
     PyModule_AddIntConstant(m, "EVENT_SIZE", (long)sizeof(Ev));
+    /* the OpenSSL this process runs (fastpath compares it with ssl.OPENSSL_VERSION_NUMBER) */
+    PyModule_AddObject(m, "OPENSSL_VERSION_NUMBER",
+                       PyLong_FromUnsignedLong(OpenSSL_version_num()));
     return m;
 }

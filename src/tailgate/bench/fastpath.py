@@ -38,6 +38,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -49,9 +50,9 @@ import numpy as np
 from .conn import OUT_OF_STEP
 from .engine import EngineConfig, WorkerResult
 from .outcome import KINDS, OK, PROTOCOL
-from .protocols import compiled_schemes
+from .protocols import compiled_schemes, tls_schemes
 from .recording import LoopState, Recorder, note_reason
-from .tls import TlsOptions, client_context
+from .tls import TlsOptions, client_context, context_settings
 
 try:
     from . import fastloop  # type: ignore[attr-defined]
@@ -98,6 +99,30 @@ if fastloop is not None and (_wrong := out_of_step_with_python(fastloop)):
 
 ENGINES = ("auto", "fast", "python")
 FAST_SCHEMES = compiled_schemes()  # the schemes fastloop.c speaks: see protocols
+
+
+def tls_unavailable(mod: Any) -> str | None:
+    """Why the compiled loop cannot speak TLS as the Python engine does, else None: it
+    copies the settings of Python's SSLContext (tls.ContextSettings), whose option bits and
+    names mean what they say only to the OpenSSL that Python's ssl runs."""
+    ours, python = getattr(mod, "OPENSSL_VERSION_NUMBER", None), ssl.OPENSSL_VERSION_NUMBER
+    if ours == python:
+        return None
+    return (f"the compiled hot path runs OpenSSL {ours:#x}, Python's ssl runs {python:#x} "
+            f"({ssl.OPENSSL_VERSION}): the two engines would not speak the same TLS; "
+            f"rebuild it against Python's OpenSSL" if ours is not None else
+            "the compiled hot path does not say which OpenSSL it runs: rebuild it "
+            "(pip install -e .)")
+
+
+TLS_UNAVAILABLE = tls_unavailable(fastloop) if fastloop is not None else None
+
+
+def _unavailable(scheme: str) -> str | None:
+    """Why the compiled loop cannot run a ``scheme`` target it speaks, else None."""
+    if UNAVAILABLE is not None:
+        return UNAVAILABLE
+    return TLS_UNAVAILABLE if scheme in tls_schemes() else None
 NO_TIME = np.iinfo(np.int64).min  # a record's send time when it never reached the wire
 # Poll instead of sleeping for the last microseconds before a due time: a timed wake-up
 # from epoll took ~20 µs on our VMs (lateness P50 20 µs with no spin, 12 µs with 5 µs,
@@ -177,16 +202,16 @@ def choose(engine: str, scheme: str) -> str:
             raise EngineUnavailable(f"--engine fast speaks "
                                     f"{', '.join(s + '://' for s in FAST_SCHEMES)} only, "
                                     f"not {scheme}:// targets")
-        if UNAVAILABLE is not None:
-            raise EngineUnavailable(f"--engine fast: {UNAVAILABLE}")
+        if (why := _unavailable(scheme)) is not None:
+            raise EngineUnavailable(f"--engine fast: {why}")
         return "fast"
-    return "fast" if UNAVAILABLE is None and scheme in FAST_SCHEMES else "python"
+    return "fast" if scheme in FAST_SCHEMES and _unavailable(scheme) is None else "python"
 
 
 def fallback_note(engine: str, scheme: str) -> str | None:
     """Why ``auto`` ran the Python engine for a target the fast one speaks, else None."""
-    if engine == "auto" and scheme in FAST_SCHEMES and UNAVAILABLE is not None:
-        return f"ran the python engine: {UNAVAILABLE}"
+    if engine == "auto" and scheme in FAST_SCHEMES and (why := _unavailable(scheme)):
+        return f"ran the python engine: {why}"
     return None
 
 
@@ -202,12 +227,19 @@ def _address(host: str, port: int) -> tuple[int, str]:
 
 
 def _tls_args(opts: TlsOptions, host: str) -> dict[str, Any]:
-    """The loop's TLS settings, as :func:`.tls.client_context` and :func:`.tls.dial` make
-    them (the files are checked there first: a bad one is a TlsError, not a C error)."""
-    client_context(opts)
+    """The loop's TLS keywords: the files and names of ``opts`` and every setting of the
+    context the Python engine makes from them (:func:`.tls.client_context`, which checks
+    the files first: a bad one is a TlsError, not a C error)."""
+    s = context_settings(client_context(opts))
     return {"tls": True, "cafile": opts.cacert, "certfile": opts.cert, "keyfile": opts.key,
-            "insecure": opts.insecure, "server_name": opts.sni or host,
-            "alpn": b"".join(bytes([len(p)]) + p.encode() for p in opts.alpn)}
+            "verify": s.verify, "check_hostname": s.check_hostname,
+            "server_name": opts.sni or host,
+            "alpn": b"".join(bytes([len(p)]) + p.encode() for p in opts.alpn),
+            "ciphers": s.ciphers, "ciphersuites": s.ciphersuites,
+            "min_version": s.minimum_version, "max_version": s.maximum_version,
+            "options": s.options, "verify_flags": s.verify_flags,
+            "common_name": s.hostname_checks_common_name,
+            "post_handshake_auth": s.post_handshake_auth, "keylog": s.keylog_filename}
 
 
 def _seconds(ns: bytes | None) -> list[float]:
@@ -226,6 +258,8 @@ class FastEngine:
             raise EngineUnavailable(f"the fast engine speaks "
                                     f"{', '.join(s + '://' for s in FAST_SCHEMES)}, "
                                     f"not {url_scheme(t)}://")
+        if t.tls is not None and TLS_UNAVAILABLE is not None:
+            raise EngineUnavailable(TLS_UNAVAILABLE)
         self.cfg = cfg
         self.times = np.asarray(cfg.times, dtype=np.float64)
         self.first_measured = int(np.searchsorted(self.times, cfg.warmup_s, side="left"))

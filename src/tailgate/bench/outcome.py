@@ -34,6 +34,11 @@ Only ``openai+`` targets (a streamed response, :mod:`.openai_sse`):
 * ``server_error``: an ``{"error": ...}`` object inside the stream.
 * ``no_token``: a complete stream without any content.
 
+Only ``udp://`` targets (datagrams, :mod:`.udp`):
+
+* ``lost``: no echo of the datagram within the time-out (recorded at the time-out); a
+  datagram whose send the kernel refused (ICMP unreachable) is ``connect``.
+
 (An answer that is not ``text/event-stream`` is ``protocol``; a stream that ends
 before ``data: [DONE]`` is ``truncated``.)
 """
@@ -56,16 +61,18 @@ SERVER_ERROR = 12
 NO_TOKEN = 13
 TLS = 14
 GRPC_STATUS = 15
+LOST = 16
 
 KINDS = ("ok", "connect", "timeout", "reset", "status_4xx", "status_5xx", "protocol",
          "truncated", "too_large", "upgrade", "stale_connection",
-         "malformed_sse", "server_error", "no_token", "tls", "grpc_status")
+         "malformed_sse", "server_error", "no_token", "tls", "grpc_status", "lost")
 ERROR_KINDS = KINDS[1:]
 STREAM_KINDS = KINDS[MALFORMED_SSE:NO_TOKEN + 1]  # only a streamed (openai+) response
 
 
 # What a request over HTTP/1.1, TCP or gRPC can end with (no stream; grpc adds its status).
-REQUEST_KINDS = tuple(k for k in ERROR_KINDS if k not in STREAM_KINDS and k != "grpc_status")
+REQUEST_KINDS = tuple(k for k in ERROR_KINDS
+                      if k not in STREAM_KINDS and k not in ("grpc_status", "lost"))
 CODE = {k: i for i, k in enumerate(KINDS)}
 
 

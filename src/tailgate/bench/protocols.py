@@ -19,7 +19,7 @@ from typing import Any
 
 from ..errors import UsageError
 
-MODULES = ("http", "tcp", "grpc", "openai_sse")  # under tailgate.bench, or dotted names
+MODULES = ("http", "tcp", "grpc", "openai_sse", "udp")  # under tailgate.bench, or dotted names
 
 
 @dataclass(frozen=True, eq=False)  # one object per protocol: compared by identity
@@ -88,6 +88,11 @@ def protocol_of(url: str) -> Protocol:
 def compiled_schemes() -> tuple[str, ...]:
     """The schemes the compiled loop speaks (its protocols', TLS ones included)."""
     return tuple(s for p in protocols() if p.compiled for s in p.schemes)
+
+
+def tls_schemes() -> tuple[str, ...]:
+    """The schemes that speak TLS (``https``, ``grpcs``, ``openai+https``...)."""
+    return tuple(s for p in protocols() for s, tls in p.schemes.items() if tls)
 
 
 def kinds_for(scheme: str) -> tuple[str, ...]:

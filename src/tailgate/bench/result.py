@@ -589,6 +589,18 @@ def _llm_rows(d: dict[str, Any], columns: Sequence[str] = tuple(PERCENTILES)) ->
     return out
 
 
+def _packet_rows(d: dict[str, Any]) -> list[str]:
+    """udp://: the datagram figures (bench.udp's ``packets`` block)."""
+    p = d.get("packets")
+    if not p:
+        return []
+    return [f"datagrams: {p['size']} B, batch {p['batch']}, {p['io']}: sent {p['pps_sent']:,.0f}/s,"
+            f" echoed {p['pps_echoed']:,.0f}/s, lost {p['lost']:,} ({p['loss_pct'] or 0:.3g} %), "
+            f"reordered {p['reordered']:,}, duplicate {p['duplicate']:,}, malformed "
+            f"{p['malformed']:,}; {p['datagrams_per_send_call']:g} a send call, "
+            f"{p['cpu_ns_per_packet']:,.0f} ns CPU a datagram"]
+
+
 def summary_text(result: BenchResult, spectrum: bool = False,
                  columns: Sequence[str] | None = None) -> str:
     """The terminal report: what was asked, what happened, the distributions, SLOs.
@@ -601,7 +613,8 @@ def summary_text(result: BenchResult, spectrum: bool = False,
         f"tailgate bench {d['target']}  {info.arrival}"
         + (f" (burstiness {info.burstiness:g})" if info.arrival == "gamma" else "")
         + (f" {info.ramp.lo:g}..{info.ramp.hi:g} req/s (mean {info.rate:g})"
-           if info.ramp is not None else f" {info.rate:g} req/s") + " for "
+           if info.ramp is not None else " (as fast as the path takes)" if info.arrival == "max"
+           else f" {info.rate:g} req/s") + " for "
         f"{info.duration_s:g} s  ({info.workers} worker(s), {info.connections}.."
         f"{info.max_connections} connections, time-out {info.timeout_s:g} s)"
         + ("  [INTERRUPTED]" if d["interrupted"] else ""),
@@ -617,6 +630,7 @@ def summary_text(result: BenchResult, spectrum: bool = False,
         _fmt_row("service ms", d["service_time_ms"], columns),
         _fmt_row("lateness ms", d["lateness_ms"], columns),
         *_llm_rows(d, columns),
+        *_packet_rows(d),
         "samples above (latency): " + ", ".join(
             f"{k} {v}" for k, v in d["latency_ms"]["samples_above"].items()),
         _fmt_ci("latency", d["latency_ms"], columns),

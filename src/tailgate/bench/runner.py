@@ -39,6 +39,10 @@ def run(spec: BenchSpec, hooks: Hooks = Hooks()) -> BenchResult:
     from .slo import evaluate
     from .workers import WorkerFailure, plan, run_workers
 
+    if spec.protocol == "udp":  # datagrams: the compiled loop of bench.udp
+        from .udp import run as run_udp
+
+        return run_udp(spec, hooks)
     info, opts = spec.info, spec.options
     parts = [f"{opts.log}.part{k}" for k in range(info.workers)] if opts.log else None
     cfgs = plan(info, spec.target, parts, schedule=spec.schedule, **spec.engine_fields)

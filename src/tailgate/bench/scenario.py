@@ -51,6 +51,8 @@ KEYS: dict[str, type | tuple[type, ...]] = {
     # openai+ targets (LLM streams)
     "model": str, "api": str, "workload": str, "input_len": int, "output_len": int,
     "requests": int,
+    # udp:// targets (datagrams)
+    "size": (str, int), "batch": int, "io": str,
 }
 LISTS = ("slo", "header")
 
@@ -192,7 +194,7 @@ def target_args(base: argparse.Namespace, t: ScenarioTarget) -> argparse.Namespa
         elif isinstance(val, (int, float)) and not isinstance(val, bool) \
                 and key not in ("connections", "max_connections", "workers", "seed",
                                 "min_tail_samples", "response_length", "input_len",
-                                "output_len", "requests", "burstiness"):
+                                "output_len", "requests", "burstiness", "batch"):
             val = str(val)  # "rate: 2000" is the text "2000", parsed like the command line
         if key == "burstiness":
             val = float(val)

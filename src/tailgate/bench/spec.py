@@ -78,6 +78,10 @@ class BenchOptions:
     max_event_bytes: str = "16MiB"
     max_tokens_per_stream: int | None = None
     retry_stale: bool = False
+    # udp:// datagrams (bench.udp; None: its default)
+    size: str | None = None
+    batch: int | None = None
+    io: str | None = None
     # LLM targets (openai+http://)
     model: str | None = None
     api: str = "completions"
@@ -188,6 +192,10 @@ def build(opts: BenchOptions) -> BenchSpec:
         raise UsageError("give TARGET (or --scenario FILE)")
     proto = protocol_of(opts.target)
     refuse_flags(opts, proto)
+    if proto.kind == "udp":  # one socket, its own loop: bench.udp checks its options
+        from .udp import build_spec
+
+        return build_spec(opts)
     llm = proto.kind == "openai"
     trace = llm and opts.workload == "trace"
     if llm and opts.concurrency is not None:

@@ -85,6 +85,48 @@ def client_context(opts: TlsOptions) -> ssl.SSLContext:
     return ctx
 
 
+@dataclass(frozen=True)
+class ContextSettings:
+    """What an ``ssl.SSLContext`` sets that another OpenSSL client context can be given: the
+    compiled loop's context is made from these, so both engines send the same client hello
+    and verify alike on every Python (Debian's, with OpenSSL's default cipher list and no
+    minimum version, offers other suites and versions than upstream CPython's defaults).
+    Not readable from Python, so left to OpenSSL's defaults in both: the security level,
+    the groups and the signature algorithms."""
+
+    ciphers: str  # TLS 1.2 and older, OpenSSL names in the context's order
+    ciphersuites: str  # TLS 1.3
+    minimum_version: int  # a protocol number (0x0303: TLS 1.2); 0: OpenSSL's lowest
+    maximum_version: int  # 0: OpenSSL's highest
+    options: int  # SSL_OP_* bits (Debian's Python sets OP_IGNORE_UNEXPECTED_EOF, for one)
+    verify_flags: int  # X509_V_FLAG_* bits
+    verify: bool  # verify_mode is not CERT_NONE
+    check_hostname: bool
+    hostname_checks_common_name: bool
+    post_handshake_auth: bool
+    keylog_filename: str | None  # SSLKEYLOGFILE, as create_default_context reads it
+
+
+def context_settings(ctx: ssl.SSLContext) -> ContextSettings:
+    """The settings of ``ctx`` (see :class:`ContextSettings`)."""
+    suites = ctx.get_ciphers()
+
+    def version(v: ssl.TLSVersion) -> int:
+        # MINIMUM_SUPPORTED and MAXIMUM_SUPPORTED (negative): no bound, OpenSSL's 0
+        return max(int(v), 0)
+
+    return ContextSettings(
+        ciphers=":".join(c["name"] for c in suites if c["protocol"] != "TLSv1.3"),
+        ciphersuites=":".join(c["name"] for c in suites if c["protocol"] == "TLSv1.3"),
+        minimum_version=version(ctx.minimum_version),
+        maximum_version=version(ctx.maximum_version),
+        options=int(ctx.options), verify_flags=int(ctx.verify_flags),
+        verify=ctx.verify_mode != ssl.CERT_NONE, check_hostname=ctx.check_hostname,
+        hostname_checks_common_name=ctx.hostname_checks_common_name,
+        post_handshake_auth=bool(ctx.post_handshake_auth),
+        keylog_filename=ctx.keylog_filename)
+
+
 def _why(exc: BaseException) -> str:
     if isinstance(exc, ssl.SSLError) and exc.reason:
         return exc.reason.replace("_", " ").lower()

@@ -49,7 +49,11 @@ LABELS = {
     "l4.memory.fragmentation": "GPU memory fragmentation",
     "l4.specdec.acceptance": "speculative acceptance",
 }
-BENCH_KEEP = ("latency.p50", "latency.p99", "latency.p999", "rate.achieved", "error_rate")
+BENCH_KEEP = ("latency.p50", "latency.p99", "latency.p999", "rate.achieved", "error_rate",
+              "packet_rate", "packet_loss", "cpu_per_packet")  # the last three: udp:// loads
+# a load's datagram rows (NAME packet_rate ...), named as the method's table names them
+LOAD_LABELS = {"packet_rate": "packet rate", "packet_loss": "datagram loss",
+               "cpu_per_packet": "CPU per datagram"}
 LLM_KEEP = ("ttft.p50", "ttft.p99", "ttft.p999", "itl.p50", "itl.p99", "itl.p999",
             "e2e.p50", "e2e.p99", "e2e.p999", "output_tokens_per_s", "goodput_rps",
             # the engine's own phases (llama-server's per-request timings), where it sent them
@@ -309,7 +313,7 @@ def table(before: Side, after: Side) -> tuple[list[Row], list[str], list[str]]:
 def label(name: str) -> str:
     """The "what" of a row: the short name of its check, or the metric itself."""
     cid = name.split(" [", 1)[0]
-    return LABELS.get(cid, "")
+    return LABELS.get(cid) or LOAD_LABELS.get(name.rsplit(" ", 1)[-1], "")
 
 
 def summary(camp: CampaignDir) -> dict[str, Any]:

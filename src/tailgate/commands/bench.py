@@ -33,12 +33,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--body-file req.bin --rate 2k --duration 30s --slo 'p99<2ms'\n"
         "  tailgate bench openai+http://127.0.0.1:8000/v1 --model M --api chat --rate 2 "
         "--duration 60s --slo 'ttft_p99<2s' --slo 'itl_p99<50ms'\n"
+        "  tailgate bench udp://10.46.0.2:9000 --rate max --duration 10s --batch 32 "
+        "--size 64\n"
         "  mpirun -np 4 tailgate bench allreduce --backend mpi --sizes 8B..1MB  "
         "(collectives: tailgate bench allreduce --help)",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("target", metavar="TARGET", help="http(s)://host:port/path, "
                    "tcp://host:port, grpc(s)://host:port/package.Service/Method (unary), "
-                   "or an OpenAI-compatible LLM server: openai+http://host:port/v1")
+                   "an OpenAI-compatible LLM server: openai+http://host:port/v1, or a UDP echo "
+                   "server: udp://host:port")
     add_load_options(p)
     g = p.add_argument_group("self-correcting (tailgate.bench.confidence)")
     g.add_argument("--confidence", action="append", default=[], metavar="TARGETS",
@@ -79,6 +82,16 @@ def add_request_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--delimiter", help=r"a response ends with these bytes (escapes allowed)")
     g.add_argument("--response-length", type=int, metavar="N",
                    help="a response is exactly N bytes")
+    g = p.add_argument_group("UDP datagrams (udp:// targets: an echo server; --rate max: as "
+                             "fast as the path takes)")
+    g.add_argument("--size", metavar="SIZE", help="bytes of each datagram's payload, 16 to "
+                   "65507 (default 64)")
+    g.add_argument("--batch", type=int, metavar="N", help="datagrams a syscall at most: 1 "
+                   "sends with send/recv, more with sendmmsg/recvmmsg or one io_uring_enter; "
+                   "never waits to fill a batch (default 32)")
+    g.add_argument("--io", choices=("syscalls", "io_uring"), help="how datagrams reach the "
+                   "kernel: syscalls (default) or io_uring (a multishot receive into "
+                   "registered buffers)")
     g = p.add_argument_group("TLS (https:// and grpcs:// targets)")
     g.add_argument("--insecure", action="store_true",
                    help="do not verify the server's certificate or name")
@@ -120,7 +133,8 @@ def add_load_options(p: argparse.ArgumentParser) -> None:
     # or --requests instead.
     g.add_argument("--rate", help="requests per second, all workers together "
                    "(e.g. 1000, 20k); LO..HI (e.g. 1k..10k) ramps linearly from LO to HI over "
-                   "--duration (the warm-up at LO)")
+                   "--duration (the warm-up at LO); udp:// also takes max (as fast as the "
+                   "path takes)")
     g.add_argument("--duration", help="measured run time (e.g. 30s, 2m)")
     g.add_argument("--arrival", choices=("constant", "poisson", "gamma"), default="constant",
                    help="inter-arrival times: constant (default), exponential (Poisson) or "

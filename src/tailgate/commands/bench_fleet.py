@@ -122,6 +122,9 @@ def run_fleet(args: argparse.Namespace) -> int:
     for i, (name, ns) in enumerate(runs):
         try:
             spec = spec_of(ns)
+            if spec.protocol == "udp":  # one socket's loop of its own (bench.udp)
+                raise UsageError("udp:// targets run alone, not with --ray or --scenario "
+                                 "(yet): run `tailgate bench udp://...` for each")
             parsed.append((name, spec.info, spec.target, list(spec.slos)))
             plans.append({"schedule": spec.schedule, **spec.engine_fields})
         except UsageError as exc:

@@ -138,6 +138,15 @@ def _engine(text: str) -> dict[str, float]:
     return out
 
 
+def kept_reason(first: str | None, new: str) -> str:
+    """Why a source is unknown over the window: the first reason it gave, unless that was a
+    time-out and a later poll got an answer (an engine's 404 says why its series are unknown;
+    a poll the busy machine kept from its CPU past the deadline does not)."""
+    from ..sources.engine import LATE
+
+    return new if first is None or (LATE in first and LATE not in new) else first
+
+
 def read_counters(host: Host, spec: Spec, fetch: Callable[[str], str] | None = None
                   ) -> tuple[dict[str, float], dict[str, str]]:
     """One poll: ``({series: value}, {source: why it could not be read})``."""
@@ -295,7 +304,7 @@ class CounterPoller:
         values, errors = read_counters(self.host, self.spec)
         self.polls.rows.append((t, values))
         for k, v in errors.items():
-            self.polls.errors.setdefault(k, v)
+            self.polls.errors[k] = kept_reason(self.polls.errors.get(k), v)
 
     def _run(self) -> None:
         idle_priority()

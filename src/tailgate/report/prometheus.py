@@ -185,11 +185,26 @@ def probe_state(probes: Mapping[str, Mapping[str, Any]]) -> list[Metric]:
     restarts = CounterMetricFamily("tailgate_probe_windows", "Probe windows run, by outcome "
                                    "(a failed one is retried after a back-off).",
                                    labels=["probe", "outcome"])
+    events = CounterMetricFamily("tailgate_probe_events", "Context switches the resident probe "
+                                 "timed (each with the wake-up or preemption before it).",
+                                 labels=["probe"])
+    per = GaugeMetricFamily("tailgate_probe_cost_seconds_per_event", "CPU time one event costs "
+                            "the host with the probe attached (a switch and its wake-up; "
+                            "measured by benchmarks/bench_observer.py, docs/benchmarks.md).",
+                            labels=["probe"])
+    spent = CounterMetricFamily("tailgate_probe_cpu_seconds", "CPU time the resident probe "
+                                "cost the host, estimated: its events x the cost of one. It "
+                                "runs inside the switching tasks, in no process of ours.",
+                                labels=["probe"])
     for name, st in sorted(probes.items()):
         up.add_metric([name, _label(st.get("reason") or "")], 1.0 if st.get("up") else 0.0)
         for outcome in ("ok", "failed"):
             restarts.add_metric([name, outcome], float(st.get(outcome, 0)))
-    return [up, restarts]
+        events.add_metric([name], float(st.get("events", 0)))
+        if st.get("cost_s") is not None:
+            per.add_metric([name], float(st["cost_s"]))
+            spent.add_metric([name], float(st.get("events", 0)) * float(st["cost_s"]))
+    return [up, restarts, events, per, spent]
 
 
 def _label(text: str) -> str:

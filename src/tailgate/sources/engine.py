@@ -126,6 +126,9 @@ def _opener(deadline: float) -> urllib.request.OpenerDirector:
     return urllib.request.build_opener(PlainHandler, urllib.request.HTTPSHandler(context=context))
 
 
+LATE = "no complete answer within"  # a fetch's time-out reason (it then names the limit)
+
+
 def fetch(url: str, timeout_s: float) -> str:
     """GET ``url`` (http/https) or read a saved scrape; every failure is a SourceError.
 
@@ -140,7 +143,7 @@ def fetch(url: str, timeout_s: float) -> str:
         except SourceError as exc:
             raise SourceError(f"saved scrape {exc}") from exc
     req = urllib.request.Request(url, headers={"Accept": "text/plain;version=0.0.4"})
-    late = f"{url}: no complete answer within {timeout_s:g} s"
+    late = f"{url}: {LATE} {timeout_s:g} s"
     try:
         with _opener(time.monotonic() + timeout_s).open(req, timeout=timeout_s) as resp:
             length = resp.headers.get("Content-Length")
