@@ -418,7 +418,7 @@ def engine_into(doc: dict[str, Any], target: str | None, bench_doc: dict[str, An
         return
     section, causes, bands = from_log(text, start, int(tl.get("t0_monotonic_ns", 0)), crit)
     doc["engine"] = section
-    tl["bands"] = bands
+    tl.setdefault("bands", []).extend(bands)  # (beside the chains of blame's)
     if not causes:
         return
     merged = list(doc.get("causes", ())) + [a.to_json() for a in causes]
