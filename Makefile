@@ -46,8 +46,32 @@ $(VENV)/.installed-test: pyproject.toml | $(VENV)/.venv-ok apt-test
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@ $(VENV)/.installed-run
 
+# llama.cpp's native server (llama-server, the C++ one) for the engine-phase tests
+# (diagnose's engine records): built from the llama.cpp sources that llama-cpp-python's
+# sdist vendors (the version the test extra installed; pip's cache usually holds it),
+# the one target with its libraries linked in statically, no web UI, no TLS. About
+# 25 minutes on two busy cores, once; the 77 MB sdist and the build tree are removed.
+LLAMA_SERVER := $(VENV)/bin/llama-server
+LLAMA_SRC    := $(VENV)/llama-server-src
+$(LLAMA_SERVER): | $(VENV)/.installed-test
+	@rm -rf $(LLAMA_SRC) && mkdir -p $(LLAMA_SRC)
+	v=$$($(PY) -c "import importlib.metadata as m; print(m.version('llama_cpp_python'))") && \
+	$(PY) -m pip download -q --no-deps --no-binary :all: "llama-cpp-python==$$v" \
+	  -d $(LLAMA_SRC) && \
+	tar xzf $(LLAMA_SRC)/llama_cpp_python-$$v.tar.gz -C $(LLAMA_SRC) && \
+	cmake -S $(LLAMA_SRC)/llama_cpp_python-$$v/vendor/llama.cpp -B $(LLAMA_SRC)/build \
+	  -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_SERVER=ON \
+	  -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+	  -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
+	  -DLLAMA_OPENSSL=OFF >$(LLAMA_SRC)/log 2>&1 && \
+	nice -n 10 cmake --build $(LLAMA_SRC)/build --target llama-server -j$$(nproc) \
+	  >>$(LLAMA_SRC)/log 2>&1 || { tail -30 $(LLAMA_SRC)/log; exit 1; }; \
+	cp $(LLAMA_SRC)/build/bin/llama-server $@.tmp && mv $@.tmp $@
+	rm -rf $(LLAMA_SRC)
+	$@ --version
+
 venv: $(VENV)/.installed-run
-venv-test: $(VENV)/.installed-test
+venv-test: $(VENV)/.installed-test $(LLAMA_SERVER)
 
 # Debian packages, installed only when missing (needs root, as the README says). Explicit
 # rules: GNU make never applies a pattern rule to a .PHONY target, so `apt-%` never ran.

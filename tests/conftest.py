@@ -64,7 +64,8 @@ def pytest_configure(config: pytest.Config) -> None:
 # captured formats. Everything else needs root, a real server, bpftrace or a namespace.
 UNIT_MODULES = frozenset("""
     test_alloc_units test_bench_confidence test_bench_units test_collective_units
-    test_compare test_diagnose_accounting_units test_diagnose_units test_dpdk_parsers
+    test_compare test_diagnose_accounting_units test_diagnose_engine_units test_diagnose_units
+    test_dpdk_parsers
     test_errors test_fleet_view test_hist
     test_http1_codec test_l1_checks test_l1_parsers test_l2_checks test_l2_parsers
     test_l3_checks test_l3_parsers test_llm_units test_pcie_link test_plan_fanout

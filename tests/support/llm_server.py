@@ -47,8 +47,10 @@ def _vocab() -> tuple[list[str], list[float], list[int]]:
     return tokens, scores, types
 
 
-def write_tiny_gguf(path: str | os.PathLike[str], seed: int = 0) -> Path:
-    """Write the tiny random Llama GGUF to ``path`` and return it."""
+def write_tiny_gguf(path: str | os.PathLike[str], seed: int = 0,
+                    context: int = 2048) -> Path:
+    """Write the tiny random Llama GGUF to ``path`` and return it (trained context
+    ``context`` tokens: what a server may give a slot)."""
     import gguf
 
     rng = np.random.default_rng(seed)
@@ -56,7 +58,7 @@ def write_tiny_gguf(path: str | os.PathLike[str], seed: int = 0) -> Path:
     n_vocab, n_embd, n_ff, n_layer, n_head = len(tokens), 64, 128, 2, 4
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_name(MODEL_NAME)
-    w.add_context_length(2048)
+    w.add_context_length(context)
     w.add_embedding_length(n_embd)
     w.add_block_count(n_layer)
     w.add_feed_forward_length(n_ff)
@@ -162,6 +164,68 @@ def llama_server(tmpdir: str | os.PathLike[str], startup_s: float = 120.0,
                 raise RuntimeError(f"llama server not up within {startup_s:g} s")
             time.sleep(0.2)
         yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+        log.close()
+
+
+def native_llama_server_binary() -> str:
+    """llama.cpp's native server (``make test`` builds it into the venv: the Makefile's
+    LLAMA_SERVER); LLAMA_SERVER in the environment names another. Fails with the reason
+    when it is not there (a missing tool is a failure, never a skip)."""
+    path = os.environ.get("LLAMA_SERVER") or str(Path(sys.prefix) / "bin" / "llama-server")
+    if not os.access(path, os.X_OK):
+        raise RuntimeError(f"llama.cpp's native server is not at {path}: `make venv-test` "
+                           "builds it from llama-cpp-python's vendored llama.cpp")
+    return path
+
+
+@contextlib.contextmanager
+def native_llama_server(tmpdir: str | os.PathLike[str], slots: int = 1, ctx: int = 4096,
+                        threads: int = 1, cpu: str | None = None,
+                        extra: tuple[str, ...] = (), nice: int | None = None,
+                        startup_s: float = 60.0) -> Iterator[tuple[str, subprocess.Popen]]:
+    """Start llama.cpp's native server (the C++ ``llama-server``) on loopback with the tiny
+    random model, ``slots`` parallel slots of ``ctx`` tokens each, ``--metrics`` and
+    ``--slots``; yield its base URL (``…/v1``) and its process (its pid for diagnose). Its
+    log (with timestamps, every task's timings) goes to ``tmpdir``/llama-native.log.
+    ``nice``: its scheduling priority (a scenario whose cause is the engine's own keeps the
+    server ahead of the machine's other work, as it keeps it on a CPU of its own)."""
+    model = write_tiny_gguf(Path(tmpdir) / "tiny-native.gguf", context=ctx)
+    port = free_port()
+    log_path = Path(tmpdir) / "llama-native.log"
+    log = open(log_path, "w")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(
+        [*(("taskset", "-c", cpu) if cpu is not None else ()),
+         *(("nice", "-n", str(nice)) if nice is not None else ()),
+         native_llama_server_binary(), "-m", str(model), "--host", "127.0.0.1",
+         "--port", str(port), "-np", str(slots), "-c", str(ctx * slots), "-t", str(threads),
+         "-tb", str(threads), "--metrics", "--slots", "--log-timestamps", "--log-prefix",
+         "--alias", MODEL_NAME, "--seed", "1", "--no-webui", *extra],
+        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + startup_s
+        while True:
+            if proc.poll() is not None:
+                log.flush()
+                raise RuntimeError("llama-server exited: " + log_path.read_text()[-2000:])
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"llama-server not up within {startup_s:g} s: "
+                                   + log_path.read_text()[-2000:])
+            time.sleep(0.1)
+        yield base, proc
     finally:
         proc.terminate()
         try:

@@ -96,7 +96,14 @@ MIN_TICK_S = 200e-6  # schedule entries turned into a Python list at a time
 LOG_HEADER = "worker,id,intended_s,dispatch_s,send_s,end_s,outcome,status,bytes,warmup,arrive_s\n"
 # openai+ targets: the same columns, then each request's token times and counts.
 LLM_LOG_HEADER = (LOG_HEADER[:-1] + ",first_chunk_s,first_token_s,last_token_s,done_s,"
-                  "chunks,output_tokens,input_tokens\n")
+                  "chunks,output_tokens,input_tokens,gap_from_s,gap_to_s,engine_state,"
+                  "engine_prompt_n,engine_cache_n,engine_prompt_ms,engine_predicted_n,"
+                  "engine_predicted_ms\n")
+# gap_from_s/gap_to_s: the request's longest gap between content chunks. engine_*: the
+# engine's own record of the request (llama-server's timings; sources/engine_records.py),
+# engine_state "ok", "bad" (the object was there but not readable) or "" (none sent).
+ENGINE_COLUMNS = ("engine_prompt_n", "engine_cache_n", "engine_prompt_ms",
+                  "engine_predicted_n", "engine_predicted_ms")
 
 
 @dataclass(frozen=True)

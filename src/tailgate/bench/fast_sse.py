@@ -52,7 +52,7 @@ YIELD_NS = 50_000
 class _Stream:
     """One request's stream so far (openai_sse.OpenAIConnection's per-request fields)."""
 
-    __slots__ = ("cached", "fail", "finish_reason", "first_chunk", "in_tokens", "ntok",
+    __slots__ = ("cached", "fail", "timings", "finish_reason", "first_chunk", "in_tokens", "ntok",
                  "out_tokens", "reason", "t_done", "tok", "usage_each")
 
     def __init__(self) -> None:
@@ -64,13 +64,14 @@ class _Stream:
         self.in_tokens = -1
         self.ntok: array[int] = array("i")  # per content chunk: its tokens, -1 unknown
         self.cached = -1
+        self.timings = None
         self.usage_each = True  # every content chunk so far carried a cumulative usage
         self.fail: tuple[int, str, float, int] | None = None  # (outcome, reason, t, bytes)
         self.reason: tuple[int, bytes] | None = None  # the loop's typed reason
 
     def tokens(self) -> TokenState:
         return (self.first_chunk, self.tok, self.t_done, self.out_tokens, self.in_tokens,
-                self.ntok, self.cached)
+                self.ntok, self.cached, self.timings)
 
 
 @dataclass(frozen=True)

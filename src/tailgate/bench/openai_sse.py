@@ -31,6 +31,7 @@ from typing import Any
 
 from ..llm.openai import Chunk, ChunkError, chunk_tokens, parse_chunk
 from ..llm.sse import SSEError, SSEParser, SSETooLarge
+from ..sources.engine_records import EngineTimings
 from .conn import Connection, Sink, monotonic
 from .http1 import Data, End, FramingError, Head, Limits, ResponseReader, Unsolicited
 from .outcome import (
@@ -48,11 +49,13 @@ from .target import openai_target
 
 # What the engine reads of one request: (first chunk, token times, [DONE] time,
 # usage completion tokens or -1, usage prompt tokens or -1, tokens of each content
-# chunk (-1: the server did not say), usage cached prompt tokens or -1); times NaN
+# chunk (-1: the server did not say), usage cached prompt tokens or -1, the engine's
+# own timings of the request or the reason they were unreadable or None); times NaN
 # when absent. The token times are an array of doubles (8 bytes a content chunk), the
 # counts of ints (4 bytes), at most max_tokens long. The accounting also takes the
 # first five alone (every chunk's count unknown, no cached count).
-TokenState = tuple[float, "array[float]", float, int, int, "array[int]", int]
+TokenState = tuple[float, "array[float]", float, int, int, "array[int]", int,
+                   EngineTimings | str | None]
 MAX_TOKENS_PER_STREAM = 1_000_000  # --max-tokens-per-stream: 8 MB of token times a stream
 
 
@@ -97,6 +100,8 @@ def apply_chunk(st: Any, chunk: Chunk, now: float, max_tokens: int) -> tuple[int
         st.in_tokens = chunk.prompt_tokens
     if chunk.cached_tokens is not None:
         st.cached = chunk.cached_tokens
+    if chunk.timings is not None:  # the last one holds the whole request
+        st.timings = chunk.timings
     return None
 
 
@@ -131,12 +136,13 @@ class OpenAIConnection(Connection):
         self.in_tokens = -1
         self.ntok: array[int] = array("i")  # per content chunk: its tokens, -1 unknown
         self.cached = -1
+        self.timings: EngineTimings | str | None = None
         self.usage_each = True  # every content chunk so far carried a cumulative usage
         self.settled = False  # the stream's outcome is decided (the HTTP end may follow)
 
     def tokens(self) -> TokenState:
         return (self.first_chunk, self.tok, self.t_done, self.out_tokens, self.in_tokens,
-                self.ntok, self.cached)
+                self.ntok, self.cached, self.timings)
 
     # -- Connection hooks ----------------------------------------------------------------
 

@@ -309,12 +309,29 @@ class Recorder:
 def _token_columns(t: Any, start: float, nominal: int) -> str:
     """The log's token columns of one request (empty where it had none)."""
     if t is None:
-        return f",,,,,0,0,{nominal}"
+        return f",,,,,0,0,{nominal},,,,,,,,"
     chunk0, times, done, use_out, use_in = t[:5]
 
     def ts(v: float) -> str:
         return "" if v != v else f"{v - start:.9f}"
 
     first, last = (times[0], times[-1]) if times else (math.nan, math.nan)
+    gap = ",,"
+    if len(times) > 1:
+        gaps = np.diff(np.asarray(times, dtype=np.float64))
+        k = int(gaps.argmax())
+        gap = f",{ts(times[k])},{ts(times[k + 1])}"
     return (f",{ts(chunk0)},{ts(first)},{ts(last)},{ts(done)},{len(times)},"
-            f"{use_out if use_out >= 0 else len(times)},{use_in if use_in >= 0 else nominal}")
+            f"{use_out if use_out >= 0 else len(times)},{use_in if use_in >= 0 else nominal}"
+            + gap + _engine_columns(t[7] if len(t) > 7 else None))
+
+
+def _engine_columns(e: Any) -> str:
+    """The log's engine columns: state, then the engine's record (empty where none)."""
+    if e is None:
+        return ",,,,,,"
+    if isinstance(e, str):
+        return ",bad,,,,,"
+    return (f",ok,{e.prompt_n},{'' if e.cache_n is None else e.cache_n},"
+            f"{'' if e.prompt_ms is None else f'{e.prompt_ms:.3f}'},{e.predicted_n},"
+            f"{'' if e.predicted_ms is None else f'{e.predicted_ms:.3f}'}")

@@ -343,6 +343,8 @@ def build_result(info: RunInfo, parts: Sequence[WorkerResult],
         for p in parts:
             if p.tokens is not None:
                 book.add(p.tokens)
+        from ..llm.accounting import ENGINE
+
         block = llm_block(book, info.warmup_s)
         data["requests"]["good"] = block.pop("good")
         data["requests"]["warmup_ok"] = book.warmup_ok
@@ -350,7 +352,7 @@ def build_result(info: RunInfo, parts: Sequence[WorkerResult],
         data.update(block)
         data["histograms"].update({k: encode(book.hists[k])
                                    for k in ("ttft", "itl", "itl_per_token", "tpot", "e2e",
-                                             "first_chunk")})
+                                             "first_chunk", *ENGINE) if book.hists[k].total})
         if info.hdr_interval_s:
             from ..llm.accounting import completed_over_time
 
@@ -752,8 +754,11 @@ def merge_logs(out: IO[str], part_paths: Iterable[str], llm: bool = False) -> in
 def _headers() -> list[list[str]]:
     old = LOG_HEADER.replace(",arrive_s", "")  # (before arrive_s; still read)
     llm_tail = LLM_LOG_HEADER[len(LOG_HEADER) - 1:]
+    # (before the longest gap and the engine's columns; still read)
+    llm_old = llm_tail[:llm_tail.index(",gap_from_s")] + "\n"
     return [h.strip().split(",") for h in (LOG_HEADER, LLM_LOG_HEADER, old,
-                                           old[:-1] + llm_tail)]
+                                           old[:-1] + llm_tail, LOG_HEADER[:-1] + llm_old,
+                                           old[:-1] + llm_old)]
 
 
 _LOG_HEADERS = _headers()
@@ -765,7 +770,8 @@ def read_log(text: str) -> dict[str, np.ndarray]:
     Times are seconds from the run's start: ``intended_s``, ``dispatch_s``,
     ``send_s``, ``end_s``, ``arrive_s`` (when the kernel received the reply's last bytes;
     NaN where not known: the Python engine, or a log from before the column).
-    ``outcome`` is the kind name.
+    ``outcome`` is the kind name; ``engine_state`` "ok", "bad" or "", and the ``engine_*``
+    counts and durations floats (NaN where the engine sent none).
     """
     f = io.StringIO(text)
     header = f.readline().strip().split(",")
@@ -782,9 +788,9 @@ def read_log(text: str) -> dict[str, np.ndarray]:
         cols["arrive_s"] = [""] * len(cols["id"])
     out: dict[str, np.ndarray] = {}
     for h, vals in cols.items():
-        if h == "outcome":
+        if h in ("outcome", "engine_state"):
             out[h] = np.array(vals, dtype=object)
-        elif h.endswith("_s"):
+        elif h.endswith("_s") or h.startswith("engine_"):
             out[h] = np.array([float(v) if v else math.nan for v in vals], dtype=np.float64)
         else:
             out[h] = np.array([int(v) for v in vals], dtype=np.int64)

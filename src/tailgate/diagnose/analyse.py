@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from ..errors import UsageError
+from .engine import engine_into
 from .spec import DiagnoseSpec
 from .window import Evidence
 
@@ -153,10 +154,12 @@ def analyse(spec: DiagnoseSpec, ev: Evidence) -> dict[str, Any]:
                                           int(bin_s * 1e9), len(tl["t_ms"]))
     doc["counters"] = ev.counters.to_json()
     _steal(doc, tl["series"], ev.load_cpus, cpus)
-    if bench_doc is not None:
-        report(blame, doc, starts, ends, {"min_cover": opts.min_cover, "min_lift": opts.min_lift,
-                                          "min_share": opts.min_share, "min_ms": opts.min_ms},
-               ev.task_cgroups, set(pids))
+    criteria = {"min_cover": opts.min_cover, "min_lift": opts.min_lift,
+                "min_share": opts.min_share, "min_ms": opts.min_ms}
+    if bench_doc is not None:  # the chain of blame of each slow request
+        report(blame, doc, starts, ends, criteria, ev.task_cgroups, set(pids))
+    # the engine's own record of each request (llama-server's timings), on the same clock
+    engine_into(doc, spec.target, bench_doc, log_path, criteria)
     return doc
 
 

@@ -18,7 +18,8 @@ Sources, all per poll (the files are small; a poll reads about a dozen):
 * the target's cgroup ``cpu.stat``: periods throttled and time throttled;
 * /proc/PID/net/snmp and netstat: the target's own network namespace (a server in a test
   namespace counts its retransmissions there, not in the host's);
-* an LLM engine's Prometheus ``/metrics`` (vLLM, SGLang) for ``openai+`` targets.
+* an LLM engine's Prometheus ``/metrics`` (vLLM, SGLang, llama-server ``--metrics``) for
+  ``openai+`` targets.
 """
 
 from __future__ import annotations
@@ -108,9 +109,11 @@ def psi_cgroups(host: Host, pids: tuple[int, ...]) -> tuple[str, ...]:
     return tuple(out)
 
 
-ENGINE_SERIES = (  # (series, metric names in preference order): vLLM's, then SGLang's
-    ("engine.queue_depth", ("vllm:num_requests_waiting", "sglang:num_queue_reqs")),
-    ("engine.running", ("vllm:num_requests_running", "sglang:num_running_reqs")),
+ENGINE_SERIES = (  # (series, metric names in preference order): vLLM's, SGLang's, llama.cpp's
+    ("engine.queue_depth", ("vllm:num_requests_waiting", "sglang:num_queue_reqs",
+                            "llamacpp:requests_deferred")),
+    ("engine.running", ("vllm:num_requests_running", "sglang:num_running_reqs",
+                        "llamacpp:requests_processing")),
     ("engine.kv_usage", ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
                          "sglang:token_usage")),
     ("engine.preemptions_total", ("vllm:num_preemptions_total",)),
@@ -130,8 +133,8 @@ def _engine(text: str) -> dict[str, float]:
                 out[key] = value
                 break
     if not out:
-        raise SourceError("its /metrics has no queue, KV-cache or preemption series of vLLM "
-                          "or SGLang")
+        raise SourceError("its /metrics has no queue, KV-cache or preemption series of vLLM, "
+                          "SGLang or llama.cpp")
     return out
 
 

@@ -56,7 +56,11 @@ from ..bench.slo import parse_slo as _bench_parse_slo
 from ..hist import Histogram, HistogramSpec, IntervalHistograms
 
 METRICS = ("ttft", "itl", "itl_per_token", "tpot", "e2e")
-HISTS = (*METRICS, "first_chunk")
+# The engine's own phases where it sends a record of each request (llama-server's timings):
+# the wait before its prefill (intended start -> prefill start on tailgate's clock: the
+# queue, with any lateness of the generator), the prefill and the decode.
+ENGINE = ("engine_queue", "engine_prefill", "engine_decode")
+HISTS = (*METRICS, "first_chunk", *ENGINE)
 _STATS = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9, "p9999": 99.99,
           "max": 100.0}
 # SLOs are parsed and evaluated by tailgate.bench.slo (one grammar for every bench); the
@@ -177,6 +181,8 @@ class TokenBook:
         uo: list[int] = [-1] * n
         ui: list[int] = [-1] * n
         ca: list[int] = [-1] * n
+        pre: list[float] = [nan] * n  # the engine's prefill and decode (s), NaN: no record
+        dec: list[float] = [nan] * n
         nl: list[int] = [0] * n
         times_l: list[np.ndarray] = []
         ntok_l: list[np.ndarray] = []
@@ -186,6 +192,10 @@ class TokenBook:
             c0[i], times, dn[i], uo[i], ui[i] = t[:5]
             if len(t) > 6:
                 ca[i] = t[6]
+            e = t[7] if len(t) > 7 else None
+            if e is not None and not isinstance(e, str) and e.prompt_ms is not None:
+                pre[i] = e.prompt_ms / 1e3
+                dec[i] = math.nan if e.predicted_ms is None else e.predicted_ms / 1e3
             nc = len(times)
             if not nc:
                 continue
@@ -256,6 +266,12 @@ class TokenBook:
             "tpot": (tpot, ~np.isnan(tpot)),
             "first_chunk": (chunk0 - intended, ok_m & ~np.isnan(chunk0)),
         }
+        prefill, decode = np.array(pre), np.array(dec)
+        has = ok_m & ~np.isnan(prefill) & ~np.isnan(ttft)
+        if np.any(has):
+            values["engine_queue"] = (np.maximum(ttft - prefill, 0.0), has)
+            values["engine_prefill"] = (prefill, has)
+            values["engine_decode"] = (decode, has & ~np.isnan(decode))
         for name, (v, keep) in values.items():
             self._add(name, v[keep], (intended[keep] - start), warmup_s, slot_s)
         self._add("itl", itl[itl_keep], (intended[itl_owner[itl_keep]] - start)

@@ -22,6 +22,9 @@ from typing import Any, Literal, NamedTuple
 
 import msgspec
 
+from ..model import ParseError
+from ..sources.engine_records import EngineTimings, parse_llamacpp_timings
+
 Api = Literal["completions", "chat"]
 PATHS = {"completions": "/completions", "chat": "/chat/completions"}
 
@@ -61,6 +64,9 @@ class Chunk(NamedTuple):  # (a tuple: built once per chunk, at 100,000 chunks/s)
     error: str | None = None  # an in-stream {"error": ...} object
     tokens: int | None = None  # tokens in this chunk as the server lists them (logprobs)
     cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens
+    # llama-server's per-request ``timings`` (its last chunk; every chunk when asked):
+    # the engine's phases, or the reason its object could not be read
+    timings: EngineTimings | str | None = None
 
 
 def parse_chunk(data: str | bytes | memoryview, api: Api) -> Chunk:
@@ -82,13 +88,22 @@ def parse_chunk(data: str | bytes | memoryview, api: Api) -> Chunk:
         prompt, completion = _count(usage.prompt_tokens), _count(usage.completion_tokens)
         if usage.prompt_tokens_details is not None:
             cached = _count(usage.prompt_tokens_details.cached_tokens)
+    timings = None if c.timings is None else _timings(c.timings)
     if not c.choices:
-        return Chunk("", None, prompt, completion, cached_tokens=cached)
+        return Chunk("", None, prompt, completion, cached_tokens=cached, timings=timings)
     choice = c.choices[0]
     text = choice.text if api == "completions" else (
         choice.delta.content if choice.delta is not None else None)
     return Chunk(text or "", choice.finish_reason, prompt, completion,
-                 tokens=_logprob_tokens(choice.logprobs, api), cached_tokens=cached)
+                 tokens=_logprob_tokens(choice.logprobs, api), cached_tokens=cached,
+                 timings=timings)
+
+
+def _timings(obj: Any) -> EngineTimings | str:
+    try:
+        return parse_llamacpp_timings(obj)
+    except ParseError as exc:
+        return str(exc)
 
 
 def _parse_chunk(data: str, api: Api) -> Chunk:
@@ -113,11 +128,12 @@ def _parse_chunk(data: str, api: Api) -> Chunk:
         details = usage.get("prompt_tokens_details")
         if isinstance(details, dict):
             cached = _count(details.get("cached_tokens"))
+    timings = _timings(obj["timings"]) if obj.get("timings") is not None else None
     choices = obj.get("choices")
     if not isinstance(choices, list):
         raise ChunkError("chunk has no 'choices' list")
     if not choices:  # the usage-only final chunk
-        return Chunk("", None, prompt, completion, cached_tokens=cached)
+        return Chunk("", None, prompt, completion, cached_tokens=cached, timings=timings)
     choice = choices[0]
     if not isinstance(choice, dict):
         raise ChunkError("choices[0] is not an object")
@@ -129,7 +145,8 @@ def _parse_chunk(data: str, api: Api) -> Chunk:
     if text is not None and not isinstance(text, str):
         raise ChunkError("chunk content is not a string")
     return Chunk(text or "", choice.get("finish_reason"), prompt, completion,
-                 tokens=_logprob_tokens(choice.get("logprobs"), api), cached_tokens=cached)
+                 tokens=_logprob_tokens(choice.get("logprobs"), api), cached_tokens=cached,
+                 timings=timings)
 
 
 def _count(v: Any) -> int | None:
@@ -191,12 +208,14 @@ class _ChatChoice(msgspec.Struct):
 class _Completion(msgspec.Struct):
     choices: list[_Choice]
     usage: _Usage | None = None
+    timings: dict[str, Any] | None = None  # llama-server's (parse_llamacpp_timings)
     error: Any = msgspec.UNSET  # present at all (even null): the full rules
 
 
 class _ChatCompletion(msgspec.Struct):
     choices: list[_ChatChoice]
     usage: _Usage | None = None
+    timings: dict[str, Any] | None = None
     error: Any = msgspec.UNSET
 
 

@@ -57,6 +57,7 @@ def terminal(doc: dict[str, Any], console, all_causes: bool = False) -> None:
         console.print(f"chain: {chain['sentence']}", highlight=False, markup=False)
         console.print(f"       remedy (its last link): {chain['remedy']}", highlight=False,
                       markup=False)
+    engine(doc.get("engine"), console)
     accounting(doc.get("accounting"), console)
     profile(doc.get("profile"), console)
 
@@ -81,6 +82,37 @@ def unclaimed_table(causes: list[dict[str, Any]], evidence: dict[str, Any], cons
                       f"{pct(c.get('tail_time_share')):>9}"
                       f"{c.get('events', '-'):>8}{'-' if total is None else f'{total:.1f}':>10}",
                       highlight=False, markup=False)
+
+
+def engine(eng: dict[str, Any] | None, console) -> None:
+    """The engine's own phases of the slowest requests (diagnose.engine)."""
+    if not eng:
+        return
+    if "unknown" in eng:
+        console.print(f"UNKNOWN engine phases: {eng['unknown']}", highlight=False, markup=False)
+        return
+    rec, join = eng["records"], eng["join"]
+    err = join.get("error_bound_ms")
+    console.print(f"engine ({eng['engine']}): {rec['ok']} of {eng['requests']} requests with "
+                  f"its record ({rec['malformed']} malformed), {join['placed']} placed on "
+                  f"tailgate's clock, {join['refused']} refused"
+                  + (f"; join error bound P50 {err['p50']:.3f} ms, P99 {err['p99']:.3f} ms"
+                     if err else ""), highlight=False)
+    for why in join.get("refused_examples", ()):
+        console.print(f"  {why}", highlight=False, markup=False)
+    t = eng.get("ttft")
+    if not t:
+        return
+    share = ", ".join(f"{k} {100 * v:.0f} %" for k, v in t["share"].items())
+    console.print(f"TTFT above the {t['tail']} ({t['cut_ms']:.2f} ms, {t['slow']} requests): "
+                  f"{share}", highlight=False)
+    console.print(f"  {'request':>8}{'TTFT ms':>10}{'late':>8}{'queue':>9}{'prefill':>9}"
+                  f"{'decode':>9}{'computed':>9}{'cached':>8}{'out':>6}", highlight=False)
+    for row in eng.get("slowest", [])[:10]:
+        console.print(f"  {row['request']:>8}{row['ttft_ms']:>10.2f}{row['late_ms']:>8.2f}"
+                      f"{row['queue_ms']:>9.2f}{row['prefill_ms']:>9.2f}{row['decode_ms']:>9.2f}"
+                      f"{row['prompt_computed']:>9}{row['prompt_cached']:>8}"
+                      f"{row['generated']:>6}", highlight=False)
 
 
 def accounting(acc: dict[str, Any] | None, console) -> None:

@@ -1,0 +1,435 @@
+"""The engine's phases of each request on tailgate's clock, and what they say of the tail
+(pure: arrays in, phases, causes and bands out).
+
+The engine's record of a request (:mod:`tailgate.sources.engine_records`; llama-server's
+``timings``) gives durations on its own clock: the prefill (``prompt_ms``, over
+``prompt_n`` computed and ``cache_n`` cached prompt tokens) and the decode after the first
+token (``predicted_ms``). They are placed on tailgate's clock by the instant ``E`` at which
+the engine finished the prefill and sampled the first token, which both sides bound:
+
+* the first token cannot be read before it was made: ``E <= first_token`` (a1), and the
+  last token neither: ``E + predicted_ms <= last_token``, so ``E <= last_token -
+  predicted_ms`` (a2). Each anchor is E plus the delay from the engine's write to
+  tailgate's read, so ``E = min(a1, a2)`` and ``|a1 - a2|``, how far the two reads of the
+  same instant disagree, bounds the error of the join (stated per request);
+* the prefill cannot start before the request was sent: ``E - prompt_ms >= sent``. A
+  record that breaks this by more than :data:`MAX_SKEW_NS`, or whose anchors disagree by
+  more, does not belong to tailgate's view of the request (another clock, another
+  request): it is refused, with the offset, and the request's phases are unknown.
+
+Then: queue = ``[sent, E - prompt_ms]`` (waiting for a slot, with the server's own request
+handling), prefill = ``[E - prompt_ms, E]``, decode = ``[E, E + predicted_ms]``, delivery =
+``[E, first_token]``. Generator lateness (intended start -> sent) comes from the bench.
+
+Attribution follows :mod:`.attribution`'s rule, but per request: a phase belongs to its own
+request (never co-occurrence with someone else's), so a request's TTFT is split into
+lateness, queue, prefill and delivery, and a part is claimed when it makes a large share
+of the slow requests' TTFT (``min_share``, at least ``min_ms`` each), covers most of them
+(``min_cover``: half their TTFT or more in that part) and lasted markedly longer in them
+than in the requests at large (``min_lift``, on its mean time: with no "pervasive"
+alternative, since a phase every request has alike — the prefill of a healthy run —
+explains no tail). ITL
+spikes (each request's longest gap between chunks, the longest tenth) are set against other
+requests' prefills on the same clock: a spike another request's prefill overlapped is that
+prefill's interference.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .attribution import MIN_TAIL, Attribution, Cause, merge_spans, overlap_ns
+
+MAX_SKEW_NS = 50_000_000  # a record 50 ms off the client's view is another clock's
+MAX_BANDS = 4000  # bands in the document (the slowest requests' first)
+SLOWEST = 20  # rows of the per-request table
+
+QUEUE = Cause("engine_queue", "L4", "waited in the engine's queue for a slot (sent -> "
+              "the engine starting its prefill)",
+              "Add slots or replicas (llama-server --parallel), cap long generations "
+              "(max_tokens) or route long prompts apart: short requests queue behind them.")
+PREFILL = Cause("engine_prefill", "L4", "the engine computed their prompts (prefill)",
+                "Shorten prompts or keep their prefixes cached (a larger prefix cache, "
+                "cache-aware routing, llama-server --cache-reuse / slot prompt similarity).")
+INTERFERENCE = Cause("engine_prefill_interference", "L4", "another request's prefill ran "
+                     "in the same batch window (chunked prefill sharing the step with the "
+                     "decode)", "Cap the prefill per step (chunked prefill / --ubatch-size) "
+                     "or separate prefill from decode (disaggregated serving).")
+PARTS = ("late", "queue", "prefill", "delivery")
+LABEL = {QUEUE.key: "queue wait", PREFILL.key: "prefill compute",
+         INTERFERENCE.key: "another request's prefill"}
+
+
+@dataclass(frozen=True)
+class Requests:
+    """Each request's client times (ns, CLOCK_MONOTONIC; 0 where not known) and the
+    engine's record (NaN where none; ``state`` "ok", "bad" or "")."""
+
+    ids: np.ndarray
+    intended: np.ndarray
+    sent: np.ndarray
+    first_token: np.ndarray
+    last_token: np.ndarray
+    end: np.ndarray
+    gap_from: np.ndarray
+    gap_to: np.ndarray
+    state: np.ndarray  # object: "ok" | "bad" | ""
+    prompt_n: np.ndarray  # float, NaN: none
+    cache_n: np.ndarray
+    prompt_ms: np.ndarray
+    predicted_n: np.ndarray
+    predicted_ms: np.ndarray
+
+    @classmethod
+    def from_log(cls, cols: dict[str, np.ndarray], base_ns: int) -> Requests:
+        """From :func:`tailgate.bench.result.read_log`'s columns (s from the run's start at
+        ``base_ns``); measured requests that ended ok (a failed one has no last chunk)."""
+        keep = (cols["warmup"] == 0) & np.isfinite(cols["end_s"]) & (cols["outcome"] == "ok")
+        n = int(keep.sum())
+
+        def ns(name: str) -> np.ndarray:
+            v = cols.get(name)
+            if v is None:
+                return np.zeros(n, np.int64)
+            v = v[keep]
+            return np.where(np.isfinite(v), base_ns + np.nan_to_num(v * 1e9).astype(np.int64), 0)
+
+        def num(name: str) -> np.ndarray:
+            v = cols.get(name)
+            return np.full(n, np.nan) if v is None else v[keep].astype(np.float64)
+
+        state = cols.get("engine_state")
+        return cls(cols["id"][keep], ns("intended_s"), ns("send_s"), ns("first_token_s"),
+                   ns("last_token_s"), ns("end_s"), ns("gap_from_s"), ns("gap_to_s"),
+                   np.full(n, "", dtype=object) if state is None else state[keep],
+                   num("engine_prompt_n"), num("engine_cache_n"), num("engine_prompt_ms"),
+                   num("engine_predicted_n"), num("engine_predicted_ms"))
+
+
+@dataclass(frozen=True)
+class Phases:
+    """Per request: the join (``ok``; else ``why``), and the phase bounds (ns)."""
+
+    ok: np.ndarray  # bool
+    why: list[str]  # "" where ok
+    anchor: np.ndarray  # E: the engine's first token on tailgate's clock
+    error_ns: np.ndarray  # |a1 - a2|, -1 where only one anchor
+    prefill_start: np.ndarray
+    decode_end: np.ndarray
+
+
+def place(r: Requests, max_skew_ns: int = MAX_SKEW_NS) -> Phases:
+    """Put each record on tailgate's clock (see the module doc); refuse what does not fit."""
+    n = len(r.ids)
+    ok = np.zeros(n, bool)
+    why = [""] * n
+    anchor = np.zeros(n, np.int64)
+    err = np.full(n, -1, np.int64)
+    pstart = np.zeros(n, np.int64)
+    dend = np.zeros(n, np.int64)
+    for i in range(n):
+        st = r.state[i]
+        if st != "ok":
+            why[i] = ("the engine's timings were malformed" if st == "bad" else
+                      "the engine sent no record of it")
+            continue
+        if not (r.sent[i] and r.first_token[i]):
+            why[i] = "no first token seen: nothing to place the record by"
+            continue
+        p_ns = int(r.prompt_ms[i] * 1e6)
+        d_ns = int(r.predicted_ms[i] * 1e6)
+        a1 = int(r.first_token[i])
+        a2 = int(r.last_token[i]) - d_ns if r.last_token[i] and r.predicted_n[i] > 1 else None
+        e = a1 if a2 is None else min(a1, a2)
+        if a2 is not None and abs(a1 - a2) > max_skew_ns:
+            why[i] = (f"refused: its first token and its decode end place the engine's clock "
+                      f"{(a1 - a2) / 1e6:+.1f} ms apart")
+            continue
+        early = int(r.sent[i]) - (e - p_ns)
+        if early > max_skew_ns:
+            why[i] = (f"refused: the engine's prefill would have started {early / 1e6:.1f} ms "
+                      "before the request was sent (offset beyond the bound)")
+            continue
+        ok[i] = True
+        anchor[i] = e
+        err[i] = -1 if a2 is None else abs(a1 - a2)
+        pstart[i] = max(e - p_ns, int(r.sent[i]))
+        dend[i] = e + d_ns
+    return Phases(ok, why, anchor, err, pstart, dend)
+
+
+def _pct(v: np.ndarray, q: float) -> float:
+    return float(np.percentile(v, q, method="inverted_cdf"))
+
+
+def _score(cause: Cause, part: np.ndarray, whole: np.ndarray, tail: np.ndarray,
+           crit: dict[str, float], level: str, cut_ns: float, what: str) -> Attribution:
+    """The per-request rule: ``part`` of each request's ``whole`` (ns)."""
+    whole = np.maximum(whole, 1)
+    frac = np.clip(part / whole, 0.0, 1.0)
+    n_tail = int(tail.sum())
+    hit = frac >= 0.5
+    tail_cover = float(hit[tail].mean()) if n_tail else 0.0
+    all_cover = float(hit.mean()) if len(hit) else 0.0
+    share = float(frac[tail].mean()) if n_tail else 0.0
+    # how much longer the part was in the slow requests than in all of them: a phase every
+    # request has in the same measure (the prefill of a healthy run) explains no tail
+    every = float(part.mean()) if len(part) else 0.0
+    lift = (float(part[tail].mean()) / every if every > 0 else
+            (float("inf") if share else 0.0)) if n_tail else 0.0
+    mean_ms = float(part[tail].mean()) / 1e6 if n_tail else 0.0
+    claimed = (n_tail >= MIN_TAIL and tail_cover >= crit["min_cover"]
+               and share >= crit["min_share"] and mean_ms >= crit["min_ms"]
+               and lift >= crit["min_lift"])
+    a = Attribution(cause, tail_cover, share, None, all_cover, lift, n_tail,
+                    float(part[tail].sum()) / 1e6, claimed)
+    a.extra["tail"] = level
+    a.sentence = (f"{what} {level}: {100 * share:.0f} % of the {n_tail} slow requests' time "
+                  f"(>= {cut_ns / 1e6:.2f} ms) was {LABEL[cause.key]}"
+                  f" ({mean_ms:.2f} ms each, {lift:.1f}x its mean over all {len(part)}; it was "
+                  f"most of {100 * tail_cover:.0f} % of them, vs {100 * all_cover:.0f} % of all)")
+    return a
+
+
+def _behind(i_tail: np.ndarray, qa: np.ndarray, qb: np.ndarray, pa: np.ndarray,
+            pb: np.ndarray, db: np.ndarray, ok: np.ndarray, r: Requests) -> dict[str, Any]:
+    """What the slow requests' queue waits were behind: the other requests whose prefill or
+    decode overlapped each wait (counts and their tokens, per slow request on average)."""
+    others_ok = np.flatnonzero(ok)
+    n_pre, tok_pre, n_dec, tok_dec = [], [], [], []
+    for i in i_tail:
+        a, b = qa[i], qb[i]
+        if b <= a:
+            n_pre.append(0)
+            tok_pre.append(0.0)
+            n_dec.append(0)
+            tok_dec.append(0.0)
+            continue
+        j = others_ok[others_ok != i]
+        pre = j[(pa[j] < b) & (pb[j] > a)]
+        dec = j[(pb[j] < b) & (db[j] > a)]
+        n_pre.append(len(pre))
+        tok_pre.append(float(np.nansum(r.prompt_n[pre])))
+        n_dec.append(len(dec))
+        tok_dec.append(float(np.nansum(r.predicted_n[dec])))
+    m = max(len(i_tail), 1)
+    return {"prefills": round(sum(n_pre) / m, 2), "prefill_tokens": round(sum(tok_pre) / m, 1),
+            "decodes": round(sum(n_dec) / m, 2), "decode_tokens": round(sum(tok_dec) / m, 1)}
+
+
+def analyse(r: Requests, t0_ns: int, min_cover: float = 0.5, min_lift: float = 1.5,
+            min_share: float = 0.1, min_ms: float = 1.0,
+            max_skew_ns: int = MAX_SKEW_NS) -> tuple[dict[str, Any], list[Attribution],
+                                                     list[dict[str, Any]]]:
+    """The engine section of the diagnose document, its causes (claimed first) and the
+    timeline's bands (ms from ``t0_ns``)."""
+    n = len(r.ids)
+    states = {k: int(np.count_nonzero(r.state == k)) for k in ("ok", "bad", "")}
+    out: dict[str, Any] = {"engine": "llama.cpp", "requests": n,  # (ok ones)
+                           "records": {"ok": states["ok"], "malformed": states["bad"],
+                                       "none": states[""]}}
+    if states["ok"] == 0:
+        out["unknown"] = ("the engine sent no per-request record in any of the "
+                          f"{n} responses (llama-server's `timings`): its phases are unknown; "
+                          "the /metrics timeline stands" if not states["bad"] else
+                          f"every record the engine sent was malformed ({states['bad']})")
+        return out, [], []
+    ph = place(r, max_skew_ns)
+    ok = ph.ok
+    refused = [w for w in ph.why if w.startswith("refused")]
+    out["join"] = _join(ph, refused)
+    if not ok.any():
+        out["unknown"] = f"no record could be placed on tailgate's clock: {ph.why[0]}"
+        return out, [], []
+    q_a, q_b = r.sent, ph.prefill_start
+    p_a, p_b, d_b = ph.prefill_start, ph.anchor, ph.decode_end
+    idx = np.flatnonzero(ok)
+    ttft = (r.first_token - r.intended)[idx]
+    parts = {"late": np.clip(r.sent - r.intended, 0, None)[idx],
+             "queue": np.clip(q_b - q_a, 0, None)[idx],
+             "prefill": np.clip(p_b - p_a, 0, None)[idx],
+             "delivery": np.clip(r.first_token - p_b, 0, None)[idx]}
+    crit = {"min_cover": min_cover, "min_lift": min_lift, "min_share": min_share,
+            "min_ms": min_ms}
+    p99 = _pct(ttft, 99)
+    tail = ttft >= p99
+    if int(tail.sum()) < MIN_TAIL:  # a small run: the P90 then
+        p99 = _pct(ttft, 90)
+        tail = ttft >= p99
+    level = "P99" if _pct(ttft, 99) == p99 else "P90"
+    causes = []
+    qa_ = _score(QUEUE, parts["queue"], ttft, tail, crit, level, p99, "TTFT")
+    behind = _behind(idx[tail], q_a, q_b, p_a, p_b, d_b, ok, r)
+    qa_.extra.update(behind)
+    qa_.sentence += (f"; each waited behind {behind['prefills']:g} prefills of "
+                     f"{behind['prefill_tokens']:,.0f} tokens and {behind['decodes']:g} "
+                     f"decodes of {behind['decode_tokens']:,.0f} tokens on average")
+    causes.append(qa_)
+    pa_ = _score(PREFILL, parts["prefill"], ttft, tail, crit, level, p99, "TTFT")
+    computed = float(np.nansum(r.prompt_n[idx][tail]))
+    cached = float(np.nansum(r.cache_n[idx][tail]))
+    pa_.extra.update(computed_tokens=int(computed), cached_tokens=int(cached))
+    # prefill compute explains the tail only where the slow requests computed more: a prefill
+    # that was long for the usual tokens was slow, not large (its thread waited: a host cause)
+    every_n = float(np.nanmean(r.prompt_n[idx]))
+    tok_lift = (float(np.nanmean(r.prompt_n[idx][tail])) / every_n if every_n > 0 else 0.0)
+    pa_.extra["computed_lift"] = round(tok_lift, 3)
+    slow_not_large = pa_.claimed and tok_lift < min_lift
+    if slow_not_large:
+        pa_.claimed = False
+    pa_.sentence += (f"; {computed:,.0f} of their {computed + cached:,.0f} prompt tokens "
+                     f"computed, {cached:,.0f} from the prefix cache"
+                     + (" (prefix-cache misses)" if pa_.claimed and computed > 4 * max(cached, 1)
+                        else "")
+                     + (f"; but they computed only {tok_lift:.1f}x the average prompt tokens: "
+                        "the prefill was slow, not large (its thread was held up: see the "
+                        "host's causes)" if slow_not_large else ""))
+    causes.append(pa_)
+    causes.append(_interference(r, ph, idx, crit))
+    causes.sort(key=lambda a: (not a.claimed, -a.time_share))
+    out["ttft"] = {"tail": level, "cut_ms": round(p99 / 1e6, 3), "slow": int(tail.sum()),
+                   "parts_ms": {k: round(float(v[tail].sum()) / 1e6, 3) for k, v in parts.items()},
+                   "share": {k: round(float(v[tail].sum() / max(ttft[tail].sum(), 1)), 4)
+                             for k, v in parts.items()}}
+    out["slowest"] = _table(r, ph, idx, ttft, parts)
+    out["preemption"] = {"unknown": "llama.cpp's records carry no preemption (a slot keeps "
+                         "its request to the end)"}
+    return out, causes, _bands(r, ph, idx, ttft, t0_ns)
+
+
+def _join(ph: Phases, refused: list[str]) -> dict[str, Any]:
+    e = ph.error_ns[ph.ok & (ph.error_ns >= 0)]
+    out: dict[str, Any] = {
+        "placed": int(ph.ok.sum()), "refused": len(refused),
+        "refused_examples": refused[:3],
+        "method": "E = min(first token read, last token read - decode): the instant the "
+                  "engine finished the prefill on tailgate's clock; error bound per request "
+                  "= how far the two reads disagree"}
+    if len(e):
+        out["error_bound_ms"] = {"p50": round(_pct(e, 50) / 1e6, 4),
+                                 "p99": round(_pct(e, 99) / 1e6, 4),
+                                 "max": round(float(e.max()) / 1e6, 4)}
+    return out
+
+
+def _interference(r: Requests, ph: Phases, idx: np.ndarray,
+                  crit: dict[str, float]) -> Attribution:
+    """Each request's longest inter-chunk gap against the other requests' prefills."""
+    has = idx[(r.gap_from[idx] > 0) & (r.gap_to[idx] > r.gap_from[idx])]
+    gap = (r.gap_to - r.gap_from)[has]
+    # (a request's own prefill ends at its first token, before any of its gaps: all the
+    # prefills together are the others')
+    spans = merge_spans(np.stack([ph.prefill_start[idx], ph.anchor[idx]], axis=1))
+    over = overlap_ns(r.gap_from[has], r.gap_to[has], spans)
+    if len(gap) == 0:
+        a = Attribution(INTERFERENCE, 0.0, 0.0, None, 0.0, 0.0, 0, 0.0, False,
+                        "ITL: no request had two content chunks")
+        a.extra["tail"] = "P90"
+        return a
+    cut = _pct(gap, 90)
+    tail = gap >= cut
+    a = _score(INTERFERENCE, over, gap, tail, crit, "P90", cut, "ITL (longest gap per request)")
+    return a
+
+
+def _table(r: Requests, ph: Phases, idx: np.ndarray, ttft: np.ndarray,
+           parts: dict[str, np.ndarray]) -> list[dict[str, Any]]:
+    order = np.argsort(-ttft, kind="stable")[:SLOWEST]
+    rows = []
+    for k in order:
+        i = idx[k]
+        rows.append({
+            "request": int(r.ids[i]), "ttft_ms": round(float(ttft[k]) / 1e6, 3),
+            "e2e_ms": round(float(r.end[i] - r.intended[i]) / 1e6, 3),
+            **{f"{p}_ms": round(float(v[k]) / 1e6, 3) for p, v in parts.items()},
+            "decode_ms": round(float(r.predicted_ms[i]), 3),
+            "prompt_computed": int(r.prompt_n[i]), "prompt_cached": int(r.cache_n[i]),
+            "generated": int(r.predicted_n[i]),
+            "join_error_ms": (None if ph.error_ns[i] < 0 else
+                              round(float(ph.error_ns[i]) / 1e6, 4))})
+    return rows
+
+
+def _bands(r: Requests, ph: Phases, idx: np.ndarray, ttft: np.ndarray,
+           t0_ns: int) -> list[dict[str, Any]]:
+    """Queue, prefill and decode bands per request, the slowest requests' first."""
+    out: list[dict[str, Any]] = []
+    for k in np.argsort(-ttft, kind="stable"):
+        i = int(idx[k])
+        rid = int(r.ids[i])
+        cached = int(r.cache_n[i]) if np.isfinite(r.cache_n[i]) else 0
+        computed = int(r.prompt_n[i])
+        kind = "prefill-cached" if cached and cached >= computed else "prefill"
+        for kind_, a, b, label in (
+                ("queue", r.sent[i], ph.prefill_start[i], "queued"),
+                (kind, ph.prefill_start[i], ph.anchor[i],
+                 f"prefill {computed} computed + {cached} cached tokens"),
+                ("decode", ph.anchor[i], ph.decode_end[i],
+                 f"decode {int(r.predicted_n[i])} tokens")):
+            if b <= a:
+                continue
+            out.append({"row": f"request {rid}", "start_ms": round((a - t0_ns) / 1e6, 4),
+                        "end_ms": round((b - t0_ns) / 1e6, 4), "kind": kind_,
+                        "label": label, "source": "engine", "request": rid})
+        if len(out) >= MAX_BANDS:
+            break
+    return out
+
+
+def from_log(log_text: str, start_monotonic_s: float, t0_ns: int,
+             crit: dict[str, float]) -> tuple[dict[str, Any], list[Attribution],
+                                              list[dict[str, Any]]]:
+    """:func:`analyse` on a bench run's per-request log (its run started at
+    ``start_monotonic_s`` on CLOCK_MONOTONIC); ``crit``: diagnose's min_cover, min_lift,
+    min_share and min_ms. A log without the engine's columns makes an unknown section."""
+    from ..bench.result import read_log
+
+    cols = read_log(log_text)
+    if "engine_state" not in cols:
+        return ({"unknown": "not an openai+ run with the engine's columns: no per-request "
+                 "records of the engine"}, [], [])
+    r = Requests.from_log(cols, int(round(start_monotonic_s * 1e9)))
+    section, causes, bands = analyse(r, t0_ns, **crit)
+    measured = (cols["warmup"] == 0) & np.isfinite(cols["end_s"])
+    section["not_ok"] = int(np.count_nonzero(measured & (cols["outcome"] != "ok")))
+    return section, causes, bands
+
+
+LAYER_ORDER = {layer: i for i, layer in enumerate(("load", "L1", "L2", "L3", "L4"))}
+
+
+def engine_into(doc: dict[str, Any], target: str | None, bench_doc: dict[str, Any] | None,
+                log_path: str, crit: dict[str, float]) -> None:
+    """Add the engine's phases to a diagnose document: its section (``doc["engine"]``),
+    its causes among the others (claimed first, bottom-up by layer, as attribution orders
+    them), the verdict again, and the phases as the timeline's bands. Only for openai+
+    loads; anything else keeps the document as it is."""
+    if not (target and target.startswith("openai+")) or bench_doc is None:
+        return
+    start = (bench_doc.get("clock") or {}).get("start_monotonic_s")
+    tl = doc.get("timeline") or {}
+    with open(log_path, encoding="utf-8") as f:
+        text = f.read()
+    if start is None or not text.startswith("worker,"):
+        doc["engine"] = {"unknown": "the run's request log has no clock or no engine columns"}
+        return
+    section, causes, bands = from_log(text, start, int(tl.get("t0_monotonic_ns", 0)), crit)
+    doc["engine"] = section
+    tl.setdefault("bands", []).extend(bands)  # (beside the chains of blame's)
+    if not causes:
+        return
+    merged = list(doc.get("causes", ())) + [a.to_json() for a in causes]
+    merged.sort(key=lambda c: (not c["claimed"], c.get("tail") == "P90",
+                               LAYER_ORDER.get(c["layer"], 9),
+                               -(c.get("tail_time_share") or 0)))
+    doc["causes"] = merged
+    claimed = [c for c in merged if c["claimed"]]
+    v = doc.setdefault("verdict", {})
+    v["claimed"] = [c["cause"] for c in claimed]
+    v["first"] = claimed[0]["cause"] if claimed else None
+    v["layer"] = claimed[0]["layer"] if claimed else None
+    if claimed:
+        v["unexplained"] = None

@@ -1,0 +1,246 @@
+"""vLLM's request spans, received over OTLP/HTTP during a run (``--otlp-traces-endpoint``).
+
+vLLM ends each request with a span ``llm_request`` whose attributes give its phases in
+seconds (vllm/tracing: ``gen_ai.latency.time_in_queue``, ``…time_to_first_token``,
+``…e2e``, ``…time_in_model_prefill``, ``…time_in_model_decode``,
+``…time_in_model_inference``), its token counts (``gen_ai.usage.prompt_tokens``,
+``…completion_tokens``) and its id (``gen_ai.request.id``: the ``X-Request-Id`` the client
+sent, behind a prefix such as ``chatcmpl-``).
+
+:func:`parse_export` is pure: an ``ExportTraceServiceRequest`` body (protobuf, or OTLP's
+JSON encoding) in, :class:`RequestSpan` values out, decoded with the OpenTelemetry
+protocol definitions (``opentelemetry-proto``). :class:`Receiver` is the reader: an HTTP
+server on loopback (unless told otherwise) that keeps the spans of the requests it is told
+about and counts the rest; memory is bounded (a body over :data:`MAX_BODY` is refused with
+413, spans past :data:`MAX_SPANS` are counted as dropped, and the run's record says so).
+"""
+
+from __future__ import annotations
+
+import http.server
+import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..model import ParseError
+
+MAX_BODY = 4 << 20  # one export request
+MAX_SPANS = 200_000  # kept over a run (~100 bytes each)
+SPAN_NAME = "llm_request"
+ATTR = {
+    "queue_s": "gen_ai.latency.time_in_queue",
+    "ttft_s": "gen_ai.latency.time_to_first_token",
+    "e2e_s": "gen_ai.latency.e2e",
+    "prefill_s": "gen_ai.latency.time_in_model_prefill",
+    "decode_s": "gen_ai.latency.time_in_model_decode",
+    "inference_s": "gen_ai.latency.time_in_model_inference",
+}
+PROMPT, COMPLETION, REQUEST_ID = ("gen_ai.usage.prompt_tokens",
+                                  "gen_ai.usage.completion_tokens", "gen_ai.request.id")
+
+
+@dataclass(frozen=True)
+class RequestSpan:
+    """One request's phases as vLLM reports them (s; None where the span lacks one)."""
+
+    request_id: str
+    start_unix_ns: int
+    end_unix_ns: int
+    queue_s: float | None
+    ttft_s: float | None
+    e2e_s: float | None
+    prefill_s: float | None
+    decode_s: float | None
+    inference_s: float | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+
+
+def _value(v: Any) -> Any:
+    kind = v.WhichOneof("value")
+    return None if kind is None else getattr(v, kind)
+
+
+def parse_export(body: bytes, content_type: str = "application/x-protobuf"
+                 ) -> tuple[list[RequestSpan], list[str]]:
+    """The request spans of one OTLP trace export, and why any ``llm_request`` span was
+    left out (a missing id, a phase that is not a non-negative number). Raises ParseError
+    for a body that is not an export request."""
+    from google.protobuf import json_format
+    from google.protobuf.message import DecodeError
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    req = ExportTraceServiceRequest()
+    try:
+        if "json" in content_type:
+            json_format.Parse(body.decode("utf-8"), req)
+        else:
+            req.ParseFromString(body)
+    except (DecodeError, json_format.ParseError, UnicodeDecodeError, ValueError) as exc:
+        raise ParseError(f"not an OTLP trace export ({content_type}): {exc}") from None
+    spans: list[RequestSpan] = []
+    bad: list[str] = []
+    for rs in req.resource_spans:
+        for ss in rs.scope_spans:
+            for sp in ss.spans:
+                if sp.name != SPAN_NAME:
+                    continue
+                attrs = {kv.key: _value(kv.value) for kv in sp.attributes}
+                try:
+                    spans.append(_span(sp, attrs))
+                except ParseError as exc:
+                    bad.append(str(exc))
+    return spans, bad
+
+
+def _span(sp: Any, attrs: dict[str, Any]) -> RequestSpan:
+    rid = attrs.get(REQUEST_ID)
+    if not isinstance(rid, str) or not rid:
+        raise ParseError(f"span {sp.span_id.hex()}: no {REQUEST_ID}")
+    times: dict[str, float | None] = {}
+    for key, name in ATTR.items():
+        v = attrs.get(name)
+        if v is None:
+            times[key] = None
+        elif isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < 86400:
+            raise ParseError(f"span of {rid}: {name} = {v!r} is not a duration in s")
+        else:
+            times[key] = float(v)
+    counts: dict[str, int | None] = {}
+    for key in (PROMPT, COMPLETION):
+        v = attrs.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+            raise ParseError(f"span of {rid}: {key} = {v!r} is not a token count")
+        counts[key] = v
+    if sp.end_time_unix_nano < sp.start_time_unix_nano:
+        raise ParseError(f"span of {rid}: it ends before it starts")
+    return RequestSpan(rid, sp.start_time_unix_nano, sp.end_time_unix_nano, times["queue_s"],
+                       times["ttft_s"], times["e2e_s"], times["prefill_s"],
+                       times["decode_s"], times["inference_s"], counts[PROMPT],
+                       counts[COMPLETION])
+
+
+# The id tailgate sends (X-Request-Id): a UUID, because some servers (llama-cpp-python)
+# refuse any other shape; its last group is the run's request number.
+_ID = re.compile(r"([0-9a-f]{8})-0000-4000-8000-([0-9a-f]{12})$")
+
+
+def request_uuid(run: int, rid: int) -> str:
+    """The X-Request-Id of request ``rid`` of the run tagged ``run`` (32 bits)."""
+    return f"{run & 0xFFFFFFFF:08x}-0000-4000-8000-{rid:012x}"
+
+
+def request_number(request_id: str, run: int) -> int | None:
+    """The request number in a span's id (the engine may prefix it), None when the id is
+    not one of this run's."""
+    m = _ID.search(request_id)
+    if m is None or int(m.group(1), 16) != run & 0xFFFFFFFF:
+        return None
+    return int(m.group(2), 16)
+
+
+@dataclass
+class Received:
+    """What the receiver took in over a run."""
+
+    spans: dict[int, RequestSpan] = field(default_factory=dict)  # by request number
+    unknown_ids: int = 0  # spans of requests this run never sent
+    malformed: list[str] = field(default_factory=list)  # (the first few)
+    malformed_count: int = 0
+    bad_bodies: int = 0
+    refused_bodies: int = 0  # over MAX_BODY
+    dropped: int = 0  # past MAX_SPANS
+
+    def to_json(self) -> dict[str, Any]:
+        return {"spans": len(self.spans), "unknown_ids": self.unknown_ids,
+                "malformed": self.malformed_count, "malformed_examples": self.malformed[:3],
+                "bad_bodies": self.bad_bodies, "refused_bodies": self.refused_bodies,
+                "dropped": self.dropped}
+
+
+class Receiver:
+    """An OTLP/HTTP trace receiver (``POST /v1/traces``) for the spans of one run: a span
+    whose id :func:`request_number` maps to this run is kept, the rest counted."""
+
+    def __init__(self, run: int, host: str = "127.0.0.1", port: int = 0,
+                 max_body: int = MAX_BODY, max_spans: int = MAX_SPANS,
+                 on_span: Callable[[int, RequestSpan], None] | None = None) -> None:
+        self.run, self.max_body, self.max_spans = run, max_body, max_spans
+        self.got = Received()
+        self._lock = threading.Lock()
+        self._on_span = on_span
+        receiver = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:  # (no stderr lines per export)
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+                receiver._post(self)
+
+        self._server = http.server.ThreadingHTTPServer((host, port), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True,
+                                        name="otlp-receiver")
+
+    @property
+    def endpoint(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}/v1/traces"
+
+    def __enter__(self) -> Receiver:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)
+
+    def _post(self, h: http.server.BaseHTTPRequestHandler) -> None:
+        try:
+            length = int(h.headers.get("Content-Length", "-1"))
+        except ValueError:
+            length = -1
+        if h.path.split("?")[0] != "/v1/traces":
+            return self._reply(h, 404, b"")
+        if length < 0 or length > self.max_body:
+            with self._lock:
+                self.got.refused_bodies += 1
+            h.close_connection = True  # (its body is not read)
+            return self._reply(h, 413, b"")
+        body = h.rfile.read(length)
+        try:
+            spans, bad = parse_export(body, h.headers.get("Content-Type", ""))
+        except ParseError:
+            with self._lock:
+                self.got.bad_bodies += 1
+            return self._reply(h, 400, b"")
+        with self._lock:
+            g = self.got
+            g.malformed_count += len(bad)
+            g.malformed.extend(bad[:max(0, 3 - len(g.malformed))])
+            for sp in spans:
+                n = request_number(sp.request_id, self.run)
+                if n is None:
+                    g.unknown_ids += 1
+                elif len(g.spans) >= self.max_spans and n not in g.spans:
+                    g.dropped += 1
+                else:
+                    g.spans[n] = sp
+                    if self._on_span:
+                        self._on_span(n, sp)
+        self._reply(h, 200, b"", "application/x-protobuf")
+
+    @staticmethod
+    def _reply(h: http.server.BaseHTTPRequestHandler, status: int, body: bytes,
+               ctype: str = "text/plain") -> None:
+        h.send_response(status)
+        h.send_header("Content-Type", ctype)
+        h.send_header("Content-Length", str(len(body)))
+        h.end_headers()
+        h.wfile.write(body)

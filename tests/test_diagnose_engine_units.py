@@ -1,0 +1,260 @@
+"""The engine's per-request records (pure): the parsers of llama-server's ``timings`` and
+TGI's headers, their way through a streamed chunk into the request log, their placing on
+tailgate's clock and the attribution of the TTFT tail and ITL spikes to engine phases."""
+
+from __future__ import annotations
+
+import io
+import json
+from array import array
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tailgate.bench.recording import _token_columns
+from tailgate.bench.result import merge_logs, read_log
+from tailgate.diagnose.engine import MAX_SKEW_NS, Requests, analyse, place
+from tailgate.llm.openai import parse_chunk
+from tailgate.model import ParseError
+from tailgate.sources.engine_records import (
+    EngineTimings,
+    parse_llamacpp_timings,
+    parse_tgi_headers,
+)
+
+FIX = Path(__file__).parent / "fixtures" / "engine"
+
+
+def _lines(name: str) -> list[str]:
+    """A fixture's lines after its first (which names its source)."""
+    lines = (FIX / name).read_text().splitlines()
+    assert lines[0].startswith("# source: "), name
+    return lines[1:]
+
+
+# -- the parsers ----------------------------------------------------------------------
+
+
+def test_llama_server_final_chunk_timings_from_a_real_capture():
+    """The last data event of a stream the native llama-server sent (captured): its
+    timings, through both of parse_chunk's paths (the typed one and the full rules)."""
+    events = [ln[6:] for ln in _lines("llama_server_stream.txt") if ln.startswith("data: {")]
+    last = events[-1]
+    obj = json.loads(last)
+    want = EngineTimings("llama.cpp", obj["timings"]["prompt_n"], obj["timings"]["cache_n"],
+                         obj["timings"]["prompt_ms"], obj["timings"]["predicted_n"],
+                         obj["timings"]["predicted_ms"])
+    assert parse_chunk(last, "chat").timings == want
+    # an "error": null sends the chunk through the full rules, which read timings alike
+    assert parse_chunk(json.dumps({**obj, "usage": "odd"}), "chat").timings == want
+    assert want.predicted_n == 8 and want.prompt_n + want.cache_n > 8
+    # the earlier chunks carry none (no timings_per_token asked)
+    assert all(parse_chunk(e, "chat").timings is None for e in events[:-1])
+
+
+@pytest.mark.parametrize("timings, key", [
+    ({"prompt_n": -1, "cache_n": 0, "prompt_ms": 1.0, "predicted_n": 1, "predicted_ms": 1.0},
+     "timings.prompt_n"),
+    ({"prompt_n": 3, "cache_n": True, "prompt_ms": 1.0, "predicted_n": 1, "predicted_ms": 1.0},
+     "timings.cache_n"),
+    ({"prompt_n": 3, "cache_n": 0, "prompt_ms": "1", "predicted_n": 1, "predicted_ms": 1.0},
+     "timings.prompt_ms"),
+    ({"prompt_n": 3, "cache_n": 0, "prompt_ms": 1.0, "predicted_n": 1, "predicted_ms": -2},
+     "timings.predicted_ms"),
+    ({"prompt_n": 3, "cache_n": 0, "prompt_ms": 1e12, "predicted_n": 1, "predicted_ms": 1},
+     "timings.prompt_ms"),
+    ({"prompt_n": 3, "cache_n": 0, "prompt_ms": 1.0, "predicted_ms": 1.0},
+     "timings.predicted_n"),
+])
+def test_malformed_timings_name_the_key_and_make_no_phase(timings, key):
+    with pytest.raises(ParseError, match=key.replace(".", r"\.")):
+        parse_llamacpp_timings(timings)
+    chunk = parse_chunk(json.dumps({"choices": [], "timings": timings}), "completions")
+    assert isinstance(chunk.timings, str) and chunk.timings.startswith(key)
+
+
+def test_timings_that_are_not_an_object_are_a_reason_not_a_crash():
+    chunk = parse_chunk('{"choices": [], "timings": [1, 2]}', "chat")
+    assert chunk.timings == "timings: list is not an object"
+    assert parse_chunk('{"choices": [], "timings": null}', "chat").timings is None
+
+
+def test_tgi_headers_from_a_real_capture():
+    head = {k: v.strip() for k, _, v in (ln.partition(":") for ln in _lines(
+        "tgi_generate_headers.txt")[1:] if ln)}
+    t = parse_tgi_headers(head)
+    assert (t.engine, t.queue_ms, t.inference_ms, t.prompt_n, t.predicted_n) == \
+        ("tgi", 0.0, 110.0, 7, 3)
+    assert t.prompt_ms is None and t.predicted_ms is None and t.cache_n is None
+    del head["x-queue-time"]
+    with pytest.raises(ParseError, match="header x-queue-time: missing"):
+        parse_tgi_headers(head)
+    with pytest.raises(ParseError, match="header x-inference-time: '1.5s' is not an integer"):
+        parse_tgi_headers({**head, "x-queue-time": "0", "x-inference-time": "1.5s"})
+
+
+# -- the request log ------------------------------------------------------------------
+
+
+def _row(timings) -> str:
+    toks = array("d", [10.0010, 10.0020, 10.0150, 10.0160])
+    t = (10.0005, toks, 10.017, 4, 12, array("i", [1, 1, 1, 1]), -1, timings)
+    return ("0,7,0.1,0.1,0.1005,10.02,ok,200,900,0,10.0199"
+            + _token_columns(t, 0.0, 12) + "\n")
+
+
+def test_the_log_carries_the_engine_record_and_the_longest_gap(tmp_path):
+    rows = [_row(EngineTimings("llama.cpp", 9, 3, 2.5, 4, 14.0)), _row("timings.x: bad"),
+            _row(None)]
+    part = tmp_path / "p"
+    part.write_text("".join(rows))
+    out = io.StringIO()
+    merge_logs(out, [str(part)], llm=True)
+    cols = read_log(out.getvalue())
+    assert cols["engine_state"].tolist() == ["ok", "bad", ""]
+    assert cols["engine_prompt_n"][0] == 9 and cols["engine_cache_n"][0] == 3
+    assert cols["engine_prompt_ms"][0] == 2.5 and cols["engine_predicted_ms"][0] == 14.0
+    assert np.isnan(cols["engine_prompt_n"][1:]).all()
+    # the longest gap between content chunks: 10.002 -> 10.015
+    assert cols["gap_from_s"][0] == pytest.approx(10.002)
+    assert cols["gap_to_s"][0] == pytest.approx(10.015)
+
+
+def test_a_log_from_before_the_engine_columns_is_still_read():
+    from tailgate.bench.engine import LLM_LOG_HEADER
+
+    old = LLM_LOG_HEADER[:LLM_LOG_HEADER.index(",gap_from_s")] + "\n"
+    cols = read_log(old + "0,1,0.1,0.1,0.1,0.2,ok,200,9,0,0.2,0.15,0.15,0.19,0.2,3,3,5\n")
+    assert cols["input_tokens"].tolist() == [5] and "engine_state" not in cols
+
+
+# -- placing and attributing ----------------------------------------------------------
+
+MS = 1_000_000
+
+
+def _one_slot(n: int = 400, every: int = 20, long_out: int = 400, short_out: int = 8,
+              gap_ms: float = 20.0, prompt: int = 16, cached: int = 0,
+              long_prompt_every: int = 0, long_prompt: int = 0,
+              slots: int = 1) -> Requests:
+    """A FIFO engine with ``slots`` slots: prefill 0.01 ms a computed token, decode 0.2 ms a
+    token; requests ``gap_ms`` apart, every ``every``-th generating ``long_out`` tokens
+    (every ``long_prompt_every``-th with a prompt of ``long_prompt`` tokens)."""
+    free = [0] * slots
+    cols: dict[str, list] = {k: [] for k in ("intended", "sent", "first", "last", "end",
+                                             "gap_from", "gap_to", "pn", "cn", "pms", "dn",
+                                             "dms")}
+    for i in range(n):
+        t = 1_000 * MS + int(i * gap_ms * MS)
+        sent = t + 50_000
+        out = long_out if i % every == every - 1 else short_out
+        pn = long_prompt if long_prompt_every and i % long_prompt_every == 3 else prompt
+        s = min(range(slots), key=lambda k: free[k])
+        start = max(sent + 100_000, free[s])
+        pre = int(pn * 0.01 * MS)
+        e = start + pre
+        dec = int((out - 1) * 0.2 * MS)
+        free[s] = e + dec
+        cols["intended"].append(t)
+        cols["sent"].append(sent)
+        cols["first"].append(e + 40_000)
+        cols["last"].append(e + dec + 40_000)
+        cols["end"].append(e + dec + 90_000)
+        cols["gap_from"].append(e + 40_000)
+        cols["gap_to"].append(e + 40_000 + 200_000)
+        cols["pn"].append(pn - cached)
+        cols["cn"].append(cached)
+        cols["pms"].append(pre / MS)
+        cols["dn"].append(out)
+        cols["dms"].append(dec / MS)
+    a = {k: np.array(v) for k, v in cols.items()}
+    return Requests(np.arange(n), a["intended"], a["sent"], a["first"], a["last"], a["end"],
+                    a["gap_from"], a["gap_to"], np.full(n, "ok", dtype=object),
+                    a["pn"].astype(float), a["cn"].astype(float), a["pms"], a["dn"].astype(
+                        float), a["dms"])
+
+
+def test_records_are_placed_within_their_bound_and_a_foreign_one_is_refused():
+    r = _one_slot(n=40)
+    ph = place(r)
+    assert ph.ok.all()
+    # the synthetic engine's first token is 40 us before the client reads it, at both ends:
+    # a delay both reads share, which the two-read bound cannot see (it is measured against
+    # the server's own log: test_diagnose_engine.py)
+    assert np.all(ph.anchor == r.first_token)
+    assert np.all(ph.error_ns == 0)
+    # a record whose prefill would have begun 60 ms before the request was sent is another
+    # request's (or another clock's): refused, saying by how much
+    bad = Requests(**{**r.__dict__, "prompt_ms": np.where(np.arange(40) == 5,
+                                                          r.prompt_ms + 60.0, r.prompt_ms)})
+    ph = place(bad)
+    assert not ph.ok[5] and ph.ok.sum() == 39
+    assert ph.why[5].startswith("refused: the engine's prefill would have started 59.")
+    # two reads of one instant 80 ms apart: refused with that offset
+    skew = Requests(**{**r.__dict__, "predicted_ms": np.where(
+        np.arange(40) == 6, r.predicted_ms - 80.0, r.predicted_ms)})
+    ph = place(skew)
+    assert not ph.ok[6] and ph.why[6].endswith("engine's clock -80.0 ms apart")
+    assert MAX_SKEW_NS == 50 * MS
+
+
+def test_one_slot_short_requests_behind_long_generations_name_queue_wait_first():
+    doc, causes, bands = analyse(_one_slot(), 1_000 * MS)
+    first = causes[0]
+    assert first.claimed and first.cause.key == "engine_queue", [c.sentence for c in causes]
+    assert [c.cause.key for c in causes if c.claimed] == ["engine_queue"]
+    assert first.time_share > 0.9
+    # behind one long decode (400 tokens) each, no other prefill of note
+    assert first.extra["decodes"] == pytest.approx(1.0, abs=0.2)
+    assert first.extra["decode_tokens"] == pytest.approx(400, rel=0.2)
+    assert first.sentence.startswith("TTFT P99: ")
+    assert doc["join"]["placed"] == 400 and doc["join"]["refused"] == 0
+    assert doc["slowest"][0]["queue_ms"] > 10 * doc["slowest"][0]["prefill_ms"]
+    kinds = {b["kind"] for b in bands}
+    assert kinds == {"queue", "prefill", "decode"}
+    assert all(b["source"] == "engine" and b["end_ms"] > b["start_ms"] for b in bands)
+
+
+def test_prefix_misses_are_named_with_token_counts_and_a_cached_prefix_is_not():
+    # a long prompt every tenth request, all of it computed, with slots enough not to queue
+    r = _one_slot(every=10_000, long_prompt_every=10, long_prompt=4000, slots=4)
+    doc, causes, _ = analyse(r, 1_000 * MS)
+    first = causes[0]
+    assert first.claimed and first.cause.key == "engine_prefill", [c.sentence for c in causes]
+    assert first.extra["computed_tokens"] >= 4000 * 4 and first.extra["cached_tokens"] == 0
+    assert "prefix-cache misses" in first.sentence
+    # the same prompts served from the cache (16 of them computed): no such claim
+    cached = _one_slot(every=10_000, long_prompt_every=10, long_prompt=16, slots=4)
+    _, causes, _ = analyse(cached, 1_000 * MS)
+    assert not any(c.claimed for c in causes), [c.sentence for c in causes]
+
+
+def test_a_clean_run_claims_nothing_and_no_record_is_unknown():
+    _, causes, _ = analyse(_one_slot(every=10_000, slots=4), 1_000 * MS)
+    assert not any(c.claimed for c in causes), [c.sentence for c in causes]
+    r = _one_slot(n=50)
+    none = Requests(**{**r.__dict__, "state": np.full(50, "", dtype=object)})
+    doc, causes, bands = analyse(none, 0)
+    assert causes == [] and bands == []
+    assert doc["unknown"].startswith("the engine sent no per-request record in any of the 50")
+    bad = Requests(**{**r.__dict__, "state": np.full(50, "bad", dtype=object)})
+    assert analyse(bad, 0)[0]["unknown"] == "every record the engine sent was malformed (50)"
+
+
+def test_a_prefill_slow_for_the_usual_tokens_is_not_claimed_as_prefill_compute():
+    """Every tenth request's prefill took 40 ms for the same 16 tokens as the others (its
+    thread held up: a host cause): the prefill is most of their TTFT and 10x its mean, but
+    they computed no more than anyone: not claimed, and the sentence says why."""
+    r = _one_slot(every=10_000, slots=4)
+    slow = np.arange(len(r.ids)) % 10 == 3
+    add = np.where(slow, 40 * MS, 0)
+    stretched = Requests(**{**r.__dict__, "prompt_ms": r.prompt_ms + add / MS,
+                            "first_token": r.first_token + add,
+                            "last_token": r.last_token + add, "end": r.end + add,
+                            "gap_from": r.gap_from + add, "gap_to": r.gap_to + add})
+    _, causes, _ = analyse(stretched, 1_000 * MS)
+    (p,) = [c for c in causes if c.cause.key == "engine_prefill"]
+    assert not p.claimed and p.extra["computed_lift"] == 1.0, p.sentence
+    assert p.sentence.endswith("see the host's causes)"), p.sentence
+    assert not any(c.claimed for c in causes), [c.sentence for c in causes]

@@ -1,0 +1,101 @@
+"""The OTLP/HTTP receiver of vLLM's request spans (sources/otlp.py), on loopback.
+
+vLLM's CPU build is not installable here cheaply (PyPI's vllm wheel is the CUDA build; the
+CPU one is a source build of its own), so no span recorded from a real vLLM run is kept:
+the spans are built with the OpenTelemetry protocol classes, with vLLM's attribute names
+and span name (vllm/tracing), and sent as vLLM's exporter sends them (POST /v1/traces,
+protobuf; OTLP's JSON encoding too)."""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+
+import pytest
+from google.protobuf import json_format
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+
+from tailgate.model import ParseError
+from tailgate.sources.otlp import Receiver, parse_export, request_number, request_uuid
+
+RUN = 0x43A1
+
+
+def _export(spans: list[dict]) -> ExportTraceServiceRequest:
+    req = ExportTraceServiceRequest()
+    scope = req.resource_spans.add().scope_spans.add()
+    for i, attrs in enumerate(spans):
+        sp = scope.spans.add()
+        sp.name = attrs.pop("_name", "llm_request")
+        sp.span_id = (i + 1).to_bytes(8, "big")
+        sp.trace_id = (i + 1).to_bytes(16, "big")
+        sp.start_time_unix_nano = 1_700_000_000_000_000_000 + i * 1_000_000
+        sp.end_time_unix_nano = sp.start_time_unix_nano + 50_000_000
+        for k, v in attrs.items():
+            val = (AnyValue(string_value=v) if isinstance(v, str) else
+                   AnyValue(int_value=v) if isinstance(v, int) else AnyValue(double_value=v))
+            sp.attributes.append(KeyValue(key=k, value=val))
+    return req
+
+
+def _vllm(rid: str, queue: float = 0.01, prompt: int = 100) -> dict:
+    return {"gen_ai.request.id": rid, "gen_ai.latency.time_in_queue": queue,
+            "gen_ai.latency.time_to_first_token": queue + 0.02,
+            "gen_ai.latency.e2e": 0.05, "gen_ai.latency.time_in_model_prefill": 0.015,
+            "gen_ai.latency.time_in_model_decode": 0.02,
+            "gen_ai.latency.time_in_model_inference": 0.035,
+            "gen_ai.usage.prompt_tokens": prompt, "gen_ai.usage.completion_tokens": 16}
+
+
+def _post(url: str, body: bytes, ctype: str = "application/x-protobuf") -> int:
+    req = urllib.request.Request(url, data=body, headers={"Content-Type": ctype})
+    try:
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return r.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_ids_round_trip_through_an_engine_prefix():
+    rid = request_uuid(RUN, 12345)
+    assert request_number("chatcmpl-" + rid, RUN) == 12345
+    assert request_number("cmpl-" + rid + "-0", RUN) is None  # (not at the end)
+    assert request_number(request_uuid(RUN + 1, 7), RUN) is None
+
+
+def test_parse_export_keeps_request_spans_and_says_why_one_was_left_out():
+    req = _export([_vllm("chatcmpl-" + request_uuid(RUN, 1)),
+                   {"_name": "other", "gen_ai.request.id": "x"},
+                   {**_vllm("chatcmpl-" + request_uuid(RUN, 2)),
+                    "gen_ai.latency.time_in_queue": -1.0},
+                   {"gen_ai.latency.e2e": 0.1}])
+    spans, bad = parse_export(req.SerializeToString())
+    (sp,) = spans
+    assert (sp.queue_s, sp.prefill_s, sp.decode_s, sp.prompt_tokens) == (0.01, 0.015, 0.02, 100)
+    assert bad[0].endswith("gen_ai.latency.time_in_queue = -1.0 is not a duration in s")
+    assert bad[1].endswith("no gen_ai.request.id")
+    j, _ = parse_export(json_format.MessageToJson(req).encode(), "application/json")
+    assert j == spans
+    with pytest.raises(ParseError, match="not an OTLP trace export"):
+        parse_export(b"\xff\xff\xff garbage")
+
+
+def test_receiver_joins_this_runs_ids_counts_strangers_and_refuses_a_flood():
+    with Receiver(RUN, max_body=64 << 10, max_spans=5) as rx:
+        ok = _export([_vllm(f"chatcmpl-{request_uuid(RUN, i)}") for i in range(3)]
+                     + [_vllm("chatcmpl-someone-else"), _vllm(request_uuid(RUN + 9, 1))])
+        assert _post(rx.endpoint, ok.SerializeToString()) == 200
+        assert sorted(rx.got.spans) == [0, 1, 2] and rx.got.unknown_ids == 2
+        # more spans than it keeps: counted as dropped, memory stays bounded
+        more = _export([_vllm(f"chatcmpl-{request_uuid(RUN, i)}") for i in range(3, 10)])
+        assert _post(rx.endpoint, more.SerializeToString()) == 200
+        assert len(rx.got.spans) == 5 and rx.got.dropped == 5
+        # one body larger than an export may be: refused, unread
+        assert _post(rx.endpoint, b"\0" * (65 << 10)) == 413
+        assert _post(rx.endpoint, b"not protobuf \xff") == 400
+        assert _post(rx.endpoint.replace("/v1/traces", "/v1/metrics"), b"") == 404
+        got = rx.got.to_json()
+    assert got == {"spans": 5, "unknown_ids": 2, "malformed": 0, "malformed_examples": [],
+                   "bad_bodies": 1, "refused_bodies": 1, "dropped": 5}
+    assert rx.endpoint.startswith("http://127.0.0.1:")
