@@ -524,8 +524,8 @@ def test_the_opened_descriptor_itself_must_lie_inside_the_root(tmp_path):
 def test_a_pid_max_below_the_kernels_floor_is_not_trusted(tmp_path, pid_max):
     # kernel/pid.c refuses pid_max < 301 (RESERVED_PIDS + 1): a root that says so is not a
     # real host's, and the kernel's own ceiling decides which PIDs are valid
-    from tailgate.commands.options import existing_pids
     from tailgate.host import Host
+    from tailgate.service import existing_pids
 
     (tmp_path / "proc/sys/kernel").mkdir(parents=True)
     (tmp_path / "proc/sys/kernel/pid_max").write_text(pid_max + "\n")
