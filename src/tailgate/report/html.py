@@ -85,18 +85,25 @@ def findings_figure(layer: str, findings: list[Finding]):
                         subplot_titles=[f"{f.id} [{f.subject}]: {f.status}, {float(f.observed):.4g}"
                                         f" {f.unit} (red line {float(f.limit):g})".replace("  ", " ")
                                         for f in findings])
+    # Axes and red lines in one layout update: per-row update_xaxes/add_vline calls each
+    # walk the whole subplot grid (quadratic in rows, most of a page's render time).
+    axes: dict[str, Any] = {}
+    shapes = []
     for i, f in enumerate(findings, 1):
         obs, limit = float(f.observed), float(f.limit)
         fig.add_trace(go.Bar(x=[obs], y=[f.subject], orientation="h", name=f.id,
                              marker_color=_COLORS[f.status], showlegend=False,
                              hovertemplate=f"{html.escape(f.id)}: %{{x:.4g}} {html.escape(f.unit)}"
                              f" (limit {limit:g})<extra></extra>"), row=i, col=1)
-        fig.add_vline(x=limit, line={"color": "#cf222e", "width": 2, "dash": "dash"},
-                      row=i, col=1)
+        n = "" if i == 1 else str(i)
+        shapes.append({"type": "line", "x0": limit, "x1": limit, "xref": f"x{n}",
+                       "y0": 0, "y1": 1, "yref": f"y{n} domain",
+                       "line": {"color": "#cf222e", "width": 2, "dash": "dash"}})
         lo, hi = min(obs, limit, 0.0), max(obs, limit, 0.0)
         span = (hi - lo) or 1.0
-        fig.update_xaxes(range=[lo - 0.05 * span, hi + 0.15 * span], row=i, col=1)
-        fig.update_yaxes(showticklabels=False, row=i, col=1)
+        axes[f"xaxis{n}"] = {"range": [lo - 0.05 * span, hi + 0.15 * span]}
+        axes[f"yaxis{n}"] = {"showticklabels": False}
+    fig.update_layout(shapes=shapes, **axes)
     fig.update_layout(title=f"{layer}: observed value against the red line (dashed)",
                       height=height, bargap=0.3,
                       margin={"l": 30, "r": 30, "t": 70, "b": 30})
