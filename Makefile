@@ -40,38 +40,48 @@ $(VENV)/.installed-run: pyproject.toml | $(VENV)/.venv-ok apt-run
 	  exit 1; }
 	touch $@
 
-# plus what the tests need (pytest, hypothesis, ruff, the LLM test server, ...)
-# (after apt-test: mpi4py builds against Open MPI, llama-cpp-python with cmake and g++)
-$(VENV)/.installed-test: pyproject.toml | $(VENV)/.venv-ok apt-test
+# plus what the tests need (pytest, hypothesis, ruff, the LLM test servers, ...)
+# (after apt-test: mpi4py builds against Open MPI; llama.cpp, below, with cmake and g++)
+$(VENV)/.installed-test: pyproject.toml $(VENV)/.installed-llama | $(VENV)/.venv-ok apt-test
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@ $(VENV)/.installed-run
 
-# llama.cpp's native server (llama-server, the C++ one) for the engine-phase tests
-# (diagnose's engine records): built from the llama.cpp sources that llama-cpp-python's
-# sdist vendors (the version the test extra installed; pip's cache usually holds it),
-# the one target with its libraries linked in statically, no web UI, no TLS. About
-# 25 minutes on two busy cores, once; the 77 MB sdist and the build tree are removed.
+# llama.cpp, compiled once for both LLM servers the tests run: from the sources that
+# llama-cpp-python's sdist vendors, shared libraries plus llama-server (the C++ server, for
+# diagnose's engine records); then llama-cpp-python (its OpenAI server) installed from that
+# sdist without its own copy (LLAMA_BUILD=OFF), the libraries copied where it loads them.
+# pip would otherwise compile the same sources a second time. About 10-25 minutes on two
+# cores, once; the 77 MB sdist and the build tree are removed. RPATH $$ORIGIN: the libraries
+# find each other beside them, and llama-server finds them from the venv's bin.
 LLAMA_SERVER := $(VENV)/bin/llama-server
-LLAMA_SRC    := $(VENV)/llama-server-src
-$(LLAMA_SERVER): | $(VENV)/.installed-test
+LLAMA_SRC    := $(VENV)/llama-src
+$(VENV)/.installed-llama: | $(VENV)/.venv-ok apt-test
 	@rm -rf $(LLAMA_SRC) && mkdir -p $(LLAMA_SRC)
-	v=$$($(PY) -c "import importlib.metadata as m; print(m.version('llama_cpp_python'))") && \
-	$(PY) -m pip download -q --no-deps --no-binary :all: "llama-cpp-python==$$v" \
-	  -d $(LLAMA_SRC) && \
-	tar xzf $(LLAMA_SRC)/llama_cpp_python-$$v.tar.gz -C $(LLAMA_SRC) && \
-	cmake -S $(LLAMA_SRC)/llama_cpp_python-$$v/vendor/llama.cpp -B $(LLAMA_SRC)/build \
-	  -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_SERVER=ON \
+	$(PY) -m pip download -q --no-deps --no-binary :all: 'llama-cpp-python>=0.3' -d $(LLAMA_SRC)
+	sdist=$$(ls $(LLAMA_SRC)/llama_cpp_python-*.tar.gz) && tar xzf $$sdist -C $(LLAMA_SRC) && \
+	lib=$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["platlib"])')/llama_cpp/lib && \
+	rel=$$($(PY) -c "import os, sys; print(os.path.relpath(sys.argv[1], sys.argv[2]))" \
+	  $$lib $(VENV)/bin) && \
+	cmake -S $$(ls -d $(LLAMA_SRC)/llama_cpp_python-*/)vendor/llama.cpp -B $(LLAMA_SRC)/build \
+	  -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON \
+	  "-DCMAKE_INSTALL_RPATH=\$$ORIGIN;\$$ORIGIN/$$rel" -DLLAMA_BUILD_SERVER=ON \
 	  -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
 	  -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
-	  -DLLAMA_OPENSSL=OFF >$(LLAMA_SRC)/log 2>&1 && \
-	nice -n 10 cmake --build $(LLAMA_SRC)/build --target llama-server -j$$(nproc) \
+	  -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF >$(LLAMA_SRC)/log 2>&1 && \
+	nice -n 10 cmake --build $(LLAMA_SRC)/build --target llama-server mtmd -j$$(nproc) \
 	  >>$(LLAMA_SRC)/log 2>&1 || { tail -30 $(LLAMA_SRC)/log; exit 1; }; \
-	cp $(LLAMA_SRC)/build/bin/llama-server $@.tmp && mv $@.tmp $@
+	CMAKE_ARGS="-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF" $(PY) -m pip install -q --no-deps \
+	  $$sdist && \
+	$(PY) -m pip install -q "llama-cpp-python[server]" && \
+	mkdir -p $$lib && cp -a $(LLAMA_SRC)/build/bin/*.so* $$lib/ && \
+	cp $(LLAMA_SRC)/build/bin/llama-server $(LLAMA_SERVER)
 	rm -rf $(LLAMA_SRC)
-	$@ --version
+	$(LLAMA_SERVER) --version
+	$(PY) -c "import llama_cpp; print('llama-cpp-python', llama_cpp.__version__, 'on', llama_cpp.llama_cpp._lib._name)"
+	touch $@
 
 venv: $(VENV)/.installed-run
-venv-test: $(VENV)/.installed-test $(LLAMA_SERVER)
+venv-test: $(VENV)/.installed-test
 
 # Debian packages, installed only when missing (needs root, as the README says). Explicit
 # rules: GNU make never applies a pattern rule to a .PHONY target, so `apt-%` never ran.
