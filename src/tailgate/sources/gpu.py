@@ -30,6 +30,7 @@ from typing import Any
 from ..collect import Scope, collector
 from ..host import Host
 from ..model import ParseError, SourceError
+from .amd_metrics import MAX_SIZE, THROTTLERS, parse_gpu_metrics
 from .kernel_log import bdf_of, parse_kernel_log, read_btime, read_log
 from .pci import NVIDIA, UNREADABLE, _bdf, pci_devices
 from .procfs import parse_uptime
@@ -663,9 +664,38 @@ def amd_health(host: Host, bdf: str) -> dict[str, Any]:
         pass  # _ras_sections read it
     elif not host.exists(f"{base}/xgmi_device_id") and not host.exists(f"{base}/xgmi_hive_info"):
         gpu["nvlink_read"] = True  # not in an xGMI hive: no GPU-to-GPU links
-    gpu.setdefault("unreadable", {})["clock_events"] = (
-        "gpu_metrics (the binary throttle status) is not read by tailgate yet")
+    _throttle(host, base, gpu)
     return gpu
+
+
+def _throttle(host: Host, base: str, gpu: dict[str, Any]) -> None:
+    """The clock-event fields of an AMD GPU from its binary gpu_metrics table."""
+    path = f"{base}/gpu_metrics"
+    try:
+        m = parse_gpu_metrics(host.read_bytes(path, limit=MAX_SIZE + 1), path)
+    except SourceError as exc:
+        gpu.setdefault("unreadable", {})["clock_events"] = host.blame(exc)
+        return
+    gpu["gpu_metrics"] = {k: m[k] for k in ("revision", "size", "temperatures_c",
+                                            "gfxclk_mhz", "throttle_status",
+                                            "indep_throttle_status") if k in m}
+    if m["throttle"] == "none":
+        gpu.setdefault("unreadable", {})["clock_events"] = (
+            f"{path}: revision {m['revision']} carries no throttle status (the driver writes "
+            "0 there: MI300 firmware before the residency counters of revision 1.6)")
+    elif m["throttle"] == "residency":
+        gpu["throttle_residency"] = m["residency"]
+    else:
+        # Every known bit is read: a False is "not throttled by it", not "unread".
+        events = {name: False for name, _ in THROTTLERS.values()} \
+            if m["throttle"] == "independent" else {}
+        kinds = dict(m.get("active") or {})
+        if m["throttle_status"] and not kinds:  # ASIC bits only: a throttler, kind unnamed
+            kinds["ASIC_THROTTLE"] = "unnamed"
+        events.update({name: True for name in kinds})
+        events.setdefault("ASIC_THROTTLE", False)
+        gpu["clock_events"] = events
+        gpu["clock_event_kinds"] = kinds
 
 
 # rocm-smi --showrasinfo [all]: per GPU (``GPU[N]:  RAS INFO``; one GPU without that header
@@ -824,9 +854,11 @@ def gpu_health(host: Host, scope: Scope) -> dict[str, Any]:
                 except SourceError as exc:
                     rocm = {}
                     tried["rocm-smi"] = host.blame(exc)
-            if bdf in rocm:
-                got = {**rocm[bdf], "unreadable": {"clock_events": got["unreadable"][
-                    "clock_events"]}, **({"remapped_rows": got["remapped_rows"]}
-                                         if "remapped_rows" in got else {})}
+            if bdf in rocm:  # the RAS counts from rocm-smi; the rest stays amdgpu's
+                keep = ("remapped_rows", "clock_events", "clock_event_kinds",
+                        "throttle_residency", "gpu_metrics")
+                why = {k: v for k, v in (got.get("unreadable") or {}).items() if k != "ecc"}
+                got = {**rocm[bdf], **{k: got[k] for k in keep if k in got},
+                       **({"unreadable": why} if why else {})}
         out["gpus"][bdf] = got
     return out
