@@ -44,8 +44,8 @@ def test_rocm_smi_ras_tables_both_layouts():
 
 
 def instinct_root(tmp: Path, ras: bool = True, umc_ue: int = 0, bad_pages: str = "",
-                  metrics: bytes | None = None, device: str = "0x7408") -> Path:
-    dev = tmp / "sys/devices/pci0000:c0" / BDF
+                  metrics: bytes | None = None, device: str = "0x7408", bdf: str = BDF) -> Path:
+    dev = tmp / "sys/devices/pci0000:c0" / bdf
     dev.mkdir(parents=True)
     (dev / "class").write_text("0x038000\n")  # MI250X: display controller, other
     (dev / "vendor").write_text("0x1002\n")
@@ -56,7 +56,7 @@ def instinct_root(tmp: Path, ras: bool = True, umc_ue: int = 0, bad_pages: str =
     (tmp / "sys/bus/pci/drivers/amdgpu").mkdir(parents=True)
     (dev / "driver").symlink_to("../../../bus/pci/drivers/amdgpu")
     (tmp / "sys/bus/pci/devices").mkdir(parents=True)
-    (tmp / "sys/bus/pci/devices" / BDF).symlink_to(f"../../../devices/pci0000:c0/{BDF}")
+    (tmp / "sys/bus/pci/devices" / bdf).symlink_to(f"../../../devices/pci0000:c0/{bdf}")
     if ras:  # the MI50 table's blocks, in amdgpu's file format
         (dev / "ras").mkdir()
         for block in ("sdma", "gfx", "mmhub", "pcie_bif", "hdp"):
@@ -89,8 +89,8 @@ def test_instinct_sysfs_ras_is_judged_in_every_gpu_id(tmp_path):
     assert rep.status == "fail" and "pending" in rep.reason  # a page retired, one pending
     nv = got["l1.gpu.nvlink"]
     assert nv.status == "skip" and "xGMI" in nv.reason  # no xgmi_wafl, not in a hive
-    ce = got["l1.gpu.clock_events"]  # this root has no gpu_metrics file: said, not passed
-    assert ce.status == "unknown" and ce.reason.endswith("gpu_metrics: absent")
+    ce = got["l1.gpu.clock_events"]  # no gpu_metrics file, no amd-smi: said, not passed
+    assert ce.status == "unknown" and "gpu_metrics: absent; amd-smi: " in ce.reason
 
 
 def test_an_instinct_without_ras_files_reads_rocm_smi_or_says_why(tmp_path):
@@ -229,3 +229,83 @@ def test_a_cut_or_unknown_table_is_unknown_with_the_reason(tmp_path):
     lying = struct.pack("<HBB", 16, 1, 3) + bytes(12)  # a 1.3 header that is 16 bytes
     r = clock(tmp_path / "lying", lying)
     assert r.status == "unknown" and "not a gpu_metrics table" in r.reason
+
+
+# -- amd-smi: where amdgpu's sysfs files are missing ----------------------------------------
+#
+# Real captures (tests/fixtures/gpu, first line names the source): `amd-smi metric --json`
+# and `amd-smi static --json` of a Navi 23 (RX 6600) on Proxmox (the older bare-list
+# shape), and `amd-smi static --json` of an MI210 (the {"gpu_data": [...]} shape, its bus
+# without bdf). No MI300 `metric --json` with throttle counters is published; its JSON below
+# uses the key names amd-smi prints (the Navi capture's "throttle" keys) with the numbers
+# of AMD's own `amd-smi metric --throttle` example (amdsmi CHANGELOG, ROCm 6.3: GPU 0,
+# ACCUMULATION_COUNTER 1226415116, PPT_ACCUMULATED 12); the later reading is ours.
+
+import json  # noqa: E402
+
+from tailgate.sources import amd_smi  # noqa: E402
+
+NAVI23 = "0000:0b:00.0"
+
+
+def test_amd_smi_json_in_both_shapes():
+    m = amd_smi.parse_amd_smi_metric(text("amd-smi-metric-navi23.json"))
+    assert m == {"0": {"ecc_total": {"ce": 0, "ue": 0}, "throttled": False}}  # blocks N/A
+    st = amd_smi.parse_amd_smi_static(text("amd-smi-static-navi23.json"))
+    assert st == {"0": {"bdf": NAVI23, "ras_blocks": None}}  # ras N/A: no RAS on a Radeon
+    mi210 = amd_smi.parse_amd_smi_static(text("amd-smi-static-mi210.json"))["0"]
+    assert mi210["bdf"] is None and len(mi210["ras_blocks"]) == 19
+    assert mi210["ras_blocks"]["umc"] is True and mi210["ras_blocks"]["xgmi_wafl"] is False
+
+
+def test_a_radeon_without_its_sysfs_files_is_read_from_amd_smi(tmp_path):
+    root = instinct_root(tmp_path, ras=False, device="0x73ff", bdf=NAVI23)
+    s = collect(Host(str(root)), Scope(), 0.0)
+    r = judge("l1.gpu.clock_events", s)[f"{NAVI23} gpu"]
+    assert r.status == "unknown" and "gpu_metrics: absent; amd-smi: " in r.reason
+    for cmd in ("metric", "static"):
+        (root / f"commands/amd-smi_{cmd}_--json").write_text(
+            text(f"amd-smi-{cmd}-navi23.json"))
+    s = collect(Host(str(root)), Scope(), 0.0)
+    r = judge("l1.gpu.clock_events", s)[f"{NAVI23} gpu"]
+    assert r.status == "pass" and "amd-smi metric --json" in r.reason  # UNTHROTTLED
+    ecc = judge("l1.gpu.ecc", s)[f"{NAVI23} gpu"]
+    # amd-smi prints 0 ECC errors on this GDDR6 card too: RAS N/A says it has none to count
+    assert ecc.status == "skip"
+
+
+def mi300_json(acc: int, ppt: int, umc_ue: int) -> tuple[str, str]:
+    throttle = {"accumulation_counter": acc, "prochot_accumulated": 0, "ppt_accumulated": ppt,
+                "socket_thermal_accumulated": 0, "vr_thermal_accumulated": 0,
+                "hbm_thermal_accumulated": 0}
+    blocks = {b: {"correctable_count": 0, "uncorrectable_count": umc_ue if b == "UMC" else 0,
+                  "deferred_count": 0} for b in ("UMC", "SDMA", "GFX", "MMHUB")}
+    metric = {"gpu_data": [{"gpu": 0, "ecc": {"total_correctable_count": 0,
+                                              "total_uncorrectable_count": umc_ue},
+                            "ecc_blocks": blocks,
+                            "power": {"throttle_status": "N/A"}, "throttle": throttle}]}
+    static = {"gpu_data": [{"gpu": 0, "bus": {"bdf": BDF.upper()}, "ras": {
+        "ecc_block_state": {"UMC": "ENABLED", "XGMI_WAFL": "ENABLED"}}}]}
+    return json.dumps(metric), json.dumps(static)
+
+
+def test_mi300_ecc_and_throttle_counters_from_amd_smi(tmp_path):
+    from dataclasses import replace
+
+    def reading(name: str, acc: int, ppt: int, umc_ue: int):
+        root = instinct_root(tmp_path / name, ras=False, device="0x74a1")
+        metric, static = mi300_json(acc, ppt, umc_ue)
+        (root / "commands/amd-smi_metric_--json").write_text(metric)
+        (root / "commands/amd-smi_static_--json").write_text(static)
+        return collect(Host(str(root)), Scope(), 0.0)
+
+    a = reading("a", 1226415116, 12, 0)
+    g = a.facts["gpu.health"].value["gpus"][BDF]
+    assert g["source"] == "amd-smi metric --json" and g["ecc_mode"] == "Enabled"
+    assert g["throttle_residency"]["accumulation"] == 1226415116
+    b = reading("b", 1226416116, 212, 1)  # 1000 samples later: 200 in PPT, one UMC UE
+    s = replace(b, before=a.facts, interval_s=5.0)
+    ecc = judge("l1.gpu.ecc", s)[f"{BDF} gpu"]
+    assert ecc.status == "fail" and ecc.observed == 1
+    ce = judge("l1.gpu.clock_events", s)[f"{BDF} gpu"]
+    assert ce.status == "warn" and "20.0%" in ce.reason  # PPT over power_cap_share

@@ -466,16 +466,18 @@ def _amd_clock_events(snap: Snapshot, bdf: str, g: dict[str, Any], subject: str,
     cap_limit = float(p.get("power_cap_share", 0.05))
     kinds: dict[str, str] = g.get("clock_event_kinds") or {}
     metrics = g.get("gpu_metrics") or {}
-    evidence: dict[str, Any] = {"source": src, "active": sorted(kinds), "gpu_metrics": metrics}
+    said_by = f"gpu_metrics {metrics['revision']}" if metrics.get("revision") \
+        else str(g.get("clock_source") or src)
+    evidence: dict[str, Any] = {"source": said_by, "active": sorted(kinds),
+                                "gpu_metrics": metrics}
     res = g.get("throttle_residency")
     if res:
         evidence["residency"] = res
         got = _amd_residency(snap, bdf)
         if isinstance(got, str):
             return Result("unknown", subject=subject, evidence=evidence,
-                          reason=f"gpu_metrics {metrics.get('revision')} has throttle residency "
-                          f"counters but no current state; the time in throttling is not "
-                          f"judged: {got}")
+                          reason=f"{said_by} has throttle residency counters but no current "
+                          f"state; the time in throttling is not judged: {got}")
         shares, win = got
         evidence.update(win, share_of_window={k: round(v, 4) for k, v in shares.items()})
         said = ", ".join(f"{k} {v:.1%}" for k, v in shares.items() if v)
@@ -514,14 +516,14 @@ def _amd_clock_events(snap: Snapshot, bdf: str, g: dict[str, Any], subject: str,
     if other:
         status = metrics.get("throttle_status")
         notes.append(f"a throttler is active (ASIC-dependent throttle_status {status:#x}; "
-                     f"gpu_metrics {metrics.get('revision')} does not name its kind)"
-                     if isinstance(status, int) else "a throttler of unknown kind is active: "
-                     + ", ".join(other))
+                     f"{said_by} does not name its kind)" if isinstance(status, int)
+                     else f"a throttler is active ({said_by} says THROTTLED without naming "
+                     "its kind)")
     if notes:
         return Result("warn", subject=subject, evidence=evidence, reason="; ".join(notes))
     return Result("pass", subject=subject, evidence=evidence,
-                  reason=f"no throttler active now (gpu_metrics {metrics.get('revision')}; no "
-                  "slowdown time counters in this revision)")
+                  reason=f"no throttler active now ({said_by}; no slowdown time counters "
+                  "there)")
 
 
 @check("l1.gpu.clock_events")
