@@ -198,8 +198,9 @@ def test_a_hung_command_is_killed_and_reported(tmp_path):
     env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}",
            "TAILGATE_COMMAND_TIMEOUT": "0.5"}
     proc = tailgate("inspect", "--interval", "0", "--save", str(tmp_path / "s.json"), "--quiet",
-                    env=env, timeout=60)
-    assert proc.returncode in (0, 1), proc.stderr
+                    "--json", str(tmp_path / "r.json"), env=env, timeout=60)
+    assert proc.returncode == gate_code(json.loads((tmp_path / "r.json").read_text())), \
+        proc.stderr
     facts = json.loads((tmp_path / "s.json").read_text())["facts"]
     assert "timed out after 0.5 s and was killed" in facts["chrony.tracking"]["missing"]
     leftovers = subprocess.run(["pgrep", "-f", f"{tmp_path}/chronyc"], capture_output=True)
