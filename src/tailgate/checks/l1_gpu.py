@@ -512,7 +512,8 @@ def _amd_clock_events(snap: Snapshot, bdf: str, g: dict[str, Any], subject: str,
                      "judged a thermal slowdown alone")
     if limits:
         notes.append("held at a limit now: " + ", ".join(limits)
-                     + " (the power or current limit, not the workload, sets the speed)")
+                     + " (a power, current or reliability limit, not the workload, sets the "
+                     "speed)")
     if other:
         status = metrics.get("throttle_status")
         notes.append(f"a throttler is active (ASIC-dependent throttle_status {status:#x}; "
