@@ -309,3 +309,15 @@ def test_mi300_ecc_and_throttle_counters_from_amd_smi(tmp_path):
     assert ecc.status == "fail" and ecc.observed == 1
     ce = judge("l1.gpu.clock_events", s)[f"{BDF} gpu"]
     assert ce.status == "warn" and "20.0%" in ce.reason  # PPT over power_cap_share
+
+
+def test_a_gpu_metrics_that_is_a_fifo_or_too_big_is_refused_not_read(tmp_path):
+    import os
+
+    root = instinct_root(tmp_path / "fifo")
+    os.mkfifo(root / "sys/devices/pci0000:c0" / BDF / "gpu_metrics")
+    s = collect(Host(str(root)), Scope(), 0.0)  # a FIFO would block a plain open: never opened
+    r = judge("l1.gpu.clock_events", s)[f"{BDF} gpu"]
+    assert r.status == "unknown" and "not a regular file" in r.reason
+    big = clock(tmp_path / "big", v1_3() + bytes(amd_metrics.MAX_SIZE))
+    assert big.status == "unknown" and "cap" in big.reason
