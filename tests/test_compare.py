@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from support.cgroups import HALF_PERIOD_US, cpu_cgroup, spent_quota
+from support.inspect import gate_code
 from support.nginx import Nginx, available
 from support.require import require
 from tailgate.compare import compare, hist_interval, parse_gate, rank_interval, side
@@ -145,12 +146,14 @@ def test_inspect_reports_list_status_changes_first(tmp_path):
     base.write_text("l1.clock.ptp: 2.0\n")
     runs = {"before": [], "after": ["--baseline", str(base)]}
     out = tailgate("inspect", "--root", str(root), "--interval", "0", "--no-history", "--quiet",
-                   "--save", str(snap))
-    assert out.returncode in (0, 1), out.stderr
+                   "--save", str(snap), "--json", str(tmp_path / "root.json"))
+    assert out.returncode == gate_code(json.loads((tmp_path / "root.json").read_text())), \
+        out.stderr
     for name, extra in runs.items():
         out = tailgate("inspect", "--from", str(snap), "--quiet", "--json",
                        str(tmp_path / f"{name}.json"), *extra)
-        assert out.returncode in (0, 1), out.stderr
+        assert out.returncode == gate_code(json.loads((tmp_path / f"{name}.json").read_text())), \
+            out.stderr
     res = tailgate("compare", str(tmp_path / "before.json"), str(tmp_path / "after.json"),
                    "--json", "-", "--max-regression", "l1.optics.rx_power [eth2]=1%")
     assert res.returncode == 0, res.stderr

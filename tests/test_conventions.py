@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
 
 import tailgate
+from support.inspect import gate_code
 
 PYPROJECT = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
 
@@ -100,7 +102,7 @@ def test_without_plotly_the_terminal_works_and_html_is_refused_first(tmp_path):
     ok = subprocess.run([sys.executable, "-c", _NO_PLOTLY, "inspect", "--interval", "0",
                          "--no-history", "--quiet", "--json", str(tmp_path / "r.json")],
                         capture_output=True, text=True, timeout=120)
-    assert ok.returncode in (0, 1), ok.stderr
+    assert ok.returncode == gate_code(json.loads((tmp_path / "r.json").read_text())), ok.stderr
     page = tmp_path / "r.html"
     r = subprocess.run([sys.executable, "-c", _NO_PLOTLY, "inspect", "--interval", "0",
                         "--no-history", "--html", str(page)],

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from support.inspect import diagnose_code
 from support.llm_server import MODEL_NAME, native_llama_server
 
 pytestmark = pytest.mark.timeout(400)
@@ -53,9 +54,8 @@ def _diagnose(base: str, pid: int, trace: Path, *extra: str) -> dict:
          "--pid", str(pid), "--model", MODEL_NAME, "--api", "chat", "--workload", "trace",
          "--trace", str(trace), "--retry-stale", "--json", "-", *extra],
         capture_output=True, text=True, timeout=300, check=False)
-    assert out.returncode in (0, 1), out.stderr[-3000:]
     doc = json.loads(out.stdout)
-    assert out.returncode == (1 if doc["verdict"]["claimed"] else 0)
+    assert out.returncode == diagnose_code(doc), out.stderr[-3000:]
     return doc
 
 

@@ -31,6 +31,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from support.inspect import diagnose_code
 from support.nginx import free_port
 from support.workloads import busy_cpus, finish, realtime, start
 
@@ -75,9 +76,9 @@ def diagnose(port: int, pid: int, tmp_path, *extra: str) -> dict:
                           "--profile", "--json", str(tmp_path / "d.json"),
                           "--html", str(tmp_path / "d.html"), *extra],
                          capture_output=True, text=True, timeout=150, check=False)
-    assert out.returncode in (0, 1), out.stderr[-3000:]
     print(out.stdout)  # the terminal's tables, shown when an assertion fails
     doc = json.loads((tmp_path / "d.json").read_text())
+    assert out.returncode == diagnose_code(doc), out.stderr[-3000:]
     page = (tmp_path / "d.html").read_text()
     assert 'id="flame"' in page and "id='profile-ranked'" in page
     assert "id='accounting-parts'" in page and "id='accounting-slowest'" in page

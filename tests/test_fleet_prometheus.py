@@ -20,7 +20,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from support.cgroups import cpu_cgroup
+from support.cgroups import cpu_cgroup, set_quota
 from tailgate.baseline import catalog, default_baseline
 from tailgate.model import Finding, Report, Verdict
 from tailgate.probes import loglin
@@ -327,7 +327,7 @@ def test_throttling_alert_fires_in_prometheus_and_resolves(tmp_path):
                 return found[0] if found else "inactive"
 
             assert wait_for(lambda: state() == "firing", 60, "the throttling alert to fire")
-            (cg / "cpu.cfs_quota_us").write_text("-1")  # the fault removed
+            set_quota(cg, None)  # the fault removed (cpu.cfs_quota_us -1 / cpu.max "max")
             wait_for(lambda: state() == "inactive", 60, "the alert to resolve")
         finally:
             for p in reversed(procs):

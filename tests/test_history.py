@@ -190,17 +190,20 @@ def test_live_host_and_a_root_of_the_same_name_keep_separate_histories(tmp_path)
     assert history.host_key(run("/srv/captured-vm")) == "vm@/srv/captured-vm"
 
 
-def _cli_run(args: tuple[str, str]) -> int:
-    root, state = args
-    return subprocess.run([sys.executable, "-m", "tailgate", "inspect", "--root", root, "--state",
-                           state, "--interval", "0", "--quiet"], capture_output=True,
-                          timeout=120).returncode
+def _cli_run(args: tuple[str, str, str]) -> tuple[int, int]:
+    """(exit status, the status its own JSON report decides)."""
+    root, state, out = args
+    code = subprocess.run([sys.executable, "-m", "tailgate", "inspect", "--root", root, "--state",
+                           state, "--interval", "0", "--quiet", "--json", out],
+                          capture_output=True, timeout=120).returncode
+    return code, gate_code(json.loads(Path(out).read_text()))
 
 
 def test_concurrent_cli_runs_all_land_in_one_healthy_database(tmp_path):
+    runs = [(str(ROOT), str(tmp_path), str(tmp_path / f"r{i}.json")) for i in range(6)]
     with ProcessPoolExecutor(max_workers=4) as pool:
-        codes = list(pool.map(_cli_run, [(str(ROOT), str(tmp_path))] * 6))
-    assert all(c in (0, 1) for c in codes), codes
+        codes = list(pool.map(_cli_run, runs))
+    assert all(got == decided for got, decided in codes), codes
     db = sqlite3.connect(tmp_path / "history.sqlite")
     assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     assert db.execute("SELECT count(*) FROM runs WHERE host = ?",

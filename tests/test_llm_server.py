@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from support.bench_cli import bench, errors
+from support.inspect import gate_code
 from support.llm_server import MODEL_NAME, llama_cpp_available, llama_server
 from support.require import require
 
@@ -103,8 +104,9 @@ def test_engine_without_metrics_is_unknown_with_reason(server):
     """llama-cpp-python has no /metrics: inspect --engine says so instead of passing."""
     metrics = server.rsplit("/v1", 1)[0] + "/metrics"
     out = tailgate("inspect", "--engine", metrics, "--interval", "0", "--json", "-", "--quiet")
-    assert out.returncode in (0, 1), out.stderr
-    l4 = {f["id"]: f for f in json.loads(out.stdout)["findings"] if f["layer"] == "L4"}
+    report = json.loads(out.stdout)
+    assert out.returncode == gate_code(report), out.stderr  # the status the report decides
+    l4 = {f["id"]: f for f in report["findings"] if f["layer"] == "L4"}
     for cid in ("l4.prefix_cache.hit_rate", "l4.specdec.acceptance", "l4.kv.quantization"):
         assert l4[cid]["status"] == "unknown" and "HTTP 404" in l4[cid]["reason"]
     models = server + "/models"  # a JSON body, not the exposition format

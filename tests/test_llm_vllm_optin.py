@@ -33,6 +33,7 @@ from pathlib import Path
 
 import pytest
 
+from support.inspect import gate_code
 from support.llm_server import free_port
 
 ENABLED = os.environ.get("TAILGATE_VLLM") == "1"
@@ -116,7 +117,8 @@ def test_bench_and_engine_metrics_against_vllm(tmp_path):
              "--system-len", "300", "--input-len", "20", "--output-len", "16", "--rate", "2",
              "--requests", "32", "--json", "-", "--slo", "error_rate<1%"],
             check=False, capture_output=True, text=True, timeout=240)
-        assert inspect.wait(timeout=120) in (0, 1)
+        assert inspect.wait(timeout=120) == gate_code(
+            json.loads((tmp_path / "inspect.json").read_text()))
     finally:
         proc.terminate()
         try:

@@ -3,11 +3,14 @@ nothing when stderr is not a terminal or with --quiet (issue 25)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import threading
 from pathlib import Path
+
+from support.inspect import diagnose_code, gate_code
 
 ROOT = Path(__file__).parent / "fixtures" / "roots" / "vm-kvm"
 INSPECT = [sys.executable, "-m", "tailgate", "inspect", "--root", str(ROOT), "--interval", "1",
@@ -39,19 +42,25 @@ def run_with_tty_stderr(*extra: str, argv: list[str] = INSPECT) -> tuple[int, st
     return proc.returncode, proc.stdout, b"".join(chunks).decode("utf-8", "replace")
 
 
-def test_inspect_shows_its_phases_on_a_terminal():
-    rc, out, err = run_with_tty_stderr()
-    assert rc in (0, 1)
+def decided(report: Path) -> int:
+    """The exit status the fixture root's JSON report decides."""
+    return gate_code(json.loads(report.read_text()))
+
+
+def test_inspect_shows_its_phases_on_a_terminal(tmp_path):
+    rc, out, err = run_with_tty_stderr("--json", str(tmp_path / "r.json"))
+    assert rc == decided(tmp_path / "r.json")
     assert "tailgate inspect: waiting the 1 s interval" in err
     assert "tailgate inspect: sampling" in err and "sources (t1)" in err
     assert "verdict:" in out and "tailgate inspect:" not in out  # the report stays on stdout
 
 
-def test_no_progress_with_quiet_on_a_terminal_or_without_a_terminal():
-    rc, out, err = run_with_tty_stderr("--quiet")
-    assert rc in (0, 1) and "tailgate inspect:" not in err
-    proc = subprocess.run(INSPECT, capture_output=True, text=True, timeout=120)
-    assert proc.returncode in (0, 1) and proc.stderr == ""
+def test_no_progress_with_quiet_on_a_terminal_or_without_a_terminal(tmp_path):
+    rc, out, err = run_with_tty_stderr("--quiet", "--json", str(tmp_path / "q.json"))
+    assert rc == decided(tmp_path / "q.json") and "tailgate inspect:" not in err
+    proc = subprocess.run([*INSPECT, "--json", str(tmp_path / "p.json")], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == decided(tmp_path / "p.json") and proc.stderr == ""
 
 
 def test_diagnose_says_what_it_is_doing_on_a_terminal(tmp_path):
@@ -88,7 +97,7 @@ def test_diagnose_says_what_it_is_doing_on_a_terminal(tmp_path):
         sleeper.kill()
         sleeper.wait()
     err = b"".join(chunks).decode("utf-8", "replace")
-    assert proc.returncode in (0, 1), err
+    assert proc.returncode == diagnose_code(json.loads((tmp_path / "d.json").read_text())), err
     assert "tailgate diagnose: compiling and attaching the eBPF probes" in err
     assert "tailgate diagnose: watching the service for 1 s" in err
 

@@ -260,6 +260,12 @@ class Host:
                             inside=self._real)
         return data.decode("utf-8", errors="replace") if nul_ok else as_text(data, path)
 
+    def read_bytes(self, path: str, limit: int | None = None) -> bytes:
+        """The raw bytes of ``path`` under the root (a binary sysfs table: gpu_metrics)."""
+        self._local.source = path
+        return read_regular(self._resolve(path), self.max_read if limit is None else limit,
+                            what=path, inside=self._real)
+
     def read_at(self, path: str, offset: int, size: int) -> bytes:
         """``size`` bytes at ``offset`` of ``path`` (a device that reads by offset, such as
         /dev/cpu/N/msr whose offset is the MSR number; a plain file under a fixture root)."""

@@ -13,6 +13,7 @@ from typing import Any
 from ..history import NoWindow, growth
 from ..judge import Unknown, check, need
 from ..model import Result, Snapshot
+from ..sources.amd_metrics import RESIDENCIES
 from ..sources.gpu import GONE_KINDS, TAIL_CLASSES, UNSUPPORTED, XID
 from ..sources.kernel_log import meaning
 
@@ -443,6 +444,89 @@ _HW_TIME = ("hw_thermal", "hw_power_brake", "sw_thermal", "thermal", "reliabilit
             "board_limit")
 
 
+def _amd_residency(snap: Snapshot, bdf: str) -> tuple[dict[str, float], dict[str, Any]] | str:
+    """Shares of the window an AMD GPU spent in each throttler: residency growth over the
+    growth of the firmware's accumulation counter (both count the same firmware samples)."""
+    w = _window(snap, lambda val, b=bdf: _gpu(val, b).get("throttle_residency") or {})
+    if isinstance(w, str):
+        return w
+    deltas, win = w
+    ticks = deltas.get("accumulation", 0)
+    if ticks <= 0:
+        return (f"the firmware's accumulation counter did not move in the {win['window']} "
+                "(no sample to divide by)")
+    return {k: n / ticks for k, n in deltas.items() if k != "accumulation"}, win
+
+
+def _amd_clock_events(snap: Snapshot, bdf: str, g: dict[str, Any], subject: str,
+                      src: str, p: dict) -> Result:
+    """An AMD GPU: the throttler bits of gpu_metrics now, or the residency counters' window
+    (MI300), judged as the NVIDIA reasons: thermal fails; power and current limits warn."""
+    limit = float(p.get("limit", 0.0))
+    cap_limit = float(p.get("power_cap_share", 0.05))
+    kinds: dict[str, str] = g.get("clock_event_kinds") or {}
+    metrics = g.get("gpu_metrics") or {}
+    said_by = f"gpu_metrics {metrics['revision']}" if metrics.get("revision") \
+        else str(g.get("clock_source") or src)
+    evidence: dict[str, Any] = {"source": said_by, "active": sorted(kinds),
+                                "gpu_metrics": metrics}
+    res = g.get("throttle_residency")
+    if res:
+        evidence["residency"] = res
+        got = _amd_residency(snap, bdf)
+        if isinstance(got, str):
+            return Result("unknown", subject=subject, evidence=evidence,
+                          reason=f"{said_by} has throttle residency counters but no current "
+                          f"state; the time in throttling is not judged: {got}")
+        shares, win = got
+        evidence.update(win, share_of_window={k: round(v, 4) for k, v in shares.items()})
+        said = ", ".join(f"{k} {v:.1%}" for k, v in shares.items() if v)
+        hot = max((v for k, v in shares.items() if RESIDENCIES.get(k) == "thermal"),
+                  default=0.0)
+        if hot > limit:
+            return Result("fail", subject=subject, observed=round(hot, 4), evidence=evidence,
+                          reason=f"throttled by PROCHOT or a thermal limit in the "
+                          f"{win['window']}: {said}")
+        if shares.get("ppt", 0.0) > cap_limit:
+            return Result("warn", subject=subject, observed=round(hot, 4), evidence=evidence,
+                          reason=f"the power limit (PPT) held the clocks down for "
+                          f"{shares['ppt']:.1%} of the {win['window']}: the power limit, not "
+                          "the workload, sets the speed")
+        return Result("pass", subject=subject, observed=round(hot, 4), evidence=evidence,
+                      reason=f"no thermal or PROCHOT throttling in the {win['window']}"
+                      + (f" ({said})" if said else ""))
+    temps = metrics.get("temperatures_c") or {}
+    thermal = sorted(k for k, v in kinds.items() if v == "thermal")
+    limits = sorted(k for k, v in kinds.items() if v in ("power", "current", "reliability"))
+    other = sorted(k for k, v in kinds.items() if v in ("unnamed", "unknown"))
+    if thermal and thermal != ["TEMP_HOTSPOT"]:
+        return Result("fail", subject=subject, evidence=evidence,
+                      reason="clocks held down now by " + ", ".join(thermal)
+                      + (" (" + ", ".join(f"{k} {v:g} C" for k, v in temps.items()) + ")"
+                         if temps else ""))
+    notes = []
+    if thermal:  # TEMP_HOTSPOT alone: RDNA 3/4 firmware sets it even idle (drm/amd#3251)
+        notes.append("TEMP_HOTSPOT is set" + (f" at a hotspot of {temps['hotspot']:g} C"
+                                              if "hotspot" in temps else "")
+                     + ", a bit RDNA 3/4 firmware sets even at idle (drm/amd#3251): not "
+                     "judged a thermal slowdown alone")
+    if limits:
+        notes.append("held at a limit now: " + ", ".join(limits)
+                     + " (a power, current or reliability limit, not the workload, sets the "
+                     "speed)")
+    if other:
+        status = metrics.get("throttle_status")
+        notes.append(f"a throttler is active (ASIC-dependent throttle_status {status:#x}; "
+                     f"{said_by} does not name its kind)" if isinstance(status, int)
+                     else f"a throttler is active ({said_by} says THROTTLED without naming "
+                     "its kind)")
+    if notes:
+        return Result("warn", subject=subject, evidence=evidence, reason="; ".join(notes))
+    return Result("pass", subject=subject, evidence=evidence,
+                  reason=f"no throttler active now ({said_by}; no slowdown time counters "
+                  "there)")
+
+
 @check("l1.gpu.clock_events")
 def gpu_clock_events(snap: Snapshot, p: dict) -> list[Result]:
     gpus, source = _health(snap)
@@ -455,9 +539,12 @@ def gpu_clock_events(snap: Snapshot, p: dict) -> list[Result]:
     for bdf in sorted(gpus):
         g = gpus[bdf]
         subject = f"{bdf} gpu"
+        src = _src(g, source)
+        if g.get("clock_event_kinds") is not None or g.get("throttle_residency"):
+            results.append(_amd_clock_events(snap, bdf, g, subject, src, p))
+            continue
         active = [k for k, on in (g.get("clock_events") or {}).items() if on]
         counters = g.get("clock_event_us") or g.get("violation_us") or {}
-        src = _src(g, source)
         evidence: dict[str, Any] = {"source": src, "active": active, "counters_us": counters}
         if not g.get("clock_events") and not counters:
             why = (g.get("unreadable") or {}).get("clock_events")

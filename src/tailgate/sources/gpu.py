@@ -30,6 +30,8 @@ from typing import Any
 from ..collect import Scope, collector
 from ..host import Host
 from ..model import ParseError, SourceError
+from .amd_metrics import MAX_SIZE, THROTTLERS, parse_gpu_metrics
+from .amd_smi import parse_amd_smi_list, parse_amd_smi_metric, parse_amd_smi_static
 from .kernel_log import bdf_of, parse_kernel_log, read_btime, read_log
 from .pci import NVIDIA, UNREADABLE, _bdf, pci_devices
 from .procfs import parse_uptime
@@ -663,9 +665,38 @@ def amd_health(host: Host, bdf: str) -> dict[str, Any]:
         pass  # _ras_sections read it
     elif not host.exists(f"{base}/xgmi_device_id") and not host.exists(f"{base}/xgmi_hive_info"):
         gpu["nvlink_read"] = True  # not in an xGMI hive: no GPU-to-GPU links
-    gpu.setdefault("unreadable", {})["clock_events"] = (
-        "gpu_metrics (the binary throttle status) is not read by tailgate yet")
+    _throttle(host, base, gpu)
     return gpu
+
+
+def _throttle(host: Host, base: str, gpu: dict[str, Any]) -> None:
+    """The clock-event fields of an AMD GPU from its binary gpu_metrics table."""
+    path = f"{base}/gpu_metrics"
+    try:
+        m = parse_gpu_metrics(host.read_bytes(path, limit=MAX_SIZE + 1), path)
+    except SourceError as exc:
+        gpu.setdefault("unreadable", {})["clock_events"] = host.blame(exc)
+        return
+    gpu["gpu_metrics"] = {k: m[k] for k in ("revision", "size", "temperatures_c",
+                                            "gfxclk_mhz", "throttle_status",
+                                            "indep_throttle_status") if k in m}
+    if m["throttle"] == "none":
+        gpu.setdefault("unreadable", {})["clock_events"] = (
+            f"{path}: revision {m['revision']} carries no throttle status (the driver writes "
+            "0 there: MI300 firmware before the residency counters of revision 1.6)")
+    elif m["throttle"] == "residency":
+        gpu["throttle_residency"] = m["residency"]
+    else:
+        # Every known bit is read: a False is "not throttled by it", not "unread".
+        events = {name: False for name, _ in THROTTLERS.values()} \
+            if m["throttle"] == "independent" else {}
+        kinds = dict(m.get("active") or {})
+        if m["throttle_status"] and not kinds:  # ASIC bits only: a throttler, kind unnamed
+            kinds["ASIC_THROTTLE"] = "unnamed"
+        events.update({name: True for name in kinds})
+        events.setdefault("ASIC_THROTTLE", False)
+        gpu["clock_events"] = events
+        gpu["clock_event_kinds"] = kinds
 
 
 # rocm-smi --showrasinfo [all]: per GPU (``GPU[N]:  RAS INFO``; one GPU without that header
@@ -743,6 +774,68 @@ def rocm_smi_health(host: Host) -> dict[str, dict[str, Any]]:
     return out
 
 
+def amd_smi_health(host: Host) -> dict[str, dict[str, Any]]:
+    """AMD GPUs from ``amd-smi static/metric --json``, keyed by PCI address: the fields of
+    :func:`amd_health` that amd-smi carries (ECC per RAS block, the xGMI block's state,
+    the throttle status or MI300's residency counters). A GPU amd-smi gives no address
+    for is under ``"gpuN"`` with only a ``why``."""
+    static = parse_amd_smi_static(host.run(["amd-smi", "static", "--json"], timeout_s=30))
+    metric = parse_amd_smi_metric(host.run(["amd-smi", "metric", "--json"], timeout_s=30))
+    where = {i: st["bdf"] for i, st in static.items() if st["bdf"]}
+    if len(where) < len(metric):  # some builds print no bus.bdf: amd-smi list has it
+        try:
+            where = {**parse_amd_smi_list(host.run(["amd-smi", "list", "--json"],
+                                                   timeout_s=30)), **where}
+        except SourceError:
+            pass
+    out: dict[str, dict[str, Any]] = {}
+    for idx, m in metric.items():
+        if idx not in where:
+            out[f"gpu{idx}"] = {"why": f"amd-smi names no PCI address for GPU {idx} (static "
+                                       "--json has no bus.bdf, and list --json none)"}
+            continue
+        gpu: dict[str, Any] = {"ecc": {}, "clock_events": {}, "source": "amd-smi metric --json"}
+        ras = (static.get(idx) or {}).get("ras_blocks")
+        if ras is None:  # amd-smi: ras N/A, no RAS block at all on this GPU
+            gpu["ecc_mode"] = UNSUPPORTED
+        else:
+            gpu["ecc_mode"] = "Enabled"
+            if m.get("ecc_blocks"):
+                _ras_sections(gpu, m["ecc_blocks"])
+            elif m.get("ecc_total"):
+                gpu["ecc"] = {"volatile": {"total_uncorrectable": m["ecc_total"]["ue"],
+                                           "total_correctable": m["ecc_total"]["ce"]}}
+            if ras.get("xgmi_wafl") is False:
+                gpu["nvlink_read"] = True  # the xGMI RAS block is off: no xGMI links
+        if m.get("residency"):
+            gpu["throttle_residency"] = m["residency"]
+        elif "throttled" in m:
+            gpu["clock_events"] = {"ASIC_THROTTLE": m["throttled"]}
+            gpu["clock_event_kinds"] = {"ASIC_THROTTLE": "unnamed"} if m["throttled"] else {}
+        out[where[idx]] = gpu
+    return out
+
+
+def _merge_amd_smi(got: dict[str, Any], smi: dict[str, Any]) -> dict[str, Any]:
+    """amdgpu's sysfs reading of one GPU, its unreadable fields filled from amd-smi."""
+    why = dict(got.get("unreadable") or {})
+    out = dict(got)
+    if "ecc" in why and ("ecc" in smi and (smi["ecc"] or smi.get("ecc_mode") == UNSUPPORTED)):
+        for k in ("ecc", "ecc_mode", "ras_blocks", "xgmi", "nvlink_read"):
+            if k in smi:
+                out[k] = smi[k]
+        out["source"] = smi["source"]
+        del why["ecc"]
+    if "clock_events" in why and ("clock_event_kinds" in smi or "throttle_residency" in smi):
+        for k in ("clock_events", "clock_event_kinds", "throttle_residency"):
+            if k in smi:
+                out[k] = smi[k]
+        out["clock_source"] = smi["source"]
+        del why["clock_events"]
+    out["unreadable"] = why
+    return out
+
+
 # -- DCGM exporter: one bad sample is refused alone ------------------------------------------
 
 def dcgm_samples(text: str) -> tuple[list[list[Any]], dict[str, str]]:
@@ -809,6 +902,7 @@ def gpu_health(host: Host, scope: Scope) -> dict[str, Any]:
         except SourceError as exc:
             tried["dcgm"] = f"--dcgm {url}: {exc}"
     rocm: dict[str, dict[str, Any]] | None = None
+    amdsmi: dict[str, dict[str, Any]] | None = None
     for bdf, g in bus.items():
         if g["vendor"] != "amd":
             continue
@@ -817,6 +911,21 @@ def gpu_health(host: Host, scope: Scope) -> dict[str, Any]:
         except SourceError as exc:
             tried[f"amdgpu {bdf}"] = host.blame(exc)
             continue
+        unread = got.get("unreadable") or {}
+        if "ecc" in unread or "clock_events" in unread:  # sysfs files missing: amd-smi
+            if amdsmi is None:
+                try:
+                    amdsmi = amd_smi_health(host)
+                except SourceError as exc:
+                    amdsmi = {}
+                    tried["amd-smi"] = host.blame(exc)
+            if bdf in amdsmi:
+                got = _merge_amd_smi(got, amdsmi[bdf])
+            else:  # say why amd-smi did not fill them either
+                note = tried.get("amd-smi") or next(
+                    (v["why"] for k, v in amdsmi.items() if "why" in v),
+                    "it does not list this GPU")
+                got["unreadable"] = {k: f"{v}; amd-smi: {note}" for k, v in unread.items()}
         if "ecc" in (got.get("unreadable") or {}):  # an Instinct GPU without ras/: rocm-smi
             if rocm is None:
                 try:
@@ -824,9 +933,11 @@ def gpu_health(host: Host, scope: Scope) -> dict[str, Any]:
                 except SourceError as exc:
                     rocm = {}
                     tried["rocm-smi"] = host.blame(exc)
-            if bdf in rocm:
-                got = {**rocm[bdf], "unreadable": {"clock_events": got["unreadable"][
-                    "clock_events"]}, **({"remapped_rows": got["remapped_rows"]}
-                                         if "remapped_rows" in got else {})}
+            if bdf in rocm:  # the RAS counts from rocm-smi; the rest stays amdgpu's
+                keep = ("remapped_rows", "clock_events", "clock_event_kinds",
+                        "throttle_residency", "gpu_metrics", "clock_source")
+                why = {k: v for k, v in (got.get("unreadable") or {}).items() if k != "ecc"}
+                got = {**rocm[bdf], **{k: got[k] for k in keep if k in got},
+                       **({"unreadable": why} if why else {})}
         out["gpus"][bdf] = got
     return out
