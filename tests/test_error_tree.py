@@ -44,7 +44,7 @@ def test_no_exception_outside_the_tree_but_the_internal_ones():
     assert roots == INTERNAL
 
 
-@pytest.mark.parametrize("name", ["bench.slo.SloError", "bench.target.TargetError",
+@pytest.mark.parametrize("name", ["slo.SloError", "bench.target.TargetError",
                                   "bench.tls.TlsError", "compare.CompareError",
                                   "userfiles.UserFileError", "plan.kv.ModelConfigError",
                                   "plan.traces.TraceError", "plan.sweep.SweepError",

@@ -13,9 +13,9 @@ import pytest
 from support.nginx import Nginx, available
 from support.require import require
 from tailgate.bench.result import PERCENTILES, summarize
-from tailgate.bench.slo import parse_slo
 from tailgate.hist import Histogram
 from tailgate.llm import accounting
+from tailgate.slo import parse_slo
 
 
 def hist(samples_ms: np.ndarray) -> Histogram:

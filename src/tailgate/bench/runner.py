@@ -108,8 +108,8 @@ def configs(spec: BenchSpec, info=None, parts: list[str] | None = None) -> list:
 def judge(spec: BenchSpec, result: BenchResult) -> BenchResult:
     """The merged result's chosen percentiles and its SLO verdicts (:func:`.slo.evaluate`,
     the one meaning of an SLO): every path's last step, one host or many."""
+    from ..slo import evaluate
     from .result import add_percentiles
-    from .slo import evaluate
 
     if spec.options.percentiles:
         add_percentiles(result, list(spec.options.percentiles))

@@ -11,11 +11,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..bench.slo import no_success
 from ..bench.spec import spec_of
 from ..bench.units import parse_percentiles
 from ..errors import UsageError
 from ..outputs import check_writable, write_output
+from ..slo import no_success
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -123,7 +123,7 @@ def add_request_options(p: argparse.ArgumentParser) -> None:
                    help="resend (once) a request whose reused keep-alive connection closed "
                    "before any response byte, instead of counting it stale_connection; its "
                    "latency still runs from its intended start")
-    from ..llm.command import add_llm_arguments
+    from ..bench.openai_requests import add_llm_arguments
 
     add_llm_arguments(p)  # streamed LLM load: --model, --api, --workload, ... (tailgate.llm)
 

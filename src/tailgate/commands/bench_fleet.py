@@ -37,7 +37,7 @@ def run_fleet(args: argparse.Namespace) -> int:
     from ..bench import fleet
     from ..bench.distributed import nodes_text
     from ..bench.result import summary_text
-    from ..bench.slo import no_success
+    from ..slo import no_success
 
     spec = fleet.build(args)
     check_writable(args.json)
