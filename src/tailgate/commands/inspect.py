@@ -80,7 +80,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def scope_options(args: argparse.Namespace) -> dict:
     """The options of a parsed command line that name what to inspect (collect.scope_of)."""
-    from ..collect import SCOPE_OPTIONS
+    from ..service import SCOPE_OPTIONS
 
     return {k: getattr(args, k) for k in SCOPE_OPTIONS if getattr(args, k, None) is not None}
 
@@ -94,8 +94,9 @@ def snapshot_for(args: argparse.Namespace):
         except UserFileError as exc:
             raise UsageError(str(exc)) from exc
 
-    from ..collect import collect, scope_of
+    from ..collect import collect
     from ..host import Host
+    from ..service import scope_of
 
     if args.interval < 0:
         raise UsageError("--interval must be >= 0")

@@ -62,10 +62,10 @@ def run(args: argparse.Namespace) -> int:
     from prometheus_client import CollectorRegistry, generate_latest, make_wsgi_app
 
     from ..baseline import BaselineError, default_baseline, load_baseline
-    from ..collect import scope_of
     from ..exporter import RESIDENT_PROBES, Exporter, write_textfile
     from ..fleet.web import listen_address, serving_config
     from ..host import Host
+    from ..service import scope_of
     from .inspect import scope_options
 
     probes = tuple(p for p in (x.strip() for x in args.probe.split(",")) if p)
