@@ -120,6 +120,11 @@ class KvSpec:
 
     @classmethod
     def of(cls, config: str, **options: Any) -> KvSpec:
+        if isinstance(options.get("scale_block"), str):  # "64" or "tensor", as on the CLI
+            try:
+                options["scale_block"] = scale_block(options["scale_block"])
+            except argparse.ArgumentTypeError as exc:
+                raise UsageError(f"--scale-block {exc}") from None
         return build_kv(config, KvOptions.of(options))
 
 
@@ -129,9 +134,6 @@ def build_kv(config: str, opts: KvOptions) -> KvSpec:
     at_least(opts.seq_len, "--seq-len", 1)
     at_least(opts.scale_bytes, "--scale-bytes", 1)
     finite(opts.utilization, "--utilization", 0.0, 1.0, lo_open=True)
-    if isinstance(opts.scale_block, str) and opts.scale_block != "tensor":
-        raise UsageError(f"--scale-block {opts.scale_block!r}: a number of elements >= 1, "
-                         "or tensor")
     path = os.path.join(config, "config.json") if os.path.isdir(config) else config
     return KvSpec(opts, path, inputs.read_json(path, "config"))
 
