@@ -22,7 +22,7 @@ import pytest
 from support.accounting import accounted
 from support.misbehaving import Misbehaving
 from tailgate.bench.conn import OUT_OF_STEP
-from tailgate.bench.engine import LOG_HEADER
+from tailgate.bench.engine_types import LOG_HEADER
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -160,7 +160,8 @@ def test_two_workers_split_the_schedule_and_merge_exactly(nginx, engine):
 def test_batched_dispatch_at_high_rate_never_sends_early(nginx, tmp_path, arrival, engine):
     """Above 1/MIN_TICK_S per worker the timer ticks and sends in batches: each request
     still leaves at or after its intended time, and every one is accounted."""
-    from tailgate.bench.engine import MIN_TICK_S, EngineConfig
+    from tailgate.bench.engine import MIN_TICK_S
+    from tailgate.bench.engine_types import EngineConfig
     from tailgate.bench.result import merge_logs, read_log
     from tailgate.bench.schedule import arrival_times
 

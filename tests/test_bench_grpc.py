@@ -14,7 +14,7 @@ from support.accounting import accounted
 from support.accounting import only_error as _only_error
 from support.grpc_servers import SLEEP_S, Counter, H2Misbehaving, grpcio_server
 from support.tls_certs import Pki
-from tailgate.bench.engine import LOG_HEADER
+from tailgate.bench.engine_types import LOG_HEADER
 from tailgate.bench.grpc import CallReader
 from tailgate.bench.http1 import FramingError, Limits
 from tailgate.bench.outcome import GRPC_STATUS, OK, PROTOCOL

@@ -7,9 +7,9 @@ import pytest
 
 from tailgate.bench.outcome import KINDS, OK, PROTOCOL, STATUS_4XX, STATUS_5XX, http_outcome
 from tailgate.bench.schedule import arrival_times
-from tailgate.bench.slo import SloError, evaluate, parse_slo
 from tailgate.bench.target import TargetError, parse_target
 from tailgate.bench.units import parse_duration, parse_rate, unescape
+from tailgate.slo import SloError, evaluate, parse_slo
 
 
 def test_constant_schedule_is_exact_and_splits_without_gaps_or_overlap():

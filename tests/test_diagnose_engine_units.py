@@ -122,7 +122,7 @@ def test_the_log_carries_the_engine_record_and_the_longest_gap(tmp_path):
 
 
 def test_a_log_from_before_the_engine_columns_is_still_read():
-    from tailgate.bench.engine import LLM_LOG_HEADER
+    from tailgate.bench.engine_types import LLM_LOG_HEADER
 
     old = LLM_LOG_HEADER[:LLM_LOG_HEADER.index(",gap_from_s")] + "\n"
     cols = read_log(old + "0,1,0.1,0.1,0.1,0.2,ok,200,9,0,0.2,0.15,0.15,0.19,0.2,3,3,5\n")

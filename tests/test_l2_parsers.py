@@ -10,13 +10,7 @@ from hypothesis import strategies as st
 
 from tailgate.model import ParseError
 from tailgate.sources.cgroup import parse_cpu_max, parse_cpu_stat, parse_mounts, parse_proc_cgroup
-from tailgate.sources.process import (
-    parse_cpulist,
-    parse_cpumask,
-    parse_io_uring_fdinfo,
-    parse_schedstat,
-    parse_status,
-)
+from tailgate.sources.process import parse_io_uring_fdinfo, parse_schedstat, parse_status
 from tailgate.sources.procfs import (
     parse_interrupts,
     parse_meminfo,
@@ -27,6 +21,7 @@ from tailgate.sources.procfs import (
     parse_softnet,
     parse_stat_cpus,
 )
+from tailgate.sources.records import parse_cpulist, parse_cpumask
 from tailgate.sources.sysctl import parse_ints
 
 FIX = Path(__file__).parent / "fixtures" / "host"

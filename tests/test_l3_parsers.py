@@ -226,3 +226,13 @@ def test_fuzzed_l3_outputs_parse_or_raise_parse_error(text, which):
         parser(text)
     except ParseError:
         pass
+
+
+def test_one_parser_per_cpu_format():
+    """A cpulist and a hex cpumask each have one parser (sources/records.py), which the
+    process, netdev and qdisc sources share."""
+    from tailgate.sources import netdev, process, qdisc, records
+
+    assert qdisc.parse_cpumask is netdev.parse_cpumask is records.parse_cpumask
+    assert qdisc.parse_cpulist is process.parse_cpulist is netdev.parse_cpulist \
+        is records.parse_cpulist

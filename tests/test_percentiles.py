@@ -13,9 +13,9 @@ import pytest
 from support.nginx import Nginx, available
 from support.require import require
 from tailgate.bench.result import PERCENTILES, summarize
-from tailgate.bench.slo import parse_slo
 from tailgate.hist import Histogram
 from tailgate.llm import accounting
+from tailgate.slo import parse_slo
 
 
 def hist(samples_ms: np.ndarray) -> Histogram:
@@ -76,7 +76,7 @@ def test_bench_cli_prints_and_gates_p95(tmp_path):
 
 
 def test_percentile_names_and_bad_lists():
-    from tailgate.commands.bench import parse_percentiles, percentile_name
+    from tailgate.bench.units import parse_percentiles, percentile_name
 
     assert [percentile_name(p) for p in (50, 95, 99.9, 99.99, 99.5, 75, 5, 9.5)] == [
         "p50", "p95", "p999", "p9999", "p995", "p75", "p05", "p095"]

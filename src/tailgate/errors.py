@@ -55,3 +55,12 @@ class SourceError(TailgateError):
 
 class ParseError(SourceError):
     """A source was read but its content did not have the expected shape."""
+
+
+class ProtocolError(TailgateError):
+    """A server under test broke its protocol (an event stream that is not one, a chunk of
+    another shape). A fact about the server, not an error of the command: the load engine
+    catches it where it judges the response and it becomes that request's outcome. One
+    that reached the CLI would be a defect of tailgate (exit status 3)."""
+
+    exit_status = EXIT_BUG

@@ -36,6 +36,8 @@ from typing import IO
 
 import numpy as np
 
+from .errors import InputError
+
 # V2 wire format cookies (HdrHistogram's AbstractHistogram / HdrHistogram_c).
 _ENCODING_COOKIE = 0x1C849303 | 0x10  # counts payload, LEB128/ZigZag words
 _COMPRESSION_COOKIE = 0x1C849304 | 0x10  # zlib-compressed envelope
@@ -44,8 +46,9 @@ _ENVELOPE_HEADER = struct.Struct(">ii")  # cookie, compressed length
 _MAX_EXACT = 1 << 53  # float64 holds every integer below this: frexp stays exact
 
 
-class HistogramError(ValueError):
-    """A histogram could not be built, merged or decoded (the message says why)."""
+class HistogramError(InputError):
+    """A histogram could not be built, merged or decoded (the message says why): a
+    histogram log or an encoded histogram a user gave is bad input (exit status 2)."""
 
 
 @dataclass(frozen=True)

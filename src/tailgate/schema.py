@@ -28,8 +28,9 @@ MAX_ITEMS = 1_000_000  # entries in one list or object of one fact
 MAX_TEXT = 64 * 1024
 
 
-class Mismatch(ValueError):
-    """A value that does not match its schema; the message says where and why."""
+class _Mismatch(Exception):
+    """A value that does not match its schema; the message says where and why. Caught
+    here (:func:`refusal` returns it as a reason): it never leaves this module."""
 
 
 def _kind(v: Any) -> str:
@@ -67,9 +68,9 @@ class Int(Schema):
 
     def check(self, v: Any, at: str) -> None:
         if isinstance(v, bool) or not isinstance(v, int):
-            raise Mismatch(f"{at}: expected an integer, got {_kind(v)}")
+            raise _Mismatch(f"{at}: expected an integer, got {_kind(v)}")
         if not self.lo <= v <= self.hi:
-            raise Mismatch(f"{at}: {_short(v)} is outside {self.lo} .. {self.hi}")
+            raise _Mismatch(f"{at}: {_short(v)} is outside {self.lo} .. {self.hi}")
 
 
 @dataclass(frozen=True)
@@ -79,11 +80,11 @@ class Num(Schema):
 
     def check(self, v: Any, at: str) -> None:
         if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise Mismatch(f"{at}: expected a number, got {_kind(v)}")
+            raise _Mismatch(f"{at}: expected a number, got {_kind(v)}")
         if isinstance(v, float) and not math.isfinite(v):
-            raise Mismatch(f"{at}: {v!r} is not a finite number")
+            raise _Mismatch(f"{at}: {v!r} is not a finite number")
         if not self.lo <= v <= self.hi:
-            raise Mismatch(f"{at}: {_short(v)} is outside {self.lo:g} .. {self.hi:g}")
+            raise _Mismatch(f"{at}: {_short(v)} is outside {self.lo:g} .. {self.hi:g}")
 
 
 @dataclass(frozen=True)
@@ -93,18 +94,18 @@ class Str(Schema):
 
     def check(self, v: Any, at: str) -> None:
         if not isinstance(v, str):
-            raise Mismatch(f"{at}: expected a string, got {_kind(v)}")
+            raise _Mismatch(f"{at}: expected a string, got {_kind(v)}")
         if len(v) > self.max:
-            raise Mismatch(f"{at}: a string of {len(v)} characters, over {self.max}")
+            raise _Mismatch(f"{at}: a string of {len(v)} characters, over {self.max}")
         if self.pattern is not None and not re.fullmatch(self.pattern, v, re.ASCII):
-            raise Mismatch(f"{at}: {_short(v)} is not of the form {self.pattern}")
+            raise _Mismatch(f"{at}: {_short(v)} is not of the form {self.pattern}")
 
 
 @dataclass(frozen=True)
 class Bool(Schema):
     def check(self, v: Any, at: str) -> None:
         if not isinstance(v, bool):
-            raise Mismatch(f"{at}: expected true or false, got {_kind(v)}")
+            raise _Mismatch(f"{at}: expected true or false, got {_kind(v)}")
 
 
 @dataclass(frozen=True)
@@ -114,7 +115,7 @@ class Const(Schema):
     def check(self, v: Any, at: str) -> None:
         # bool is an int in Python: True must not stand for 1, nor 1 for True
         if not any(type(v) is type(c) and v == c for c in self.values):
-            raise Mismatch(f"{at}: {_short(v)} is none of {', '.join(map(repr, self.values))}")
+            raise _Mismatch(f"{at}: {_short(v)} is none of {', '.join(map(repr, self.values))}")
 
 
 def one_of(*values: Any) -> Const:
@@ -140,12 +141,12 @@ class Either(Schema):
 
     def check(self, v: Any, at: str) -> None:
         if not isinstance(v, dict):
-            raise Mismatch(f"{at}: expected an object, got {_kind(v)}")
+            raise _Mismatch(f"{at}: expected an object, got {_kind(v)}")
         for value, schema in self.alternatives:
             if type(v.get(self.tag)) is type(value) and v.get(self.tag) == value:
                 schema.check(v, at)
                 return
-        raise Mismatch(f"{at}.{self.tag}: {_short(v.get(self.tag))} is none of "
+        raise _Mismatch(f"{at}.{self.tag}: {_short(v.get(self.tag))} is none of "
                        f"{', '.join(repr(a) for a, _ in self.alternatives)}")
 
 
@@ -157,9 +158,9 @@ class List(Schema):
 
     def check(self, v: Any, at: str) -> None:
         if not isinstance(v, list):
-            raise Mismatch(f"{at}: expected a list, got {_kind(v)}")
+            raise _Mismatch(f"{at}: expected a list, got {_kind(v)}")
         if not self.min <= len(v) <= self.max:
-            raise Mismatch(f"{at}: {len(v)} items, expected {self.min} .. {self.max}")
+            raise _Mismatch(f"{at}: {len(v)} items, expected {self.min} .. {self.max}")
         for i, x in enumerate(v):
             self.item.check(x, f"{at}[{i}]")
 
@@ -170,7 +171,7 @@ class Tuple(Schema):
 
     def check(self, v: Any, at: str) -> None:
         if not isinstance(v, list) or len(v) != len(self.items):
-            raise Mismatch(f"{at}: expected a list of {len(self.items)}, got {_kind(v)}")
+            raise _Mismatch(f"{at}: expected a list of {len(self.items)}, got {_kind(v)}")
         for i, (x, s) in enumerate(zip(v, self.items, strict=True)):
             s.check(x, f"{at}[{i}]")
 
@@ -185,9 +186,9 @@ class Map(Schema):
 
     def check(self, v: Any, at: str) -> None:
         if not isinstance(v, dict):
-            raise Mismatch(f"{at}: expected an object, got {_kind(v)}")
+            raise _Mismatch(f"{at}: expected an object, got {_kind(v)}")
         if len(v) > self.max:
-            raise Mismatch(f"{at}: {len(v)} entries, over {self.max}")
+            raise _Mismatch(f"{at}: {len(v)} entries, over {self.max}")
         for k, x in v.items():
             self.key.check(k, f"{at} key")
             self.value.check(x, f"{at}[{_short(k)}]")
@@ -204,17 +205,17 @@ class Rec(Schema):
 
     def check(self, v: Any, at: str) -> None:
         if not isinstance(v, dict):
-            raise Mismatch(f"{at}: expected an object, got {_kind(v)}")
+            raise _Mismatch(f"{at}: expected an object, got {_kind(v)}")
         for k, s in self.fields.items():
             if k not in v:
-                raise Mismatch(f"{at}: no {k!r}")
+                raise _Mismatch(f"{at}: no {k!r}")
             s.check(v[k], f"{at}.{k}")
         for k, x in v.items():
             if k in self.fields:
                 continue
             s = self.optional.get(k, self.rest)
             if s is None:
-                raise Mismatch(f"{at}: unexpected key {_short(k)}")
+                raise _Mismatch(f"{at}: unexpected key {_short(k)}")
             s.check(x, f"{at}.{k}")
 
 
@@ -229,7 +230,7 @@ class Check(Schema):
     def check(self, v: Any, at: str) -> None:
         self.inner.check(v, at)
         if not self.ok(v):
-            raise Mismatch(f"{at}: {self.why}")
+            raise _Mismatch(f"{at}: {self.why}")
 
 
 # -- building blocks ------------------------------------------------------------------------
@@ -630,7 +631,7 @@ def refusal(name: str, value: Any) -> str | None:
         return f"fact {name!r}: no such fact in this tailgate"
     try:
         schema.check(value, name)
-    except Mismatch as exc:
+    except _Mismatch as exc:
         return str(exc)
     except RecursionError:
         return f"{name}: nested too deep"

@@ -1,9 +1,15 @@
-"""The service a command watches, named by ``--pid`` and ``--cgroup``: checked against the
-host it runs on. Every error here is a :class:`~tailgate.errors.UsageError` (exit status 2).
+"""The service a command watches, named by ``--pid`` and ``--cgroup``, and the rest of what
+inspect is asked to look at (:func:`scope_of`): checked against the host it runs on. Every
+error here is a :class:`~tailgate.errors.UsageError` (exit status 2).
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from .collect import Scope
 from .errors import UsageError
 
 
@@ -44,3 +50,44 @@ def existing_cgroup(host, spec: str) -> str:
     if path is None:
         raise UsageError(f"no such cgroup: --cgroup {spec}")
     return path
+
+
+SCOPE_OPTIONS = ("iface", "pid", "cgroup", "engine", "dcgm", "memory_stats", "dpdk",
+                 "probe_window")
+
+
+def scope_of(host, iface: Sequence[str] = (), pid: Sequence[str] = (),
+             cgroup: str | None = None, engine: str | None = None, dcgm: str | None = None,
+             memory_stats: str | None = None, dpdk: Sequence[str] | None = None,
+             probe_window: float | None = None) -> Scope:
+    """The checked :class:`Scope` of inspect's options (named as its flags): the pids and
+    the cgroup exist on ``host``, the interfaces' names are valid; a usage error names the
+    option."""
+    from .host import valid_iface
+
+    try:
+        ifaces = tuple(valid_iface(i) for i in iface)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    pids = existing_pids(host, list(pid))
+    cgroup = existing_cgroup(host, cgroup) if cgroup else None
+    options: dict[str, Any] = {}
+    for name, url in (("engine", engine), ("dcgm", dcgm)):
+        if url:
+            if not url.startswith(("http://", "https://")) and not os.path.isfile(url):
+                raise UsageError(f"--{name} {url}: not an http(s):// URL nor a file")
+            options[name] = url
+    if memory_stats:
+        options["memory_stats"] = os.path.abspath(memory_stats)
+    if dpdk:
+        from .sources.dpdk import valid_prefix
+
+        try:
+            options["dpdk"] = [valid_prefix(x) for x in dpdk]
+        except ValueError as exc:
+            raise UsageError(str(exc)) from exc
+    if probe_window is not None:
+        if not 0 < probe_window <= 3600:
+            raise UsageError("--probe-window must be between 0 and 3600 seconds")
+        options["probe_window"] = probe_window
+    return Scope(pids=pids, cgroup=cgroup, ifaces=ifaces, options=options)

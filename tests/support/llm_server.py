@@ -23,6 +23,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 
@@ -125,6 +126,17 @@ main()
 """
 
 
+def _stop(proc: subprocess.Popen, log: IO[str]) -> None:
+    """End a server this module started (SIGTERM, then SIGKILL after 10 s) and close its log."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
+    log.close()
+
+
 @contextlib.contextmanager
 def llama_server(tmpdir: str | os.PathLike[str], startup_s: float = 120.0,
                  host: str = "127.0.0.1", cpu: str | None = None,
@@ -165,13 +177,7 @@ def llama_server(tmpdir: str | os.PathLike[str], startup_s: float = 120.0,
             time.sleep(0.2)
         yield base
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-        log.close()
+        _stop(proc, log)
 
 
 def native_llama_server_binary() -> str:
@@ -227,13 +233,7 @@ def native_llama_server(tmpdir: str | os.PathLike[str], slots: int = 1, ctx: int
             time.sleep(0.1)
         yield base, proc
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-        log.close()
+        _stop(proc, log)
 
 
 # -- a small scripted OpenAI-compatible server: real sockets, chosen faults ---------

@@ -9,9 +9,9 @@ import socket
 from support.threaded_server import ThreadedServer
 from tailgate.bench.outcome import REQUEST_KINDS
 from tailgate.bench.protocols import Protocol
-from tailgate.bench.slo import parse_slo
 from tailgate.bench.target import Target, TargetError, _host_port
 from tailgate.bench.tcp import TcpConnection
+from tailgate.slo import parse_slo
 
 PING = b"*1\r\n$4\r\nPING\r\n"
 

@@ -37,7 +37,7 @@ import numpy as np
 
 from ..fleet.cluster import Node, pinned
 from ..hist import Histogram, encode, merged
-from .engine import EngineConfig, WorkerResult
+from .engine_types import EngineConfig, WorkerResult
 from .outcome import ERROR_KINDS, KINDS
 from .recording import LoadEngine
 from .result import BenchResult, accounting, warnings

@@ -193,7 +193,7 @@ def frame_stream(got: dict[str, Any], api: str, max_tokens: int,
                  require_done: bool) -> tuple[int | None, int, int, str, bool, int]:
     """``fastloop.frame("openai", ...)``'s pieces for request 0, settled as the engine
     settles them: (outcome or None, status, bytes, reason, still open, tokens)."""
-    from .fastpath import RECORD
+    from .engine_types import RECORD
 
     streams = Streams(api, max_tokens, require_done)
     streams.events(got["events"], got["blob"], 0.0)

@@ -49,7 +49,7 @@ import numpy as np
 
 from ..errors import InputError
 from .conn import OUT_OF_STEP
-from .engine import EngineConfig, WorkerResult
+from .engine_types import RECORD, EngineConfig, WorkerResult
 from .outcome import KINDS, OK, PROTOCOL
 from .protocols import compiled_schemes, tls_schemes
 from .recording import LoopState, Recorder, note_reason
@@ -65,17 +65,13 @@ except ImportError as exc:  # no compiler when it was installed: the Python engi
                    f"reinstall with a C compiler and OpenSSL's headers (Debian: gcc "
                    f"python3-dev libssl-dev; pip install -e .)")
 
-RECORD = np.dtype([("rid", "<i8"), ("send", "<i8"), ("end", "<i8"), ("bytes", "<i8"),
-                   ("arrive", "<i8"), ("status", "<i4"), ("out", "<i4")])
-
-
 def out_of_step_with_python(mod: Any) -> list[str]:
     """What the compiled module disagrees on with the Python side (one source of truth:
     outcome.KINDS, engine.MAX_CONNECTING, conn.OUT_OF_STEP and MAX_SUSPECTS, the record
     layout); a module
     built from another fastloop.c is refused, never run with mismatched codes."""
     from .conn import MAX_SUSPECTS, OUT_OF_STEP
-    from .engine import MAX_CONNECTING
+    from .engine_types import MAX_CONNECTING
 
     wrong = []
     kinds = tuple(getattr(mod, "KINDS", ()))

@@ -34,11 +34,11 @@ import h2.exceptions
 import h2.settings
 
 from .. import __version__
+from ..slo import parse_slo
 from .conn import Connection, Sink
 from .http1 import FramingError, Limits
 from .outcome import GRPC_STATUS, OK, PROTOCOL, REQUEST_KINDS, RESET, TOO_LARGE, http_outcome
 from .protocols import Protocol
-from .slo import parse_slo
 from .target import Target, grpc_target
 
 # https://grpc.github.io/grpc/core/md_doc_statuscodes.html

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from ..slo import parse_slo
 from .conn import Connection, Sink
 from .http1 import End, FramingError, Head, Limits, ResponseReader, Unsolicited
 from .outcome import CODE, PROTOCOL, REQUEST_KINDS, http_outcome
 from .protocols import Protocol
-from .slo import parse_slo
 from .target import http_target
 
 SEQ_HEADER = b"x-tailgate-seq"  # the test mode's sequence stamp, request and response

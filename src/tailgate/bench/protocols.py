@@ -120,12 +120,10 @@ WORKLOAD_FLAGS: dict[str, tuple[str, ...]] = {
 }
 
 
-def refuse_flags(opts: Any, proto: Protocol) -> None:
-    """A request option given (not at its default) for a protocol that does not read it is
-    a usage error naming both: nothing is silently ignored."""
-    from .spec import BenchOptions
-
-    defaults = BenchOptions.defaults()
+def refuse_flags(opts: Any, proto: Protocol, defaults: dict[str, Any]) -> None:
+    """A request option given (not at its default: ``defaults``, the options' own, by
+    name) for a protocol that does not read it is a usage error naming both: nothing is
+    silently ignored."""
     for flag, kinds in flag_protocols().items():
         dest = flag[2:].replace("-", "_")
         if proto.kind in kinds:

@@ -259,7 +259,7 @@ class Recorder:
     # -- the end -------------------------------------------------------------------------
 
     def result(self, loop: LoopState, engine: str) -> Any:
-        from .engine import WorkerResult
+        from .engine_types import WorkerResult
 
         warm = self.cfg.warmup_s
         # loop.n: the whole schedule, or what was dispatched when end_schedule() cut it

@@ -94,7 +94,7 @@ from ..hist import (
 )
 from .arrivals import arrival_test
 from .confidence import ConfidenceTarget, judge_targets, quantile_ci
-from .engine import LLM_LOG_HEADER, LOG_HEADER, WorkerResult
+from .engine_types import LLM_LOG_HEADER, LOG_HEADER, WorkerResult
 from .http1 import Limits
 from .outcome import KINDS
 from .protocols import kinds_for

@@ -35,9 +35,8 @@ class Hooks:
 def run(spec: BenchSpec, hooks: Hooks = Hooks()) -> BenchResult:
     """Run ``spec`` and return its result (``result.json`` is the ``tailgate_bench``
     document); Ctrl-C ends the run early and the result says ``interrupted``."""
-    from .result import add_percentiles, build_result, merge_logs, owed_by_worker
-    from .slo import evaluate
-    from .workers import WorkerFailure, plan, run_workers
+    from .result import build_result, merge_logs, owed_by_worker
+    from .workers import WorkerFailure, run_workers
 
     if spec.protocol == "udp":  # datagrams: the compiled loop of bench.udp
         from .udp import run as run_udp
@@ -45,7 +44,7 @@ def run(spec: BenchSpec, hooks: Hooks = Hooks()) -> BenchResult:
         return run_udp(spec, hooks)
     info, opts = spec.info, spec.options
     parts = [f"{opts.log}.part{k}" for k in range(info.workers)] if opts.log else None
-    cfgs = plan(info, spec.target, parts, schedule=spec.schedule, **spec.engine_fields)
+    cfgs = configs(spec, info, parts)
     watch = None
     if info.confidence:
         from .confidence import ConfidenceWatch
@@ -83,9 +82,7 @@ def run(spec: BenchSpec, hooks: Hooks = Hooks()) -> BenchResult:
                           confidence_after_s=watch.after_s if watch is not None else None,
                           owed=owed_by_worker(cfgs))
     result.stopped = interrupted
-    if opts.percentiles:
-        add_percentiles(result, list(opts.percentiles))
-    result.json["slo"] = evaluate(list(spec.slos), result.json)
+    judge(spec, result)
     # CLOCK_MONOTONIC of the log's time 0: `tailgate diagnose` lines requests up with probes.
     result.json["clock"] = {"start_monotonic_s": started.get("mono"),
                             "start_epoch_s": started.get("epoch")}
@@ -96,6 +93,27 @@ def run(spec: BenchSpec, hooks: Hooks = Hooks()) -> BenchResult:
         for path in parts:
             if os.path.exists(path):
                 os.unlink(path)
+    return result
+
+
+def configs(spec: BenchSpec, info=None, parts: list[str] | None = None) -> list:
+    """The workers' configurations of ``spec`` (its own :class:`~.result.RunInfo`, or
+    ``info``: the fleet's, split over many nodes), each with its share of the schedule."""
+    from .workers import plan
+
+    return plan(info or spec.info, spec.target, parts, schedule=spec.schedule,
+                **spec.engine_fields)
+
+
+def judge(spec: BenchSpec, result: BenchResult) -> BenchResult:
+    """The merged result's chosen percentiles and its SLO verdicts (:func:`.slo.evaluate`,
+    the one meaning of an SLO): every path's last step, one host or many."""
+    from ..slo import evaluate
+    from .result import add_percentiles
+
+    if spec.options.percentiles:
+        add_percentiles(result, list(spec.options.percentiles))
+    result.json["slo"] = evaluate(list(spec.slos), result.json)
     return result
 
 

@@ -204,8 +204,8 @@ def target_args(base: argparse.Namespace, t: ScenarioTarget) -> argparse.Namespa
 
 def check_key(t: Any, path: str) -> None:
     """Per-key checks, so an error names the key's own line."""
+    from ..slo import SloError, parse_slo
     from .schedule import ARRIVALS, parse_ramp
-    from .slo import SloError, parse_slo
     from .spec import parse_size
     from .target import TargetError, parse_header
     from .units import parse_duration, parse_rate

@@ -16,108 +16,16 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
 from ..errors import UsageError
 from ..units import parse_size  # the one size rule (K=1000, KiB=1024)
+from .options import BenchOptions
 
 MAX_BODY_FILE = 2**30  # one request body
 MAX_REQUESTS = 100_000_000  # the schedule and a done-flag per request are held (~9 B each)
-
-
-@dataclass(frozen=True)
-class BenchOptions:
-    """A bench's options as a user gives them: text where the command line takes text
-    (``rate="20k"``, ``duration="30s"``), named as the command-line flags are
-    (``--max-connections`` is ``max_connections``). The defaults are the command's;
-    ``tests/test_bench_spec.py`` checks the parser against them."""
-
-    target: str | None = None
-    # the schedule and the connection pool
-    rate: str | None = None
-    duration: str | None = None
-    arrival: str = "constant"
-    burstiness: float | None = None
-    warmup: str = "0s"
-    connections: int = 16
-    max_connections: int = 1024
-    workers: int | None = None
-    timeout: str | None = None
-    requests: int | None = None
-    seed: int = 0
-    engine: str = "auto"
-    confidence: tuple[str, ...] = ()
-    # objectives and outputs
-    slo: tuple[str, ...] = ()
-    json: str | None = None
-    html: str | None = None
-    hdr: str | None = None
-    hdr_interval: str = "1s"
-    log: str | None = None
-    spectrum: bool = False
-    percentiles: tuple[tuple[str, float], ...] | None = None
-    min_tail_samples: int = 10
-    quiet: bool = False
-    # what each request is (the protocol's options: see bench.protocols)
-    method: str = "GET"
-    header: tuple[str, ...] = ()
-    body: str | None = None
-    body_file: str | None = None
-    payload: str | None = None
-    delimiter: str | None = None
-    response_length: int | None = None
-    insecure: bool = False
-    cacert: str | None = None
-    cert: str | None = None
-    key: str | None = None
-    sni: str | None = None
-    max_header_bytes: str = "256KiB"
-    max_body_bytes: str = "1GiB"
-    max_event_bytes: str = "16MiB"
-    max_tokens_per_stream: int | None = None
-    retry_stale: bool = False
-    # udp:// datagrams (bench.udp; None: its default)
-    size: str | None = None
-    batch: int | None = None
-    io: str | None = None
-    # LLM targets (openai+http://)
-    model: str | None = None
-    api: str = "completions"
-    concurrency: int | None = None
-    workload: str = "fixed"
-    input_len: int = 128
-    output_len: int = 64
-    range_ratio: float = 0.5
-    conversations: int = 8
-    turns: int = 4
-    system_len: int = 256
-    trace: str | None = None
-    allow_no_done: bool = False
-    trace_token_scale: float = 1.0
-    trace_time_scale: float = 1.0
-    no_usage: bool = False
-    continuous_usage: bool = False
-    ignore_eos: bool = False
-
-    @classmethod
-    def from_namespace(cls, ns: argparse.Namespace) -> BenchOptions:
-        """The bench options of a parsed command line (other commands' flags ignored)."""
-        given = vars(ns)
-        kw = {f.name: _frozen(given[f.name]) for f in fields(cls) if f.name in given}
-        return cls(**kw)
-
-    @classmethod
-    def defaults(cls) -> dict[str, Any]:
-        return {f.name: f.default for f in fields(cls)}
-
-    def with_(self, **changes: Any) -> BenchOptions:
-        return replace(self, **{k: _frozen(v) for k, v in changes.items()})
-
-
-def _frozen(value: Any) -> Any:
-    return tuple(_frozen(v) for v in value) if isinstance(value, list) else value
 
 
 @dataclass(frozen=True)
@@ -177,12 +85,12 @@ def tls_options(opts: BenchOptions) -> Any:
 
 def build(opts: BenchOptions) -> BenchSpec:
     """Check ``opts`` and resolve them into a spec; a usage error names the option."""
+    from ..slo import SloError
     from .confidence import parse_targets
     from .fastpath import EngineUnavailable, choose, url_scheme
     from .protocols import protocol_of, refuse_flags
     from .result import RunInfo
     from .schedule import Ramp, parse_ramp
-    from .slo import SloError
     from .target import TargetError, parse_header, parse_target
     from .tls import client_context
     from .units import parse_duration, parse_rate, unescape
@@ -191,7 +99,7 @@ def build(opts: BenchOptions) -> BenchSpec:
     if opts.target is None:
         raise UsageError("give TARGET (or --scenario FILE)")
     proto = protocol_of(opts.target)
-    refuse_flags(opts, proto)
+    refuse_flags(opts, proto, BenchOptions.defaults())
     if proto.kind == "udp":  # one socket, its own loop: bench.udp checks its options
         return _udp_spec(opts)
     llm = proto.kind == "openai"
@@ -270,7 +178,7 @@ def build(opts: BenchOptions) -> BenchSpec:
     schedule = None
     extra: dict[str, Any] = {}
     if llm:
-        from ..llm.command import llm_requests
+        from .openai_requests import llm_requests
 
         info, schedule, extra = llm_requests(opts, info, target, list(slos), max_event)
     elif opts.requests is not None:
@@ -340,9 +248,9 @@ def _udp_spec(opts: Any) -> BenchSpec:
     ``--rate max``."""
     import numpy as np
 
+    from ..slo import SloError, parse_slo
     from . import udp
     from .result import RunInfo
-    from .slo import SloError, parse_slo
     from .target import TargetError, parse_target
     from .units import parse_duration, parse_rate
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from ..slo import parse_slo
 from .conn import Connection, Sink
 from .http1 import FramingError, Limits
 from .outcome import CODE, OK, PROTOCOL, REQUEST_KINDS
 from .protocols import Protocol
-from .slo import parse_slo
 from .target import tcp_target
 
 

@@ -27,10 +27,10 @@ from typing import Any
 import numpy as np
 
 from ..errors import UsageError
+from ..slo import parse_slo
 from ..units import parse_size
 from .outcome import CODE, KINDS
 from .protocols import Protocol
-from .slo import parse_slo
 from .target import RequestOptions, Target, TargetError, _host_port
 
 try:
@@ -198,7 +198,7 @@ def run(spec: Any, hooks: Any = None) -> Any:
         if data["duration_s"] else 0.0
     data["packets"] = block
     data["warnings"] += _warnings(block)
-    from .slo import evaluate
+    from ..slo import evaluate
 
     data["slo"] = evaluate(list(spec.slos), data)
     data["clock"] = {"start_monotonic_s": start / 1e9,
@@ -211,7 +211,7 @@ def _measure(info: Any, s: UdpSettings, n: int, res: dict[str, Any], send: np.nd
              recv: np.ndarray, interrupted: bool) -> tuple[Any, dict[str, Any]]:
     """The loop's stamps as one worker's result, and the ``packets`` block."""
     from ..hist import Histogram
-    from .engine import WorkerResult
+    from .engine_types import WorkerResult
 
     spec = info.spec
     t0, sent = int(res["t0_ns"]), int(res["sent"])

@@ -36,3 +36,28 @@ def unescape(text: str) -> bytes:
         return text.encode("latin-1").decode("unicode_escape").encode("latin-1")
     except (UnicodeDecodeError, UnicodeEncodeError) as exc:
         raise ValueError(f"bad escape in {text!r}: {exc}") from None
+
+
+def percentile_name(p: float) -> str:
+    """The JSON key of percentile ``p``: 50 -> p50, 99.9 -> p999, 99.5 -> p995, 5 -> p05
+    (the digits with the point dropped, as bench's own p999 and p9999)."""
+    text = f"{p:.10g}"
+    return "p" + ("0" if p < 10 else "") + text.replace(".", "")
+
+
+def parse_percentiles(text: str) -> list[tuple[str, float]]:
+    """``50,90,95,99,99.9`` -> ``[("p50", 50.0), ...]``, in the order given, once each."""
+    import argparse
+    import math
+
+    out: dict[str, float] = {}
+    for part in text.split(","):
+        try:
+            p = float(part.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{part.strip()!r} is not a number "
+                                             "(e.g. 50,90,95,99,99.9)") from None
+        if not math.isfinite(p) or not 1 <= p < 100 or len(f"{p:.10g}".replace(".", "")) > 6:
+            raise argparse.ArgumentTypeError(f"{part.strip()}: a percentile is 1 to 99.9999")
+        out.setdefault(percentile_name(p), p)
+    return list(out.items())

@@ -34,7 +34,8 @@ from typing import Any
 import numpy as np
 
 from .. import ending
-from .engine import EngineConfig, PythonEngine, WorkerResult
+from .engine import PythonEngine
+from .engine_types import EngineConfig, WorkerResult
 from .fastpath import FastEngine, choose, url_scheme
 from .recording import LoadEngine
 from .result import RunInfo

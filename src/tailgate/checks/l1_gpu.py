@@ -16,6 +16,7 @@ from ..model import Result, Snapshot
 from ..sources.amd_metrics import RESIDENCIES
 from ..sources.gpu import GONE_KINDS, TAIL_CLASSES, UNSUPPORTED, XID
 from ..sources.kernel_log import meaning
+from .ecc import ecc_status
 
 _NO_GPU = "no NVIDIA or AMD GPU in this host's PCI tree"
 
@@ -287,12 +288,12 @@ def gpu_ecc(snap: Snapshot, p: dict) -> list[Result]:
         unc = sum(n for k, n in deltas.items() if "uncorrectable" in k)
         corr = sum(n for k, n in deltas.items() if k.endswith("correctable")
                    and "uncorrectable" not in k)
-        rate = corr * 3600.0 / win["window_s"] if win["window_s"] else 0.0
-        if unc > limit:
+        status, rate = ecc_status(unc, corr, win["window_s"], limit, corr_limit)
+        if status == "fail":
             results.append(Result("fail", subject=subject, observed=unc, evidence=evidence,
                                   reason=f"{unc:g} uncorrectable ECC error(s) in the "
                                   f"{win['window']}"))
-        elif rate > corr_limit:
+        elif status == "warn":
             results.append(Result("warn", subject=subject, observed=unc, evidence=evidence,
                                   reason=f"{corr:g} correctable ECC error(s) in the "
                                   f"{win['window']} ({rate:.1f}/h): corrected, but memory that "

@@ -13,6 +13,7 @@ from typing import Any
 from ..history import NoWindow, growth
 from ..judge import check, need
 from ..model import Result, Snapshot
+from .ecc import ecc_status
 
 
 def log_window(snap: Snapshot, name: str) -> tuple[float, str] | str:
@@ -106,17 +107,17 @@ def memory_ecc(snap: Snapshot, p: dict) -> list[Result]:
                                           "driver loaded; " if m["ue"] else "") + str(exc)))
             continue
         ue, ce = g.deltas.get("ue", 0), g.deltas.get("ce", 0)
-        rate = ce * 3600.0 / g.window_s if g.window_s else 0.0
+        status, rate = ecc_status(ue, ce, g.window_s, ue_limit, ce_limit)
         grown = {k.rsplit("/", 1)[0]: n for k, n in g.deltas.items() if "/" in k and n}
         where = ", ".join(_dimm_name(k, dimms.get(k, {})) for k in dict.fromkeys(grown)) \
             or "no DIMM named by the driver"
         evidence.update(window_s=round(g.window_s, 3), window=g.describe(),
                         grown={k: n for k, n in g.deltas.items() if n}, ce_per_hour=round(rate, 1))
-        if ue > ue_limit:
+        if status == "fail":
             results.append(Result("fail", subject=subject, observed=ue, evidence=evidence,
                                   reason=f"{ue:g} uncorrectable memory error(s) in the "
                                   f"{g.describe()} on {where}"))
-        elif rate > ce_limit:
+        elif status == "warn":
             results.append(Result("warn", subject=subject, observed=ue, evidence=evidence,
                                   reason=f"{ce:g} corrected memory error(s) in the "
                                   f"{g.describe()} ({rate:.0f}/h, over {ce_limit:g}/h) on "

@@ -11,10 +11,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..bench.slo import no_success
 from ..bench.spec import spec_of
+from ..bench.units import parse_percentiles
 from ..errors import UsageError
 from ..outputs import check_writable, write_output
+from ..slo import no_success
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -122,7 +123,7 @@ def add_request_options(p: argparse.ArgumentParser) -> None:
                    help="resend (once) a request whose reused keep-alive connection closed "
                    "before any response byte, instead of counting it stale_connection; its "
                    "latency still runs from its intended start")
-    from ..llm.command import add_llm_arguments
+    from ..bench.openai_requests import add_llm_arguments
 
     add_llm_arguments(p)  # streamed LLM load: --model, --api, --workload, ... (tailgate.llm)
 
@@ -188,10 +189,11 @@ def add_load_options(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..bench.fleet import wanted
     from ..bench.result import summary_text
     from ..bench.runner import Hooks, save
     from ..bench.runner import run as run_spec
-    from .bench_fleet import run_fleet, wanted
+    from .bench_fleet import run_fleet
 
     if wanted(args):  # --ray / --scenario: many generators, one report
         return run_fleet(args)
@@ -248,31 +250,6 @@ def run(args: argparse.Namespace) -> int:
     if result.json["interrupted"] and result.stopped:
         return 130
     return 0 if result.passed else 1
-
-
-def percentile_name(p: float) -> str:
-    """The JSON key of percentile ``p``: 50 -> p50, 99.9 -> p999, 99.5 -> p995, 5 -> p05
-    (the digits with the point dropped, as bench's own p999 and p9999)."""
-    text = f"{p:.10g}"
-    return "p" + ("0" if p < 10 else "") + text.replace(".", "")
-
-
-def parse_percentiles(text: str) -> list[tuple[str, float]]:
-    """``50,90,95,99,99.9`` -> ``[("p50", 50.0), ...]``, in the order given, once each."""
-    import argparse as _argparse
-    import math
-
-    out: dict[str, float] = {}
-    for part in text.split(","):
-        try:
-            p = float(part.strip())
-        except ValueError:
-            raise _argparse.ArgumentTypeError(f"{part.strip()!r} is not a number "
-                                              "(e.g. 50,90,95,99,99.9)") from None
-        if not math.isfinite(p) or not 1 <= p < 100 or len(f"{p:.10g}".replace(".", "")) > 6:
-            raise _argparse.ArgumentTypeError(f"{part.strip()}: a percentile is 1 to 99.9999")
-        out.setdefault(percentile_name(p), p)
-    return list(out.items())
 
 
 def _sweep(args: argparse.Namespace) -> int:

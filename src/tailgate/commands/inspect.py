@@ -8,7 +8,6 @@ import os
 
 from ..errors import UsageError
 from ..outputs import check_writable, write_output
-from ..service import existing_cgroup, existing_pids
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -79,40 +78,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _scope(args: argparse.Namespace, host):
-    from ..collect import Scope
-    from ..host import valid_iface
+def scope_options(args: argparse.Namespace) -> dict:
+    """The options of a parsed command line that name what to inspect (collect.scope_of)."""
+    from ..service import SCOPE_OPTIONS
 
-    try:
-        ifaces = tuple(valid_iface(i) for i in args.iface)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from exc
-    pids = existing_pids(host, args.pid)
-    cgroup = existing_cgroup(host, args.cgroup) if args.cgroup else None
-    options = {}
-    if getattr(args, "engine", None):
-        if not args.engine.startswith(("http://", "https://")) and not os.path.isfile(args.engine):
-            raise UsageError(f"--engine {args.engine}: not an http(s):// URL nor a file")
-        options["engine"] = args.engine
-    if getattr(args, "dcgm", None):
-        if not args.dcgm.startswith(("http://", "https://")) and not os.path.isfile(args.dcgm):
-            raise UsageError(f"--dcgm {args.dcgm}: not an http(s):// URL nor a file")
-        options["dcgm"] = args.dcgm
-    if getattr(args, "memory_stats", None):
-        options["memory_stats"] = os.path.abspath(args.memory_stats)
-    if getattr(args, "dpdk", None):
-        from ..sources.dpdk import valid_prefix
-
-        try:
-            options["dpdk"] = [valid_prefix(x) for x in args.dpdk]
-        except ValueError as exc:
-            raise UsageError(str(exc)) from exc
-    window = getattr(args, "probe_window", None)
-    if window is not None:
-        if not 0 < window <= 3600:
-            raise UsageError("--probe-window must be between 0 and 3600 seconds")
-        options["probe_window"] = window
-    return Scope(pids=pids, cgroup=cgroup, ifaces=ifaces, options=options)
+    return {k: getattr(args, k) for k in SCOPE_OPTIONS if getattr(args, k, None) is not None}
 
 
 def snapshot_for(args: argparse.Namespace):
@@ -126,13 +96,14 @@ def snapshot_for(args: argparse.Namespace):
 
     from ..collect import collect
     from ..host import Host
+    from ..service import scope_of
 
     if args.interval < 0:
         raise UsageError("--interval must be >= 0")
     if not os.path.isdir(args.root):
         raise UsageError(f"--root {args.root}: not a directory")
     host = Host(args.root)
-    scope = _scope(args, host)
+    scope = scope_of(host, **scope_options(args))
     with progress_display(args) as on_phase:
         snap = collect(host, scope, args.interval, on_phase)
     if not args.no_history:

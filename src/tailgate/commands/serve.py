@@ -4,9 +4,9 @@ on loopback by default (or `--textfile DIR` for node_exporter's textfile collect
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import os
 import signal
+import sys
 import threading
 
 from ..errors import UsageError
@@ -58,52 +58,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run, memory_stats=None)
 
 
-def parse_listen(text: str) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isascii() or not port.isdigit() or not 0 < int(port) < 65536:
-        raise UsageError(f"--listen {text!r}: expected ADDRESS:PORT, e.g. 127.0.0.1:9860")
-    host = host.strip("[]")
-    try:
-        ipaddress.ip_address(host)
-    except ValueError as exc:
-        raise UsageError(f"--listen {text!r}: {host!r} is not an IP address") from exc
-    return host, int(port)
-
-
-def _web_config(args: argparse.Namespace, addr: tuple[str, int] | None):
-    """The --web.config.file (or none); a non-loopback address without TLS or without
-    authentication needs --insecure-listen and is warned about."""
-    import sys
-
-    from ..fleet.web import WebConfig, WebConfigError, load_web_config
-
-    if args.web_config and addr is None:
-        raise UsageError("--web.config.file needs a port to serve (not --once or --no-listen)")
-    try:
-        web = load_web_config(args.web_config) if args.web_config else WebConfig()
-    except WebConfigError as exc:
-        raise UsageError(str(exc)) from exc
-    if addr is None or ipaddress.ip_address(addr[0]).is_loopback:
-        return web
-    missing = web.missing_protection()
-    if missing and not args.insecure_listen:
-        raise UsageError(f"--listen {args.listen}: a non-loopback address without "
-                         f"{' and '.join(missing)}: give --web.config.file with them, or "
-                         "--insecure-listen to serve it anyway")
-    if missing:
-        print(f"tailgate serve: WARNING: {args.listen} is served without "
-              f"{' and '.join(missing)}: anyone who reaches it reads this host's findings",
-              file=sys.stderr, flush=True)
-    return web
-
-
 def run(args: argparse.Namespace) -> int:
     from prometheus_client import CollectorRegistry, generate_latest, make_wsgi_app
 
     from ..baseline import BaselineError, default_baseline, load_baseline
     from ..exporter import RESIDENT_PROBES, Exporter, write_textfile
+    from ..fleet.web import listen_address, serving_config
     from ..host import Host
-    from .inspect import _scope
+    from ..service import scope_of
+    from .inspect import scope_options
 
     probes = tuple(p for p in (x.strip() for x in args.probe.split(",")) if p)
     for p in probes:
@@ -118,17 +81,21 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--textfile {args.textfile}: not a directory")
     if args.no_listen and not args.textfile:
         raise UsageError("--no-listen needs --textfile (else the metrics go nowhere)")
-    addr = None if args.no_listen or args.once else parse_listen(args.listen)
+    addr = None if args.no_listen or args.once else listen_address(args.listen)
     if not os.path.isdir(args.root):
         raise UsageError(f"--root {args.root}: not a directory")
-    web = _web_config(args, addr)
+    web, missing = serving_config(args.web_config, addr, args.listen, args.insecure_listen)
+    if missing:
+        print(f"tailgate serve: WARNING: {args.listen} is served without "
+              f"{' and '.join(missing)}: anyone who reaches it reads this host's findings",
+              file=sys.stderr, flush=True)
     try:
         baseline = load_baseline(args.baseline) if args.baseline else default_baseline()
     except BaselineError as exc:
         raise UsageError(str(exc)) from exc
     host = Host(args.root)
     # The resident probes stand in for inspect's probe window: the collection itself runs none.
-    scope = _scope(argparse.Namespace(**{**vars(args), "probe_window": None}), host)
+    scope = scope_of(host, **{**scope_options(args), "probe_window": None})
     exporter = Exporter(host, scope, baseline, args.interval, probes, args.probe_window)
     registry = CollectorRegistry()
     registry.register(exporter)

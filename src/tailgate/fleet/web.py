@@ -256,6 +256,44 @@ def load_web_config(path: str) -> WebConfig:
 
 # -- authentication -----------------------------------------------------------------------------
 
+def listen_address(text: str) -> tuple[str, int]:
+    """``--listen ADDRESS:PORT`` (an IP address; IPv6 in brackets) as (address, port)."""
+    from ..errors import UsageError
+
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isascii() or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UsageError(f"--listen {text!r}: expected ADDRESS:PORT, e.g. 127.0.0.1:9860")
+    host = host.strip("[]")
+    try:
+        ipaddress.ip_address(host)
+    except ValueError as exc:
+        raise UsageError(f"--listen {text!r}: {host!r} is not an IP address") from exc
+    return host, int(port)
+
+
+def serving_config(path: str | None, addr: tuple[str, int] | None, listen: str,
+                   insecure: bool) -> tuple[WebConfig, list[str]]:
+    """The --web.config.file (or none) for serving on ``addr`` (None: no port), and the
+    protection it lacks on a non-loopback address, which only ``insecure``
+    (--insecure-listen) allows: the caller warns about it."""
+    from ..errors import UsageError
+
+    if path and addr is None:
+        raise UsageError("--web.config.file needs a port to serve (not --once or --no-listen)")
+    try:
+        web = load_web_config(path) if path else WebConfig()
+    except WebConfigError as exc:
+        raise UsageError(str(exc)) from exc
+    if addr is None or ipaddress.ip_address(addr[0]).is_loopback:
+        return web, []
+    missing = web.missing_protection()
+    if missing and not insecure:
+        raise UsageError(f"--listen {listen}: a non-loopback address without "
+                         f"{' and '.join(missing)}: give --web.config.file with them, or "
+                         "--insecure-listen to serve it anyway")
+    return web, missing
+
+
 class BasicAuth:
     """Checks ``Authorization: Basic`` against the bcrypt hashes. A success is remembered (by a
     SHA-256 of user, password and hash: a scrape every few seconds would otherwise cost a

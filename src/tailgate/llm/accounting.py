@@ -51,9 +51,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..bench.slo import Slo, SloError
-from ..bench.slo import parse_slo as _bench_parse_slo
 from ..hist import Histogram, HistogramSpec, IntervalHistograms
+from ..slo import Slo, SloError
+from ..slo import parse_slo as _bench_parse_slo
 
 METRICS = ("ttft", "itl", "itl_per_token", "tpot", "e2e")
 # The engine's own phases where it sends a record of each request (llama-server's timings):
@@ -63,7 +63,7 @@ ENGINE = ("engine_queue", "engine_prefill", "engine_decode")
 HISTS = (*METRICS, "first_chunk", *ENGINE)
 _STATS = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9, "p9999": 99.99,
           "max": 100.0}
-# SLOs are parsed and evaluated by tailgate.bench.slo (one grammar for every bench); the
+# SLOs are parsed and evaluated by tailgate.slo (one grammar for every bench); the
 # LLM figures are its "custom" metrics, looked up in the result's "metrics" block.
 CUSTOM_METRICS: dict[str, str] = {
     **{f"{m}_{stat}": "ms" for m in METRICS for stat in _STATS},

@@ -22,6 +22,7 @@ from typing import Any, Literal, NamedTuple
 
 import msgspec
 
+from ..errors import ProtocolError
 from ..model import ParseError
 from ..sources.engine_records import EngineTimings, parse_llamacpp_timings
 
@@ -52,8 +53,9 @@ def request_body(api: Api, model: str, prompt: str | list[dict[str, str]], max_t
     return json.dumps(body, separators=(",", ":")).encode()
 
 
-class ChunkError(ValueError):
-    """A data event that is not a chunk of this API (malformed JSON or shape)."""
+class ChunkError(ProtocolError):
+    """A data event that is not a chunk of this API (malformed JSON or shape): the
+    request's outcome."""
 
 
 class Chunk(NamedTuple):  # (a tuple: built once per chunk, at 100,000 chunks/s)

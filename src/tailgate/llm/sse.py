@@ -18,9 +18,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..errors import ProtocolError
 
-class SSEError(ValueError):
-    """The byte stream is not a well-formed event stream."""
+
+class SSEError(ProtocolError):
+    """The byte stream is not a well-formed event stream (the request's outcome)."""
 
 
 class SSETooLarge(SSEError):

@@ -11,6 +11,18 @@
 * :mod:`.sweep` — ``tailgate bench --sweep``: the highest rate meeting the SLOs.
 * :mod:`.plot` — the curves as self-contained HTML (inline SVG).
 
-No module here does I/O beyond reading the input it is handed; the ``plan``
-command (``tailgate/commands/plan.py``) reads files and renders.
+Each ``plan`` subcommand is a library call: a checked spec (:mod:`.spec`, which reads
+the input files through the hardened reader, :mod:`.inputs`) and ``run(spec) -> document``
+(:mod:`.runner`)::
+
+    from tailgate.plan import KvSpec, run
+    doc = run(KvSpec.of("config.json", dtype="fp8", hbm="141GB", tp=8))
+
+The other modules compute only; the ``plan`` command (``tailgate/commands/plan.py``)
+parses, calls and renders (``tailgate/report/plan_render.py``).
 """
+
+from .runner import run
+from .spec import FanoutSpec, KvSpec, PrefixCacheSpec, SpecdecSpec
+
+__all__ = ["FanoutSpec", "KvSpec", "PrefixCacheSpec", "SpecdecSpec", "run"]

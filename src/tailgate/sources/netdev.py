@@ -15,14 +15,12 @@ ena        ``eth0-Tx-Rx-3``; gve ``gve-ntfy-blk3@pci:0000:00:04.0``
 from __future__ import annotations
 
 import posixpath
-import re
 
 from ..collect import Scope, collector, crash_fact
 from ..host import Host
-from ..model import Fact, ParseError, SourceError
-from .process import parse_cpulist
+from ..model import Fact, SourceError
 from .procfs import parse_interrupts
-from .records import is_uint
+from .records import is_uint, parse_cpulist, parse_cpumask
 
 _PCI_ADDR_LEN = len("0000:00:00.0")
 
@@ -187,15 +185,3 @@ def per_iface(prefix: str, host: Host, scope: Scope, fn) -> dict[str, object]:
         except Exception as exc:  # noqa: BLE001 - a parser bug: this port's fact is an error
             out[f"{prefix}.{iface}"] = crash_fact(f"{prefix} of {iface}", exc)
     return out
-
-
-def parse_cpumask(text: str) -> list[int]:
-    """``00000000,0000000f`` -> ``[0, 1, 2, 3]`` (rps_cpus, xps_cpus)."""
-    s = text.strip()
-    # 256 words of 32 bits = 8192 CPUs, the kernel's largest NR_CPUS.
-    if not re.fullmatch(r"[0-9a-fA-F]{1,8}(,[0-9a-fA-F]{1,8}){0,255}", s):
-        raise ParseError(f"not a CPU mask: {s[:40]!r}")
-    value = 0
-    for word in s.split(","):
-        value = (value << 32) | int(word, 16)
-    return [i for i in range(value.bit_length()) if value >> i & 1]

@@ -26,8 +26,7 @@ from typing import Any
 from ..collect import Scope, collector
 from ..host import Host
 from ..model import ParseError, SourceError
-from .process import parse_cpulist
-from .records import put
+from .records import parse_cpulist, put
 
 _BDF_RE = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
 KINDS = {"02": "nic", "03": "gpu", "12": "accelerator"}

@@ -9,48 +9,7 @@ import re
 from ..collect import Scope, collector
 from ..host import Host
 from ..model import Fact, ParseError, SourceError
-from .records import is_uint, put
-
-MAX_CPUS = 8192  # the kernel's largest NR_CPUS (and far above MAX_NUMNODES)
-_CPU_RANGE_RE = re.compile(r"([0-9]{1,5})(?:-([0-9]{1,5}))?")
-
-
-def parse_cpulist(text: str, empty_ok: bool = True) -> list[int]:
-    """Kernel cpulist format: ``0-3,8,10-11`` (also used for node lists). Empty -> [],
-    or a ParseError where content is required (``empty_ok=False``: every host has a CPU
-    online and a NUMA node). Ids at or above MAX_CPUS are not a real machine's."""
-    out: list[int] = []
-    text = text.strip()
-    if not text:
-        if not empty_ok:
-            raise ParseError("empty cpu list where at least one is required")
-        return out
-    for part in text.split(","):
-        m = _CPU_RANGE_RE.fullmatch(part)
-        if not m:
-            raise ParseError(f"malformed cpu list {text[:60]!r}")
-        a = int(m.group(1))
-        b = int(m.group(2)) if m.group(2) else a
-        if b < a:
-            raise ParseError(f"malformed cpu range {part!r}")
-        if b >= MAX_CPUS or len(out) + b - a >= MAX_CPUS:
-            raise ParseError(f"cpu list {text[:60]!r}: beyond {MAX_CPUS} CPUs, not a real host")
-        out.extend(range(a, b + 1))
-    return out
-
-
-def parse_cpumask(text: str) -> list[int]:
-    """Kernel hex bitmap (``00000000,0000000f``: 32-bit words, most significant first)."""
-    cleaned = text.strip().replace(",", "")
-    if not cleaned:
-        return []
-    if not re.fullmatch(r"[0-9a-fA-F]+", cleaned):
-        raise ParseError(f"malformed cpu mask {text.strip()[:60]!r}")
-    bits = int(cleaned.lstrip("0") or "0", 16) if len(cleaned.lstrip("0")) <= MAX_CPUS // 4 \
-        else 1 << MAX_CPUS
-    if bits.bit_length() > MAX_CPUS:
-        raise ParseError(f"cpu mask beyond {MAX_CPUS} CPUs, not a real host")
-    return [i for i in range(bits.bit_length()) if bits >> i & 1]
+from .records import is_uint, parse_cpulist, put
 
 
 def parse_status(text: str) -> dict[str, str]:

@@ -13,9 +13,8 @@ from collections.abc import Callable
 from ..collect import Scope, collector
 from ..host import Host
 from ..model import ParseError
-from .records import is_uint, put
+from .records import MAX_CPUS, is_uint, put
 
-MAX_CPUS = 8192  # the kernel's largest NR_CPUS: a file with more CPU columns is not real
 _UINT_RE = re.compile(r"[0-9]{1,20}")  # u64 at most; ASCII only (int() takes any digit)
 _HEX_RE = re.compile(r"[0-9a-fA-F]{1,16}")
 _SHARE_RE = re.compile(r"[0-9]{1,3}(\.[0-9]{1,6})?")  # PSI prints "%lu.%02lu"

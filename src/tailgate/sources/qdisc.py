@@ -20,8 +20,8 @@ from typing import Any
 from ..collect import Scope, collector
 from ..host import Host
 from ..model import ParseError, SourceError
-from .netdev import parse_cpumask, per_iface
-from .records import is_uint, loads_unique
+from .netdev import per_iface
+from .records import is_uint, loads_unique, parse_cpulist, parse_cpumask
 
 # Active queue management: drops (or marks) early and by flow, not at the tail.
 AQM = frozenset({"fq_codel", "codel", "fq", "cake", "red", "gred", "choke", "pie", "fq_pie",
@@ -101,23 +101,6 @@ def classify(qdiscs: list[dict[str, Any]]) -> dict[str, Any]:
     return {"root": root["kind"],
             "leaves": [{"kind": q["kind"], "parent": q["parent"], "class": tag(q["kind"])}
                        for q in leaves]}
-
-
-def parse_cpulist(text: str) -> list[int]:
-    """``0-3,8`` -> ``[0, 1, 2, 3, 8]``."""
-    out: list[int] = []
-    s = text.strip()
-    if not s:
-        return out
-    for part in s.split(","):
-        m = re.fullmatch(r"([0-9]{1,5})(?:-([0-9]{1,5}))?", part)
-        if not m:
-            raise ParseError(f"not a CPU list: {s[:40]!r}")
-        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
-        if hi < lo or hi >= 8192:  # 8192: the kernel's largest NR_CPUS
-            raise ParseError(f"not a CPU list of a real host: {s[:40]!r}")
-        out += range(lo, hi + 1)
-    return out
 
 
 def xps_map(host: Host, iface: str) -> dict[str, Any]:

@@ -128,6 +128,6 @@ def page_size(host: Host, scope: Scope) -> int:
 
 @collector("numa.nodes")
 def numa_nodes(host: Host, scope: Scope) -> list[int]:
-    from .process import parse_cpulist
+    from .records import parse_cpulist
 
     return parse_cpulist(host.read("/sys/devices/system/node/online"), empty_ok=False)

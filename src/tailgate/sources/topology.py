@@ -12,7 +12,7 @@ import re
 from ..collect import Scope, collector
 from ..host import Host
 from ..model import SourceError
-from .process import parse_cpulist
+from .records import parse_cpulist
 
 _CPU_RE = re.compile(r"^cpu([0-9]+)$")
 

@@ -28,8 +28,8 @@ import json
 from typing import IO, Any
 
 from ...hist import Histogram, encode
-from ..slo import Slo, evaluate
-from ..slo import parse_slo as _parse_slo
+from ...slo import Slo, evaluate
+from ...slo import parse_slo as _parse_slo
 from .spec import format_size
 
 SCHEMA = 1
@@ -47,7 +47,7 @@ def parse_slo(expr: str) -> Slo:
 
 
 def _per_size_view(block: dict[str, Any]) -> dict[str, Any]:
-    """One size seen as a bench result, so tailgate.bench.slo evaluates it unchanged."""
+    """One size seen as a bench result, so tailgate.slo evaluates it unchanged."""
     return {"latency_ms": block.get("latency_ms") or {},
             "metrics": {"busbw": block.get("busbw_gbps"), "algbw": block.get("algbw_gbps"),
                         "wrong": block.get("wrong")}}

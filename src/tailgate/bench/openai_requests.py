@@ -3,7 +3,9 @@
 ``commands/bench.py`` owns the parser and the run (one engine for every
 protocol); :func:`add_llm_arguments` adds the options only an LLM target has
 (skipping any the bench parser already defines), and :func:`llm_requests` turns
-them into the schedule and each request's bytes (the workload's prompts).
+them into the schedule and each request's bytes (the workload's prompts, from
+:mod:`tailgate.llm.workload`). Bench's own (it was llm/command.py, which made llm/
+import bench/ back).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from ..bench.spec import BenchOptions
+    from .options import BenchOptions
 
 WORKLOADS = ("fixed", "random", "multiturn", "trace")
 
@@ -88,7 +90,7 @@ def add_llm_arguments(p: argparse.ArgumentParser) -> None:
 
 def _max_tokens(args: BenchOptions) -> int:
     """--max-tokens-per-stream (a usage error below 1)."""
-    from ..bench.openai_sse import MAX_TOKENS_PER_STREAM
+    from .openai_sse import MAX_TOKENS_PER_STREAM
 
     n = getattr(args, "max_tokens_per_stream", None)
     if n is None:
@@ -106,7 +108,7 @@ def _usage(msg: str) -> Exception:
 
 def workload(args: BenchOptions) -> tuple[Iterator[Any], dict[str, Any]]:
     """The workload the options ask for, and its description for the JSON."""
-    from . import workload as wl
+    from ..llm import workload as wl
 
     chat = args.api == "chat"
     if args.input_len < 1 or args.output_len < 1:
@@ -150,9 +152,9 @@ def llm_requests(args: BenchOptions, info: Any, target: Any, slos: list[Any],
     the run, the schedule's span as its duration), the global schedule, and the
     engine's LLM fields (see :func:`tailgate.bench.workers.plan`).
     """
-    from ..bench.workers import global_schedule
-    from .accounting import good_slos
-    from .openai import request_body
+    from ..llm.accounting import good_slos
+    from ..llm.openai import request_body
+    from .workers import global_schedule
 
     if not args.model:
         raise _usage("--model is required for an openai+ target")

@@ -8,7 +8,7 @@ Grammar: ``METRIC OP VALUE[UNIT]`` with OP one of ``< <= > >=``.
 * ``error_rate`` — errors / sent, as a fraction or with ``%``;
 * ``errors`` — error count; ``rate`` — achieved requests/s (``k`` suffix allowed).
 
-:func:`evaluate` takes the result JSON (see :mod:`.result`) so any producer of
+:func:`evaluate` takes the result JSON (see :mod:`tailgate.bench.result`) so any producer of
 that shape — the OpenAI bench too — can be gated the same way; extra metrics
 are looked up as ``metrics[name]`` in the JSON when a producer supplies them.
 """
@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import InputError
+from .errors import InputError
 
 _EXPR = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_.]*)\s*(<=|>=|<|>)\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
                    r"\s*([A-Za-zµ%]*)\s*$")
