@@ -121,6 +121,33 @@ def test_the_log_carries_the_engine_record_and_the_longest_gap(tmp_path):
     assert cols["gap_to_s"][0] == pytest.approx(10.015)
 
 
+def test_the_engines_windows_follow_diagnoses_order_of_requests(tmp_path):
+    """diagnose.analyse lines requests up in the log's order (those that ended): the
+    engine's phases of each, 0 where its record was malformed or missing."""
+    from tailgate.diagnose.engine import windows
+
+    part = tmp_path / "p"
+    part.write_text("".join([_row(EngineTimings("llama.cpp", 9, 3, 2.5, 4, 14.0)),
+                             _row("timings.x: bad"), _row(None),
+                             _row(EngineTimings("llama.cpp", 9, 3, 2.5, 4, 14.0))]))
+    out = io.StringIO()
+    merge_logs(out, [str(part)], llm=True)
+    w = windows(out.getvalue(), 100.0)
+    base = 100_000_000_000
+    placed = [True, False, False, True]
+    assert (w.anchor > 0).tolist() == placed
+    # E = min(first token read 10.001, last token read 10.016 - decode 14 ms = 10.002)
+    assert w.anchor[0] == base + 10_001_000_000
+    assert w.prefill_start[0] == w.anchor[0] - 2_500_000
+    assert w.decode_end[0] == w.anchor[0] + 14_000_000 and w.sent[0] == base + 100_500_000
+    # the phase a wait overlapped most, clipped to it
+    a = int(w.anchor[0])
+    assert w.phase(0, a - 1_000_000, a + 5_000_000) == ("decode", a, a + 5_000_000)
+    assert w.phase(0, a - 2_000_000, a + 500_000) == ("prefill", a - 2_000_000, a)
+    assert w.phase(1, a, a + 1) == ("", a, a + 1)
+    assert windows(out.getvalue().replace(",ok,", ",error,"), 100.0) is None
+
+
 def test_a_log_from_before_the_engine_columns_is_still_read():
     from tailgate.bench.engine import LLM_LOG_HEADER
 

@@ -161,6 +161,56 @@ def place(r: Requests, max_skew_ns: int = MAX_SKEW_NS) -> Phases:
     return Phases(ok, why, anchor, err, pstart, dend)
 
 
+@dataclass(frozen=True)
+class Windows:
+    """Each request's engine phases on tailgate's clock (ns), in diagnose's order of requests
+    (the measured ones that ended); 0 where the engine's record of it was not placed. What
+    the chain of blame resolves a serving thread's wait for the engine to
+    (:func:`tailgate.diagnose.chain.through_engine`)."""
+
+    sent: np.ndarray
+    prefill_start: np.ndarray
+    anchor: np.ndarray  # the end of the prefill
+    decode_end: np.ndarray
+
+    def phase(self, i: int, a: int, b: int) -> tuple[str, int, int]:
+        """The phase of request ``i`` that overlapped ``[a, b]`` most: ``("queue" |
+        "prefill" | "decode", from, to)``, or ``("", a, b)`` where its record was not placed
+        or no phase overlapped."""
+        if not self.anchor[i]:
+            return "", a, b
+        best = ("", a, b, 0)
+        for kind, x, y in (("queue", self.sent[i], self.prefill_start[i]),
+                           ("prefill", self.prefill_start[i], self.anchor[i]),
+                           ("decode", self.anchor[i], self.decode_end[i])):
+            lo, hi = max(a, int(x)), min(b, int(y))
+            if hi - lo > best[3]:
+                best = (kind, lo, hi, hi - lo)
+        return best[:3]
+
+
+def windows(log_text: str, start_monotonic_s: float,
+            max_skew_ns: int = MAX_SKEW_NS) -> Windows | None:
+    """The engine's phases of every request of a bench run's log (``None``: a log without
+    the engine's columns, or no record placed)."""
+    from ..bench.result import read_log
+
+    cols = read_log(log_text)
+    if "engine_state" not in cols:
+        return None
+    ended = (cols["warmup"] == 0) & np.isfinite(cols["end_s"])
+    ok = np.flatnonzero((cols["outcome"] == "ok")[ended])  # Requests.from_log's, among them
+    r = Requests.from_log(cols, int(round(start_monotonic_s * 1e9)))
+    ph = place(r, max_skew_ns)
+    if not ph.ok.any():
+        return None
+    n = int(ended.sum())
+    out = [np.zeros(n, np.int64) for _ in range(4)]
+    for arr, v in zip(out, (r.sent, ph.prefill_start, ph.anchor, ph.decode_end), strict=True):
+        arr[ok[ph.ok]] = v[ph.ok]
+    return Windows(*out)
+
+
 def _pct(v: np.ndarray, q: float) -> float:
     return float(np.percentile(v, q, method="inverted_cdf"))
 
