@@ -394,3 +394,32 @@ def test_a_span_holding_a_requests_whole_window_is_none_of_its_evidence():
         own = owned(s, e, scope, by)
         assert own.hit.tolist() == [False, True] and own.inside.tolist() == [0, 100]
         assert own.spans.tolist() == [[100, 200]] and own.threads == 1
+
+
+def test_a_wait_every_request_has_for_the_engines_decode_explains_no_tail():
+    """Every request's HTTP thread waits for the engine's decode for most of its latency
+    (slow or not): the chain is everywhere, and the pervasive rule, which claims a wait that
+    lasted most of the slow requests' latency, does not hold for the engine's phases."""
+    from tailgate.diagnose.chain import through_engine
+    from tailgate.diagnose.engine import Windows
+
+    lines = names(101, 110)
+    starts, ends = [], []
+    win = [np.zeros(200, np.int64) for _ in range(4)]
+    for i in range(200):
+        lat = 10 if i % 10 == 0 else 2
+        rl, a, b = request(i, 40000 + i % 4, 101, lat)
+        lines += rl + [f"O 101 {a + MS // 5} {b - MS // 10} 202",
+                       f"F 101 {a + MS // 5} {b - MS // 10}",
+                       f"W 101 {b - MS // 10 - 10_000} 110 {SVC} 1 0 srv"]
+        for k, v in enumerate((a, a + MS // 10, a + MS // 10 + 50_000, b - MS // 20)):
+            win[k][i] = v
+        starts.append(a)
+        ends.append(b)
+    _, s, e, bl = run(lines, starts, ends, service=(101, 110))
+    through_engine(bl, Windows(*win))
+    assert {c.signature for cs in bl.per_request for c in cs} == {("futex", "engine_decode")}
+    out = judge(bl, s, e, CRIT, {}, {SVC})
+    (sig,) = out["signatures"]
+    assert sig["tail_time_share"] >= 0.5 and sig["lift"] == 1 and not sig["claimed"], sig
+    assert out["verdict"] is None

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from .accounting import syscall_class
-from .attribution import Owned, merge_spans, overlap_ns
+from .attribution import Attribution, Owned, merge_spans, overlap_ns
 from .engine import PREFILL, QUEUE, Windows
 from .evidence import Behind, Events, Task, Wake
 
@@ -41,6 +41,7 @@ MIN_LINK_NS = 200_000  # the probe's threshold: shorter waits are not printed
 CONVOY_MAX = 32  # waiters woken one by one through a lock, followed to its holder
 WAKE_SLACK_NS = 50_000  # sched_waking precedes the wake-up the wait ends at
 WAITS_FOR_WORK = ("futex", "read", "write", "poll", "sleep", "blocked_other")
+ENGINE_LINKS = ("engine_queue", "engine_prefill", "engine_decode", "engine")  # through_engine
 
 # syscall names of the waits a sentence names (x86_64)
 SYSCALLS = {0: "read", 1: "write", 7: "poll", 17: "pread64", 19: "readv", 23: "select",
@@ -650,9 +651,11 @@ def judge(blame: Blame, starts: np.ndarray, ends: np.ndarray, crit: dict[str, fl
                       "a wait followed this chain: " + " <- ".join(WHAT[k] for k in sig),
                       REMEDY[sig[-1]])
         own = Owned(hit, inside, merge_spans(np.array(first, dtype=np.int64)))
-        a = _score(cause, own, starts, ends, tail, tail999, "P99", p99, crit)
+        a = _no_pervasive_phase(sig, _score(cause, own, starts, ends, tail, tail999, "P99",
+                                            p99, crit), crit)
         if not a.claimed:
-            b = _score(cause, own, starts, ends, tail90, tail999, "P90", p90, crit)
+            b = _no_pervasive_phase(sig, _score(cause, own, starts, ends, tail90, tail999,
+                                                "P90", p90, crit), crit)
             if b.claimed:
                 a = b
         judged.append((sig, a))
@@ -684,6 +687,17 @@ def judge(blame: Blame, starts: np.ndarray, ends: np.ndarray, crit: dict[str, fl
                                         "sentence": describe(c, cgroups, service_pids)}
                                        for c in blame.per_request[int(i)]]})
     return out
+
+
+def _no_pervasive_phase(sig: tuple[str, ...], a: Attribution, crit: dict[str, float]
+                        ) -> Attribution:
+    """A chain ending in the engine's phase is claimed only where it covered the slow
+    requests markedly more than the rest (as diagnose.engine judges the phases): every
+    request of an LLM server waits for the engine's prefill and decode, and a phase every
+    request has explains no tail however much of it it lasts."""
+    if sig[-1] in ENGINE_LINKS and a.claimed and a.lift < crit["min_lift"]:
+        a.claimed = False
+    return a
 
 
 def bands(blame: Blame, starts: np.ndarray, ends: np.ndarray, t0: int,
