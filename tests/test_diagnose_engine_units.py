@@ -285,3 +285,29 @@ def test_a_prefill_slow_for_the_usual_tokens_is_not_claimed_as_prefill_compute()
     assert not p.claimed and p.extra["computed_lift"] == 1.0, p.sentence
     assert p.sentence.endswith("see the host's causes)"), p.sentence
     assert not any(c.claimed for c in causes), [c.sentence for c in causes]
+
+
+def test_a_wait_with_the_engine_idle_is_held_in_the_server_not_its_queue():
+    """Every tenth request reaches the engine 40 ms after it was sent with nothing else in
+    the engine (its HTTP thread held up: throttled, or no thread to read it): the wait is
+    most of their TTFT, but the engine had no one ahead of it: held, not queued."""
+    r = _one_slot(every=10_000, slots=4)
+    slow = np.arange(len(r.ids)) % 10 == 3
+    add = np.where(slow, 40 * MS, 0)
+    held = Requests(**{**r.__dict__, "first_token": r.first_token + add,
+                       "last_token": r.last_token + add, "end": r.end + add,
+                       "gap_from": r.gap_from + add, "gap_to": r.gap_to + add})
+    doc, causes, _ = analyse(held, 1_000 * MS)
+    assert [c.cause.key for c in causes if c.claimed] == ["engine_held"], [
+        c.sentence for c in causes]
+    # (the others' prefills and decodes in those 40 ms, a request every 20 ms: with four
+    # slots free no queue, but the engine was not idle for those 1.6 ms each)
+    (q,) = [c for c in causes if c.cause.key == "engine_queue"]
+    assert not q.claimed and q.time_share < 0.1, q.sentence
+    row = doc["slowest"][0]
+    assert row["held_ms"] + row["queue_ms"] == pytest.approx(40.14, abs=0.01)
+    assert row["queue_ms"] < 4, row
+    # behind another request's decode, the same wait is the queue's
+    _, causes, _ = analyse(_one_slot(), 1_000 * MS)
+    (h,) = [c for c in causes if c.cause.key == "engine_held"]
+    assert not h.claimed and h.time_share < 0.05, h.sentence

@@ -17,13 +17,16 @@ the engine finished the prefill and sampled the first token, which both sides bo
   more, does not belong to tailgate's view of the request (another clock, another
   request): it is refused, with the offset, and the request's phases are unknown.
 
-Then: queue = ``[sent, E - prompt_ms]`` (waiting for a slot, with the server's own request
-handling), prefill = ``[E - prompt_ms, E]``, decode = ``[E, E + predicted_ms]``, delivery =
-``[E, first_token]``. Generator lateness (intended start -> sent) comes from the bench.
+Then: the wait ``[sent, E - prompt_ms]`` is queue where the engine worked on other requests
+meanwhile (their prefill to their decode's end: exact with one slot, an upper bound with
+several, where a slot may have been free) and held (the server's request handling, or its
+threads held up, with the engine idle) for the rest; prefill = ``[E - prompt_ms, E]``,
+decode = ``[E, E + predicted_ms]``, delivery = ``[E, first_token]``. Generator lateness
+(intended start -> sent) comes from the bench.
 
 Attribution follows :mod:`.attribution`'s rule, but per request: a phase belongs to its own
 request (never co-occurrence with someone else's), so a request's TTFT is split into
-lateness, queue, prefill and delivery, and a part is claimed when it makes a large share
+lateness, queue, held, prefill and delivery, and a part is claimed when it makes a large share
 of the slow requests' TTFT (``min_share``, at least ``min_ms`` each), covers most of them
 (``min_cover``: half their TTFT or more in that part) and lasted markedly longer in them
 than in the requests at large (``min_lift``, on its mean time: with no "pervasive"
@@ -58,9 +61,15 @@ INTERFERENCE = Cause("engine_prefill_interference", "L4", "another request's pre
                      "in the same batch window (chunked prefill sharing the step with the "
                      "decode)", "Cap the prefill per step (chunked prefill / --ubatch-size) "
                      "or separate prefill from decode (disaggregated serving).")
-PARTS = ("late", "queue", "prefill", "delivery")
+HELD = Cause("engine_held", "L3", "waited in the server before its engine took it, the "
+             "engine busy with no other request (sent -> the engine starting its prefill: "
+             "the server reading, parsing and tokenizing it, or its threads held up)",
+             "See the host's causes of the server's threads (run queue, throttling); else the "
+             "server is slow to read requests (its HTTP threads: llama-server --threads-http).")
+PARTS = ("late", "queue", "held", "prefill", "delivery")
 LABEL = {QUEUE.key: "queue wait", PREFILL.key: "prefill compute",
-         INTERFERENCE.key: "another request's prefill"}
+         INTERFERENCE.key: "another request's prefill",
+         HELD.key: "waiting in the server, its engine idle"}
 
 
 @dataclass(frozen=True)
@@ -298,8 +307,14 @@ def analyse(r: Requests, t0_ns: int, min_cover: float = 0.5, min_lift: float = 1
     p_a, p_b, d_b = ph.prefill_start, ph.anchor, ph.decode_end
     idx = np.flatnonzero(ok)
     ttft = (r.first_token - r.intended)[idx]
+    # a wait is the engine's queue only while the engine worked on other requests (their
+    # prefill to their decode's end); the rest of it the engine was idle: the request was
+    # still in the server's hands (its HTTP thread not yet handing it over, or held up)
+    busy = merge_spans(np.stack([p_a[idx], d_b[idx]], axis=1))
+    waited = np.clip(q_b - q_a, 0, None)[idx]
+    behind = np.minimum(overlap_ns(q_a[idx], np.maximum(q_b, q_a)[idx], busy), waited)
     parts = {"late": np.clip(r.sent - r.intended, 0, None)[idx],
-             "queue": np.clip(q_b - q_a, 0, None)[idx],
+             "queue": behind, "held": waited - behind,
              "prefill": np.clip(p_b - p_a, 0, None)[idx],
              "delivery": np.clip(r.first_token - p_b, 0, None)[idx]}
     crit = {"min_cover": min_cover, "min_lift": min_lift, "min_share": min_share,
@@ -318,6 +333,7 @@ def analyse(r: Requests, t0_ns: int, min_cover: float = 0.5, min_lift: float = 1
                      f"{behind['prefill_tokens']:,.0f} tokens and {behind['decodes']:g} "
                      f"decodes of {behind['decode_tokens']:,.0f} tokens on average")
     causes.append(qa_)
+    causes.append(_score(HELD, parts["held"], ttft, tail, crit, level, p99, "TTFT"))
     pa_ = _score(PREFILL, parts["prefill"], ttft, tail, crit, level, p99, "TTFT")
     computed = float(np.nansum(r.prompt_n[idx][tail]))
     cached = float(np.nansum(r.cache_n[idx][tail]))

@@ -106,11 +106,13 @@ def engine(eng: dict[str, Any] | None, console) -> None:
     share = ", ".join(f"{k} {100 * v:.0f} %" for k, v in t["share"].items())
     console.print(f"TTFT above the {t['tail']} ({t['cut_ms']:.2f} ms, {t['slow']} requests): "
                   f"{share}", highlight=False)
-    console.print(f"  {'request':>8}{'TTFT ms':>10}{'late':>8}{'queue':>9}{'prefill':>9}"
-                  f"{'decode':>9}{'computed':>9}{'cached':>8}{'out':>6}", highlight=False)
+    console.print(f"  {'request':>8}{'TTFT ms':>10}{'late':>8}{'queue':>9}{'held':>8}"
+                  f"{'prefill':>9}{'decode':>9}{'computed':>9}{'cached':>8}{'out':>6}",
+                  highlight=False)
     for row in eng.get("slowest", [])[:10]:
         console.print(f"  {row['request']:>8}{row['ttft_ms']:>10.2f}{row['late_ms']:>8.2f}"
-                      f"{row['queue_ms']:>9.2f}{row['prefill_ms']:>9.2f}{row['decode_ms']:>9.2f}"
+                      f"{row['queue_ms']:>9.2f}{row.get('held_ms', 0.0):>8.2f}"
+                      f"{row['prefill_ms']:>9.2f}{row['decode_ms']:>9.2f}"
                       f"{row['prompt_computed']:>9}{row['prompt_cached']:>8}"
                       f"{row['generated']:>6}", highlight=False)
 
