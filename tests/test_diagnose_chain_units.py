@@ -423,3 +423,18 @@ def test_a_wait_every_request_has_for_the_engines_decode_explains_no_tail():
     (sig,) = out["signatures"]
     assert sig["tail_time_share"] >= 0.5 and sig["lift"] == 1 and not sig["claimed"], sig
     assert out["verdict"] is None
+
+
+def test_a_wait_for_work_counts_only_inside_the_request():
+    """The serving thread waited on a futex from 0 to 30 (for a job: the request, sent at 12,
+    came to it at 30), then 35-45 inside the request, then from 48 on, done with it (the
+    reply reached the kernel at 47): only 35-45 is the request's, as its chains take it."""
+    from tailgate.diagnose.chain import Scope, owned
+
+    s, e = np.array([10], np.int64), np.array([60], np.int64)
+    by = {1: np.array([[0, 30], [35, 45], [48, 80]])}
+    own = owned(s, e, [Scope((1,))], by, (np.array([12]), np.array([47])))
+    assert own.hit.tolist() == [True] and own.inside.tolist() == [10]
+    assert own.spans.tolist() == [[35, 45]] and own.threads == 1
+    # as evidence of any other kind, all of it overlapping the request counts
+    assert owned(s, e, [Scope((1,))], by).inside.tolist() == [20 + 10 + 12]

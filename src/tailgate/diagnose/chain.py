@@ -370,14 +370,21 @@ def scopes(serve: Serving, per_request: list[list[Chain]], service: set[int]) ->
 
 
 def owned(starts: np.ndarray, ends: np.ndarray, scope: list[Scope],
-          spans_by_tid: dict[int, np.ndarray]) -> Owned:
+          spans_by_tid: dict[int, np.ndarray],
+          inner: tuple[np.ndarray, np.ndarray] | None = None) -> Owned:
     """Per request, how the spans of one kind that belong to it (:class:`Scope`) cover its
     window ``[starts[i], ends[i]]``. Requests with no chain thread are grouped by their
     serving threads (most requests: one union per group). A serving thread's span that holds
     a request's whole window is none of that request's: the thread did nothing for it (it
     was waiting before the request began and still after it ended: a thread of the pool
-    parked while others served it). What was counted (``spans``) is clipped to the windows
-    it was counted in."""
+    parked while others served it). ``inner``: each request's service window ``(d, e)``
+    (:func:`windows`) for waits for work (futex), of which a serving thread's count only
+    those inside it, as :func:`chains` takes them: one begun before the request was sent
+    waited for it to arrive (an idle thread's wait for a job), one lasting past its reply
+    was the thread done with it. What was counted (``spans``) is clipped to the windows it
+    was counted in."""
+    if inner is not None:
+        return _owned_inner(starts, ends, scope, spans_by_tid, *inner)
     n = len(starts)
     hit = np.zeros(n, dtype=bool)
     inside = np.zeros(n, dtype=np.int64)
@@ -424,6 +431,43 @@ def owned(starts: np.ndarray, ends: np.ndarray, scope: list[Scope],
             # an instant or a span touching the window's edge covers it too (as covered())
             hit[six] = _touches(starts[six], ends[six], m)
             counted.append(_within(m, starts[six], ends[six]))
+    spans = merge_spans(np.concatenate(counted)) if counted else none
+    return Owned(hit, inside, spans, threads=len(threads))
+
+
+def _owned_inner(starts: np.ndarray, ends: np.ndarray, scope: list[Scope],
+                 spans_by_tid: dict[int, np.ndarray], d: np.ndarray, e: np.ndarray) -> Owned:
+    """:func:`owned` for waits for work: per request, its serving threads' spans inside its
+    service window ``[d, e]`` and its chain threads' clipped as ever."""
+    n = len(starts)
+    hit = np.zeros(n, dtype=bool)
+    inside = np.zeros(n, dtype=np.int64)
+    none = np.zeros((0, 2), np.int64)
+    d, e = np.asarray(d, np.int64), np.asarray(e, np.int64)
+    # (a thread's spans are sorted and disjoint: those inside a window are a run of them)
+    bounds = {t: (np.searchsorted(sp[:, 0], d, side="left"),
+                  np.searchsorted(sp[:, 1], e, side="right")) for t, sp in spans_by_tid.items()}
+    counted: list[np.ndarray] = []
+    threads: set[int] = set()
+    for i, sc in enumerate(scope):
+        rows = []
+        for t in sc.serving:
+            if t in bounds:
+                lo, hi = int(bounds[t][0][i]), int(bounds[t][1][i])
+                if hi > lo:
+                    rows.append(spans_by_tid[t][lo:hi])
+                    threads.add(t)
+        for t, a, b in sc.clips:
+            sp = spans_by_tid.get(t, none)
+            sp = np.clip(sp[(sp[:, 1] >= a) & (sp[:, 0] <= b)], a, b)
+            rows.append(sp)
+            threads.update([t] if len(sp) else [])
+        m = merge_spans(np.concatenate(rows)) if rows else none
+        if len(m):
+            ix = np.array([i])
+            inside[i] = overlap_ns(starts[ix], ends[ix], m)[0]
+            hit[i] = _touches(starts[ix], ends[ix], m)[0]
+            counted.append(_within(m, starts[ix], ends[ix]))
     spans = merge_spans(np.concatenate(counted)) if counted else none
     return Owned(hit, inside, spans, threads=len(threads))
 
@@ -553,6 +597,8 @@ class Blame:
     scope: list[Scope]  # per request: whose evidence counts for it
     service: set[int]
     note: str | None = None
+    d: np.ndarray | None = None  # each request's service window: dispatch (:func:`windows`)
+    e: np.ndarray | None = None  # to its reply's arrival
 
     @classmethod
     def of(cls, ev: Events, service: set[int], port: int | None, starts: np.ndarray,
@@ -572,7 +618,7 @@ class Blame:
             note = ("no read on the service's port was seen: each request's evidence is from "
                     "every thread of the service")
         per = chains(tr, serve, d, e)
-        return cls(tr, serve, per, scopes(serve, per, service), service, note)
+        return cls(tr, serve, per, scopes(serve, per, service), service, note, d, e)
 
     def owned(self, starts: np.ndarray, ends: np.ndarray, rows: list[tuple[int, int, int]]
               ) -> Owned:
@@ -748,9 +794,12 @@ def owned_causes(blame: Blame, ev: Events, starts: np.ndarray, ends: np.ndarray,
         by = spans_by_tid(rows[kind])
         if kind == "runq" and len(throttled):
             by = {t: subtract_spans(s, throttled) for t, s in by.items()}
+        inner = None
         if kind == "futex":
             by = {t: subtract_spans(s, runq[t]) if t in runq else s for t, s in by.items()}
-        out[kind] = owned(starts, ends, blame.scope, by)
+            if blame.d is not None and blame.e is not None:
+                inner = (blame.d, blame.e)  # a wait for work: only inside the request
+        out[kind] = owned(starts, ends, blame.scope, by, inner)
     return out
 
 
