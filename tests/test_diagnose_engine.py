@@ -259,3 +259,35 @@ def test_a_cpu_quota_on_llama_server_is_throttling_beside_the_engines_phases(tmp
     (held,) = [c for c in doc["causes"] if c["cause"] == "engine_held"]
     assert held["tail_time_share"] > 0.5, why
     assert doc["engine"]["records"]["ok"] == 150, doc["engine"]
+
+
+def test_itl_spikes_while_a_long_prompt_prefills_are_named_as_that_prefill(tmp_path):
+    """Four slots batched continuously, twenty cycles of 800 ms: two decoders (16 words in,
+    256 tokens out) at 0 and 5 ms, a long prompt (500 words: about 1,500 tokens, a prefill
+    of 100-200 ms here) at 20 ms, while both decode, and seven short requests (8 tokens out)
+    from 400 ms on, after them (the server a quarter busy or so: nothing queues; at 400 ms
+    cycles a busy machine's server fell behind, 2.3 s of queue). llama-server puts the long
+    prompt's tokens in the same batch as the decoders' next tokens, so each decoder waits
+    for the whole prefill for its next token: its longest gap between chunks is that
+    prefill (40 of the 200 requests). The ITL spikes are named as the other request's
+    prefill, with its tokens; the long prompts' own TTFT as their prefill; nothing else."""
+    rows = []
+    for c in range(20):
+        t = c * 800.0
+        rows += [(t, 16, 256, [10 * c]), (t + 5, 16, 256, [10 * c + 1]),
+                 (t + 20, 500, 4, [10 * c + 2])]
+        rows += [(t + 400 + 50 * k, 16, 8, [10 * c + 3 + k]) for k in range(7)]
+    with native_llama_server(tmp_path, slots=4, ctx=4096, cpu="1", nice=-10) as (base, proc):
+        _measure(base)  # (warm: the first requests of a fresh server are slow)
+        doc = _diagnose(base, proc.pid, _trace(tmp_path / "t.jsonl", rows))
+    why = _why(doc)
+    assert set(doc["verdict"]["claimed"]) == {"engine_prefill_interference",
+                                              "engine_prefill"}, why
+    (pre,) = [c for c in doc["causes"] if c["cause"] == "engine_prefill"]
+    assert pre["computed_tokens"] > 10 * pre["cached_tokens"], why  # the long prompts' TTFT
+    (itl,) = [c for c in doc["causes"] if c["cause"] == "engine_prefill_interference"]
+    # the prefills the spikes overlapped were the long prompts' (about 1,500 tokens; the
+    # others' about 80): one each, now and then a short one's beside it
+    assert itl["tokens_per_prefill"] > 1000 and 1 <= itl["prefills"] < 1.5, why
+    assert itl["tail_time_share"] > 0.5, why
+    assert doc["engine"]["records"]["ok"] == 200, doc["engine"]

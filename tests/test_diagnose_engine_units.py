@@ -311,3 +311,56 @@ def test_a_wait_with_the_engine_idle_is_held_in_the_server_not_its_queue():
     _, causes, _ = analyse(_one_slot(), 1_000 * MS)
     (h,) = [c for c in causes if c.cause.key == "engine_held"]
     assert not h.claimed and h.time_share < 0.05, h.sentence
+
+
+def _batching(stall: bool = True) -> Requests:
+    """Decoders (80 prompt tokens, 64 out at 1 ms a token) every 20 ms on a continuously
+    batching engine, every 20th request a 1,500-token prompt prefilled in 100 ms; with
+    ``stall``, the decoders in flight when it starts wait for that prefill (one step
+    holding their next token): their longest gap is it."""
+    n = 200
+    rows = []
+    longs = []
+    for i in range(n):
+        t = 1_000 * MS + i * 20 * MS
+        long = i % 20 == 10
+        pms, out = (100.0, 4) if long else (2.0, 64)
+        start = t + MS // 10
+        # (one arriving during the long prefill is prefilled after it: one batch at a time)
+        start = max([start] + [b for a, b in longs if a <= start < b])
+        e = start + int(pms * MS)
+        rows.append([t, start, e, pms, out, 1500 if long else 80])
+        if long:
+            longs.append((start, e))
+    cols = {k: [] for k in ("first", "last", "gap_from", "gap_to", "dms")}
+    for _t, start, e, _pms, out, _pn in rows:
+        dec = (out - 1) * MS
+        gap = (e + MS, e + MS + 300_000)
+        hit = [(a, b) for a, b in longs if stall and e < a < e + dec and (a, b) != (start, e)]
+        if hit:
+            gap = hit[0]
+            dec += hit[0][1] - hit[0][0]
+        cols["first"].append(e + 40_000)
+        cols["last"].append(e + dec + 40_000)
+        cols["gap_from"].append(gap[0])
+        cols["gap_to"].append(gap[1])
+        cols["dms"].append(dec / MS)
+    r = np.array(rows, dtype=np.float64)
+    a = {k: np.array(v) for k, v in cols.items()}
+    return Requests(np.arange(n), r[:, 0].astype(np.int64), r[:, 0].astype(np.int64),
+                    a["first"], a["last"], a["last"] + 50_000, a["gap_from"], a["gap_to"],
+                    np.full(n, "ok", dtype=object), r[:, 5], np.zeros(n), r[:, 3],
+                    r[:, 4], a["dms"])
+
+
+def test_itl_spikes_while_a_long_prompt_prefills_are_named_as_that_prefill():
+    _, causes, _ = analyse(_batching(), 1_000 * MS)
+    (i,) = [c for c in causes if c.cause.key == "engine_prefill_interference"]
+    assert i.claimed and i.time_share > 0.9, i.sentence
+    # each spike overlapped one prefill, the long prompt's
+    assert i.extra["prefills"] == 1 and i.extra["tokens_per_prefill"] == 1500, i.extra
+    assert "each overlapped 1 prefills of 1,500 computed prompt tokens" in i.sentence, i.sentence
+    # the same run where the decoders never waited for the prefill: no claim
+    _, causes, _ = analyse(_batching(stall=False), 1_000 * MS)
+    (i,) = [c for c in causes if c.cause.key == "engine_prefill_interference"]
+    assert not i.claimed, i.sentence

@@ -398,6 +398,18 @@ def _interference(r: Requests, ph: Phases, idx: np.ndarray,
     cut = _pct(gap, 90)
     tail = gap >= cut
     a = _score(INTERFERENCE, over, gap, tail, crit, "P90", cut, "ITL (longest gap per request)")
+    # whose prefills the slow gaps overlapped: how many, and the prompt tokens they computed
+    n_pre, tok_pre = [], []
+    for i, x, y in zip(has[tail], r.gap_from[has][tail], r.gap_to[has][tail], strict=True):
+        j = idx[(idx != i) & (ph.prefill_start[idx] < y) & (ph.anchor[idx] > x)]
+        n_pre.append(len(j))
+        tok_pre.append(float(np.nansum(r.prompt_n[j])))
+    m = max(len(n_pre), 1)
+    a.extra.update(prefills=round(sum(n_pre) / m, 2), prefill_tokens=round(sum(tok_pre) / m, 1),
+                   tokens_per_prefill=round(sum(tok_pre) / max(sum(n_pre), 1), 1))
+    a.sentence += (f"; each overlapped {a.extra['prefills']:g} prefills of "
+                   f"{a.extra['tokens_per_prefill']:,.0f} computed prompt tokens on average "
+                   f"(vs {float(np.nanmean(r.prompt_n[idx])):,.0f} a request's on average)")
     return a
 
 
