@@ -445,8 +445,10 @@ def _owned_inner(starts: np.ndarray, ends: np.ndarray, scope: list[Scope],
     none = np.zeros((0, 2), np.int64)
     d, e = np.asarray(d, np.int64), np.asarray(e, np.int64)
     # (a thread's spans are sorted and disjoint: those inside a window are a run of them)
+    serving = {t for sc in scope for t in sc.serving}
     bounds = {t: (np.searchsorted(sp[:, 0], d, side="left"),
-                  np.searchsorted(sp[:, 1], e, side="right")) for t, sp in spans_by_tid.items()}
+                  np.searchsorted(sp[:, 1], e, side="right"))
+              for t, sp in spans_by_tid.items() if t in serving}
     counted: list[np.ndarray] = []
     threads: set[int] = set()
     for i, sc in enumerate(scope):
