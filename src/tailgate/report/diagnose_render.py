@@ -72,12 +72,13 @@ def unclaimed_table(causes: list[dict[str, Any]], evidence: dict[str, Any], cons
     def pct(v: Any) -> str:
         return "-" if v is None else f"{100 * v:.1f}"
 
+    w = max(11, *(len(c["cause"]) + 1 for c in causes))  # (the engine's causes: 28)
     console.print("not claimed (--all prints each one's sentence):", highlight=False)
-    console.print(f"  {'layer':<6}{'cause':<11}{'tail':<5}{'in tail %':>10}{'in all %':>9}"
+    console.print(f"  {'layer':<6}{'cause':<{w}}{'tail':<5}{'in tail %':>10}{'in all %':>9}"
                   f"{'lasted %':>9}{'events':>8}{'total ms':>10}", highlight=False)
     for c in causes:
         total = c.get("total_ms", (evidence.get(c["cause"]) or {}).get("total_ms"))
-        console.print(f"  {c['layer']:<6}{c['cause']:<11}{c.get('tail') or '-':<5}"
+        console.print(f"  {c['layer']:<6}{c['cause']:<{w}}{c.get('tail') or '-':<5}"
                       f"{pct(c.get('tail_p99_cover')):>10}{pct(c.get('all_cover')):>9}"
                       f"{pct(c.get('tail_time_share')):>9}"
                       f"{c.get('events', '-'):>8}{'-' if total is None else f'{total:.1f}':>10}",
