@@ -43,7 +43,12 @@ def _diagnose(base: str, pid: int, trace: Path, *extra: str) -> dict:
         ["nice", "-n", "-10", "taskset", "-c", "0", sys.executable, "-m", "tailgate",
          "diagnose", "openai+" + base,
          "--pid", str(pid), "--model", MODEL_NAME, "--api", "chat", "--workload", "trace",
-         "--trace", str(trace), "--retry-stale", "--json", "-", *extra],
+         "--trace", str(trace), "--retry-stale",
+         # connections opened as requests need them, each used at once: llama-server closes
+         # one idle for 5 s (its keep-alive), and of the 16 bench opens before a run those
+         # still unused then were closed under the requests sent on them (stale: 29 in one
+         # 4 s run, one of them stale again when retried)
+         "--connections", "0", "--json", "-", *extra],
         capture_output=True, text=True, timeout=300, check=False)
     assert out.returncode in (0, 1), out.stderr[-3000:]
     doc = json.loads(out.stdout)
