@@ -307,3 +307,134 @@ def test_a_wakers_open_wait_is_no_thread_of_the_service():
     s, e = np.array([T0], np.int64), np.array([T0 + 5 * MS], np.int64)
     threads = _threads(ev, maps, s, e, T0 + 10 * MS)
     assert sorted(threads) == [101] and threads[101]["read"].tolist() == [[T0 + MS, T0 + 10 * MS]]
+
+
+def engine_server(n: int = 200, slow_every: int = 10):
+    """An LLM server: HTTP thread 101 reads every request and waits on a condition variable
+    (a futex) for the engine's thread 110, which reads nothing; every ``slow_every``-th
+    request is queued in the engine for 6 ms, prefilled for 2.5, decoded for 1, its HTTP
+    thread waiting from 0.2 ms to 9 ms (woken by 110 for its first token). Request 5's
+    wait is ended by 102, another HTTP thread (reading the port too): a lock, no engine's."""
+    from tailgate.diagnose.engine import Windows
+
+    lines = names(101, 102, 110) + [f"C 102 {T0 - 500 * MS} {PORT} 39999"]
+    starts, ends = [], []
+    win = [np.zeros(n, np.int64) for _ in range(4)]
+    for i in range(n):
+        slow = i % slow_every == 0
+        rl, a, b = request(i, 40000 + i % 4, 101, 10 if slow or i == 5 else 0.5)
+        lines += rl
+        for k, v in enumerate((a, a + 6 * MS if slow else a, a + 8 * MS + MS // 2 if slow
+                               else a + MS // 4, b - MS // 2)):
+            win[k][i] = v
+        if slow or i == 5:
+            waker = 110 if slow else 102
+            lines += [f"O 101 {a + MS // 5} {a + 9 * MS} 202", f"F 101 {a + MS // 5} {a + 9 * MS}",
+                      f"W 101 {a + 9 * MS - 10_000} {waker} {SVC} 1 0 srv"]
+        starts.append(a)
+        ends.append(b)
+    return lines, starts, ends, Windows(*win)
+
+
+def test_a_wait_for_the_engine_is_the_engines_phase_not_a_lock():
+    from tailgate.diagnose.chain import describe, owned_causes, remedy, through_engine
+
+    lines, starts, ends, win = engine_server()
+    ev, s, e, bl = run(lines, starts, ends, service=(101, 102, 110))
+    assert bl.per_request[0][0].signature == ("futex", "on_cpu")  # before: a futex wait
+    before = owned_causes(bl, ev, s, e, np.zeros((0, 2), np.int64))["futex"]
+    atts, _ = attribute(s, e, {CAUSES["futex"]: before})
+    assert atts[0].claimed  # what diagnose said of llama-server: futex, first
+    resolved = through_engine(bl, win)
+    a = int(s[0])
+    assert (101, a + MS // 5, a + 9 * MS) in resolved and len(resolved) == 20
+    (c,) = bl.per_request[0]
+    assert c.signature == ("futex", "engine_queue")
+    engine = c.links[1]
+    # the phase that overlapped the wait most, on the engine's thread, over the overlap
+    assert (engine.tid, engine.a, engine.b) == (110, a + MS // 5, a + 6 * MS)
+    assert "its waker `srv` (tid 110) holding it in the engine's queue (no free slot) for " \
+           "5.8 ms" in describe(c, {}, {SVC}), describe(c, {}, {SVC})
+    assert remedy(c).startswith("Add slots or replicas")
+    # the other HTTP thread's wake-up is a lock's: still a futex chain, still futex evidence
+    assert bl.per_request[5][0].signature == ("futex", "on_cpu")
+    after = owned_causes(bl, ev, s, e, np.zeros((0, 2), np.int64), resolved)["futex"]
+    assert after.hit.tolist() == [i == 5 for i in range(len(s))]
+    atts, _ = attribute(s, e, {CAUSES["futex"]: after})
+    assert not atts[0].claimed
+    # the chain is judged as its own cause, at L4
+    out = judge(bl, s, e, CRIT, {}, {SVC})
+    assert out["verdict"]["links"] == ["futex", "engine_queue"]
+    (sig,) = [x for x in out["signatures"] if x["links"] == ["futex", "engine_queue"]]
+    assert sig["layer"] == "L4" and sig["claimed"]
+
+
+def test_a_wait_for_the_engine_without_its_record_is_the_engines_unknown_phase():
+    from tailgate.diagnose.chain import through_engine
+    from tailgate.diagnose.engine import Windows
+
+    lines, starts, ends, win = engine_server()
+    _, _, _, bl = run(lines, starts, ends, service=(101, 102, 110))
+    unplaced = Windows(*(np.where(np.arange(len(starts)) == 0, 0, v)
+                         for v in (win.sent, win.prefill_start, win.anchor, win.decode_end)))
+    through_engine(bl, unplaced)
+    assert bl.per_request[0][0].signature == ("futex", "engine")
+    assert bl.per_request[10][0].signature == ("futex", "engine_queue")
+
+
+def test_a_span_holding_a_requests_whole_window_is_none_of_its_evidence():
+    """Thread 1 (the only one of both requests' pool) waits from 0 to 200: request 0
+    ([10, 50]) began and ended inside that wait, so the thread did nothing for it; request
+    1 ([100, 250]) it served after the wait. What was counted is clipped to the windows."""
+    from tailgate.diagnose.chain import Scope, owned
+
+    s, e = np.array([10, 100], np.int64), np.array([50, 250], np.int64)
+    by = {1: np.array([[0, 200]])}
+    for scope in ([Scope((1,)), Scope((1,))], [Scope((1,), ((2, 0, 1),)), Scope((1,))]):
+        own = owned(s, e, scope, by)
+        assert own.hit.tolist() == [False, True] and own.inside.tolist() == [0, 100]
+        assert own.spans.tolist() == [[100, 200]] and own.threads == 1
+
+
+def test_a_wait_every_request_has_for_the_engines_decode_explains_no_tail():
+    """Every request's HTTP thread waits for the engine's decode for most of its latency
+    (slow or not): the chain is everywhere, and the pervasive rule, which claims a wait that
+    lasted most of the slow requests' latency, does not hold for the engine's phases."""
+    from tailgate.diagnose.chain import through_engine
+    from tailgate.diagnose.engine import Windows
+
+    lines = names(101, 110)
+    starts, ends = [], []
+    win = [np.zeros(200, np.int64) for _ in range(4)]
+    for i in range(200):
+        lat = 10 if i % 10 == 0 else 2
+        rl, a, b = request(i, 40000 + i % 4, 101, lat)
+        lines += rl + [f"O 101 {a + MS // 5} {b - MS // 10} 202",
+                       f"F 101 {a + MS // 5} {b - MS // 10}",
+                       f"W 101 {b - MS // 10 - 10_000} 110 {SVC} 1 0 srv"]
+        for k, v in enumerate((a, a + MS // 10, a + MS // 10 + 50_000, b - MS // 20)):
+            win[k][i] = v
+        starts.append(a)
+        ends.append(b)
+    _, s, e, bl = run(lines, starts, ends, service=(101, 110))
+    through_engine(bl, Windows(*win))
+    assert {c.signature for cs in bl.per_request for c in cs} == {("futex", "engine_decode")}
+    out = judge(bl, s, e, CRIT, {}, {SVC})
+    (sig,) = out["signatures"]
+    assert sig["tail_time_share"] >= 0.5 and sig["lift"] == 1 and not sig["claimed"], sig
+    assert out["verdict"] is None
+
+
+def test_a_wait_for_work_counts_only_inside_the_request():
+    """The serving thread waited on a futex from 0 to 30 (for a job: the request, sent at 12,
+    came to it at 30), then 35-45 inside the request, then from 48 on, done with it (the
+    reply reached the kernel at 47): only 35-45 is the request's, as its chains take it."""
+    from tailgate.diagnose.chain import Scope, owned
+
+    s, e = np.array([10], np.int64), np.array([60], np.int64)
+    by = {1: np.array([[0, 30], [35, 45], [48, 80]])}
+    own = owned(s, e, [Scope((1,))], by, (np.array([12]), np.array([47])))
+    assert own.hit.tolist() == [True] and own.inside.tolist() == [10]
+    assert own.spans.tolist() == [[35, 45]] and own.threads == 1
+    # as evidence of any other kind, all of it overlapping the request counts
+    assert owned(s, e, [Scope((1,))], by).inside.tolist() == [20 + 10 + 12]

@@ -121,6 +121,33 @@ def test_the_log_carries_the_engine_record_and_the_longest_gap(tmp_path):
     assert cols["gap_to_s"][0] == pytest.approx(10.015)
 
 
+def test_the_engines_windows_follow_diagnoses_order_of_requests(tmp_path):
+    """diagnose.analyse lines requests up in the log's order (those that ended): the
+    engine's phases of each, 0 where its record was malformed or missing."""
+    from tailgate.diagnose.engine import windows
+
+    part = tmp_path / "p"
+    part.write_text("".join([_row(EngineTimings("llama.cpp", 9, 3, 2.5, 4, 14.0)),
+                             _row("timings.x: bad"), _row(None),
+                             _row(EngineTimings("llama.cpp", 9, 3, 2.5, 4, 14.0))]))
+    out = io.StringIO()
+    merge_logs(out, [str(part)], llm=True)
+    w = windows(out.getvalue(), 100.0)
+    base = 100_000_000_000
+    placed = [True, False, False, True]
+    assert (w.anchor > 0).tolist() == placed
+    # E = min(first token read 10.001, last token read 10.016 - decode 14 ms = 10.002)
+    assert w.anchor[0] == base + 10_001_000_000
+    assert w.prefill_start[0] == w.anchor[0] - 2_500_000
+    assert w.decode_end[0] == w.anchor[0] + 14_000_000 and w.sent[0] == base + 100_500_000
+    # the phase a wait overlapped most, clipped to it
+    a = int(w.anchor[0])
+    assert w.phase(0, a - 1_000_000, a + 5_000_000) == ("decode", a, a + 5_000_000)
+    assert w.phase(0, a - 2_000_000, a + 500_000) == ("prefill", a - 2_000_000, a)
+    assert w.phase(1, a, a + 1) == ("", a, a + 1)
+    assert windows(out.getvalue().replace(",ok,", ",error,"), 100.0) is None
+
+
 def test_a_log_from_before_the_engine_columns_is_still_read():
     from tailgate.bench.engine_types import LLM_LOG_HEADER
 
@@ -258,3 +285,82 @@ def test_a_prefill_slow_for_the_usual_tokens_is_not_claimed_as_prefill_compute()
     assert not p.claimed and p.extra["computed_lift"] == 1.0, p.sentence
     assert p.sentence.endswith("see the host's causes)"), p.sentence
     assert not any(c.claimed for c in causes), [c.sentence for c in causes]
+
+
+def test_a_wait_with_the_engine_idle_is_held_in_the_server_not_its_queue():
+    """Every tenth request reaches the engine 40 ms after it was sent with nothing else in
+    the engine (its HTTP thread held up: throttled, or no thread to read it): the wait is
+    most of their TTFT, but the engine had no one ahead of it: held, not queued."""
+    r = _one_slot(every=10_000, slots=4)
+    slow = np.arange(len(r.ids)) % 10 == 3
+    add = np.where(slow, 40 * MS, 0)
+    held = Requests(**{**r.__dict__, "first_token": r.first_token + add,
+                       "last_token": r.last_token + add, "end": r.end + add,
+                       "gap_from": r.gap_from + add, "gap_to": r.gap_to + add})
+    doc, causes, _ = analyse(held, 1_000 * MS)
+    assert [c.cause.key for c in causes if c.claimed] == ["engine_held"], [
+        c.sentence for c in causes]
+    # (the others' prefills and decodes in those 40 ms, a request every 20 ms: with four
+    # slots free no queue, but the engine was not idle for those 1.6 ms each)
+    (q,) = [c for c in causes if c.cause.key == "engine_queue"]
+    assert not q.claimed and q.time_share < 0.1, q.sentence
+    row = doc["slowest"][0]
+    assert row["held_ms"] + row["queue_ms"] == pytest.approx(40.14, abs=0.01)
+    assert row["queue_ms"] < 4, row
+    # behind another request's decode, the same wait is the queue's
+    _, causes, _ = analyse(_one_slot(), 1_000 * MS)
+    (h,) = [c for c in causes if c.cause.key == "engine_held"]
+    assert not h.claimed and h.time_share < 0.05, h.sentence
+
+
+def _batching(stall: bool = True) -> Requests:
+    """Decoders (80 prompt tokens, 64 out at 1 ms a token) every 20 ms on a continuously
+    batching engine, every 20th request a 1,500-token prompt prefilled in 100 ms; with
+    ``stall``, the decoders in flight when it starts wait for that prefill (one step
+    holding their next token): their longest gap is it."""
+    n = 200
+    rows = []
+    longs = []
+    for i in range(n):
+        t = 1_000 * MS + i * 20 * MS
+        long = i % 20 == 10
+        pms, out = (100.0, 4) if long else (2.0, 64)
+        start = t + MS // 10
+        # (one arriving during the long prefill is prefilled after it: one batch at a time)
+        start = max([start] + [b for a, b in longs if a <= start < b])
+        e = start + int(pms * MS)
+        rows.append([t, start, e, pms, out, 1500 if long else 80])
+        if long:
+            longs.append((start, e))
+    cols = {k: [] for k in ("first", "last", "gap_from", "gap_to", "dms")}
+    for _t, start, e, _pms, out, _pn in rows:
+        dec = (out - 1) * MS
+        gap = (e + MS, e + MS + 300_000)
+        hit = [(a, b) for a, b in longs if stall and e < a < e + dec and (a, b) != (start, e)]
+        if hit:
+            gap = hit[0]
+            dec += hit[0][1] - hit[0][0]
+        cols["first"].append(e + 40_000)
+        cols["last"].append(e + dec + 40_000)
+        cols["gap_from"].append(gap[0])
+        cols["gap_to"].append(gap[1])
+        cols["dms"].append(dec / MS)
+    r = np.array(rows, dtype=np.float64)
+    a = {k: np.array(v) for k, v in cols.items()}
+    return Requests(np.arange(n), r[:, 0].astype(np.int64), r[:, 0].astype(np.int64),
+                    a["first"], a["last"], a["last"] + 50_000, a["gap_from"], a["gap_to"],
+                    np.full(n, "ok", dtype=object), r[:, 5], np.zeros(n), r[:, 3],
+                    r[:, 4], a["dms"])
+
+
+def test_itl_spikes_while_a_long_prompt_prefills_are_named_as_that_prefill():
+    _, causes, _ = analyse(_batching(), 1_000 * MS)
+    (i,) = [c for c in causes if c.cause.key == "engine_prefill_interference"]
+    assert i.claimed and i.time_share > 0.9, i.sentence
+    # each spike overlapped one prefill, the long prompt's
+    assert i.extra["prefills"] == 1 and i.extra["tokens_per_prefill"] == 1500, i.extra
+    assert "each overlapped 1 prefills of 1,500 computed prompt tokens" in i.sentence, i.sentence
+    # the same run where the decoders never waited for the prefill: no claim
+    _, causes, _ = analyse(_batching(stall=False), 1_000 * MS)
+    (i,) = [c for c in causes if c.cause.key == "engine_prefill_interference"]
+    assert not i.claimed, i.sentence

@@ -212,7 +212,13 @@ def native_llama_server(tmpdir: str | os.PathLike[str], slots: int = 1, ctx: int
          native_llama_server_binary(), "-m", str(model), "--host", "127.0.0.1",
          "--port", str(port), "-np", str(slots), "-c", str(ctx * slots), "-t", str(threads),
          "-tb", str(threads), "--metrics", "--slots", "--log-timestamps", "--log-prefix",
-         "--alias", MODEL_NAME, "--seed", "1", "--no-webui", *extra],
+         "--alias", MODEL_NAME, "--seed", "1", "--no-webui",
+         # a thread per connection tailgate's load may hold: cpp-httplib gives each accepted
+         # connection a thread until its keep-alive ends (5 s, polling it every 10 ms), and
+         # the load opens 16 before the run (bench --connections); with fewer HTTP threads a
+         # request sent on a connection no thread holds yet waits up to 5 s unread (seen:
+         # a run's first 8 requests waiting 0.6-4.8 s and read at once, "queued")
+         "--threads-http", "32", *extra],
         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}/v1"
     try:

@@ -60,7 +60,7 @@ def analyse(spec: DiagnoseSpec, ev: Evidence) -> dict[str, Any]:
 
     from .attribution import attribute, merge_spans, part_share, subtract_spans
     from .causes import CAUSES
-    from .chain import Blame, owned_causes, report
+    from .chain import Blame, owned_causes, report, through_engine
     from .timeline import timeline
 
     opts = spec.options
@@ -109,9 +109,14 @@ def analyse(spec: DiagnoseSpec, ev: Evidence) -> dict[str, Any]:
         # only for the requests of the thread it belongs to (diagnose.chain)
         blame = Blame.of(events, _service_threads(events, maps), port, starts, ends, sends,
                          arrives, spans["throttled"])
+        # an LLM server's HTTP thread waits for the engine's thread on a futex: that wait is
+        # the engine's phase of the request (its own record), no lock's
+        win = _engine_windows(spec.target, bench_doc, log_path)
+        resolved = through_engine(blame, win) if win is not None else []
         causes = {CAUSES[k]: v for k, v in spans.items()}
         causes.update({CAUSES[k]: own for k, own in
-                       owned_causes(blame, events, starts, ends, spans["throttled"]).items()})
+                       owned_causes(blame, events, starts, ends, spans["throttled"],
+                                    resolved).items()})
         attributions, info = attribute(starts, ends, causes,
                                        opts.min_cover, opts.min_lift, opts.min_share,
                                        sends=sends, min_ms=opts.min_ms, arrives=arrives)
@@ -161,6 +166,19 @@ def analyse(spec: DiagnoseSpec, ev: Evidence) -> dict[str, Any]:
     # the engine's own record of each request (llama-server's timings), on the same clock
     engine_into(doc, spec.target, bench_doc, log_path, criteria)
     return doc
+
+
+def _engine_windows(target: str | None, bench_doc: dict[str, Any], log_path: str):
+    """The engine's phases of each request (diagnose.engine.windows) for an openai+ load
+    whose log has the engine's records; None otherwise."""
+    from .engine import windows
+
+    start = (bench_doc.get("clock") or {}).get("start_monotonic_s")
+    if not (target and target.startswith("openai+")) or start is None:
+        return None
+    with open(log_path, encoding="utf-8") as f:
+        text = f.read()
+    return windows(text, start) if text.startswith("worker,") else None
 
 
 def _service_threads(events, maps) -> set[int]:

@@ -32,7 +32,8 @@ from typing import Any
 import numpy as np
 
 from .accounting import syscall_class
-from .attribution import Owned, merge_spans, overlap_ns
+from .attribution import Attribution, Owned, merge_spans, overlap_ns
+from .engine import PREFILL, QUEUE, Windows
 from .evidence import Behind, Events, Task, Wake
 
 DEPTH = 3  # links per chain (the probe tracks wakers to the same depth)
@@ -40,6 +41,7 @@ MIN_LINK_NS = 200_000  # the probe's threshold: shorter waits are not printed
 CONVOY_MAX = 32  # waiters woken one by one through a lock, followed to its holder
 WAKE_SLACK_NS = 50_000  # sched_waking precedes the wake-up the wait ends at
 WAITS_FOR_WORK = ("futex", "read", "write", "poll", "sleep", "blocked_other")
+ENGINE_LINKS = ("engine_queue", "engine_prefill", "engine_decode", "engine")  # through_engine
 
 # syscall names of the waits a sentence names (x86_64)
 SYSCALLS = {0: "read", 1: "write", 7: "poll", 17: "pread64", 19: "readv", 23: "select",
@@ -55,6 +57,12 @@ WHAT = {
     "poll": "waiting for an event", "sleep": "asleep", "blocked_other": "blocked",
     "on_cpu": "on CPU", "timer": "a timer", "softirq": "a softirq", "irq": "an interrupt",
     "unknown": "not tracked before it woke it",
+    # the engine's phase of the request (its own record, diagnose.engine), where the serving
+    # thread waited for the engine's thread (through_engine)
+    "engine_queue": "holding it in the engine's queue (no free slot)",
+    "engine_prefill": "computing its prompt (the engine's prefill)",
+    "engine_decode": "decoding its tokens (the engine's decode)",
+    "engine": "working, its phase unknown (the engine's record of the request not placed)",
 }
 
 REMEDY = {
@@ -85,6 +93,12 @@ REMEDY = {
     "irq": "The chain ends in a hardware interrupt: the delay is in the device.",
     "unknown": "The waker was not tracked before it woke the thread: run longer so that it "
                "is (the probe tracks a waker from its first wake-up on).",
+    "engine_queue": QUEUE.remedy,
+    "engine_prefill": PREFILL.remedy,
+    "engine_decode": "The request waited for its own decode: cap its output (max_tokens) or "
+                     "make each step faster (a smaller model or batch).",
+    "engine": "The request waited for the engine, whose record of it could not be placed on "
+              "tailgate's clock (see engine.join): its phase is unknown.",
 }
 
 
@@ -356,10 +370,21 @@ def scopes(serve: Serving, per_request: list[list[Chain]], service: set[int]) ->
 
 
 def owned(starts: np.ndarray, ends: np.ndarray, scope: list[Scope],
-          spans_by_tid: dict[int, np.ndarray]) -> Owned:
+          spans_by_tid: dict[int, np.ndarray],
+          inner: tuple[np.ndarray, np.ndarray] | None = None) -> Owned:
     """Per request, how the spans of one kind that belong to it (:class:`Scope`) cover its
     window ``[starts[i], ends[i]]``. Requests with no chain thread are grouped by their
-    serving threads (most requests: one union per group)."""
+    serving threads (most requests: one union per group). A serving thread's span that holds
+    a request's whole window is none of that request's: the thread did nothing for it (it
+    was waiting before the request began and still after it ended: a thread of the pool
+    parked while others served it). ``inner``: each request's service window ``(d, e)``
+    (:func:`windows`) for waits for work (futex), of which a serving thread's count only
+    those inside it, as :func:`chains` takes them: one begun before the request was sent
+    waited for it to arrive (an idle thread's wait for a job), one lasting past its reply
+    was the thread done with it. What was counted (``spans``) is clipped to the windows it
+    was counted in."""
+    if inner is not None:
+        return _owned_inner(starts, ends, scope, spans_by_tid, *inner)
     n = len(starts)
     hit = np.zeros(n, dtype=bool)
     inside = np.zeros(n, dtype=np.int64)
@@ -371,32 +396,101 @@ def owned(starts: np.ndarray, ends: np.ndarray, scope: list[Scope],
         if not sc.clips:
             groups.setdefault(sc.serving, []).append(i)
             continue
-        rows = [spans_by_tid.get(t, none) for t in sc.serving]
+        ix = np.array([i])
+        rows = []
+        for t in sc.serving:
+            sp = spans_by_tid.get(t, none)
+            if len(sp) and not _covering(sp, starts[ix], ends[ix])[0]:
+                rows.append(sp)
+                threads.add(t)
         for t, a, b in sc.clips:
             sp = spans_by_tid.get(t, none)
             sp = np.clip(sp[(sp[:, 1] >= a) & (sp[:, 0] <= b)], a, b)
             rows.append(sp)
             threads.update([t] if len(sp) else [])
-        threads.update(t for t in sc.serving if len(spans_by_tid.get(t, none)))
+        m = merge_spans(np.concatenate(rows)) if rows else none
+        if len(m):
+            inside[i] = overlap_ns(starts[ix], ends[ix], m)[0]
+            hit[i] = _touches(starts[ix], ends[ix], m)[0]
+            counted.append(_within(m, starts[ix], ends[ix]))
+    for tids, idx in list(groups.items()):
+        ix = np.array(idx)
+        # (requests a thread's span holds whole: regrouped without that thread)
+        cov = {t: _covering(spans_by_tid[t], starts[ix], ends[ix]) for t in tids
+               if len(spans_by_tid.get(t, none))}
+        sub: dict[tuple[int, ...], list[int]] = {}
+        for k, i in enumerate(idx):
+            sub.setdefault(tuple(t for t, c in cov.items() if not c[k]), []).append(i)
+        for mine, sidx in sub.items():
+            if not mine:
+                continue
+            threads.update(mine)
+            m = merge_spans(np.concatenate([spans_by_tid[t] for t in mine]))
+            six = np.array(sidx)
+            inside[six] = overlap_ns(starts[six], ends[six], m)
+            # an instant or a span touching the window's edge covers it too (as covered())
+            hit[six] = _touches(starts[six], ends[six], m)
+            counted.append(_within(m, starts[six], ends[six]))
+    spans = merge_spans(np.concatenate(counted)) if counted else none
+    return Owned(hit, inside, spans, threads=len(threads))
+
+
+def _owned_inner(starts: np.ndarray, ends: np.ndarray, scope: list[Scope],
+                 spans_by_tid: dict[int, np.ndarray], d: np.ndarray, e: np.ndarray) -> Owned:
+    """:func:`owned` for waits for work: per request, its serving threads' spans inside its
+    service window ``[d, e]`` and its chain threads' clipped as ever."""
+    n = len(starts)
+    hit = np.zeros(n, dtype=bool)
+    inside = np.zeros(n, dtype=np.int64)
+    none = np.zeros((0, 2), np.int64)
+    d, e = np.asarray(d, np.int64), np.asarray(e, np.int64)
+    # (a thread's spans are sorted and disjoint: those inside a window are a run of them)
+    serving = {t for sc in scope for t in sc.serving}
+    bounds = {t: (np.searchsorted(sp[:, 0], d, side="left"),
+                  np.searchsorted(sp[:, 1], e, side="right"))
+              for t, sp in spans_by_tid.items() if t in serving}
+    counted: list[np.ndarray] = []
+    threads: set[int] = set()
+    for i, sc in enumerate(scope):
+        rows = []
+        for t in sc.serving:
+            if t in bounds:
+                lo, hi = int(bounds[t][0][i]), int(bounds[t][1][i])
+                if hi > lo:
+                    rows.append(spans_by_tid[t][lo:hi])
+                    threads.add(t)
+        for t, a, b in sc.clips:
+            sp = spans_by_tid.get(t, none)
+            sp = np.clip(sp[(sp[:, 1] >= a) & (sp[:, 0] <= b)], a, b)
+            rows.append(sp)
+            threads.update([t] if len(sp) else [])
         m = merge_spans(np.concatenate(rows)) if rows else none
         if len(m):
             ix = np.array([i])
             inside[i] = overlap_ns(starts[ix], ends[ix], m)[0]
             hit[i] = _touches(starts[ix], ends[ix], m)[0]
-            counted.append(m)
-    for tids, idx in groups.items():
-        rows = [spans_by_tid[t] for t in tids if len(spans_by_tid.get(t, none))]
-        if not rows:
-            continue
-        threads.update(t for t in tids if len(spans_by_tid.get(t, none)))
-        m = merge_spans(np.concatenate(rows))
-        counted.append(m)
-        ix = np.array(idx)
-        inside[ix] = overlap_ns(starts[ix], ends[ix], m)
-        # an instant or a span touching the window's edge covers it too (as covered())
-        hit[ix] = _touches(starts[ix], ends[ix], m)
+            counted.append(_within(m, starts[ix], ends[ix]))
     spans = merge_spans(np.concatenate(counted)) if counted else none
     return Owned(hit, inside, spans, threads=len(threads))
+
+
+def _covering(sp: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Per window, whether one of ``sp`` (merged spans) holds it whole."""
+    j = np.searchsorted(sp[:, 0], starts, side="right") - 1
+    ok = j >= 0
+    out = np.zeros(len(starts), dtype=bool)
+    out[ok] = sp[j[ok], 1] >= ends[ok]
+    return out
+
+
+def _within(m: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """``m`` (merged spans) clipped to the union of the windows (an instant in one kept)."""
+    from .attribution import subtract_spans
+
+    w = merge_spans(np.stack([starts, ends], axis=1).astype(np.int64))
+    inst = m[(m[:, 0] == m[:, 1]) & _touches(m[:, 0], m[:, 1], w)]
+    out = subtract_spans(m, subtract_spans(m, w))
+    return merge_spans(np.concatenate([out, inst])) if len(inst) else out
 
 
 def _touches(starts: np.ndarray, ends: np.ndarray, m: np.ndarray) -> np.ndarray:
@@ -490,7 +584,8 @@ def remedy(c: Chain) -> str:
 
 LAYER = {"runq": "L2", "throttled": "L2", "stopped": "L2", "read": "L2", "write": "L2", "timer": "L2",
          "softirq": "L2", "irq": "L2", "futex": "L3", "poll": "L3", "sleep": "L3",
-         "blocked_other": "L2", "on_cpu": "L3", "unknown": "L3"}
+         "blocked_other": "L2", "on_cpu": "L3", "unknown": "L3", "engine_queue": "L4",
+         "engine_prefill": "L4", "engine_decode": "L4", "engine": "L4"}
 BAND_REQUESTS = 20  # the slowest requests drawn as bands on the timeline
 
 
@@ -504,6 +599,8 @@ class Blame:
     scope: list[Scope]  # per request: whose evidence counts for it
     service: set[int]
     note: str | None = None
+    d: np.ndarray | None = None  # each request's service window: dispatch (:func:`windows`)
+    e: np.ndarray | None = None  # to its reply's arrival
 
     @classmethod
     def of(cls, ev: Events, service: set[int], port: int | None, starts: np.ndarray,
@@ -523,11 +620,40 @@ class Blame:
             note = ("no read on the service's port was seen: each request's evidence is from "
                     "every thread of the service")
         per = chains(tr, serve, d, e)
-        return cls(tr, serve, per, scopes(serve, per, service), service, note)
+        return cls(tr, serve, per, scopes(serve, per, service), service, note, d, e)
 
     def owned(self, starts: np.ndarray, ends: np.ndarray, rows: list[tuple[int, int, int]]
               ) -> Owned:
         return owned(starts, ends, self.scope, spans_by_tid(rows))
+
+
+def through_engine(blame: Blame, win: Windows) -> list[tuple[int, int, int]]:
+    """Resolve each serving thread's futex wait for the engine to the engine's phase of its
+    request. An LLM server's HTTP thread hands the request to the engine's loop and waits on
+    a condition variable until the engine has a token for it: that wait, ended by a thread
+    of the same server that read no request (the engine's loop: the HTTP threads read them),
+    lasted while the engine queued, prefilled or decoded the request, and its cause is that
+    phase (the engine's own record on tailgate's clock: ``win``), not a lock. The chain's
+    second link becomes the phase that overlapped the wait most, on the engine's thread (its
+    own host evidence still counts for the request inside that window: the scope's clip);
+    the chain stops there. Returns the waits resolved, ``(tid, a, b)``: no futex evidence."""
+    pool = set(blame.serve.pool)
+    resolved: list[tuple[int, int, int]] = []
+    for i, cs in enumerate(blame.per_request):
+        for k, c in enumerate(cs):
+            if len(c.links) < 2 or c.links[0].kind != "futex":
+                continue
+            first, waker = c.links[0], c.links[1]
+            if (waker.kind in ("timer", "softirq", "irq") or waker.tid in pool
+                    or waker.tid not in blame.service or waker.tgid != first.tgid):
+                continue
+            phase, a, b = win.phase(i, first.a, first.b)
+            kind = f"engine_{phase}" if phase else "engine"
+            cs[k] = Chain(c.request, (first, Link(2, kind, waker.tid, waker.tgid, waker.comm,
+                                                  a, b, wa=waker.wa, wb=waker.wb)))
+            resolved.append((first.tid, first.a, first.b))
+    blame.scope = scopes(blame.serve, blame.per_request, blame.service)
+    return resolved
 
 
 def windows(starts: np.ndarray, ends: np.ndarray, sends: np.ndarray | None,
@@ -573,9 +699,11 @@ def judge(blame: Blame, starts: np.ndarray, ends: np.ndarray, crit: dict[str, fl
                       "a wait followed this chain: " + " <- ".join(WHAT[k] for k in sig),
                       REMEDY[sig[-1]])
         own = Owned(hit, inside, merge_spans(np.array(first, dtype=np.int64)))
-        a = _score(cause, own, starts, ends, tail, tail999, "P99", p99, crit)
+        a = _no_pervasive_phase(sig, _score(cause, own, starts, ends, tail, tail999, "P99",
+                                            p99, crit), crit)
         if not a.claimed:
-            b = _score(cause, own, starts, ends, tail90, tail999, "P90", p90, crit)
+            b = _no_pervasive_phase(sig, _score(cause, own, starts, ends, tail90, tail999,
+                                                "P90", p90, crit), crit)
             if b.claimed:
                 a = b
         judged.append((sig, a))
@@ -609,6 +737,17 @@ def judge(blame: Blame, starts: np.ndarray, ends: np.ndarray, crit: dict[str, fl
     return out
 
 
+def _no_pervasive_phase(sig: tuple[str, ...], a: Attribution, crit: dict[str, float]
+                        ) -> Attribution:
+    """A chain ending in the engine's phase is claimed only where it covered the slow
+    requests markedly more than the rest (as diagnose.engine judges the phases): every
+    request of an LLM server waits for the engine's prefill and decode, and a phase every
+    request has explains no tail however much of it it lasts."""
+    if sig[-1] in ENGINE_LINKS and a.claimed and a.lift < crit["min_lift"]:
+        a.claimed = False
+    return a
+
+
 def bands(blame: Blame, starts: np.ndarray, ends: np.ndarray, t0: int,
           limit: int = BAND_REQUESTS) -> list[dict[str, Any]]:
     """The chains of the ``limit`` slowest requests as timeline bands (the report's generic
@@ -639,25 +778,46 @@ OWNED_KINDS = ("runq", "stopped", "futex")  # the per-thread causes (diagnose.ca
 
 
 def owned_causes(blame: Blame, ev: Events, starts: np.ndarray, ends: np.ndarray,
-                 throttled: np.ndarray) -> dict[str, Owned]:
+                 throttled: np.ndarray, resolved: list[tuple[int, int, int]] = ()
+                 ) -> dict[str, Owned]:
     """The per-thread causes' evidence, each wait counted only for the requests of its
     thread (run-queue time inside a throttled period is throttling, as before; a futex
     call's time runnable after its wake-up is run-queue time, as diagnose.accounting has
-    it: a waker that sat in the run queue is no lock wait)."""
+    it: a waker that sat in the run queue is no lock wait). ``resolved``: the waits
+    :func:`through_engine` resolved to the engine's phases; the futex calls they were in
+    are none of the futex cause's."""
     from .attribution import subtract_spans
 
     rows = {"runq": ev.runq_not_after_stop(), "stopped": ev.intervals.get("stopped", []),
-            "futex": ev.intervals.get("futex", [])}
+            "futex": _not_resolved(ev.intervals.get("futex", []), resolved)}
     out = {}
     runq = spans_by_tid(rows["runq"])
     for kind in OWNED_KINDS:
         by = spans_by_tid(rows[kind])
         if kind == "runq" and len(throttled):
             by = {t: subtract_spans(s, throttled) for t, s in by.items()}
+        inner = None
         if kind == "futex":
             by = {t: subtract_spans(s, runq[t]) if t in runq else s for t, s in by.items()}
-        out[kind] = owned(starts, ends, blame.scope, by)
+            if blame.d is not None and blame.e is not None:
+                inner = (blame.d, blame.e)  # a wait for work: only inside the request
+        out[kind] = owned(starts, ends, blame.scope, by, inner)
     return out
+
+
+def _not_resolved(rows: list[tuple[int, int, int]], resolved: list[tuple[int, int, int]]
+                  ) -> list[tuple[int, int, int]]:
+    """The futex calls ``(tid, a, b)`` that overlap none of the thread's resolved waits (a
+    call brackets its off-CPU wait)."""
+    if not resolved or not rows:
+        return rows
+    by = spans_by_tid(list(resolved))
+    arr = np.array(rows, dtype=np.int64).reshape(-1, 3)
+    keep = np.ones(len(arr), bool)
+    for tid, m in by.items():
+        ix = np.flatnonzero(arr[:, 0] == tid)
+        keep[ix] = ~_touches(arr[ix, 1], arr[ix, 2], m)
+    return [(int(t), int(a), int(b)) for t, a, b in arr[keep]]
 
 
 def report(blame: Blame, doc: dict[str, Any], starts: np.ndarray, ends: np.ndarray,

@@ -17,13 +17,16 @@ the engine finished the prefill and sampled the first token, which both sides bo
   more, does not belong to tailgate's view of the request (another clock, another
   request): it is refused, with the offset, and the request's phases are unknown.
 
-Then: queue = ``[sent, E - prompt_ms]`` (waiting for a slot, with the server's own request
-handling), prefill = ``[E - prompt_ms, E]``, decode = ``[E, E + predicted_ms]``, delivery =
-``[E, first_token]``. Generator lateness (intended start -> sent) comes from the bench.
+Then: the wait ``[sent, E - prompt_ms]`` is queue where the engine worked on other requests
+meanwhile (their prefill to their decode's end: exact with one slot, an upper bound with
+several, where a slot may have been free) and held (the server's request handling, or its
+threads held up, with the engine idle) for the rest; prefill = ``[E - prompt_ms, E]``,
+decode = ``[E, E + predicted_ms]``, delivery = ``[E, first_token]``. Generator lateness
+(intended start -> sent) comes from the bench.
 
 Attribution follows :mod:`.attribution`'s rule, but per request: a phase belongs to its own
 request (never co-occurrence with someone else's), so a request's TTFT is split into
-lateness, queue, prefill and delivery, and a part is claimed when it makes a large share
+lateness, queue, held, prefill and delivery, and a part is claimed when it makes a large share
 of the slow requests' TTFT (``min_share``, at least ``min_ms`` each), covers most of them
 (``min_cover``: half their TTFT or more in that part) and lasted markedly longer in them
 than in the requests at large (``min_lift``, on its mean time: with no "pervasive"
@@ -58,9 +61,15 @@ INTERFERENCE = Cause("engine_prefill_interference", "L4", "another request's pre
                      "in the same batch window (chunked prefill sharing the step with the "
                      "decode)", "Cap the prefill per step (chunked prefill / --ubatch-size) "
                      "or separate prefill from decode (disaggregated serving).")
-PARTS = ("late", "queue", "prefill", "delivery")
+HELD = Cause("engine_held", "L3", "waited in the server before its engine took it, the "
+             "engine busy with no other request (sent -> the engine starting its prefill: "
+             "the server reading, parsing and tokenizing it, or its threads held up)",
+             "See the host's causes of the server's threads (run queue, throttling); else the "
+             "server is slow to read requests (its HTTP threads: llama-server --threads-http).")
+PARTS = ("late", "queue", "held", "prefill", "delivery")
 LABEL = {QUEUE.key: "queue wait", PREFILL.key: "prefill compute",
-         INTERFERENCE.key: "another request's prefill"}
+         INTERFERENCE.key: "another request's prefill",
+         HELD.key: "waiting in the server, its engine idle"}
 
 
 @dataclass(frozen=True)
@@ -161,6 +170,56 @@ def place(r: Requests, max_skew_ns: int = MAX_SKEW_NS) -> Phases:
     return Phases(ok, why, anchor, err, pstart, dend)
 
 
+@dataclass(frozen=True)
+class Windows:
+    """Each request's engine phases on tailgate's clock (ns), in diagnose's order of requests
+    (the measured ones that ended); 0 where the engine's record of it was not placed. What
+    the chain of blame resolves a serving thread's wait for the engine to
+    (:func:`tailgate.diagnose.chain.through_engine`)."""
+
+    sent: np.ndarray
+    prefill_start: np.ndarray
+    anchor: np.ndarray  # the end of the prefill
+    decode_end: np.ndarray
+
+    def phase(self, i: int, a: int, b: int) -> tuple[str, int, int]:
+        """The phase of request ``i`` that overlapped ``[a, b]`` most: ``("queue" |
+        "prefill" | "decode", from, to)``, or ``("", a, b)`` where its record was not placed
+        or no phase overlapped."""
+        if not self.anchor[i]:
+            return "", a, b
+        best = ("", a, b, 0)
+        for kind, x, y in (("queue", self.sent[i], self.prefill_start[i]),
+                           ("prefill", self.prefill_start[i], self.anchor[i]),
+                           ("decode", self.anchor[i], self.decode_end[i])):
+            lo, hi = max(a, int(x)), min(b, int(y))
+            if hi - lo > best[3]:
+                best = (kind, lo, hi, hi - lo)
+        return best[:3]
+
+
+def windows(log_text: str, start_monotonic_s: float,
+            max_skew_ns: int = MAX_SKEW_NS) -> Windows | None:
+    """The engine's phases of every request of a bench run's log (``None``: a log without
+    the engine's columns, or no record placed)."""
+    from ..bench.result import read_log
+
+    cols = read_log(log_text)
+    if "engine_state" not in cols:
+        return None
+    ended = (cols["warmup"] == 0) & np.isfinite(cols["end_s"])
+    ok = np.flatnonzero((cols["outcome"] == "ok")[ended])  # Requests.from_log's, among them
+    r = Requests.from_log(cols, int(round(start_monotonic_s * 1e9)))
+    ph = place(r, max_skew_ns)
+    if not ph.ok.any():
+        return None
+    n = int(ended.sum())
+    out = [np.zeros(n, np.int64) for _ in range(4)]
+    for arr, v in zip(out, (r.sent, ph.prefill_start, ph.anchor, ph.decode_end), strict=True):
+        arr[ok[ph.ok]] = v[ph.ok]
+    return Windows(*out)
+
+
 def _pct(v: np.ndarray, q: float) -> float:
     return float(np.percentile(v, q, method="inverted_cdf"))
 
@@ -248,8 +307,14 @@ def analyse(r: Requests, t0_ns: int, min_cover: float = 0.5, min_lift: float = 1
     p_a, p_b, d_b = ph.prefill_start, ph.anchor, ph.decode_end
     idx = np.flatnonzero(ok)
     ttft = (r.first_token - r.intended)[idx]
+    # a wait is the engine's queue only while the engine worked on other requests (their
+    # prefill to their decode's end); the rest of it the engine was idle: the request was
+    # still in the server's hands (its HTTP thread not yet handing it over, or held up)
+    busy = merge_spans(np.stack([p_a[idx], d_b[idx]], axis=1))
+    waited = np.clip(q_b - q_a, 0, None)[idx]
+    behind = np.minimum(overlap_ns(q_a[idx], np.maximum(q_b, q_a)[idx], busy), waited)
     parts = {"late": np.clip(r.sent - r.intended, 0, None)[idx],
-             "queue": np.clip(q_b - q_a, 0, None)[idx],
+             "queue": behind, "held": waited - behind,
              "prefill": np.clip(p_b - p_a, 0, None)[idx],
              "delivery": np.clip(r.first_token - p_b, 0, None)[idx]}
     crit = {"min_cover": min_cover, "min_lift": min_lift, "min_share": min_share,
@@ -268,6 +333,7 @@ def analyse(r: Requests, t0_ns: int, min_cover: float = 0.5, min_lift: float = 1
                      f"{behind['prefill_tokens']:,.0f} tokens and {behind['decodes']:g} "
                      f"decodes of {behind['decode_tokens']:,.0f} tokens on average")
     causes.append(qa_)
+    causes.append(_score(HELD, parts["held"], ttft, tail, crit, level, p99, "TTFT"))
     pa_ = _score(PREFILL, parts["prefill"], ttft, tail, crit, level, p99, "TTFT")
     computed = float(np.nansum(r.prompt_n[idx][tail]))
     cached = float(np.nansum(r.cache_n[idx][tail]))
@@ -332,6 +398,18 @@ def _interference(r: Requests, ph: Phases, idx: np.ndarray,
     cut = _pct(gap, 90)
     tail = gap >= cut
     a = _score(INTERFERENCE, over, gap, tail, crit, "P90", cut, "ITL (longest gap per request)")
+    # whose prefills the slow gaps overlapped: how many, and the prompt tokens they computed
+    n_pre, tok_pre = [], []
+    for i, x, y in zip(has[tail], r.gap_from[has][tail], r.gap_to[has][tail], strict=True):
+        j = idx[(idx != i) & (ph.prefill_start[idx] < y) & (ph.anchor[idx] > x)]
+        n_pre.append(len(j))
+        tok_pre.append(float(np.nansum(r.prompt_n[j])))
+    m = max(len(n_pre), 1)
+    a.extra.update(prefills=round(sum(n_pre) / m, 2), prefill_tokens=round(sum(tok_pre) / m, 1),
+                   tokens_per_prefill=round(sum(tok_pre) / max(sum(n_pre), 1), 1))
+    a.sentence += (f"; each overlapped {a.extra['prefills']:g} prefills of "
+                   f"{a.extra['tokens_per_prefill']:,.0f} computed prompt tokens on average "
+                   f"(vs {float(np.nanmean(r.prompt_n[idx])):,.0f} a request's on average)")
     return a
 
 

@@ -72,12 +72,13 @@ def unclaimed_table(causes: list[dict[str, Any]], evidence: dict[str, Any], cons
     def pct(v: Any) -> str:
         return "-" if v is None else f"{100 * v:.1f}"
 
+    w = max(11, *(len(c["cause"]) + 1 for c in causes))  # (the engine's causes: 28)
     console.print("not claimed (--all prints each one's sentence):", highlight=False)
-    console.print(f"  {'layer':<6}{'cause':<11}{'tail':<5}{'in tail %':>10}{'in all %':>9}"
+    console.print(f"  {'layer':<6}{'cause':<{w}}{'tail':<5}{'in tail %':>10}{'in all %':>9}"
                   f"{'lasted %':>9}{'events':>8}{'total ms':>10}", highlight=False)
     for c in causes:
         total = c.get("total_ms", (evidence.get(c["cause"]) or {}).get("total_ms"))
-        console.print(f"  {c['layer']:<6}{c['cause']:<11}{c.get('tail') or '-':<5}"
+        console.print(f"  {c['layer']:<6}{c['cause']:<{w}}{c.get('tail') or '-':<5}"
                       f"{pct(c.get('tail_p99_cover')):>10}{pct(c.get('all_cover')):>9}"
                       f"{pct(c.get('tail_time_share')):>9}"
                       f"{c.get('events', '-'):>8}{'-' if total is None else f'{total:.1f}':>10}",
@@ -106,11 +107,13 @@ def engine(eng: dict[str, Any] | None, console) -> None:
     share = ", ".join(f"{k} {100 * v:.0f} %" for k, v in t["share"].items())
     console.print(f"TTFT above the {t['tail']} ({t['cut_ms']:.2f} ms, {t['slow']} requests): "
                   f"{share}", highlight=False)
-    console.print(f"  {'request':>8}{'TTFT ms':>10}{'late':>8}{'queue':>9}{'prefill':>9}"
-                  f"{'decode':>9}{'computed':>9}{'cached':>8}{'out':>6}", highlight=False)
+    console.print(f"  {'request':>8}{'TTFT ms':>10}{'late':>8}{'queue':>9}{'held':>8}"
+                  f"{'prefill':>9}{'decode':>9}{'computed':>9}{'cached':>8}{'out':>6}",
+                  highlight=False)
     for row in eng.get("slowest", [])[:10]:
         console.print(f"  {row['request']:>8}{row['ttft_ms']:>10.2f}{row['late_ms']:>8.2f}"
-                      f"{row['queue_ms']:>9.2f}{row['prefill_ms']:>9.2f}{row['decode_ms']:>9.2f}"
+                      f"{row['queue_ms']:>9.2f}{row.get('held_ms', 0.0):>8.2f}"
+                      f"{row['prefill_ms']:>9.2f}{row['decode_ms']:>9.2f}"
                       f"{row['prompt_computed']:>9}{row['prompt_cached']:>8}"
                       f"{row['generated']:>6}", highlight=False)
 
