@@ -2705,6 +2705,10 @@ static PyObject *Loop_run(Loop *L, PyObject *args) {
         dispatch(L);
         int64_t now = now_rel(L);
         if (now >= next_sweep) {
+            if (L->defer_ns > 0) { /* replies left to wait are read before any times out */
+                int r = epoll_wait(L->ep, evs, 256, 0);
+                if (r > 0) handle(L, evs, r);
+            }
             sweep(L);
             real_offset(L);
             next_sweep = now + sweep_every;
@@ -2747,7 +2751,10 @@ static PyObject *Loop_run(Loop *L, PyObject *args) {
             /* the last microseconds: poll instead of sleeping, never past the due time */
             do r = epoll_wait(L->ep, evs, 256, 0);
             while (r == 0 && now_rel(L) < until);
-        } else if (have_due && L->defer_ns > 0 && until - now_rel(L) <= L->defer_ns) {
+        } else if (have_due && L->defer_ns > 0 && !L->q_len && !L->n_connecting &&
+                   until - now_rel(L) <= L->defer_ns) {
+            /* (never while a request waits for a connection or one is being opened: a
+             * reply or a connect read late would hold it up) */
             r = wait_events(L, L->ep_wake, evs, 256, until - spin); /* replies wait */
         } else r = wait_events(L, L->ep, evs, 256, until - spin);
         pthread_mutex_lock(&L->mu);
