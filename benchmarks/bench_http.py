@@ -277,7 +277,7 @@ def combine(runs: list[dict]) -> dict:
     for key in ("achieved", "p50", "p99", "p999", "late_p99", "errors", "cpu_us"):
         vals = [r[key] for r in ok if r[key] is not None and r[key] == r[key]]
         out[key] = statistics.median(vals) if vals else None
-        if key in ("p99", "late_p99") and len(vals) > 1:
+        if key in ("p99", "late_p99", "cpu_us") and len(vals) > 1:
             out[key + "_range"] = (min(vals), max(vals))
     return out
 
@@ -291,17 +291,22 @@ def spread(r: dict, key: str) -> str:
     return f"{fmt(r[key])} ({fmt(lo_hi[0])}–{fmt(lo_hi[1])})" if lo_hi else fmt(r[key])
 
 
+def cpu_spread(r: dict) -> str:
+    lo_hi = r.get("cpu_us_range")
+    return f"{r['cpu_us']:.1f} ({lo_hi[0]:.1f}–{lo_hi[1]:.1f})" if lo_hi else f"{r['cpu_us']:.1f}"
+
+
 def row(r: dict, rate: float | None) -> str:
     if "error" in r:
         return f"| {rate and f'{rate / 1000:g}k/s' or '—'} | {r['tool']} | failed: {r['error']} |"
     runs = f"{r.get('runs', 1)}" + (f" ({r['failed']} failed)" if r.get("failed") else "")
     return (f"| {f'{rate / 1000:g}k/s' if rate else 'closed loop'} | {r['tool']} | {runs} | "
             f"{r['achieved']:,.0f}/s | {fmt(r['p50'])} | {spread(r, 'p99')} | {fmt(r['p999'])} | "
-            f"{spread(r, 'late_p99')} | {r['cpu_us']:.1f} | {r['errors']:.0f} |")
+            f"{spread(r, 'late_p99')} | {cpu_spread(r)} | {r['errors']:.0f} |")
 
 
 HEADER = ("| offered | tool | runs | achieved | P50 ms | P99 ms (range) | P999 ms | "
-          "own lateness P99 ms (range) | CPU µs/req | errors |\n"
+          "own lateness P99 ms (range) | CPU µs/req (range) | errors |\n"
           "|---|---|---|---|---|---|---|---|---|---|")
 
 
@@ -361,6 +366,8 @@ def main() -> int:
                     help="runs of each tool at each rate, interleaved; the table shows "
                          "medians (default 3)")
     ap.add_argument("--quick", action="store_true", help="3 s per run, one run each")
+    ap.add_argument("--no-floor", action="store_true",
+                    help="leave out the floor (the constant-delay C responder)")
     ap.add_argument("--tools", default="fast,python,wrk2,autocannon,wrk",
                     help="which generators (comma-separated)")
     ap.add_argument("--reference", metavar="SRC",
@@ -418,8 +425,9 @@ def main() -> int:
         if "wrk" in want:
             lines.append(row(run_wrk(url, args.duration, args.connections, gen_cpu), None))
             print(lines[-1], flush=True)
-    lines += floor(tools, args.floor_rate, args.duration, args.floor_delay_us,
-                   args.connections, srv_cpu, gen_cpu, args.repeat)
+    if not args.no_floor:
+        lines += floor(tools, args.floor_rate, args.duration, args.floor_delay_us,
+                       args.connections, srv_cpu, gen_cpu, args.repeat)
     print(f"\nload average now {os.getloadavg()[0]:.2f}")
     print("\n".join(lines))
     return 0

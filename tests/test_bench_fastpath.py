@@ -238,9 +238,10 @@ def test_engine_fast_is_refused_for_a_grpc_target():
                           ("python", 50, 0.0)])
 def test_polling_before_a_due_time_stays_within_its_bounds(nginx, engine, rate, most_us):
     """The compiled loop polls instead of sleeping for the last part of each wait, as long as
-    its own timed wake-ups came late (learnt as it runs): at least 10 µs, at most 500 µs and
-    at most an eighth of the gap between two requests (1/rate, constant arrivals), so polling
-    takes at most about an eighth of its core. The Python engine never polls."""
+    its own timed wake-ups came late (learnt as it runs): at most 500 µs and at most an
+    eighth of the gap between two requests (1/rate, constant arrivals), so polling takes at
+    most about an eighth of its core; a due time within 10 µs is always polled for, never
+    slept to (so the most it polled is at least that). The Python engine never polls."""
     r = subprocess.run([sys.executable, "-m", "tailgate", "bench", nginx.url("/"), "--rate",
                         str(rate), "--arrival", "constant", "--duration", "1s", "--workers",
                         "1", "--engine", engine, "--quiet", "--json", "-"],
@@ -253,3 +254,33 @@ def test_polling_before_a_due_time_stays_within_its_bounds(nginx, engine, rate, 
         assert spin == 0.0
     else:
         assert 10.0 <= spin <= most_us + 0.1, data["generator"]  # (0.1 µs: the JSON's)
+
+
+def test_the_loop_practises_its_wake_ups_before_the_first_request(nginx):
+    """Before the first request (the start's lead time) the loop takes timed wake-ups at
+    about the schedule's gaps and learns from them how early to wake (it needs 16 to learn
+    anything), so the first requests are not sent with no margin at all."""
+    info, cfg, eng = engine_for(nginx.url("/"), rate=1000, duration=0.3)
+    part = eng.run(time.monotonic() + 0.3)
+    st = eng._c.state()
+    assert build_result(info, [part]).json["requests"]["ok"] == cfg.times.size
+    assert 16 <= st["practiced"] <= 64, st["practiced"]
+
+
+@pytest.mark.parametrize("defer_ns", [0, 2_000_000])
+def test_replies_wait_for_the_next_send_when_deferred(nginx, monkeypatch, defer_ns):
+    """With DEFER_NS past the gap between two requests the loop sleeps to each send without
+    being woken by replies (one wake-up a request, not two) and reads them then; every
+    request is still ok and timed by its reply's kernel receive stamp. Without it, replies
+    wake the loop (nginx answers long before the next send, 500 µs apart)."""
+    monkeypatch.setattr(fastpath, "DEFER_NS", defer_ns)
+    info, cfg, eng = engine_for(nginx.url("/"), rate=2000, duration=1.0)
+    part = eng.run(time.monotonic() + 0.05)
+    st = eng._c.state()
+    data = build_result(info, [part]).json
+    assert data["requests"]["ok"] == cfg.times.size == 2000
+    woken = st["woken"] / cfg.times.size  # waits that replies (or connects) ended
+    if defer_ns:
+        assert woken < 0.1, st["woken"]
+    else:
+        assert woken > 0.5, st["woken"]

@@ -83,13 +83,19 @@ enum { EV_DATA = 0, EV_DONE, R_TEXT, R_STATUS, R_EVERR, R_CTYPE, R_TRUNC_PENDING
 #define EV_SOFT (1u << 20)
 #define EV_HARD (4u << 20)
 /* Polling before a due time (spin_for): the wake-ups it learns from, the quantile it takes
- * (the 63rd of 64: one outlier does not count) and the most it polls for. A VM's timed
- * wake-up from an idle vCPU came 25 us late at the median and 130-300 us at P99-P99.9 on
- * the lent H200 host (docs/llm-scale.md); the 61st of 64 and 250 us at most left lateness
- * P99 0.11-0.21 ms at 100-200 streams there, the 63rd and 500 us 0.07-0.08 ms. */
+ * by default (the 63rd of 64: one outlier does not count; run() may ask for another) and
+ * the most it polls for. A VM's timed wake-up from an idle vCPU came 25 us late at the
+ * median and 130-300 us at P99-P99.9 on the lent H200 host (docs/llm-scale.md); the 61st
+ * of 64 and 250 us at most left lateness P99 0.11-0.21 ms at 100-200 streams there, the
+ * 63rd and 500 us 0.07-0.08 ms. */
 #define WAKE_N 64
 #define WAKE_Q 62
 #define SPIN_MAX 500000
+/* Before the first request (the start's lead time) the loop takes practice timed wake-ups
+ * at about the schedule's own gaps, within these bounds, so the first requests already
+ * have a learnt margin (it needs 16 wake-ups to have one). */
+#define PRACTICE_MIN 20000
+#define PRACTICE_MAX 5000000
 
 typedef struct {
     int64_t rid, send, end, nbytes, arrive;
@@ -205,7 +211,9 @@ typedef struct {
     int cap, n_open, n_connecting, *idle, n_idle, *free_slots, n_free;
     int64_t opened, connect_failures, max_open;
     /* run state */
-    int ep, wake_fd;
+    /* ep_wake: an epoll set of the wake-up alone, to sleep to a due time without being
+     * woken by replies (defer_ns) */
+    int ep, wake_fd, ep_wake;
     int64_t start_ns;
     volatile int stopping, ended, running;
     int precise, finished, short_slice;
@@ -217,8 +225,19 @@ typedef struct {
     /* timed wake-ups: how late the last WAKE_N returned (ns, a ring), and the margin the
      * loop polls for before a due time, learnt from them (see spin_for) */
     int64_t wake_late[WAKE_N];
-    int wake_k, wake_seen;
-    int64_t spin_learnt, spin_max_used;
+    int wake_k, wake_seen, wake_q, spin_div;
+    int64_t spin_learnt, spin_max_used, poll_ns, practice_ns;
+    /* A send due within defer_ns: sleep to it without waking for replies, and read them
+     * then (0: never). A reply's time is the kernel's receive stamp (arrive), which a later
+     * read does not move, and a timed wake-up per request is saved (~8 us of CPU here). */
+    int64_t defer_ns;
+    /* the blocking waits of the run, those that returned with events (a reply, a connect),
+     * and the practice wake-ups taken before the first request */
+    int64_t waits, woken, practiced;
+    /* CLOCK_REALTIME minus CLOCK_MONOTONIC (ns), read at the start and at every sweep: a
+     * kernel receive stamp (realtime) becomes this loop's time with no clock read of its
+     * own. NTP slews both clocks alike; only a step of the realtime clock moves it. */
+    int64_t real_off;
     /* TLS: the client context (NULL: plaintext), the name sent and verified, whether it is
      * an IP address (verified against the certificate's IP entries, never sent as SNI) */
     SSL_CTX *tls;
@@ -261,6 +280,21 @@ static int64_t clock_ns(void) {
 }
 
 static inline int64_t now_rel(Loop *L) { return clock_ns() - L->start_ns; }
+
+/* real_off: the realtime clock read between two monotonic readings (their midpoint) */
+static void real_offset(Loop *L) {
+    struct timespec r;
+    int64_t a = clock_ns();
+    clock_gettime(CLOCK_REALTIME, &r);
+    int64_t b = clock_ns();
+    L->real_off = (int64_t)r.tv_sec * 1000000000LL + r.tv_nsec - (a + (b - a) / 2);
+}
+
+/* A receive stamp is at most the end it belongs to (a step of the realtime clock between
+ * two sweeps could put it after) */
+static inline int64_t stamp_end(int64_t arrive, int64_t end) {
+    return arrive != NO_TIME && arrive > end ? end : arrive;
+}
 
 /* Zeroed memory whose pages are all touched now: calloc's fresh pages would be faulted in as
  * the run reaches them, so a schedule too big for memory would fail minutes in, and the
@@ -916,7 +950,8 @@ static void complete(Loop *L, Conn *c, int outcome, int status, const char *reas
     c->served++;
     /* sse: a stream ended by its framing after a finish_reason may be ok (Python decides) */
     int maybe_ok = outcome == OK || (L->sse && L->rtype == R_TRUNC_CLEAN);
-    int64_t at = record_at(L, rid, outcome, status, c->t_send, now_rel(L), c->t_arrive,
+    int64_t end = now_rel(L);
+    int64_t at = record_at(L, rid, outcome, status, c->t_send, end, stamp_end(c->t_arrive, end),
                            c->nbytes, reason);
     if (at >= 0 && maybe_ok && reused) {
         c->sus[c->sus_at] = rid;
@@ -958,7 +993,9 @@ static void fail(Loop *L, Conn *c, int kind, const char *reason) {
     if (c->rid >= 0) {
         int64_t rid = c->rid;
         c->rid = -1;
-        record_at(L, rid, kind, 0, c->t_send, now_rel(L), c->t_arrive, c->nbytes, reason);
+        int64_t end = now_rel(L);
+        record_at(L, rid, kind, 0, c->t_send, end, stamp_end(c->t_arrive, end), c->nbytes,
+                  reason);
     }
     conn_give_back(c, KEEP_BUF);
 }
@@ -1945,17 +1982,15 @@ static void on_bytes(Loop *L, Conn *c, const char *buf, size_t r) {
 }
 
 /* When the kernel received the last bytes recvmsg() returned, on this loop's clock: the
- * stamp is CLOCK_REALTIME (sockets give no other), so it is taken as an age against a
- * realtime reading now, and that age off a monotonic one. NO_TIME without a stamp. */
+ * stamp is CLOCK_REALTIME (sockets give no other), moved onto the monotonic clock by
+ * real_off, so a read costs no clock reading (it took two here: a review counted them).
+ * NO_TIME without a stamp. Never after the record's end (stamp_end). */
 static int64_t arrived(Loop *L, struct msghdr *m) {
     for (struct cmsghdr *cm = CMSG_FIRSTHDR(m); cm; cm = CMSG_NXTHDR(m, cm)) {
         if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_TIMESTAMPNS) continue;
-        struct timespec k, real;
+        struct timespec k;
         memcpy(&k, CMSG_DATA(cm), sizeof k);
-        clock_gettime(CLOCK_REALTIME, &real);
-        int64_t now = now_rel(L);
-        int64_t age = ((int64_t)real.tv_sec - k.tv_sec) * 1000000000LL + (real.tv_nsec - k.tv_nsec);
-        return now - (age > 0 ? age : 0); /* (a clock step can make it negative) */
+        return (int64_t)k.tv_sec * 1000000000LL + k.tv_nsec - L->real_off - L->start_ns;
     }
     return NO_TIME;
 }
@@ -2188,7 +2223,7 @@ static void do_cuts(Loop *L) {
 
 /* A timed wake-up returned ``late`` ns after it was due: keep the last WAKE_N, and every
  * 16th the margin to poll for becomes the same quantile of those kept (from 64 on, the
- * 63rd: an outlier, another task taking the core, does not set it). */
+ * wake_q+1st; the default 63rd: an outlier, another task taking the core, does not set it). */
 static void wake_seen(Loop *L, int64_t late) {
     L->wake_late[L->wake_k] = late > 0 ? late : 0;
     L->wake_k = (L->wake_k + 1) % WAKE_N;
@@ -2200,33 +2235,39 @@ static void wake_seen(Loop *L, int64_t late) {
         for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
             int64_t t = v[j]; v[j] = v[j - 1]; v[j - 1] = t;
         }
-    L->spin_learnt = v[n * (WAKE_Q + 1) / WAKE_N - 1];
+    int at = n * (L->wake_q + 1) / WAKE_N - 1;
+    L->spin_learnt = v[at < 0 ? 0 : at];
 }
 
-/* How long before the next due time to stop sleeping and poll: the learnt margin, at
- * least ``floor``, at most SPIN_MAX and at most an eighth of the gap since the request
- * before (so polling takes at most about an eighth of a core at any rate). */
-static int64_t spin_for(Loop *L, int64_t floor) {
+/* How early to wake before the next due time and poll from there: the learnt margin, at
+ * most SPIN_MAX and at most 1/spin_div of the gap since the request before (so polling
+ * takes at most about that share of a core at any rate). No floor: waking earlier than
+ * the wake-ups need is CPU spent for nothing (poll_ns, the floor this once had, cost
+ * 10 us a request at 30k/s, where an eighth of the gap is 4 us). */
+static int64_t spin_for(Loop *L) {
     int64_t s = L->spin_learnt < SPIN_MAX ? L->spin_learnt : SPIN_MAX;
-    if (L->next_i > 0) {
-        int64_t budget = (L->times[L->next_i] - L->times[L->next_i - 1]) / 8;
+    int64_t i = L->next_i > 0 ? L->next_i : 1; /* (the first: the gap after it) */
+    if (i < L->n && L->spin_div > 0) {
+        int64_t budget = (L->times[i] - L->times[i - 1]) / L->spin_div;
         if (s > budget) s = budget;
     }
-    if (s < floor) s = floor;
-    if (s > L->spin_max_used) L->spin_max_used = s;
+    int64_t most = s > L->poll_ns ? s : L->poll_ns;
+    if (most > L->spin_max_used) L->spin_max_used = most;
     return s;
 }
 
-/* Wait for events until abs time ``until`` (relative ns), or a wake-up. */
-static int wait_events(Loop *L, struct epoll_event *evs, int max, int64_t until) {
+/* Wait for events of epoll set ``ep`` until abs time ``until`` (relative ns), or a wake-up. */
+static int wait_events(Loop *L, int ep, struct epoll_event *evs, int max, int64_t until) {
     int64_t d = until - now_rel(L);
     if (d < 0) d = 0;
     struct timespec ts = {.tv_sec = d / 1000000000LL, .tv_nsec = d % 1000000000LL};
-    int r = epoll_pwait2(L->ep, evs, max, &ts, NULL);
+    int r = epoll_pwait2(ep, evs, max, &ts, NULL);
     if (r < 0 && errno == ENOSYS) {
         L->precise = 0;
-        r = epoll_wait(L->ep, evs, max, (int)((d + 999999) / 1000000));
+        r = epoll_wait(ep, evs, max, (int)((d + 999999) / 1000000));
     }
+    L->waits++;
+    if (r > 0 && !(r == 1 && evs[0].data.u64 == EV_WAKE)) L->woken++;
     if (r == 0 && d > 0) wake_seen(L, now_rel(L) - until);
     return r;
 }
@@ -2302,6 +2343,7 @@ static void Loop_dealloc(Loop *L) {
     if (L->keylog) fclose(L->keylog);
     free(L->tls_name); free(L->pbuf); free(L->conn_ns.v); free(L->hs_ns.v);
     if (L->ep >= 0) close(L->ep);
+    if (L->ep_wake >= 0) close(L->ep_wake);
     if (L->wake_fd >= 0) close(L->wake_fd);
     free(L->conns); free(L->idle); free(L->free_slots); free(L->times); free(L->done);
     free(L->retried); free(L->disp); free(L->q); free(L->req); free(L->delim);
@@ -2428,7 +2470,7 @@ static int Loop_init(Loop *L, PyObject *args, PyObject *kw) {
                                      &ts.verify_flags, &ts.common_name, &ts.pha, &ts.keylog))
         return -1;
     int rc = -1;
-    L->ep = L->wake_fd = -1;
+    L->ep = L->wake_fd = L->ep_wake = -1;
     /* priority inheritance: the recorder thread that takes() runs below the loop thread, and
      * a real-time loop (chrt) must not wait behind it while it is preempted holding mu */
     pthread_mutexattr_t ma;
@@ -2547,16 +2589,21 @@ static int Loop_init(Loop *L, PyObject *args, PyObject *kw) {
     }
     L->n_free = cap;
     L->ep = epoll_create1(EPOLL_CLOEXEC);
+    L->ep_wake = epoll_create1(EPOLL_CLOEXEC);
     L->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (L->ep < 0 || L->wake_fd < 0) {
+    if (L->ep < 0 || L->ep_wake < 0 || L->wake_fd < 0) {
         PyErr_SetFromErrno(PyExc_OSError);
         goto out;
     }
     struct epoll_event ev = {.events = EPOLLIN, .data.u64 = EV_WAKE};
     epoll_ctl(L->ep, EPOLL_CTL_ADD, L->wake_fd, &ev);
+    epoll_ctl(L->ep_wake, EPOLL_CTL_ADD, L->wake_fd, &ev);
     if (tls && tls_context(L, &ts) < 0)
         goto out;
     L->precise = 1;
+    L->wake_q = WAKE_Q;
+    L->spin_div = 8;
+    real_offset(L); /* (prepare's reads; run() takes it again at the start) */
     rc = 0;
     goto out;
 bad_addr:
@@ -2595,7 +2642,7 @@ static PyObject *Loop_prepare(Loop *L, PyObject *args) {
             break;
         }
         pthread_mutex_unlock(&L->mu);
-        int r = wait_events(L, evs, 64, until);
+        int r = wait_events(L, L->ep, evs, 64, until);
         pthread_mutex_lock(&L->mu);
         if (r > 0) {
             for (int k = 0; k < r; k++) {
@@ -2612,12 +2659,32 @@ static PyObject *Loop_prepare(Loop *L, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* run(start_ns, spin_ns): the whole schedule, without the GIL; returns when every request
- * ended, or stop() was called. Call it from a thread of its own; take() meanwhile. */
+/* run(start_ns, poll_ns, slice_ns, wake_q, spin_div, defer_ns): the whole schedule,
+ * without the GIL; returns when every request ended, or stop() was called. Call it from a
+ * thread of its own; take() meanwhile. poll_ns: a due time this close is polled for, never
+ * slept to; wake_q (0-63) and spin_div: the margin spin_for learns and its share of the
+ * gap; defer_ns: see the field. */
 static PyObject *Loop_run(Loop *L, PyObject *args) {
-    long long start_ns, spin_ns = 0, slice_ns = 0;
-    if (!PyArg_ParseTuple(args, "L|LL", &start_ns, &spin_ns, &slice_ns)) return NULL;
+    long long start_ns, poll_ns = 0, slice_ns = 0, defer_ns = 0;
+    int wake_q = WAKE_Q, spin_div = 8;
+    if (!PyArg_ParseTuple(args, "L|LLiiL", &start_ns, &poll_ns, &slice_ns, &wake_q, &spin_div,
+                          &defer_ns))
+        return NULL;
+    if (wake_q < 0 || wake_q >= WAKE_N || spin_div < 0 || poll_ns < 0 || defer_ns < 0) {
+        PyErr_SetString(PyExc_ValueError,
+                        "run: wake_q must be 0-63, spin_div, poll_ns and defer_ns >= 0");
+        return NULL;
+    }
+    L->defer_ns = defer_ns;
     L->slice_ns = slice_ns;
+    L->poll_ns = poll_ns;
+    L->wake_q = wake_q;
+    L->spin_div = spin_div;
+    if (L->n > 1) { /* practice at the mean gap of the first 64 */
+        int64_t k = L->n - 1 < 64 ? L->n - 1 : 64;
+        int64_t g = (L->times[k] - L->times[0]) / k;
+        L->practice_ns = g < PRACTICE_MIN ? PRACTICE_MIN : g > PRACTICE_MAX ? PRACTICE_MAX : g;
+    } else L->practice_ns = PRACTICE_MAX;
     struct epoll_event evs[256];
     Py_BEGIN_ALLOW_THREADS
     /* this thread only: a timer wakes when asked, not up to 50 us later (timer slack) */
@@ -2626,6 +2693,7 @@ static PyObject *Loop_run(Loop *L, PyObject *args) {
     if (L->slice_ns > 0) L->short_slice = short_slice((uint64_t)L->slice_ns) == 0;
     pthread_mutex_lock(&L->mu);
     L->start_ns = start_ns;
+    real_offset(L);
     L->running = 1;
     /* time-out sweep period: engine._sweep's min(10 ms, timeout / 10) */
     int64_t sweep_every = L->timeout_ns / 10 < 10000000 ? L->timeout_ns / 10 : 10000000;
@@ -2637,7 +2705,12 @@ static PyObject *Loop_run(Loop *L, PyObject *args) {
         dispatch(L);
         int64_t now = now_rel(L);
         if (now >= next_sweep) {
+            if (L->defer_ns > 0) { /* replies left to wait are read before any times out */
+                int r = epoll_wait(L->ep, evs, 256, 0);
+                if (r > 0) handle(L, evs, r);
+            }
             sweep(L);
+            real_offset(L);
             next_sweep = now + sweep_every;
         }
         if (L->finished || L->stopping) break;
@@ -2645,7 +2718,15 @@ static PyObject *Loop_run(Loop *L, PyObject *args) {
         int have_due = !L->ended && L->next_i < L->n;
         if (have_due && L->times[L->next_i] <= until) until = L->times[L->next_i];
         else have_due = 0; /* the sweep comes first: sleep to it, no polling */
-        int64_t spin = have_due ? spin_for(L, spin_ns) : 0;
+        if (!L->ended && L->next_i == 0 && L->n > 0 && L->wake_seen < WAKE_N &&
+            L->times[0] - now > L->practice_ns + SPIN_MAX && now + L->practice_ns < until) {
+            /* the lead before the first request: a practice wake-up to learn from */
+            until = now + L->practice_ns;
+            have_due = 0;
+            L->practiced++;
+        }
+        int64_t spin = have_due ? spin_for(L) : 0;
+        int64_t poll = spin > L->poll_ns ? spin : L->poll_ns;
         if (L->sse && ev_bytes(L) >= EV_HARD) {
             /* the backlog is full: sleep (sends still go when due) until it is taken */
             int64_t t_pause = now_rel(L);
@@ -2666,11 +2747,16 @@ static PyObject *Loop_run(Loop *L, PyObject *args) {
         L->pausing = 0;
         pthread_mutex_unlock(&L->mu);
         int r;
-        if (have_due && until - now_rel(L) <= spin) {
+        if (have_due && until - now_rel(L) <= poll) {
             /* the last microseconds: poll instead of sleeping, never past the due time */
             do r = epoll_wait(L->ep, evs, 256, 0);
             while (r == 0 && now_rel(L) < until);
-        } else r = wait_events(L, evs, 256, until - spin);
+        } else if (have_due && L->defer_ns > 0 && !L->q_len && !L->n_connecting &&
+                   until - now_rel(L) <= L->defer_ns) {
+            /* (never while a request waits for a connection or one is being opened: a
+             * reply or a connect read late would hold it up) */
+            r = wait_events(L, L->ep_wake, evs, 256, until - spin); /* replies wait */
+        } else r = wait_events(L, L->ep, evs, 256, until - spin);
         pthread_mutex_lock(&L->mu);
         if (r > 0) handle(L, evs, r);
     }
@@ -2808,7 +2894,7 @@ static PyObject *Loop_cut(Loop *L, PyObject *args) {
 static PyObject *Loop_state(Loop *L, PyObject *unused) {
     size_t nn = (size_t)L->n;
     return Py_BuildValue(
-        "{sLsLsLsLsLsLsLsisisy#sy#sisisisisLsLsy#sy#sL}", "next_i", (long long)L->next_i, "n_done",
+        "{sLsLsLsLsLsLsLsisisy#sy#sisisisisLsLsy#sy#sLsLsLsL}", "next_i", (long long)L->next_i, "n_done",
         (long long)L->n_done, "n_sent", (long long)L->n_sent, "opened", (long long)L->opened,
         "connect_failures", (long long)L->connect_failures, "max_open", (long long)L->max_open,
         "disp_taken", (long long)L->disp_taken, "n_open", L->n_open, "queued_now", (int)L->q_len,
@@ -2817,7 +2903,8 @@ static PyObject *Loop_state(Loop *L, PyObject *unused) {
         (int)L->stopping, "short_slice", L->short_slice, "pauses", (long long)L->pauses,
         "paused_ns", (long long)L->paused_ns, "connect_ns", (const char *)L->conn_ns.v,
         (Py_ssize_t)(L->conn_ns.n * 8), "handshake_ns", (const char *)L->hs_ns.v,
-        (Py_ssize_t)(L->hs_ns.n * 8), "spin_ns", (long long)L->spin_max_used);
+        (Py_ssize_t)(L->hs_ns.n * 8), "spin_ns", (long long)L->spin_max_used, "waits",
+        (long long)L->waits, "woken", (long long)L->woken, "practiced", (long long)L->practiced);
 }
 
 /* frame(kind, chunks, head, eof, max_header, max_line, max_body, delimiter,
@@ -2844,7 +2931,7 @@ static PyObject *fl_frame(PyObject *self, PyObject *args, PyObject *kw) {
     Loop *L = calloc(1, sizeof(Loop));
     PyObject *res = NULL;
     if (!L) { Py_DECREF(seq); return PyErr_NoMemory(); }
-    L->ep = L->wake_fd = -1;
+    L->ep = L->wake_fd = L->ep_wake = -1;
     L->tcp = !strcmp(kind, "tcp");
     L->sse = !strcmp(kind, "openai");
     L->max_event = max_event;

@@ -121,12 +121,17 @@ def _unavailable(scheme: str) -> str | None:
         return UNAVAILABLE
     return TLS_UNAVAILABLE if scheme in tls_schemes() else None
 NO_TIME = np.iinfo(np.int64).min  # a record's send time when it never reached the wire
-# Poll instead of sleeping for the last microseconds before a due time: a timed wake-up
-# from epoll took ~20 µs on our VMs (lateness P50 20 µs with no spin, 12 µs with 5 µs,
-# 0.2 µs with 20 µs, at 10k/s). 10 µs is the floor; the loop polls longer when its own
-# wake-ups come later than that (spin_for in fastloop.c: up to 500 µs, and never more
-# than an eighth of the time between two requests).
-SPIN_NS = 10_000
+# A due time this close is polled for, never slept to: a timed wake-up costs ~8-14 µs of
+# CPU on our VMs and comes ~7-20 µs late. How early the loop wakes before a due time to
+# poll from there is learnt from its own wake-ups (spin_for in fastloop.c): the
+# (WAKE_Q+1)th latest of the last 64, at most 500 µs and at most 1/SPIN_DIV of the time
+# between two requests.
+POLL_NS = 10_000
+WAKE_Q = 62
+SPIN_DIV = 8
+# A send due this soon: sleep to it without waking for replies, and read them then (their
+# time is the kernel's receive stamp either way). 0: every reply wakes the loop.
+DEFER_NS = 0
 # The loop thread's scheduler slice (see short_slice in fastloop.c): a due request waits
 # at most about this long for a core it shares with other work.
 SLICE_NS = 100_000
@@ -304,6 +309,15 @@ class FastEngine:
     def prepare(self) -> None:
         """Open the initial connections (failures are counted, not fatal)."""
         self._c.prepare(min(self.cfg.connections, self.cfg.max_connections))
+        self._warm()
+
+    def _warm(self) -> None:
+        """Record nothing once, before the start: the first record's one-off work (numpy
+        imports numpy.ma at the first np.unique, ~30 ms) then happens before the run, not in
+        its first measured second on the loop's core (with ``--warmup 0`` it is measured)."""
+        i, f = np.zeros(0, dtype=np.int64), np.zeros(0)
+        self.rec.record(i, f, f, i, i, i, f, i, i, final=True,
+                        toks=[] if self._streams is not None else None, arrive=f)
 
     def run(self, start: float) -> WorkerResult:
         """Run the schedule from monotonic time ``start``; return when every request ended
@@ -354,7 +368,7 @@ class FastEngine:
 
     def _loop(self, start_ns: int) -> None:
         try:
-            self._c.run(start_ns, SPIN_NS, SLICE_NS)
+            self._c.run(start_ns, POLL_NS, SLICE_NS, WAKE_Q, SPIN_DIV, DEFER_NS)
         except BaseException as exc:  # re-raised in the calling thread
             self._error = exc
 
