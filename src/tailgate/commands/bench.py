@@ -191,8 +191,9 @@ def add_load_options(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..bench.fleet import wanted
     from ..bench.result import summary_text
-    from ..bench.runner import Hooks, save
+    from ..bench.runner import Hooks
     from ..bench.runner import run as run_spec
+    from ..report.bench_outputs import save
     from .bench_fleet import run_fleet
 
     if wanted(args):  # --ray / --scenario: many generators, one report
@@ -253,13 +254,30 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _sweep(args: argparse.Namespace) -> int:
+    import json
+
     from ..bench.units import parse_rate
-    from ..plan.sweep import SweepError, run_sweep
+    from ..plan.sweep import Point, SweepError, run_sweep
+    from ..report.sweep_render import html, progress_line, summary
 
     check_writable(args.json, args.sweep_html)
     if args.rate is None:
         args.rate = "1"  # checked per run; the sweep sets it
+
+    def on_point(rate: float, p: Point) -> None:
+        if not getattr(args, "quiet", False):
+            print(progress_line(rate, p), file=sys.stderr, flush=True)
+
     try:
-        return run_sweep(args, parse_rate, write_output)
+        sweep = run_sweep(args, parse_rate, on_point)
     except SweepError as exc:
         raise UsageError(str(exc)) from None
+    text = summary(list(sweep.points), sweep.top, sweep.knee, sweep.has_slo, sweep.knee_reason)
+    if args.json:
+        write_output(args.json, json.dumps(sweep.to_json(), indent=2) + "\n")
+    if args.sweep_html:
+        write_output(args.sweep_html, html(args.target, list(sweep.points), sweep.top,
+                                           sweep.knee))
+    if args.json != "-":
+        print(text)
+    return 0 if sweep.passed else 1
