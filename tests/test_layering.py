@@ -1,10 +1,10 @@
 """The layering (issue 44): import-linter's contracts in pyproject.toml ([tool.importlinter])
 hold over grimp's graph of every import in the package, function-local ones included: the
-commands are on top, no package's modules import each other in a cycle, llm/ is below bench/,
-sources/ is above probes/ and llm/, only the commands and the exporter import report/, which is
-above campaign/, diagnose/ and plan/, above compare, above bench/, above fleet/; no import is
-let through by an ignore_imports list; and no two of tailgate's top-level packages import each
-other, directly or round a loop."""
+commands are on top; neither tailgate's packages nor any package's modules import each other
+in a cycle; llm/ is below bench/; sources/ is above probes/ and llm/; only the commands and
+the exporter import report/, which is above campaign/, diagnose/ and plan/, above compare,
+above bench/, above fleet/; and no import is let through by an ignore_imports list. The
+cycles between top-level packages are also listed by a measurement of their own."""
 
 from __future__ import annotations
 
@@ -42,9 +42,9 @@ def top_level_cycles() -> tuple[list[tuple[str, ...]], dict[tuple[str, str], lis
     """The import cycles between tailgate's top-level packages and modules (``tailgate.bench``,
     ``tailgate.llm``, ``tailgate.verdict``, ...), each as its sorted members: the strongly
     connected components of grimp's graph folded onto the first level, function-local imports
-    included. The acyclic_siblings contract covers the modules inside each package, not the
-    packages of tailgate itself against each other. Also returns, per arrow between two
-    members of a cycle, the module imports that draw it."""
+    included: what the acyclic_siblings contract on ``tailgate`` forbids, listed so that a
+    run shows the cycles (``pytest -s``). Also returns, per arrow between two members of a
+    cycle, the module imports that draw it."""
     import grimp
 
     graph = grimp.build_graph("tailgate", cache_dir=None)
