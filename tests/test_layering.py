@@ -94,3 +94,39 @@ def test_no_cycle_between_top_level_packages():
     shown += [f"  {line}" for arrow in sorted(within) for line in within[arrow]]
     print("\n".join(shown))
     assert cycles == [], "\n".join(shown)
+
+
+def module_cycles() -> list[list[str]]:
+    """Every import cycle between single modules (grimp's graph, function-local imports
+    included), found by a depth-first search: each as the loop it closes."""
+    import grimp
+
+    graph = grimp.build_graph("tailgate", cache_dir=None)
+    arrows = {m: sorted(graph.find_modules_directly_imported_by(m)) for m in graph.modules}
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    cycles: list[list[str]] = []
+    for root in sorted(arrows):
+        if root in state:
+            continue
+        path, todo = [root], [iter(arrows[root])]
+        state[root] = 1
+        while todo:
+            nxt = next(todo[-1], None)
+            if nxt is None:
+                state[path.pop()] = 2
+                todo.pop()
+            elif state.get(nxt) == 1:
+                cycles.append([*path[path.index(nxt):], nxt])
+            elif nxt not in state:
+                state[nxt] = 1
+                path.append(nxt)
+                todo.append(iter(arrows[nxt]))
+    return cycles
+
+
+def test_no_module_imports_itself_round_a_loop():
+    """Not even a package's __init__ and its own modules (which the contracts leave out): so
+    no function-local import is there to hide a cycle, and any of them could move to the top
+    of its module without one."""
+    cycles = module_cycles()
+    assert cycles == [], "\n".join(" -> ".join(c) for c in cycles)
