@@ -14,7 +14,7 @@ import sys
 from ..bench.spec import spec_of
 from ..bench.units import parse_percentiles
 from ..errors import UsageError
-from ..outputs import check_writable, write_output
+from ..outputs import check_writable
 from ..slo import no_success
 
 
@@ -254,11 +254,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    import json
-
     from ..bench.units import parse_rate
     from ..plan.sweep import Point, SweepError, run_sweep
-    from ..report.sweep_render import html, progress_line, summary
+    from ..report.sweep_render import progress_line, save, text
 
     check_writable(args.json, args.sweep_html)
     if args.rate is None:
@@ -272,12 +270,7 @@ def _sweep(args: argparse.Namespace) -> int:
         sweep = run_sweep(args, parse_rate, on_point)
     except SweepError as exc:
         raise UsageError(str(exc)) from None
-    text = summary(list(sweep.points), sweep.top, sweep.knee, sweep.has_slo, sweep.knee_reason)
-    if args.json:
-        write_output(args.json, json.dumps(sweep.to_json(), indent=2) + "\n")
-    if args.sweep_html:
-        write_output(args.sweep_html, html(args.target, list(sweep.points), sweep.top,
-                                           sweep.knee))
+    save(sweep, args.json, args.sweep_html)
     if args.json != "-":
-        print(text)
+        print(text(sweep))
     return 0 if sweep.passed else 1

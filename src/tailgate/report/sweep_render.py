@@ -3,9 +3,11 @@ an HTML page of its latency-throughput curve."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
-from ..plan.sweep import Point
+from ..outputs import write_output
+from ..plan.sweep import Point, Sweep
 from .plan_plot import line_chart_html
 
 
@@ -60,3 +62,16 @@ def progress_line(rate: float, p: Point) -> str:
     """One rate measured, as the sweep goes (standard error)."""
     return (f"  rate {rate:>12,.1f}/s  achieved {p.achieved:>12,.1f}/s  p99 "
             f"{_ms(p.p99_ms)}  {'holds' if p.holds else 'fails'}")
+
+
+def text(sweep: Sweep) -> str:
+    """The finished sweep's table and verdict lines."""
+    return summary(list(sweep.points), sweep.top, sweep.knee, sweep.has_slo, sweep.knee_reason)
+
+
+def save(sweep: Sweep, json_path: str | None = None, html_path: str | None = None) -> None:
+    """Write the sweep's JSON document and its HTML curve where asked (``-``: stdout)."""
+    if json_path:
+        write_output(json_path, json.dumps(sweep.to_json(), indent=2) + "\n")
+    if html_path:
+        write_output(html_path, html(sweep.target, list(sweep.points), sweep.top, sweep.knee))
