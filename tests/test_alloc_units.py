@@ -15,9 +15,9 @@ import pytest
 
 from tailgate.judge import checks, run_check
 from tailgate.model import Fact, ParseError, Snapshot, SourceError
+from tailgate.probes import allocators as al
 from tailgate.probes import analyze, malloc_program
 from tailgate.probes.output import parse_output
-from tailgate.sources import allocators as al
 
 FIX = Path(__file__).parent / "fixtures" / "probes"
 LIBDIR = Path("/usr/lib/x86_64-linux-gnu")
@@ -285,7 +285,7 @@ def test_a_truncated_elf_file_is_a_source_error_never_a_crash(tmp_path, cut):
 def test_symbolizer_names_this_process_and_refuses_other_addresses():
     import ctypes
 
-    from tailgate.sources.symbols import Symbolizer, name_addresses
+    from tailgate.probes.symbols import Symbolizer, name_addresses
 
     libc = ctypes.CDLL("libc.so.6")
     addr = ctypes.cast(libc.malloc, ctypes.c_void_p).value
@@ -298,7 +298,7 @@ def test_symbolizer_names_this_process_and_refuses_other_addresses():
 
 
 def test_cxx_names_are_demangled_like_cxxfilt():
-    from tailgate.sources.symbols import demangle
+    from tailgate.probes.symbols import demangle
 
     assert demangle("_ZL20handle_request_alloci") == "handle_request_alloc(int)"
     assert demangle("_Znwm") == "operator new(unsigned long)"

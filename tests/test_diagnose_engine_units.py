@@ -15,13 +15,13 @@ import pytest
 from tailgate.bench.recording import _token_columns
 from tailgate.bench.result import merge_logs, read_log
 from tailgate.diagnose.engine import MAX_SKEW_NS, Requests, analyse, place
-from tailgate.llm.openai import parse_chunk
-from tailgate.model import ParseError
-from tailgate.sources.engine_records import (
+from tailgate.llm.engine_records import (
     EngineTimings,
     parse_llamacpp_timings,
     parse_tgi_headers,
 )
+from tailgate.llm.openai import parse_chunk
+from tailgate.model import ParseError
 
 FIX = Path(__file__).parent / "fixtures" / "engine"
 

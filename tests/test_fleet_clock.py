@@ -9,10 +9,11 @@ from pathlib import Path
 from tailgate.baseline import default_baseline
 from tailgate.fleet.clock import clock_skew
 from tailgate.fleet.cluster import Node
-from tailgate.fleet.inspect import HostReport, fleet_text, fleet_view
+from tailgate.fleet.inspect import HostReport, fleet_view
 from tailgate.judge import checks, run_check
 from tailgate.model import Fact, Snapshot
-from tailgate.report.safe import strict_json
+from tailgate.report.fleet_render import fleet_text
+from tailgate.safe import strict_json
 from tailgate.sources.ethtool import parse_timestamping
 from tailgate.sources.ptp import parse_pmc, time_status
 from tailgate.verdict import build_report

@@ -6,9 +6,10 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 from tailgate.fleet.cluster import Node
-from tailgate.fleet.inspect import HostReport, fleet_junit, fleet_text, fleet_view
+from tailgate.fleet.inspect import HostReport, fleet_view
 from tailgate.model import Finding, Report
 from tailgate.report.fleet_html import render_fleet_html
+from tailgate.report.fleet_render import fleet_junit, fleet_text
 from tailgate.verdict import verdict
 
 

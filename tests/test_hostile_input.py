@@ -434,7 +434,7 @@ def test_a_cpu_max_symlink_loop_is_not_no_quota(tmp_path):
 
 
 def test_strict_json_has_no_nan_literals():
-    from tailgate.report.safe import strict_json
+    from tailgate.safe import strict_json
 
     text = strict_json({"a": float("nan"), "b": [float("inf"), -float("inf")], "c": 1.5})
     assert json.loads(text, parse_constant=lambda c: pytest.fail(c)) == {

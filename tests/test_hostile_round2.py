@@ -90,7 +90,7 @@ DUPLICATES = {
 def _two_samples(root: Path, path: Path, broken, tmp_path: Path) -> Path:
     from tailgate.collect import Scope, collect
     from tailgate.host import Host
-    from tailgate.report.safe import strict_json
+    from tailgate.safe import strict_json
 
     scope = Scope(pids=(PID,), cgroup="/sys/fs/cgroup/svc")
     saved = path.read_text()
@@ -243,7 +243,7 @@ def test_a_pid_reused_during_the_interval_is_not_the_same_process(tmp_path):
     later, with smaller counters. Its deltas would be negative: they are not taken."""
     from tailgate.collect import Scope, collect
     from tailgate.host import Host
-    from tailgate.report.safe import strict_json
+    from tailgate.safe import strict_json
 
     root = build_root(tmp_path / "root")
     stat = root / f"proc/{PID}/stat"

@@ -12,6 +12,7 @@ import threading
 import pytest
 
 from tailgate.plan import sweep
+from tailgate.report import sweep_render
 
 SERVICE_S = 0.010  # capacity: 100 requests/s
 
@@ -177,7 +178,7 @@ def test_a_knee_is_reported_only_where_the_curve_saturated():
     assert sweep.knee(flat) is not None
     k, why = sweep.knee_of(flat)
     assert k is None and why.startswith("no knee: nothing saturated up to 1,600.0/s")
-    text = sweep.summary(flat, None, k, False, why)
+    text = sweep_render.summary(flat, None, k, False, why)
     assert "\nknee:" not in text and text.endswith(why)
     # the bend with a rate beyond it that was not sustained: a knee, with its evidence
     bend = [P(r, a, p) for r, a, p in ((100, 100, 1.0), (200, 200, 1.1), (400, 400, 1.3),

@@ -28,7 +28,7 @@ from support.inspect import gate_code
 from tailgate.cli import main
 from tailgate.collect import Scope, collect, collectors
 from tailgate.host import Host
-from tailgate.report.safe import strict_json
+from tailgate.safe import strict_json
 from tailgate.schema import index_refusals, refusal, schema_for
 
 SCOPE = Scope(pids=(PID,), cgroup="/sys/fs/cgroup/svc")

@@ -23,7 +23,7 @@ from .errors import EXIT_BUG, EXIT_INTERRUPTED, EXIT_USAGE, TailgateError
 
 
 def one_line(text: str, limit: int = 400) -> str:
-    from .report.safe import one_line as _one_line
+    from .safe import one_line as _one_line
 
     return _one_line(text, limit)
 

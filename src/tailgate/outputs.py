@@ -1,5 +1,5 @@
 """Where results go: a path, or standard output for ``-``. Used by the commands and by the
-library calls that save results (bench.runner.save), so it sits below both.
+renderers that save results (report.bench_outputs.save), so it sits below both.
 
 Every error here is a :class:`~tailgate.errors.UsageError` (exit status 2)."""
 

@@ -186,8 +186,8 @@ def pipeline(root: Path):
     from tailgate.report.html import render_html
     from tailgate.report.json_report import render_json
     from tailgate.report.junit import render_junit
-    from tailgate.report.safe import strict_json
     from tailgate.report.terminal import print_report
+    from tailgate.safe import strict_json
     from tailgate.verdict import build_report
 
     scope = Scope(pids=(PID,), cgroup="/sys/fs/cgroup/svc")

@@ -10,7 +10,8 @@ The library call (:mod:`.spec`, :mod:`.runner`)::
     print(result.json["latency_ms"]["p99"], result.passed)
 
 * :mod:`.spec`     — :class:`.spec.BenchOptions` (as given) checked into a :class:`.spec.BenchSpec`.
-* :mod:`.runner`   — ``run(spec) -> BenchResult`` on this host; ``save`` writes its outputs.
+* :mod:`.runner`   — ``run(spec) -> BenchResult`` on this host (``tailgate.report.bench_outputs.save``
+  writes its outputs).
 * :mod:`.protocols` — the protocol registry: each protocol module registers its schemes,
   options, error kinds, target builder and connection.
 * :mod:`.units`    — parse "10s", "500ms", "20k", escaped byte strings (pure).

@@ -27,7 +27,7 @@ LLM_LOG_HEADER = (LOG_HEADER[:-1] + ",first_chunk_s,first_token_s,last_token_s,d
                   "engine_prompt_n,engine_cache_n,engine_prompt_ms,engine_predicted_n,"
                   "engine_predicted_ms\n")
 # gap_from_s/gap_to_s: the request's longest gap between content chunks. engine_*: the
-# engine's own record of the request (llama-server's timings; sources/engine_records.py),
+# engine's own record of the request (llama-server's timings; llm/engine_records.py),
 # engine_state "ok", "bad" (the object was there but not readable) or "" (none sent).
 ENGINE_COLUMNS = ("engine_prompt_n", "engine_cache_n", "engine_prompt_ms",
                   "engine_predicted_n", "engine_predicted_ms")

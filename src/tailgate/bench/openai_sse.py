@@ -29,9 +29,9 @@ import math
 from array import array
 from typing import Any
 
+from ..llm.engine_records import EngineTimings
 from ..llm.openai import Chunk, ChunkError, chunk_tokens, parse_chunk
 from ..llm.sse import SSEError, SSEParser, SSETooLarge
-from ..sources.engine_records import EngineTimings
 from .conn import Connection, Sink, monotonic
 from .http1 import Data, End, FramingError, Head, Limits, ResponseReader, Unsolicited
 from .outcome import (

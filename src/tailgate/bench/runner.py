@@ -4,7 +4,8 @@ The library call every local path makes (the ``bench`` command, ``diagnose``, ``
 plan the workers, run them (stopping early when ``--confidence`` is reached), merge
 exactly, add the chosen percentiles, judge the SLOs (:func:`.slo.evaluate`, the one
 meaning of an SLO) and merge the per-request log. It prints nothing; the live display
-is the caller's (:class:`Hooks`), and :func:`save` writes the other outputs.
+is the caller's (:class:`Hooks`), and :func:`tailgate.report.bench_outputs.save` writes
+the other outputs.
 """
 
 from __future__ import annotations
@@ -116,24 +117,3 @@ def judge(spec: BenchSpec, result: BenchResult) -> BenchResult:
     result.json["slo"] = evaluate(list(spec.slos), result.json)
     return result
 
-
-def save(result: BenchResult, json_path: str | None = None, html_path: str | None = None,
-         hdr_path: str | None = None) -> None:
-    """Write the result's JSON, HTML page and HdrHistogram log where asked (``-``: stdout)."""
-    import json
-
-    from ..outputs import write_output as write
-    from .result import write_hdr
-
-    if json_path:
-        write(json_path, json.dumps(result.json, indent=2) + "\n")
-    if html_path:
-        from ..report.bench_html import bench_page
-
-        write(html_path, bench_page(result.json))
-    if hdr_path:
-        try:
-            with open(hdr_path, "w", encoding="ascii") as f:
-                write_hdr(f, result, result.start_epoch_s)
-        except OSError as exc:
-            raise UsageError(f"cannot write {hdr_path}: {exc.strerror or exc}") from exc

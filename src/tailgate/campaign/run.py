@@ -35,6 +35,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from ..safe import one_line
 from .spec import Campaign, Load
 
 SCHEMA = 1
@@ -163,8 +164,6 @@ def digest(path: str) -> str:
 
 
 def _last_line(text: str) -> str:
-    from ..report.safe import one_line
-
     lines = [ln for ln in text.strip().splitlines() if ln.strip()]
     return one_line(lines[-1], 300) if lines else ""
 

@@ -217,7 +217,7 @@ def _site(r: dict[str, Any]) -> str | None:
 @check("l3.alloc.hot_path")
 def alloc_hot_path(snap: Snapshot, p: dict) -> list[Result]:
     """Calls are counted at the entry points of the allocators found in the process
-    (tailgate.sources.allocators). Zero calls pass only when every allocator it maps
+    (tailgate.probes.allocators). Zero calls pass only when every allocator it maps
     was probed: one that could not be (stripped, unrecognised, unreadable) or a
     summary that does not say what was watched leaves the finding unknown."""
     limit = float(p.get("limit", 0.0))

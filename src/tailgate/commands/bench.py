@@ -14,7 +14,7 @@ import sys
 from ..bench.spec import spec_of
 from ..bench.units import parse_percentiles
 from ..errors import UsageError
-from ..outputs import check_writable, write_output
+from ..outputs import check_writable
 from ..slo import no_success
 
 
@@ -191,8 +191,9 @@ def add_load_options(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..bench.fleet import wanted
     from ..bench.result import summary_text
-    from ..bench.runner import Hooks, save
+    from ..bench.runner import Hooks
     from ..bench.runner import run as run_spec
+    from ..report.bench_outputs import save
     from .bench_fleet import run_fleet
 
     if wanted(args):  # --ray / --scenario: many generators, one report
@@ -254,12 +255,22 @@ def run(args: argparse.Namespace) -> int:
 
 def _sweep(args: argparse.Namespace) -> int:
     from ..bench.units import parse_rate
-    from ..plan.sweep import SweepError, run_sweep
+    from ..plan.sweep import Point, SweepError, run_sweep
+    from ..report.sweep_render import progress_line, save, text
 
     check_writable(args.json, args.sweep_html)
     if args.rate is None:
         args.rate = "1"  # checked per run; the sweep sets it
+
+    def on_point(rate: float, p: Point) -> None:
+        if not getattr(args, "quiet", False):
+            print(progress_line(rate, p), file=sys.stderr, flush=True)
+
     try:
-        return run_sweep(args, parse_rate, write_output)
+        sweep = run_sweep(args, parse_rate, on_point)
     except SweepError as exc:
         raise UsageError(str(exc)) from None
+    save(sweep, args.json, args.sweep_html)
+    if args.json != "-":
+        print(text(sweep))
+    return 0 if sweep.passed else 1

@@ -160,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
     check_writable(args.save, args.json, args.junit, args.html)
     snap = snapshot_for(args)
     if args.save:
-        from ..report.safe import strict_json
+        from ..safe import strict_json
 
         write_output(args.save, strict_json(snap.to_json(), indent=1, sort_keys=True) + "\n")
 

@@ -34,11 +34,10 @@ def run_fleet(args: argparse.Namespace) -> int:
         HostReport,
         collect_fleet,
         deadline_for,
-        fleet_junit,
-        fleet_text,
         fleet_view,
     )
     from ..model import Snapshot
+    from ..report.fleet_render import fleet_junit, fleet_text
     from ..verdict import exit_status, judged_report, log_errors
 
     for name in HOST_ONLY:
@@ -87,7 +86,7 @@ def run_fleet(args: argparse.Namespace) -> int:
         hosts.append(HostReport(ns.node, report))
     view = fleet_view(hosts, probes)
     if args.json:
-        from ..report.safe import strict_json
+        from ..safe import strict_json
 
         write_output(args.json, strict_json(view, indent=1) + "\n")
     if args.junit:

@@ -1,7 +1,7 @@
 """The engine's phases of each request on tailgate's clock, and what they say of the tail
 (pure: arrays in, phases, causes and bands out).
 
-The engine's record of a request (:mod:`tailgate.sources.engine_records`; llama-server's
+The engine's record of a request (:mod:`tailgate.llm.engine_records`; llama-server's
 ``timings``) gives durations on its own clock: the prefill (``prompt_ms``, over
 ``prompt_n`` computed and ``cache_n`` cached prompt tokens) and the decode after the first
 token (``predicted_ms``). They are placed on tailgate's clock by the instant ``E`` at which

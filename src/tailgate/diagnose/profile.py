@@ -35,6 +35,7 @@ import numpy as np
 
 from ..model import ParseError, SourceError
 from ..probes.output import BpftraceOutput, int_key, split_key
+from ..probes.symbols import Symbolizer, demangle
 from .accounting import WAITS, syscall_class
 from .attribution import merge_spans, overlap_ns, subtract_spans
 
@@ -169,8 +170,6 @@ def name_frames(s: Samples, proc: str = "/proc") -> int:
     """Name the user frames bpftrace left as addresses (their thread had exited when it
     printed) from their process's maps and ELF symbols, while it still runs; returns how many
     were named."""
-    from ..sources.symbols import Symbolizer, demangle
-
     wanted: dict[int, set[int]] = defaultdict(set)
     for tid, *_, u in [*s.on, *s.off]:
         for f in u:

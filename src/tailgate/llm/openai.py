@@ -24,7 +24,7 @@ import msgspec
 
 from ..errors import ProtocolError
 from ..model import ParseError
-from ..sources.engine_records import EngineTimings, parse_llamacpp_timings
+from .engine_records import EngineTimings, parse_llamacpp_timings
 
 Api = Literal["completions", "chat"]
 PATHS = {"completions": "/completions", "chat": "/chat/completions"}

@@ -24,9 +24,7 @@ Kneedle reads its noise.
 
 from __future__ import annotations
 
-import json
 import math
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -197,9 +195,39 @@ def knee(points: Sequence[Point]) -> Point | None:
     return pts[i] if diffs[i] > 0 else None
 
 
+@dataclass(frozen=True)
+class Sweep:
+    """A finished sweep: its points in the order run, the highest rate that held (with an
+    SLO), and the knee (or why there is none)."""
+
+    target: str
+    slo: tuple[str, ...]
+    points: tuple[Point, ...]
+    top: Point | None
+    knee: Point | None
+    knee_reason: str
+
+    @property
+    def has_slo(self) -> bool:
+        return bool(self.slo)
+
+    @property
+    def passed(self) -> bool:
+        """Exit status 0: some rate met every SLO (or there was none to meet)."""
+        return self.top is not None or not self.has_slo
+
+    def to_json(self) -> dict[str, Any]:
+        return {"tailgate_sweep": 1, "target": self.target, "slo": list(self.slo),
+                "points": [p.to_json() for p in self.points],
+                "max_rate_meeting_slo": self.top.to_json() if self.top else None,
+                "knee": self.knee.to_json() if self.knee else None,
+                "knee_reason": self.knee_reason}
+
+
 def run_sweep(args: Any, parse_rate: Callable[[str], float],
-              write_output: Callable[[str, str], None]) -> int:
-    """The --sweep driver: one bench spec per offered rate, each run by the library call."""
+              on_point: Callable[[float, Point], None] | None = None) -> Sweep:
+    """The --sweep driver: one bench spec per offered rate, each run by the library call;
+    ``on_point`` sees each rate's point as it is measured (the command's progress lines)."""
     from ..bench.runner import run
     from ..bench.spec import BenchOptions, build
 
@@ -215,10 +243,8 @@ def run_sweep(args: Any, parse_rate: Callable[[str], float],
         if result.stopped:
             return None
         p = point_from_result(rate, result.json)
-        if not getattr(args, "quiet", False):
-            print(f"  rate {rate:>12,.1f}/s  achieved {p.achieved:>12,.1f}/s  p99 "
-                  f"{_ms(p.p99_ms)}  {'holds' if p.holds else 'fails'}", file=sys.stderr,
-                  flush=True)
+        if on_point is not None:
+            on_point(rate, p)
         return p
 
     if has_slo:
@@ -228,64 +254,4 @@ def run_sweep(args: Any, parse_rate: Callable[[str], float],
                   if p is not None]
     top = best(points) if has_slo else None
     k, knee_why = knee_of(points)
-    data = {"tailgate_sweep": 1, "target": args.target, "slo": list(args.slo),
-            "points": [p.to_json() for p in points],
-            "max_rate_meeting_slo": top.to_json() if top else None,
-            "knee": k.to_json() if k else None, "knee_reason": knee_why}
-    text = summary(points, top, k, has_slo, knee_why)
-    if args.json:
-        write_output(args.json, json.dumps(data, indent=2) + "\n")
-    if args.sweep_html:
-        write_output(args.sweep_html, html(args.target, points, top, k))
-    if args.json != "-":
-        print(text)
-    return 0 if (top is not None or not has_slo) else 1
-
-
-def _ms(v: float | None) -> str:
-    return f"{v:>10.3f}" if v is not None else f"{'-':>10}"
-
-
-def summary(points: Sequence[Point], top: Point | None, k: Point | None, has_slo: bool,
-            knee_why: str = "") -> str:
-    llm = any(p.output_tokens_per_s is not None for p in points)
-    head = (f"{'offered/s':>12}{'achieved/s':>12}{'p50 ms':>10}{'p99 ms':>10}{'p999 ms':>10}"
-            + (f"{'out tok/s':>11}{'goodput/s':>11}" if llm else "") + "  result")
-    lines = [head]
-    for p in points:
-        verdict = ("holds" if p.holds else "SLO failed" if not p.slo_pass
-                   else "not sustained") if has_slo else ("" if p.sustained else "not sustained")
-        lines.append(f"{p.rate:>12,.1f}{p.achieved:>12,.1f}{_ms(p.p50_ms)}{_ms(p.p99_ms)}"
-                     f"{_ms(p.p999_ms)}"
-                     + (f"{p.output_tokens_per_s or 0:>11,.1f}{p.goodput_rps or 0:>11,.2f}"
-                        if llm else "") + f"  {verdict}")
-    if has_slo:
-        lines.append(f"highest rate meeting every SLO: {top.rate:,.1f}/s (achieved "
-                     f"{top.achieved:,.1f}/s, p99 {_ms(top.p99_ms).strip()} ms)" if top else
-                     "no rate tried met every SLO: lower the sweep's LO")
-        if top and top.output_tokens_per_s is not None:
-            lines.append(f"decode throughput at the SLO: {top.output_tokens_per_s:,.1f} output "
-                         f"tokens/s, goodput {top.goodput_rps:,.2f} requests/s")
-    if k:
-        lines.append(f"knee: {k.achieved:,.1f}/s achieved (p99 {_ms(k.p99_ms).strip()} ms): "
-                     "beyond it latency rises faster than throughput"
-                     + (f" ({knee_why})" if knee_why else ""))
-    elif knee_why:
-        lines.append(knee_why)
-    return "\n".join(lines)
-
-
-def html(target: str, points: Sequence[Point], top: Point | None, k: Point | None) -> str:
-    from .plot import line_chart_html
-
-    pts = [p for p in points if p.p99_ms is not None]
-    xs = [p.achieved for p in pts]
-    series = [(name, xs, [getattr(p, attr) or 0.0 for p in pts])
-              for name, attr in (("p50", "p50_ms"), ("p99", "p99_ms"), ("p999", "p999_ms"))]
-    notes = [f"target {target}"]
-    if top:
-        notes.append(f"highest rate meeting every SLO: {top.rate:,.1f}/s")
-    if k:
-        notes.append(f"knee: {k.achieved:,.1f}/s (p99 {_ms(k.p99_ms).strip()} ms)")
-    return line_chart_html(f"latency vs throughput: {target}", "achieved rate (requests/s)",
-                           "latency (ms)", series, notes)
+    return Sweep(args.target, tuple(args.slo), tuple(points), top, k, knee_why)

@@ -8,7 +8,9 @@ several at once over the same window (what ``inspect --probe-window`` does).
 
 Layers: :mod:`.loglin` (bucket arithmetic), :mod:`.output` (bpftrace's JSON
 lines), :mod:`.analyze` (maps -> summary) are pure; :mod:`.driver` alone starts
-and stops processes.
+and stops processes. :mod:`.allocators` and :mod:`.symbols` read a live process's maps
+and ELF symbols: which allocators the malloc probe attaches to, and the names of the
+addresses it records.
 """
 
 from __future__ import annotations

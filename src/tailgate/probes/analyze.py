@@ -213,7 +213,7 @@ def malloc(out: BpftraceOutput, pids: Collection[int] = (), keep: Keep = None,
            allocators: dict[str, dict[str, Any]] | None = None,
            names: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:
     """``allocators``: per pid (a string), what was found before probing
-    (:meth:`tailgate.sources.allocators.Detection.to_json`): the allocators probed and
+    (:meth:`tailgate.probes.allocators.Detection.to_json`): the allocators probed and
     the reasons others could not be. ``names``: per pid, ``{address: "function+offset"}``
     for the return addresses in ``@sites`` (an older program printed ``@callers`` and
     ``@stacks`` already named by bpftrace)."""

@@ -3,7 +3,7 @@
 The block is a fixed template. What varies is checked before it is written into
 the program: the file must be ``/proc/PID/map_files/START-END`` (digits and hex
 only), the entry point and its size expression come from
-:data:`tailgate.sources.allocators.SIZE_ARG`, the family from the allocator
+:data:`tailgate.probes.allocators.SIZE_ARG`, the family from the allocator
 tables. Nothing read from a process (a path, a symbol name) reaches the text.
 """
 
@@ -13,8 +13,8 @@ import re
 from collections.abc import Callable, Iterable
 
 from ..model import SourceError
-from ..sources import allocators, symbols
-from ..sources.allocators import FAMILY_NAMES, SIZE_ARG, UNRECOGNISED, Allocator, Detection
+from . import allocators, symbols
+from .allocators import FAMILY_NAMES, SIZE_ARG, UNRECOGNISED, Allocator, Detection
 from .driver import program_text
 from .output import BpftraceOutput, int_key, keyed
 

@@ -126,7 +126,7 @@ def terminal(k: str, doc: dict[str, Any], console, every: bool = False) -> None:
 
         console.print(summary_text(doc), markup=False, highlight=False, soft_wrap=True)
     elif k == "sweep":
-        from ..plan.sweep import summary
+        from .sweep_render import summary
 
         pts = _points(doc)
         top = next((p for p in pts if doc.get("max_rate_meeting_slo")
@@ -148,7 +148,7 @@ def terminal(k: str, doc: dict[str, Any], console, every: bool = False) -> None:
 
         compare_terminal(doc, _rows(doc), console)
     elif k == "fleet":
-        from ..fleet.inspect import fleet_text
+        from .fleet_render import fleet_text
 
         console.print(fleet_text(doc), markup=False, highlight=False, soft_wrap=True)
 
@@ -183,7 +183,7 @@ def render(output: str, k: str, doc: dict[str, Any]) -> str:
 
         return render_html(doc)
     if k == "sweep":
-        from ..plan.sweep import html
+        from .sweep_render import html
 
         pts = _points(doc)
         top = next((p for p in pts if doc.get("max_rate_meeting_slo")

@@ -15,7 +15,7 @@ from collections import Counter
 from typing import Any
 
 from ..model import LAYERS, SEVERITY, Finding, Report
-from .safe import clean_report
+from ..safe import clean_report
 
 _COLORS = {"pass": "#1a7f37", "warn": "#9a6700", "fail": "#cf222e", "skip": "#6e7781",
            "unknown": "#8250df", "incomplete": "#8250df", "error": "#a40e26"}

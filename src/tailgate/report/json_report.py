@@ -7,7 +7,7 @@ as the ``NaN``/``Infinity`` that strict parsers reject; JSON escapes control cha
 from __future__ import annotations
 
 from ..model import Report
-from .safe import strict_json
+from ..safe import strict_json
 
 
 def render_json(report: Report) -> str:

@@ -11,7 +11,7 @@ import json
 import xml.etree.ElementTree as ET
 
 from ..model import Report
-from .safe import clean_report
+from ..safe import clean_report
 
 
 def _message(f) -> str:

@@ -188,14 +188,14 @@ def _prefix_cache_head(doc: dict[str, Any]) -> list[str]:
 
 def prefix_cache_html(doc: dict[str, Any], dram_blocks: int) -> str:
     """The capacity curve of a prefix-cache plan (it has one: ``curve`` > 0) as HTML."""
-    from ..plan import plot
+    from . import plan_plot
 
     curve, dram = doc["curve"], "hbm" in doc["smallest_hbm"]
     caps = [c["hbm_blocks"] for c in curve]
     series = [("total hit rate", caps, [c["hit_rate"] for c in curve])]
     if dram:
         series.append(("HBM hit rate", caps, [c["hbm_hit_rate"] for c in curve]))
-    return plot.line_chart_html(
+    return plan_plot.line_chart_html(
         f"prefix cache: {os.path.basename(doc['trace']['path'])}",
         "HBM capacity (blocks, log scale)", "share of prompt tokens hit", series,
         notes=_prefix_cache_head(doc) + [f"policy {doc['policy']}, DRAM {dram_blocks:,} blocks"],

@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.text import Text
 
 from ..model import LAYERS, Finding, Report
-from .safe import clean_report
+from ..safe import clean_report
 
 STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "skip": "dim",
          "unknown": "magenta", "error": "bold white on red", "incomplete": "magenta"}

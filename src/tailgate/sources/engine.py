@@ -26,6 +26,7 @@ from typing import Any
 
 from ..collect import Scope, collector
 from ..host import Host, read_regular
+from ..llm.engine_metrics import impossible
 from ..model import ParseError, SourceError
 
 # Only the engines' own series are kept in the snapshot (a vLLM scrape also has
@@ -181,8 +182,6 @@ def engine_metrics(host: Host, scope: Scope) -> dict[str, Any]:
     if not kept:
         raise ParseError(f"{url}: Prometheus metrics, but none from vLLM or SGLang "
                          f"({len(samples)} other samples)")
-    from ..llm.engine_metrics import impossible
-
     why = impossible(kept)
     if why:
         raise ParseError(f"{url}: {why}")

@@ -6,12 +6,14 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 
+from .plots import figure_div, page
+
 
 def line_chart(title: str, x_label: str, y_label: str,
                series: Sequence[tuple[str, Sequence[float], Sequence[float]]],
                hline: tuple[str, float] | None = None, log_x: bool = False):
     """A plotly figure: ``series`` as (name, xs, ys), y from 0, an optional dashed level."""
-    import plotly.graph_objects as go
+    import plotly.graph_objects as go  # here: plotly is the optional html extra, and heavy
 
     fig = go.Figure()
     for name, xs, ys in series:
@@ -29,8 +31,6 @@ def line_chart_html(title: str, x_label: str, y_label: str,
                     series: Sequence[tuple[str, Sequence[float], Sequence[float]]],
                     notes: Sequence[str] = (), hline: tuple[str, float] | None = None,
                     log_x: bool = False) -> str:
-    from ..report.plots import figure_div, page
-
     fig = line_chart(title, x_label, y_label, series, hline, log_x)
     body = (f"<h1>{html.escape(title)}</h1>" + figure_div(fig, "curve")
             + "".join(f"<p>{html.escape(n)}</p>" for n in notes))

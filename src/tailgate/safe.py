@@ -15,7 +15,7 @@ import re
 from dataclasses import fields, replace
 from typing import Any
 
-from ..model import Report
+from .model import Report
 
 # C0 (but tab and newline, handled below), DEL, C1, bidi embeddings/overrides/isolates,
 # lone surrogates, and the two XML non-characters.
