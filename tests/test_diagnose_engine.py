@@ -132,8 +132,10 @@ def test_one_slot_short_requests_queued_behind_long_generations_name_queue_wait(
     slow = eng["slowest"][0]
     assert slow["queue_ms"] > slow["prefill_ms"] and slow["generated"] == 4, slow
     bands = doc["timeline"]["bands"]
-    assert {b["kind"] for b in bands} >= {"queue", "prefill", "decode"}
-    assert all(b["source"] == "engine" for b in bands)
+    assert {b["kind"] for b in bands if b["source"] == "engine"} >= {"queue", "prefill",
+                                                                     "decode"}
+    # (beside the chains of the slowest requests, whose last links are engine phases too)
+    assert {b["source"] for b in bands} <= {"engine", "chain"}
 
 
 def _waits_for_the_engine(doc: dict, phase: str) -> None:
