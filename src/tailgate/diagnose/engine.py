@@ -28,7 +28,8 @@ Attribution follows :mod:`.attribution`'s rule, but per request: a phase belongs
 request (never co-occurrence with someone else's), so a request's TTFT is split into
 lateness, queue, held, prefill and delivery, and a part is claimed when it makes a large share
 of the slow requests' TTFT (``min_share``, at least ``min_ms`` each), covers most of them
-(``min_cover``: half their TTFT or more in that part) and lasted markedly longer in them
+(``min_cover``: half their TTFT or more in that part; and no fewer of them than of all
+requests) and lasted markedly longer in them
 than in the requests at large (``min_lift``, on its mean time: with no "pervasive"
 alternative, since a phase every request has alike — the prefill of a healthy run —
 explains no tail). ITL
@@ -240,9 +241,12 @@ def _score(cause: Cause, part: np.ndarray, whole: np.ndarray, tail: np.ndarray,
     lift = (float(part[tail].mean()) / every if every > 0 else
             (float("inf") if share else 0.0)) if n_tail else 0.0
     mean_ms = float(part[tail].mean()) / 1e6 if n_tail else 0.0
+    # ... and it made most of the slow requests' time no less often than of all requests': a
+    # part that is most of every request's time but of fewer of the slow ones (the server's
+    # own handling of a clean run's small requests) is not what made them slow
     claimed = (n_tail >= MIN_TAIL and tail_cover >= crit["min_cover"]
                and share >= crit["min_share"] and mean_ms >= crit["min_ms"]
-               and lift >= crit["min_lift"])
+               and lift >= crit["min_lift"] and tail_cover >= all_cover)
     a = Attribution(cause, tail_cover, share, None, all_cover, lift, n_tail,
                     float(part[tail].sum()) / 1e6, claimed)
     a.extra["tail"] = level
