@@ -89,7 +89,6 @@ from ..hist import (
     Interval,
     encode,
     merged,
-    percentile_spectrum,
     write_log,
 )
 from .arrivals import arrival_test
@@ -510,7 +509,7 @@ def warnings(data: dict[str, Any], info: RunInfo, parts: Sequence[WorkerResult],
     if conf is not None and not conf["reached"]:
         out.append("--confidence not reached within --duration "
                    f"{info.duration_s:g} s: " + "; ".join(
-                       f"{t['expr']} is {_width(t['width_ms'])} wide" if t["width_ms"]
+                       f"{t['expr']} is {fmt_width(t['width_ms'])} wide" if t["width_ms"]
                        is not None else f"{t['expr']}: {t.get('reason', 'not measurable')}"
                        for t in conf["targets"] if not t["reached"]))
     if not data["generator"]["precise_timer"]:
@@ -524,184 +523,9 @@ def warnings(data: dict[str, Any], info: RunInfo, parts: Sequence[WorkerResult],
     return out
 
 
-def _width(ms: float) -> str:
+def fmt_width(ms: float) -> str:
+    """A confidence interval's width, in ms from 1 ms up, else in µs."""
     return f"{ms:.3g} ms" if ms >= 1 else f"{ms * 1e3:.3g} µs"
-
-
-def _fmt_row(label: str, block: dict[str, Any], columns: Sequence[str] = tuple(PERCENTILES)) -> str:
-    # a percentile without a confidence interval is not a figure: "n/m" (not measurable)
-    ci = block.get("ci", {})
-    cells = [f"{'n/m':>10}" if k in ci and not ci[k]["measurable"] else
-             f"{'-':>10}" if block.get(k) is None else f"{block[k]:>10.3f}" for k in columns]
-    cells.append(f"{block['max']:>10.3f}")
-    return f"{label:<14}" + "".join(cells) + f"{block['count']:>10d}"
-
-
-def _fmt_ci(label: str, block: dict[str, Any], columns: Sequence[str] = tuple(PERCENTILES)) -> str:
-    """One line: each percentile's interval, or why it is not measurable."""
-    ci = block.get("ci", {})
-    parts, unmeasurable = [], []
-    for k in columns:
-        if k not in ci:
-            continue
-        if ci[k]["measurable"]:
-            parts.append(f"{k} {ci[k]['lo']:.3f}..{ci[k]['hi']:.3f}")
-        else:
-            unmeasurable.append(k)
-    text = f"  {label} {block.get('ci_level', CI_LEVEL) * 100:g}% CI (ms): " + (
-        ", ".join(parts) or "none")
-    if unmeasurable:
-        text += f"; not measurable: {', '.join(unmeasurable)} ({ci[unmeasurable[0]]['reason']}" \
-                + (" for " + unmeasurable[0] if len(unmeasurable) > 1 else "") + ")"
-    return text
-
-
-def _llm_rows(d: dict[str, Any], columns: Sequence[str] = tuple(PERCENTILES)) -> list[str]:
-    """An openai+ run's token figures under the latency rows."""
-    if "ttft_ms" not in d:
-        return []
-
-    def row(label: str, b: dict[str, Any]) -> str:
-        cells = "".join(f"{'-' if b.get(k) is None else format(b[k], '.3f'):>10}"
-                        for k in (*columns, "max"))
-        return f"{label:<14}" + cells + f"{b['count']:>10d}"
-
-    def center(label: str, b: dict[str, Any]) -> str:
-        return (f"{label} mean {'-' if b.get('mean') is None else format(b['mean'], '.3f')}, "
-                f"median {'-' if b.get('median') is None else format(b['median'], '.3f')}")
-
-    out = [row(name, d[key]) for key, name in (
-        ("ttft_ms", "TTFT ms"), ("itl_ms", "ITL/chunk ms"), ("itl_per_token_ms", "ITL/token ms"),
-        ("tpot_ms", "TPOT ms"), ("e2e_ms", "E2E ms"), ("first_chunk_ms", "1st chunk ms"))
-        if key in d]
-    out.append("centre (ms): " + "; ".join(center(name, d[key]) for key, name in (
-        ("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("itl_ms", "ITL"), ("e2e_ms", "E2E"))))
-    t, tp = d["tokens"], d["throughput"]
-    out.append(f"model {d.get('model')}, api {d.get('api')}, workload "
-               f"{(d.get('workload') or {}).get('kind')}: tokens input {t['input']} "
-               f"({t['input_counted_by']}), output {t['output']} ({t['counted_by']})")
-    out.append(f"throughput: {tp['output_tokens_per_s']:.1f} output tok/s, "
-               f"{tp['total_tokens_per_s']:.1f} total tok/s, {tp['requests_per_s']:.2f} req/s, "
-               f"goodput {tp['goodput_rps']:.2f} req/s (good {d['requests']['good']})")
-    from ..llm.accounting import token_lines
-
-    out += token_lines(d)
-    return out
-
-
-def _packet_rows(d: dict[str, Any]) -> list[str]:
-    """udp://: the datagram figures (bench.udp's ``packets`` block)."""
-    p = d.get("packets")
-    if not p:
-        return []
-    return [f"datagrams: {p['size']} B, batch {p['batch']}, {p['io']}: sent {p['pps_sent']:,.0f}/s,"
-            f" echoed {p['pps_echoed']:,.0f}/s, lost {p['lost']:,} ({p['loss_pct'] or 0:.3g} %), "
-            f"reordered {p['reordered']:,}, duplicate {p['duplicate']:,}, malformed "
-            f"{p['malformed']:,}; {p['datagrams_per_send_call']:g} a send call, "
-            f"{p['cpu_ns_per_packet']:,.0f} ns CPU a datagram"]
-
-
-def summary_text(result: BenchResult, spectrum: bool = False,
-                 columns: Sequence[str] | None = None) -> str:
-    """The terminal report: what was asked, what happened, the distributions, SLOs.
-    ``columns``: the percentile columns (``--percentiles``; default every PERCENTILES key)."""
-    d, info = result.json, result.info
-    columns = tuple(columns or PERCENTILES)
-    req = d["requests"]
-    errs = ", ".join(f"{k} {v}" for k, v in req["errors"].items() if v) or "none"
-    lines = [
-        f"tailgate bench {d['target']}  {info.arrival}"
-        + (f" (burstiness {info.burstiness:g})" if info.arrival == "gamma" else "")
-        + (f" {info.ramp.lo:g}..{info.ramp.hi:g} req/s (mean {info.rate:g})"
-           if info.ramp is not None else " (as fast as the path takes)" if info.arrival == "max"
-           else f" {info.rate:g} req/s") + " for "
-        f"{info.duration_s:g} s  ({info.workers} worker(s), {info.connections}.."
-        f"{info.max_connections} connections, time-out {info.timeout_s:g} s)"
-        + ("  [INTERRUPTED]" if d["interrupted"] else ""),
-        f"requests: sent {req['sent']}, ok {req['ok']}, errors: {errs}"
-        + (f", abandoned {req['abandoned']}" if req["abandoned"] else "")
-        + (f", lost {req['lost']}" if req.get("lost") else ""),
-        f"rate: target {info.rate:g}/s, achieved {d['rate']['achieved']:g}/s, "
-        f"ok {d['rate']['ok']:g}/s; connections opened {d['connections']['opened']}, "
-        f"max open {d['connections']['max_open']}, queued requests {req['queued']}",
-        "",
-        f"{'':<14}" + "".join(f"{k:>10}" for k in (*columns, "max")) + f"{'count':>10}",
-        _fmt_row("latency ms", d["latency_ms"], columns),
-        _fmt_row("service ms", d["service_time_ms"], columns),
-        _fmt_row("lateness ms", d["lateness_ms"], columns),
-        *_llm_rows(d, columns),
-        *_packet_rows(d),
-        "samples above (latency): " + ", ".join(
-            f"{k} {v}" for k, v in d["latency_ms"]["samples_above"].items()),
-        _fmt_ci("latency", d["latency_ms"], columns),
-        _fmt_ci("service", d["service_time_ms"], columns),
-        _fmt_ci("lateness", d["lateness_ms"], columns),
-    ]
-    conn = d["connections"]
-    if "handshake_ms" in conn and conn["handshake_ms"]["count"]:
-        lines.insert(3, f"connection setup ms: TCP connect p50 {conn['connect_ms']['p50']:.3f} "
-                        f"max {conn['connect_ms']['max']:.3f}, TLS handshake p50 "
-                        f"{conn['handshake_ms']['p50']:.3f} max {conn['handshake_ms']['max']:.3f}"
-                        f" ({conn['handshake_ms']['count']} connection(s))")
-    detail = [f"  {kind}: " + "; ".join(f"{e['reason']} (x{e['count']})" for e in ex)
-              for kind, ex in req["error_examples"].items()]
-    detail += [f"  connection {kind} (no request in flight): "
-               + "; ".join(f"{e['reason']} (x{e['count']})" for e in ex)
-               for kind, ex in d["connections"]["error_examples"].items()]
-    if req["retried"]:
-        detail.append(f"  retried after a stale keep-alive connection: {req['retried']}")
-    lines[2:2] = detail
-    conf = d.get("confidence")
-    if conf is not None:
-        lines.append("confidence: " + (
-            f"reached after {conf['after_s']:g} s of {info.duration_s:g} s" if conf["reached"]
-            else f"NOT reached within {info.duration_s:g} s"
-            + (f" (met over the completed requests at {conf['stopped_after_s']:g} s, the "
-               f"schedule ended, and the requests then in flight widened it)"
-               if "stopped_after_s" in conf else "")) + "; " + ", ".join(
-            f"{t['expr']}: " + (f"{t['lo_ms']:.4f}..{t['hi_ms']:.4f} ms "
-                                f"({_width(t['width_ms'])} wide)"
-                                if t["width_ms"] is not None else "not measurable")
-            for t in conf["targets"]))
-    # a failed test is a warning (below); a passed or untested one a plain line here
-    if d["arrivals"]["verdict"] != "deviate":
-        lines.append(d["arrivals"]["statement"])
-    off = d.get("offered") or {}
-    if off.get("ramp") and off["t_s"]:
-        lines.append(_ramp_line(off))
-    if d["stationarity"]["verdict"] != "drifted":
-        lines.append(d["stationarity"]["statement"])
-    if spectrum:
-        lines += ["", "  Detailed Percentile spectrum (latency, ms):",
-                  percentile_spectrum(result.latency)]
-    for w in d["warnings"]:
-        lines.append(f"warning: {w}")
-    for s in d.get("slo", []):
-        verdict = "pass" if s["pass"] else "FAIL"
-        obs = s["observed"]
-        if obs is None:
-            shown = s.get("reason", "no value")
-        elif s["unit"] == "fraction":
-            shown = f"{obs * 100:.4g}%"
-        else:
-            shown = f"{obs:.6g} {s['unit']}"
-        if obs is not None and s.get("reason"):  # e.g. a percentile that is not measurable
-            shown = f"estimate {shown}, {s['reason']}"
-        lines.append(f"SLO {s['expr']}: {verdict} (observed {shown})")
-    return "\n".join(lines)
-
-
-def _ramp_line(off: dict[str, Any]) -> str:
-    """The ramp in a line: offered and sent at its start, middle and end (JSON: offered)."""
-    n = len(off["t_s"])
-    picks = sorted({0, n // 2, n - 1})
-    cells = [f"{off['t_s'][i]:g} s: {off['target_rps'][i]:,.1f}/s offered, "
-             f"{off['sent_rps'][i]:,.1f}/s sent, p99 "
-             + ("-" if off["p99_ms"][i] is None else f"{off['p99_ms'][i]:.3f} ms")
-             for i in picks]
-    r = off["ramp"]
-    return (f"ramp {r['from_rps']:g}..{r['to_rps']:g}/s over the measured part ("
-            f"{off['interval_s']:g} s intervals): " + "; ".join(cells))
 
 
 def write_hdr(out: IO[str], result: BenchResult, start_epoch_s: float) -> None:

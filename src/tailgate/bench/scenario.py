@@ -83,7 +83,7 @@ def _value(node: yaml.Node, path: str, what: str) -> Any:
         raise ScenarioError(f"{path}:{node.start_mark.line + 1}: {what}: {problem}") from exc
 
 
-def _options(mapping: yaml.Node, path: str, what: str) -> tuple[dict[str, Any], dict[str, int]]:
+def options_of(mapping: yaml.Node, path: str, what: str) -> tuple[dict[str, Any], dict[str, int]]:
     if not isinstance(mapping, yaml.MappingNode):
         raise ScenarioError(f"{path}:{mapping.start_mark.line + 1}: {what}: expected a mapping "
                             "of options (url: ..., rate: ...)")
@@ -142,7 +142,7 @@ def parse_scenario(text: str, path: str) -> list[ScenarioTarget]:
         raise ScenarioError(f"{path}: no `targets:` list")
     defaults, dlines = ({}, {})
     if "defaults" in top:
-        defaults, dlines = _options(top["defaults"][1], path, "defaults")
+        defaults, dlines = options_of(top["defaults"][1], path, "defaults")
         for bad in ("url", "name"):
             if bad in defaults:
                 raise ScenarioError(f"{path}:{dlines[bad]}: defaults, key {bad}: belongs to "
@@ -156,7 +156,7 @@ def parse_scenario(text: str, path: str) -> list[ScenarioTarget]:
                             f"{MAX_TARGETS} targets")
     out: list[ScenarioTarget] = []
     for i, node in enumerate(seq.value):
-        opts, lines = _options(node, path, f"targets[{i}]")
+        opts, lines = options_of(node, path, f"targets[{i}]")
         line = node.start_mark.line + 1
         if "url" not in opts:
             raise ScenarioError(f"{path}:{line}: targets[{i}]: no `url:` key")

@@ -226,7 +226,7 @@ def _inspect(node: yaml.Node, path: str, out: dict[str, Any]) -> None:
 
 
 def _loads(node: yaml.Node, path: str) -> tuple[Load, ...]:
-    from ..bench.scenario import ScenarioError, ScenarioTarget, _options, check_key
+    from ..bench.scenario import ScenarioError, ScenarioTarget, check_key, options_of
 
     if not isinstance(node, yaml.SequenceNode) or not node.value:
         raise _err(path, node, "loads", "expected a non-empty list of load targets")
@@ -235,7 +235,7 @@ def _loads(node: yaml.Node, path: str) -> tuple[Load, ...]:
     out: list[Load] = []
     for i, item in enumerate(node.value):
         try:  # the scenario's own validation: every bench option with its type and line
-            opts, lines = _options(item, path, f"loads[{i}]")
+            opts, lines = options_of(item, path, f"loads[{i}]")
         except ScenarioError as exc:
             raise CampaignError(str(exc)) from None
         line = item.start_mark.line + 1

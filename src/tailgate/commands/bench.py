@@ -190,10 +190,10 @@ def add_load_options(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..bench.fleet import wanted
-    from ..bench.result import summary_text
     from ..bench.runner import Hooks
     from ..bench.runner import run as run_spec
     from ..report.bench_outputs import save
+    from ..report.bench_text import summary_text
     from .bench_fleet import run_fleet
 
     if wanted(args):  # --ray / --scenario: many generators, one report

@@ -36,7 +36,7 @@ def add_fleet_options(p: argparse.ArgumentParser) -> None:
 def run_fleet(args: argparse.Namespace) -> int:
     from ..bench import fleet
     from ..bench.distributed import nodes_text
-    from ..bench.result import summary_text
+    from ..report.bench_text import summary_text
     from ..slo import no_success
 
     spec = fleet.build(args)

@@ -15,6 +15,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..model import Finding, Report, Verdict
+from .bench_text import _fmt_ci, _fmt_row, _llm_rows
 
 KINDS = ("inspect report (inspect --json)", "bench result (http, https, tcp, grpc, openai+)",
          "collective (bench allreduce)", "sweep (bench --sweep)", "probe summary (probe --json)",
@@ -78,7 +79,6 @@ def _rows(doc: dict[str, Any]):
 def bench_text(doc: dict[str, Any]) -> str:
     """A saved bench result's table, from the JSON alone (the run's own summary needs the
     live run's settings: this one prints what the document holds)."""
-    from ..bench.result import _fmt_ci, _fmt_row, _llm_rows
 
     req, rate = doc["requests"], doc.get("rate") or {}
     errs = ", ".join(f"{k} {v}" for k, v in (req.get("errors") or {}).items() if v) or "none"
