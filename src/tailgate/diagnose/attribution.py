@@ -211,7 +211,7 @@ def attribute(starts: np.ndarray, ends: np.ndarray, causes: dict[Cause, np.ndarr
                 a = b
         out.append(a)
     if sends is not None:
-        out.append(_generator(starts, ends, sends, tail, p99, min_share, arrives))
+        out.append(_generator(starts, ends, sends, tail, p99, min_share, arrives, min_ms))
     # a late generator first (then the figures say nothing of the service), then bottom-up
     order = {layer: i for i, layer in enumerate(("load", "L1", "L2", "L3", "L4"))}
     # inside a layer, the cause that lasted most of the tail requests' time first
@@ -231,11 +231,15 @@ def attribute(starts: np.ndarray, ends: np.ndarray, causes: dict[Cause, np.ndarr
 
 
 def _generator(starts: np.ndarray, ends: np.ndarray, sends: np.ndarray, tail: np.ndarray,
-               p99: float, min_share: float, arrives: np.ndarray | None = None) -> Attribution:
+               p99: float, min_share: float, arrives: np.ndarray | None = None,
+               min_ms: float = 1.0) -> Attribution:
     """The generator's own lateness in the tail's latency: sending (intended start ->
     dispatch; waiting for a free connection is the service's doing, not the generator's)
     and reading (the reply's arrival in the kernel -> the end: it waited in the generator's
-    socket). When it dominates, the tail says nothing about the service."""
+    socket). When it dominates, the tail says nothing about the service. Like any cause,
+    it is claimed only when it lasted ``min_ms`` a slow request: a VM's timed or woken
+    wake-up is 25-300 us late on a quiet host, which is half of a 0.1 ms tail, and a run
+    that fast has no tail to explain."""
     lat = np.maximum(ends - starts, 1)
     send_late = np.clip(np.where(sends > 0, sends - starts, 0), 0, None)
     read_late = (np.zeros(len(lat), np.int64) if arrives is None else
@@ -244,10 +248,12 @@ def _generator(starts: np.ndarray, ends: np.ndarray, sends: np.ndarray, tail: np
     share = float((late[tail] / lat[tail]).mean()) if tail.any() else 0.0
     cover = float((late[tail] >= 0.5 * lat[tail]).mean()) if tail.any() else 0.0
     everywhere = float((late >= 0.5 * lat).mean())
+    mean_ms = float(late[tail].mean()) / 1e6 if tail.any() else 0.0
     a = Attribution(GENERATOR, cover, share, None, everywhere,
                     cover / everywhere if everywhere else (float("inf") if cover else 0.0),
                     int(tail.sum()), float(late[tail].sum()) / 1e6,
-                    claimed=bool(tail.sum() >= MIN_TAIL and share >= max(min_share, 0.5)))
+                    claimed=bool(tail.sum() >= MIN_TAIL and share >= max(min_share, 0.5)
+                                 and mean_ms >= min_ms))
     a.extra["tail"] = "P99"
     a.extra["read_share"] = (round(float((read_late[tail] / lat[tail]).mean()), 4)
                              if arrives is not None and tail.any() else None)
@@ -256,7 +262,9 @@ def _generator(starts: np.ndarray, ends: np.ndarray, sends: np.ndarray, tail: np
     a.sentence = (f"{100 * cover:.0f} % of the {int(tail.sum())} requests above the P99 "
                   f"({p99 / 1e6:.3f} ms) spent most of their latency waiting for the load "
                   f"generator to send them or to read their replies; its lateness lasted "
-                  f"{100 * share:.0f} % of their latency{reading}")
+                  f"{100 * share:.0f} % of their latency{reading}"
+                  + (f", {mean_ms:.3f} ms each: under the {min_ms:g} ms a claim needs"
+                     if share >= 0.5 and mean_ms < min_ms else ""))
     return a
 
 
