@@ -232,8 +232,8 @@ def place(r: Requests, max_skew_ns: int = MAX_SKEW_NS) -> Phases:
         if not (r.sent[i] and r.first_token[i]):
             why[i] = "no first token seen: nothing to place the record by"
             continue
-        p_ns = int(r.prompt_ms[i] * 1e6)
-        d_ns = int(r.predicted_ms[i] * 1e6)
+        p_ns = round(r.prompt_ms[i] * 1e6)  # (s -> ms -> ns: no truncation)
+        d_ns = round(r.predicted_ms[i] * 1e6)
         a1 = int(r.first_token[i])
         a2 = int(r.last_token[i]) - d_ns if r.last_token[i] and r.predicted_n[i] > 1 else None
         e = a1 if a2 is None else min(a1, a2)
@@ -242,7 +242,7 @@ def place(r: Requests, max_skew_ns: int = MAX_SKEW_NS) -> Phases:
                       f"{(a1 - a2) / 1e6:+.1f} ms apart")
             continue
         q = np.nan if r.queue_ms is None else float(r.queue_ms[i])
-        q_ns = int(q * 1e6) if np.isfinite(q) else 0
+        q_ns = round(q * 1e6) if np.isfinite(q) else 0
         early = int(r.sent[i]) - (e - p_ns - q_ns)
         if early > max_skew_ns:
             what = "queue" if q_ns else "prefill"
@@ -288,17 +288,23 @@ class Windows:
 
 
 def records(cols: dict[str, np.ndarray], start_monotonic_s: float,
-            spans: Received | None = None) -> tuple[Requests, SpanJoin | None]:
+            spans: Received | None = None, workers: int = 1
+            ) -> tuple[Requests, SpanJoin | None]:
     """The requests of a bench run's log with the engine's records: the log's own
-    (llama-server's timings), or, where an OTLP receiver ran (``spans``), its spans."""
-    r = Requests.from_log(cols, int(round(start_monotonic_s * 1e9)))
+    (llama-server's timings), or, where an OTLP receiver ran (``spans``), its spans. Then
+    each request is named by its number in the run (the one its X-Request-Id carries): a
+    worker's request ``j`` is the run's ``j * workers + worker`` (bench.workers.plan deals
+    the run's requests round-robin)."""
     if spans is None:
-        return r, None
+        return Requests.from_log(cols, int(round(start_monotonic_s * 1e9))), None
+    cols = {**cols, "id": cols["id"].astype(np.int64) * workers + cols["worker"].astype(
+        np.int64)}
+    r = Requests.from_log(cols, int(round(start_monotonic_s * 1e9)))
     return join_spans(r, spans.spans, cols["id"], spans.unknown_ids)
 
 
 def windows(log_text: str, start_monotonic_s: float, max_skew_ns: int = MAX_SKEW_NS,
-            spans: Received | None = None) -> Windows | None:
+            spans: Received | None = None, workers: int = 1) -> Windows | None:
     """The engine's phases of every request of a bench run's log (``None``: a log without
     the engine's columns, or no record placed)."""
     from ..bench.result import read_log
@@ -308,7 +314,7 @@ def windows(log_text: str, start_monotonic_s: float, max_skew_ns: int = MAX_SKEW
         return None
     ended = (cols["warmup"] == 0) & np.isfinite(cols["end_s"])
     ok = np.flatnonzero((cols["outcome"] == "ok")[ended])  # Requests.from_log's, among them
-    r, _ = records(cols, start_monotonic_s, spans)
+    r, _ = records(cols, start_monotonic_s, spans, workers)
     ph = place(r, max_skew_ns)
     if not ph.ok.any():
         return None
@@ -583,7 +589,7 @@ def _bands(r: Requests, ph: Phases, idx: np.ndarray, ttft: np.ndarray,
 
 
 def from_log(log_text: str, start_monotonic_s: float, t0_ns: int,
-             crit: dict[str, float], spans: Received | None = None
+             crit: dict[str, float], spans: Received | None = None, workers: int = 1
              ) -> tuple[dict[str, Any], list[Attribution], list[dict[str, Any]]]:
     """:func:`analyse` on a bench run's per-request log (its run started at
     ``start_monotonic_s`` on CLOCK_MONOTONIC); ``crit``: diagnose's min_cover, min_lift,
@@ -596,13 +602,31 @@ def from_log(log_text: str, start_monotonic_s: float, t0_ns: int,
     if "engine_state" not in cols:
         return ({"unknown": "not an openai+ run with the engine's columns: no per-request "
                  "records of the engine"}, [], [])
-    r, joined = records(cols, start_monotonic_s, spans)
+    r, joined = records(cols, start_monotonic_s, spans, workers)
     section, causes, bands = analyse(r, t0_ns, **crit)
     if spans is not None and joined is not None:
         section["otlp"] = {"received": spans.to_json(), "join": joined.to_json()}
     measured = (cols["warmup"] == 0) & np.isfinite(cols["end_s"])
     section["not_ok"] = int(np.count_nonzero(measured & (cols["outcome"] != "ok")))
     return section, causes, bands
+
+
+def expected_numbers(log_text: str, workers: int = 1) -> set[int]:
+    """The run's numbers of the measured requests of a log that ended ok: those whose span
+    the join waits for."""
+    from ..bench.result import read_log
+
+    if not log_text.startswith("worker,"):
+        return set()
+    cols = read_log(log_text)
+    keep = (cols["warmup"] == 0) & np.isfinite(cols["end_s"]) & (cols["outcome"] == "ok")
+    num = cols["id"].astype(np.int64) * workers + cols["worker"].astype(np.int64)
+    return set(num[keep].tolist())
+
+
+def workers_of(bench_doc: dict[str, Any]) -> int:
+    """How many load workers shared the run's requests (its ``config``)."""
+    return int((bench_doc.get("config") or {}).get("workers") or 1)
 
 
 LAYER_ORDER = {layer: i for i, layer in enumerate(("load", "L1", "L2", "L3", "L4"))}
@@ -626,7 +650,7 @@ def engine_into(doc: dict[str, Any], target: str | None, bench_doc: dict[str, An
         doc["engine"] = {"unknown": "the run's request log has no clock or no engine columns"}
         return
     section, causes, bands = from_log(text, start, int(tl.get("t0_monotonic_ns", 0)), crit,
-                                      spans)
+                                      spans, workers_of(bench_doc))
     if endpoint and "otlp" in section:
         section["otlp"]["endpoint"] = endpoint
     doc["engine"] = section
