@@ -505,6 +505,21 @@ def test_vllm_spans_are_joined_by_request_id_and_their_stated_queue_is_the_queue
     assert pre.extra["cached_tokens"] is None
     assert "does not say how many came from the prefix cache" in pre.sentence
     assert {b["kind"] for b in bands} == {"held", "queue", "prefill", "decode"}
+    # the terminal says what came over OTLP, and "-" where the span does not say
+    from rich.console import Console
+
+    from tailgate.report.diagnose_render import engine as render
+
+    doc["otlp"] = {"received": got.to_json(), "join": counts.to_json(),
+                   "endpoint": "http://127.0.0.1:4318/v1/traces"}
+    con = Console(file=io.StringIO(), width=200)
+    render(doc, con)
+    text = con.file.getvalue()
+    assert ("spans at http://127.0.0.1:4318/v1/traces: 197 joined, 3 requests without one, "
+            "3 of ids this run never sent (ignored), 0 malformed, 0 bodies refused, "
+            "0 dropped") in text
+    row = doc["slowest"][0]
+    assert f"{row['decode_ms']:>9.2f}{'-':>9}{'-':>8}{row['generated']:>6}" in text
 
 
 def test_spans_that_do_not_fit_are_unknown_never_a_phase():
