@@ -53,10 +53,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .attribution import MIN_TAIL, Attribution, Cause, merge_spans, overlap_ns
+
 if TYPE_CHECKING:
     from ..sources.otlp import Received, RequestSpan
-
-from .attribution import MIN_TAIL, Attribution, Cause, merge_spans, overlap_ns
 
 MAX_SKEW_NS = 50_000_000  # a record 50 ms off the client's view is another clock's
 MAX_BANDS = 4000  # bands in the document (the slowest requests' first)

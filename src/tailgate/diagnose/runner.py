@@ -145,7 +145,10 @@ def collect(spec: DiagnoseSpec, tmp: str, say: Callable[[str], None] = lambda te
     # every bin gets a poll when bins are 100 ms or longer; finer bins share the 100 ms polls
     # less finely (a poll reads about a dozen files: 20 ms is the floor)
     period_s = max(0.02, min(bin_s, 0.1))
+    span_wait_s = 0.0
     with contextlib.ExitStack() as stack:
+        # bound first: a busy address is refused before any probe is compiled
+        rx = stack.enter_context(_receiver(spec)) if spec.otlp else None
         poller = stack.enter_context(Poller(host, list(spec.cgroups), limit_s=probe_s))
         counters = stack.enter_context(CounterPoller(host, counter_spec, period_s,
                                                      limit_s=probe_s))
@@ -168,7 +171,6 @@ def collect(spec: DiagnoseSpec, tmp: str, say: Callable[[str], None] = lambda te
         # compiling and attaching, before the window
         probe0 = _cpu_s(probe.proc.pid) + (_cpu_s(sirq.proc.pid) if sirq else 0.0)
         prof0 = _cpu_s(prof.proc.pid) if prof else 0.0
-        rx = stack.enter_context(_receiver(spec)) if spec.otlp else None
         if rx is not None:
             say(f"receiving the engine's spans at {rx.endpoint}")
         if spec.bench is not None:
@@ -190,12 +192,14 @@ def collect(spec: DiagnoseSpec, tmp: str, say: Callable[[str], None] = lambda te
         time.sleep(DRAIN_S)
         if rx is not None and spec.otlp is not None:  # (the probes drain meanwhile too)
             say("waiting for the engine's last spans")
+            t_wait = time.monotonic()
             _await_spans(rx, log_path, bench_doc or {}, spec.otlp.wait_s - DRAIN_S)
+            span_wait_s = time.monotonic() - t_wait
         if prof:
             stop_patiently(prof)
     # after the window, the probes print (and the profile symbolises) their maps: the CPU of
     # the bpftrace processes reaped since, less what they had used by the window's end
-    readout_s = (time.monotonic_ns() - t_end) / 1e9
+    readout_s = (time.monotonic_ns() - t_end) / 1e9 - span_wait_s
     readout_cpu = _children_cpu_s() - reaped0 - probe_cpu - prof_cpu
     text = "".join(probe.out) + ("".join(sirq.out) if sirq else "")
     output = parse_output(text)
@@ -217,6 +221,7 @@ def collect(spec: DiagnoseSpec, tmp: str, say: Callable[[str], None] = lambda te
         otlp_endpoint=rx.endpoint if rx is not None else None,
         overhead={"probe_cpu_s": round(probe_cpu + prof_cpu, 3), "context_switches": switches,
                   "readout_s": round(readout_s, 3),
+                  **({"otlp_wait_s": round(span_wait_s, 3)} if rx is not None else {}),
                   "readout_cpu_s": round(max(readout_cpu, 0.0), 3),
                   "probe_window_cpu_s": round(probe_cpu - probe0 + prof_cpu - prof0, 3),
                   **profile_cpu,
