@@ -71,21 +71,29 @@ def test_vllm_spans_received_during_the_run_are_joined_to_its_requests(tmp_path)
     # six requests' spans never came: diagnose waited the whole --otlp-wait (less the
     # probes' drain, which it waited already) for them, and says so
     assert doc["overhead"]["otlp_wait_s"] >= 1.69, doc["overhead"]
-    # each slow request's phases are its span's (to the document's rounding, 1 us)
+    # each slow request's phases are its span's: the decode exactly (to the document's
+    # rounding, 1 us); the queue and the prefill, placed from the first token on tailgate's
+    # clock, within the error bound diagnose states for that request (the front read the
+    # first token at its own instant, between the engine making it and the load reading it)
     rows = eng["slowest"]
     assert len(rows) == 20
+    off = []
     for row in rows:
         span = front.spans[row["request"]]
-        assert row["queue_ms"] == pytest.approx(
-            span["gen_ai.latency.time_in_queue"] * 1e3, abs=2e-3), row
-        assert row["prefill_ms"] == pytest.approx(
-            span["gen_ai.latency.time_in_model_prefill"] * 1e3, abs=2e-3), row
+        bound_ms = row["join_error_ms"] + 2e-3
+        queue = span["gen_ai.latency.time_in_queue"] * 1e3
+        prefill = span["gen_ai.latency.time_in_model_prefill"] * 1e3
+        assert row["queue_ms"] == pytest.approx(queue, abs=bound_ms), row
+        assert row["prefill_ms"] == pytest.approx(prefill, abs=bound_ms), row
         assert row["decode_ms"] == pytest.approx(
             span["gen_ai.latency.time_in_model_decode"] * 1e3, abs=2e-3), row
+        off.append((abs(row["queue_ms"] - queue), row["join_error_ms"]))
         assert row["prompt_tokens"] == span["gen_ai.usage.prompt_tokens"], row
         assert row["generated"] == span["gen_ai.usage.completion_tokens"], row
         assert row["prompt_cached"] is None and row["join_error_ms"] is not None, row
         assert row["request"] not in front.skipped
+    print("slowest rows' |queue - span's queue| vs their stated bound (ms): "
+          + ", ".join(f"{a:.3f}/{b:.3f}" for a, b in off))
     # the engine's phases are bands of the timeline, by request
     bands = [b for b in doc["timeline"]["bands"] if b["source"] == "engine"]
     assert {b["kind"] for b in bands} >= {"prefill", "decode"}
