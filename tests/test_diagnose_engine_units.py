@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 from array import array
+from dataclasses import replace as dataclasses_replace
 from pathlib import Path
 
 import numpy as np
@@ -386,3 +387,191 @@ def test_a_part_most_of_every_requests_ttft_but_of_fewer_slow_ones_is_not_claime
     assert h.lift >= 1.5 and h.tail_cover >= 0.5 and h.time_share >= 0.1, h.sentence
     assert h.all_cover > h.tail_cover and not h.claimed, h.sentence
     assert not any(c.claimed for c in causes), [c.sentence for c in causes]
+
+
+# -- vLLM's request spans, joined by the request id tailgate sent ----------------------
+#
+# No span recorded from a real vLLM run is kept (its CPU build is a source build of its own,
+# not installable here): the spans are built with the OpenTelemetry protocol classes, with
+# vLLM's span name and attribute names (vllm/tracing), from the synthetic engine's own
+# phases, and read back through the receiver's decoder (sources/otlp.parse_export).
+
+RUN = 0x0043BEEF
+FRONT_NS = 100_000  # _one_slot: the engine takes a request 0.1 ms after it was sent
+
+
+def _spans(r: Requests, skip: frozenset[int] = frozenset(), decode_short_ms: float = 0.0,
+           extra: tuple[tuple[str, dict], ...] = (), drop_prefill: frozenset[int] = frozenset()
+           ) -> bytes:
+    """One OTLP export of a vLLM-shaped ``llm_request`` span per request of ``r`` (but
+    ``skip``): its queue (the engine taking it -> its prefill starting), prefill and decode
+    as the synthetic engine ran them; the decode reported ``decode_short_ms`` shorter than
+    the client saw it (the two reads of the engine's clock then disagree by that much)."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+
+    from tailgate.sources.otlp import request_uuid
+
+    req = ExportTraceServiceRequest()
+    scope = req.resource_spans.add().scope_spans.add()
+    rows = []
+    for i in range(len(r.ids)):
+        if i in skip:
+            continue
+        e = int(r.first_token[i]) - 40_000  # _one_slot: the client reads 40 us after
+        pre_s = r.prompt_ms[i] / 1e3
+        start = e - int(r.prompt_ms[i] * MS)
+        queue_s = (start - (int(r.sent[i]) + FRONT_NS)) / 1e9
+        attrs = {"gen_ai.request.id": "chatcmpl-" + request_uuid(RUN, int(r.ids[i])),
+                 "gen_ai.latency.time_in_queue": queue_s,
+                 "gen_ai.latency.time_to_first_token": (e - int(r.sent[i])) / 1e9,
+                 "gen_ai.latency.e2e": (int(r.end[i]) - int(r.sent[i])) / 1e9,
+                 "gen_ai.latency.time_in_model_prefill": pre_s,
+                 "gen_ai.latency.time_in_model_decode": (r.predicted_ms[i]
+                                                         - decode_short_ms) / 1e3,
+                 "gen_ai.latency.time_in_model_inference": pre_s + r.predicted_ms[i] / 1e3,
+                 "gen_ai.usage.prompt_tokens": int(r.prompt_n[i] + r.cache_n[i]),
+                 "gen_ai.usage.completion_tokens": int(r.predicted_n[i])}
+        if i in drop_prefill:
+            del attrs["gen_ai.latency.time_in_model_prefill"]
+        rows.append(attrs)
+    rows.extend(dict(a, **{"gen_ai.request.id": rid}) for rid, a in extra)
+    for k, attrs in enumerate(rows):
+        sp = scope.spans.add()
+        sp.name = "llm_request"
+        sp.span_id = (k + 1).to_bytes(8, "big")
+        sp.trace_id = (k + 1).to_bytes(16, "big")
+        sp.start_time_unix_nano = 1_800_000_000_000_000_000 + k
+        sp.end_time_unix_nano = sp.start_time_unix_nano + 1
+        for key, v in attrs.items():
+            val = (AnyValue(string_value=v) if isinstance(v, str) else
+                   AnyValue(int_value=v) if isinstance(v, int) else AnyValue(double_value=v))
+            sp.attributes.append(KeyValue(key=key, value=val))
+    return req.SerializeToString()
+
+
+def _received(body: bytes):
+    from tailgate.sources.otlp import Received, parse_export
+
+    got = Received()
+    got.add(*parse_export(body), RUN)
+    return got
+
+
+def test_vllm_spans_are_joined_by_request_id_and_their_stated_queue_is_the_queue():
+    """The one-slot engine's requests, their records as vLLM's spans (none from the log):
+    each joined by the number in the id tailgate sent; the stated queue is the queue, the
+    0.1 ms before the engine took the request is held in the server; the decode reported
+    0.3 ms short puts the two reads of the engine's clock 0.3 ms apart: the bound stated.
+    Three requests without a span, two spans of another run's ids and one of a number this
+    run never sent are counted, and the tail is still queue wait, first."""
+    from tailgate.diagnose.engine import VLLM, join_spans
+    from tailgate.sources.otlp import request_uuid
+
+    r = _one_slot(n=200)
+    bare = Requests(**{**r.__dict__, "state": np.full(200, "", dtype=object)})
+    stranger = {"gen_ai.latency.time_in_queue": 0.0,
+                "gen_ai.latency.time_in_model_prefill": 0.001,
+                "gen_ai.latency.time_in_model_decode": 0.001}
+    got = _received(_spans(r, skip=frozenset({3, 50, 199}), decode_short_ms=0.3,
+                           extra=(("chatcmpl-" + request_uuid(RUN + 1, 4), stranger),
+                                  ("cmpl-not-ours", stranger),
+                                  ("chatcmpl-" + request_uuid(RUN, 10_000), stranger))))
+    assert got.unknown_ids == 2 and len(got.spans) == 198
+    joined, counts = join_spans(bare, got.spans, np.arange(200), got.unknown_ids)
+    assert counts.to_json() == {"matched": 197, "missing": 3, "unknown_ids": 3,
+                                "not_measured": 0, "malformed": 0}
+    assert joined.engine == VLLM and joined.state[3] == "" and joined.state[4] == "ok"
+    ph = place(joined)
+    assert ph.ok.sum() == 197 and ph.stated[ph.ok].all()
+    assert ph.why[3] == "the engine sent no record of it"
+    assert np.all(ph.error_ns[ph.ok] == 300_000)  # the 0.3 ms the two reads disagree
+    doc, causes, bands = analyse(joined, 1_000 * MS)
+    assert doc["engine"] == VLLM and doc["records"] == {"ok": 197, "malformed": 0, "none": 3}
+    assert doc["join"]["error_bound_ms"] == {"p50": 0.3, "p99": 0.3, "max": 0.3}
+    assert causes[0].claimed and causes[0].cause.key == "engine_queue", [
+        c.sentence for c in causes]
+    # each slow request's queue is the span's, to the rounding; held the 0.1 ms before it,
+    # and the 40 us delivery both reads share (placed later by it: the bound cannot see it)
+    spans = {int(k): v for k, v in got.spans.items()}
+    for row in doc["slowest"]:
+        assert row["queue_ms"] == pytest.approx(spans[row["request"]].queue_s * 1e3, abs=2e-3)
+        assert row["held_ms"] == pytest.approx((FRONT_NS + 40_000) / MS, abs=2e-3)
+        assert row["prompt_computed"] is None and row["prompt_cached"] is None
+        assert row["prompt_tokens"] == spans[row["request"]].prompt_tokens
+    (pre,) = [c for c in causes if c.cause.key == "engine_prefill"]
+    assert pre.extra["cached_tokens"] is None
+    assert "does not say how many came from the prefix cache" in pre.sentence
+    assert {b["kind"] for b in bands} == {"held", "queue", "prefill", "decode"}
+    # the terminal says what came over OTLP, and "-" where the span does not say
+    from rich.console import Console
+
+    from tailgate.report.diagnose_render import engine as render
+
+    doc["otlp"] = {"received": got.to_json(), "join": counts.to_json(),
+                   "endpoint": "http://127.0.0.1:4318/v1/traces"}
+    con = Console(file=io.StringIO(), width=200)
+    render(doc, con)
+    text = con.file.getvalue()
+    assert ("spans at http://127.0.0.1:4318/v1/traces: 197 joined, 3 requests without one, "
+            "3 of ids this run never sent (ignored), 0 malformed, 0 bodies refused, "
+            "0 dropped") in text
+    row = doc["slowest"][0]
+    assert f"{row['decode_ms']:>9.2f}{'-':>9}{'-':>8}{row['generated']:>6}" in text
+
+
+def test_spans_that_do_not_fit_are_unknown_never_a_phase():
+    """A span without its prefill is malformed (no phase from a default); one whose stated
+    queue would have begun 60 ms before the request was sent is another clock's: refused
+    with the offset; no span at all is unknown with the reason."""
+    from tailgate.diagnose.engine import join_spans
+
+    r = _one_slot(n=40)
+    bare = Requests(**{**r.__dict__, "state": np.full(40, "", dtype=object)})
+    got = _received(_spans(r, drop_prefill=frozenset({7})))
+    got.spans[9] = dataclasses_replace(got.spans[9], queue_s=got.spans[9].queue_s + 0.06)
+    joined, counts = join_spans(bare, got.spans, np.arange(40))
+    assert (counts.matched, counts.malformed, counts.missing) == (39, 1, 0)
+    ph = place(joined)
+    assert ph.why[7] == "the engine's record of it was malformed"
+    # (60 ms, less the 0.1 ms before the engine took it, plus the 40 us delivery)
+    assert not ph.ok[9] and ph.why[9] == ("refused: the engine's queue would have started "
+                                          "59.9 ms before the request was sent (offset "
+                                          "beyond the bound)")
+    assert ph.ok.sum() == 38
+    none, counts = join_spans(bare, {}, np.arange(40), unknown_ids=5)
+    assert counts.to_json() == {"matched": 0, "missing": 40, "unknown_ids": 5,
+                                "not_measured": 0, "malformed": 0}
+    doc, causes, bands = analyse(none, 0)
+    assert causes == [] and bands == []
+    assert doc["unknown"].startswith("no `llm_request` span of any of the 40 requests came "
+                                     "to the OTLP receiver")
+
+
+def test_a_span_is_joined_to_its_request_across_workers(tmp_path):
+    """Two load workers deal the run's requests round-robin (bench.workers.plan): worker 1's
+    request 0 is the run's request 1, the number its X-Request-Id carries; a span of a
+    warm-up request is not measured, not unknown."""
+    from tailgate.diagnose.engine import expected_numbers, records
+    from tailgate.sources.otlp import Received
+
+    rows = [_row(None).replace("0,7,", f"{w},{j},", 1) for w, j in ((0, 0), (1, 0), (0, 1))]
+    rows.append(_row(None).replace("0,7,", "1,1,", 1).replace(",ok,200,900,0,",
+                                                                ",ok,200,900,1,"))
+    part = tmp_path / "p"
+    part.write_text("".join(rows))
+    out = io.StringIO()
+    merge_logs(out, [str(part)], llm=True)
+    text = out.getvalue()
+    assert expected_numbers(text, 2) == {0, 1, 2}
+    cols = read_log(text)
+    r = _one_slot(n=4)
+    sp = next(iter(_received(_spans(r)).spans.values()))
+    got = Received(spans={1: sp, 3: sp, 9: sp})
+    joined, counts = records(cols, 100.0, got, workers=2)
+    assert joined.ids.tolist() == [0, 1, 2]
+    assert joined.state.tolist() == ["", "ok", ""]
+    assert counts.to_json() == {"matched": 1, "missing": 2, "unknown_ids": 1,
+                                "not_measured": 1, "malformed": 0}

@@ -43,6 +43,12 @@ def _needs_root():
     # the load, checked as bench checks it, before any probe is attached
     ({"duration": 1, "rate": 10, "workers": 0}, ["--duration", "1s", "--rate", "10", "--workers", "0"],
      "--workers and --max-connections must be >= 1, --connections >= 0"),
+    # the engine's spans are joined to the requests an openai+ load sends
+    ({"duration": 1, "otlp_listen": ":4318"}, ["--duration", "1s", "--otlp-listen", ":4318"],
+     "--otlp-listen needs an openai+http:// TARGET: the spans are joined to the requests "
+     "the load sends"),
+    ({"duration": 1, "otlp_wait": "9s"}, ["--duration", "1s", "--otlp-wait", "9s"],
+     "--otlp-wait needs --otlp-listen"),
 ])
 def test_the_spec_refuses_as_the_command_line_does(options, flags, message):
     from tailgate.diagnose import DiagnoseSpec
@@ -79,6 +85,39 @@ def test_a_spec_is_checked_once_and_frozen():
         spec.bin_s = 1.0  # type: ignore[misc]
     passive = DiagnoseSpec.of(pid=os.getpid(), duration=1)
     assert passive.bench is None and passive.target is None
+
+
+def test_otlp_listen_stamps_each_request_with_the_id_its_span_names():
+    """--otlp-listen: loopback unless told, and the load sends request i of the run as
+    X-Request-Id request_uuid(run, i) (the id vLLM names its span by); a bad address or a
+    second X-Request-Id is refused."""
+    from tailgate.diagnose import DiagnoseSpec
+    from tailgate.errors import UsageError
+    from tailgate.sources.otlp import request_number, request_uuid
+
+    llm = {"pid": os.getpid(), "model": "m", "rate": 10, "duration": 1}
+    spec = DiagnoseSpec.of("openai+http://127.0.0.1:9/v1", otlp_listen=":0", **llm)
+    o = spec.otlp
+    assert (o.host, o.port, o.wait_s) == ("127.0.0.1", 0, 6.0)
+    reqs = spec.bench.engine_fields["requests"]
+    assert len(reqs) == 10
+    for i, req in enumerate(reqs):
+        line, second = req.split(b"\r\n")[:2]
+        assert line.startswith(b"POST /v1/completions HTTP/1.1")
+        assert second == b"X-Request-Id: " + request_uuid(o.run, i).encode()
+        assert request_number(second.split(b": ")[1].decode(), o.run) == i
+    assert "X-Request-Id" not in str(DiagnoseSpec.of("openai+http://127.0.0.1:9/v1",
+                                                     **llm).bench.engine_fields["requests"])
+    assert DiagnoseSpec.of("openai+http://127.0.0.1:9/v1", otlp_listen="0.0.0.0:4318",
+                           **llm).otlp.host == "0.0.0.0"
+    for bad, message in ((":99999", "--otlp-listen ':99999': give HOST:PORT (a port 0-65535)"),
+                         ("host:", "--otlp-listen 'host:': give HOST:PORT (a port 0-65535)")):
+        with pytest.raises(UsageError) as exc:
+            DiagnoseSpec.of("openai+http://127.0.0.1:9/v1", otlp_listen=bad, **llm)
+        assert str(exc.value) == message
+    with pytest.raises(UsageError, match="^--otlp-listen sends each request's own"):
+        DiagnoseSpec.of("openai+http://127.0.0.1:9/v1", otlp_listen=":0",
+                        header=["x-request-id: 7"], **llm)
 
 
 @contextlib.contextmanager

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -86,6 +86,19 @@ def add_llm_arguments(p: argparse.ArgumentParser) -> None:
                      "error_rate, goodput_rps, output_tokens_per_s (e.g. 'ttft_p999<2s')")
     add("--json", metavar="FILE|-", help="write the JSON results ('-' for stdout)")
     add("--log", metavar="FILE", help="write one JSON record per request (JSON lines)")
+
+
+def with_request_ids(requests: Sequence[bytes], ids: Sequence[str]) -> list[bytes]:
+    """Each request's bytes with an ``X-Request-Id`` header (after the request line): the id
+    an engine names the request by in its own records (vLLM's spans' ``gen_ai.request.id``),
+    ``ids[i]`` for request ``i``."""
+    if len(ids) != len(requests):
+        raise ValueError(f"{len(ids)} ids for {len(requests)} requests")
+    out = []
+    for req, rid in zip(requests, ids, strict=True):
+        line, rest = req.split(b"\r\n", 1)
+        out.append(line + b"\r\nX-Request-Id: " + rid.encode("ascii") + b"\r\n" + rest)
+    return out
 
 
 def _max_tokens(args: BenchOptions) -> int:

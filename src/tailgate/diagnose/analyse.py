@@ -111,7 +111,7 @@ def analyse(spec: DiagnoseSpec, ev: Evidence) -> dict[str, Any]:
                          arrives, spans["throttled"])
         # an LLM server's HTTP thread waits for the engine's thread on a futex: that wait is
         # the engine's phase of the request (its own record), no lock's
-        win = _engine_windows(spec.target, bench_doc, log_path)
+        win = _engine_windows(spec.target, bench_doc, log_path, ev.spans)
         resolved = through_engine(blame, win) if win is not None else []
         causes = {CAUSES[k]: v for k, v in spans.items()}
         causes.update({CAUSES[k]: own for k, own in
@@ -163,22 +163,24 @@ def analyse(spec: DiagnoseSpec, ev: Evidence) -> dict[str, Any]:
                 "min_share": opts.min_share, "min_ms": opts.min_ms}
     if bench_doc is not None:  # the chain of blame of each slow request
         report(blame, doc, starts, ends, criteria, ev.task_cgroups, set(pids))
-    # the engine's own record of each request (llama-server's timings), on the same clock
-    engine_into(doc, spec.target, bench_doc, log_path, criteria)
+    # the engine's own record of each request (llama-server's timings, or vLLM's spans
+    # received over the run), on the same clock
+    engine_into(doc, spec.target, bench_doc, log_path, criteria, ev.spans, ev.otlp_endpoint)
     return doc
 
 
-def _engine_windows(target: str | None, bench_doc: dict[str, Any], log_path: str):
+def _engine_windows(target: str | None, bench_doc: dict[str, Any], log_path: str, spans):
     """The engine's phases of each request (diagnose.engine.windows) for an openai+ load
-    whose log has the engine's records; None otherwise."""
-    from .engine import windows
+    whose log has the engine's records (or whose spans came over OTLP); None otherwise."""
+    from .engine import windows, workers_of
 
     start = (bench_doc.get("clock") or {}).get("start_monotonic_s")
     if not (target and target.startswith("openai+")) or start is None:
         return None
     with open(log_path, encoding="utf-8") as f:
         text = f.read()
-    return windows(text, start) if text.startswith("worker,") else None
+    return (windows(text, start, spans=spans, workers=workers_of(bench_doc))
+            if text.startswith("worker,") else None)
 
 
 def _service_threads(events, maps) -> set[int]:

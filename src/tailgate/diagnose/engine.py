@@ -1,10 +1,14 @@
 """The engine's phases of each request on tailgate's clock, and what they say of the tail
 (pure: arrays in, phases, causes and bands out).
 
-The engine's record of a request (:mod:`tailgate.llm.engine_records`; llama-server's
-``timings``) gives durations on its own clock: the prefill (``prompt_ms``, over
-``prompt_n`` computed and ``cache_n`` cached prompt tokens) and the decode after the first
-token (``predicted_ms``). They are placed on tailgate's clock by the instant ``E`` at which
+The engine's record of a request gives durations on its own clock: the prefill
+(``prompt_ms``, over ``prompt_n`` computed and ``cache_n`` cached prompt tokens), the decode
+after the first token (``predicted_ms``) and, where the engine says it, its queue
+(``queue_ms``). Two engines' records take this one path: llama-server's ``timings``
+(:mod:`tailgate.llm.engine_records`, in the load's per-request log) and vLLM's request spans
+(:mod:`tailgate.sources.otlp`, received during the run and joined by the request id
+tailgate sent: :func:`join_spans`; a span's whole prompt is ``prompt_n``, with ``cache_n``
+not said). They are placed on tailgate's clock by the instant ``E`` at which
 the engine finished the prefill and sampled the first token, which both sides bound:
 
 * the first token cannot be read before it was made: ``E <= first_token`` (a1), and the
@@ -12,15 +16,18 @@ the engine finished the prefill and sampled the first token, which both sides bo
   predicted_ms`` (a2). Each anchor is E plus the delay from the engine's write to
   tailgate's read, so ``E = min(a1, a2)`` and ``|a1 - a2|``, how far the two reads of the
   same instant disagree, bounds the error of the join (stated per request);
-* the prefill cannot start before the request was sent: ``E - prompt_ms >= sent``. A
+* the prefill (or, where the engine states its queue, the queue) cannot start before the
+  request was sent: ``E - prompt_ms [- queue_ms] >= sent``. A
   record that breaks this by more than :data:`MAX_SKEW_NS`, or whose anchors disagree by
   more, does not belong to tailgate's view of the request (another clock, another
   request): it is refused, with the offset, and the request's phases are unknown.
 
-Then: the wait ``[sent, E - prompt_ms]`` is queue where the engine worked on other requests
-meanwhile (their prefill to their decode's end: exact with one slot, an upper bound with
-several, where a slot may have been free) and held (the server's request handling, or its
-threads held up, with the engine idle) for the rest; prefill = ``[E - prompt_ms, E]``,
+Then: the wait ``[sent, E - prompt_ms]`` is, where the engine states its queue (vLLM),
+queue for the stated ``queue_ms`` before the prefill and held before that (the server's
+front end: parsing, tokenizing, handing over); else queue where the engine worked on other
+requests meanwhile (their prefill to their decode's end: exact with one slot, an upper bound
+with several, where a slot may have been free) and held (the server's request handling, or
+its threads held up, with the engine idle) for the rest; prefill = ``[E - prompt_ms, E]``,
 decode = ``[E, E + predicted_ms]``, delivery = ``[E, first_token]``. Generator lateness
 (intended start -> sent) comes from the bench.
 
@@ -40,12 +47,16 @@ prefill's interference.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .attribution import MIN_TAIL, Attribution, Cause, merge_spans, overlap_ns
+
+if TYPE_CHECKING:
+    from ..sources.otlp import Received, RequestSpan
 
 MAX_SKEW_NS = 50_000_000  # a record 50 ms off the client's view is another clock's
 MAX_BANDS = 4000  # bands in the document (the slowest requests' first)
@@ -92,6 +103,8 @@ class Requests:
     prompt_ms: np.ndarray
     predicted_n: np.ndarray
     predicted_ms: np.ndarray
+    queue_ms: np.ndarray | None = None  # the engine's own queue time (NaN/None: not said)
+    engine: str = "llama.cpp"  # whose records: llama.cpp's timings, or "vLLM (OTLP spans)"
 
     @classmethod
     def from_log(cls, cols: dict[str, np.ndarray], base_ns: int) -> Requests:
@@ -119,6 +132,72 @@ class Requests:
                    num("engine_predicted_n"), num("engine_predicted_ms"))
 
 
+VLLM = "vLLM (OTLP spans)"
+
+
+@dataclass(frozen=True)
+class SpanJoin:
+    """What the spans received over a run gave its requests: ``matched`` measured requests
+    that ended ok had a span, ``missing`` had none, ``unknown_ids`` spans named a request
+    this run never sent (another run's or client's id, counted by the receiver, or a
+    number past this run's), ``not_measured`` were of requests left out of the figures
+    (warm-up, failed), ``malformed`` lacked a phase."""
+
+    matched: int
+    missing: int
+    unknown_ids: int
+    not_measured: int
+    malformed: int
+
+    def to_json(self) -> dict[str, int]:
+        return {"matched": self.matched, "missing": self.missing,
+                "unknown_ids": self.unknown_ids, "not_measured": self.not_measured,
+                "malformed": self.malformed}
+
+
+def join_spans(r: Requests, spans: Mapping[int, RequestSpan], sent_ids: np.ndarray,
+               unknown_ids: int = 0) -> tuple[Requests, SpanJoin]:
+    """The requests with vLLM's spans as the engine's records (keyed by the request number
+    in the id tailgate sent: :func:`tailgate.sources.otlp.request_number`): queue, prefill
+    and decode from the span, its prompt tokens whole (``cache_n`` not said); a request
+    without a span has none (its phases unknown). ``sent_ids``: every request number of
+    the run's log (warm-up and failed ones too); a span of a number not among them counts
+    to ``unknown_ids``, with the receiver's own count of ids of other runs."""
+    n = len(r.ids)
+    nan = np.full(n, np.nan)
+    cols = {k: nan.copy() for k in ("prompt_n", "cache_n", "prompt_ms", "predicted_n",
+                                    "predicted_ms", "queue_ms")}
+    state = np.full(n, "", dtype=object)
+    pos = {int(rid): i for i, rid in enumerate(r.ids)}
+    known = set(np.asarray(sent_ids, dtype=np.int64).tolist())
+    matched = malformed = not_measured = 0
+    for num, sp in spans.items():
+        i = pos.get(num)
+        if i is None:
+            if num in known:
+                not_measured += 1
+            else:
+                unknown_ids += 1
+            continue
+        if sp.prefill_s is None or sp.decode_s is None:
+            state[i] = "bad"  # (a phase made up from a default would be wrong)
+            malformed += 1
+            continue
+        state[i] = "ok"
+        matched += 1
+        cols["prompt_ms"][i] = sp.prefill_s * 1e3
+        cols["predicted_ms"][i] = sp.decode_s * 1e3
+        if sp.queue_s is not None:
+            cols["queue_ms"][i] = sp.queue_s * 1e3
+        if sp.prompt_tokens is not None:
+            cols["prompt_n"][i] = sp.prompt_tokens
+        if sp.completion_tokens is not None:
+            cols["predicted_n"][i] = sp.completion_tokens
+    joined = replace(r, state=state, engine=VLLM, **cols)
+    return joined, SpanJoin(matched, n - matched - malformed, unknown_ids, not_measured,
+                            malformed)
+
+
 @dataclass(frozen=True)
 class Phases:
     """Per request: the join (``ok``; else ``why``), and the phase bounds (ns)."""
@@ -129,6 +208,8 @@ class Phases:
     error_ns: np.ndarray  # |a1 - a2|, -1 where only one anchor
     prefill_start: np.ndarray
     decode_end: np.ndarray
+    queue_start: np.ndarray  # where the engine states its queue; else sent
+    stated: np.ndarray  # bool: the engine stated this request's queue
 
 
 def place(r: Requests, max_skew_ns: int = MAX_SKEW_NS) -> Phases:
@@ -140,17 +221,19 @@ def place(r: Requests, max_skew_ns: int = MAX_SKEW_NS) -> Phases:
     err = np.full(n, -1, np.int64)
     pstart = np.zeros(n, np.int64)
     dend = np.zeros(n, np.int64)
+    qstart = np.zeros(n, np.int64)
+    stated = np.zeros(n, bool)
     for i in range(n):
         st = r.state[i]
         if st != "ok":
-            why[i] = ("the engine's timings were malformed" if st == "bad" else
+            why[i] = ("the engine's record of it was malformed" if st == "bad" else
                       "the engine sent no record of it")
             continue
         if not (r.sent[i] and r.first_token[i]):
             why[i] = "no first token seen: nothing to place the record by"
             continue
-        p_ns = int(r.prompt_ms[i] * 1e6)
-        d_ns = int(r.predicted_ms[i] * 1e6)
+        p_ns = round(r.prompt_ms[i] * 1e6)  # (s -> ms -> ns: no truncation)
+        d_ns = round(r.predicted_ms[i] * 1e6)
         a1 = int(r.first_token[i])
         a2 = int(r.last_token[i]) - d_ns if r.last_token[i] and r.predicted_n[i] > 1 else None
         e = a1 if a2 is None else min(a1, a2)
@@ -158,9 +241,12 @@ def place(r: Requests, max_skew_ns: int = MAX_SKEW_NS) -> Phases:
             why[i] = (f"refused: its first token and its decode end place the engine's clock "
                       f"{(a1 - a2) / 1e6:+.1f} ms apart")
             continue
-        early = int(r.sent[i]) - (e - p_ns)
+        q = np.nan if r.queue_ms is None else float(r.queue_ms[i])
+        q_ns = round(q * 1e6) if np.isfinite(q) else 0
+        early = int(r.sent[i]) - (e - p_ns - q_ns)
         if early > max_skew_ns:
-            why[i] = (f"refused: the engine's prefill would have started {early / 1e6:.1f} ms "
+            what = "queue" if q_ns else "prefill"
+            why[i] = (f"refused: the engine's {what} would have started {early / 1e6:.1f} ms "
                       "before the request was sent (offset beyond the bound)")
             continue
         ok[i] = True
@@ -168,7 +254,9 @@ def place(r: Requests, max_skew_ns: int = MAX_SKEW_NS) -> Phases:
         err[i] = -1 if a2 is None else abs(a1 - a2)
         pstart[i] = max(e - p_ns, int(r.sent[i]))
         dend[i] = e + d_ns
-    return Phases(ok, why, anchor, err, pstart, dend)
+        stated[i] = bool(np.isfinite(q))
+        qstart[i] = max(e - p_ns - q_ns, int(r.sent[i])) if stated[i] else int(r.sent[i])
+    return Phases(ok, why, anchor, err, pstart, dend, qstart, stated)
 
 
 @dataclass(frozen=True)
@@ -199,8 +287,24 @@ class Windows:
         return best[:3]
 
 
-def windows(log_text: str, start_monotonic_s: float,
-            max_skew_ns: int = MAX_SKEW_NS) -> Windows | None:
+def records(cols: dict[str, np.ndarray], start_monotonic_s: float,
+            spans: Received | None = None, workers: int = 1
+            ) -> tuple[Requests, SpanJoin | None]:
+    """The requests of a bench run's log with the engine's records: the log's own
+    (llama-server's timings), or, where an OTLP receiver ran (``spans``), its spans. Then
+    each request is named by its number in the run (the one its X-Request-Id carries): a
+    worker's request ``j`` is the run's ``j * workers + worker`` (bench.workers.plan deals
+    the run's requests round-robin)."""
+    if spans is None:
+        return Requests.from_log(cols, int(round(start_monotonic_s * 1e9))), None
+    cols = {**cols, "id": cols["id"].astype(np.int64) * workers + cols["worker"].astype(
+        np.int64)}
+    r = Requests.from_log(cols, int(round(start_monotonic_s * 1e9)))
+    return join_spans(r, spans.spans, cols["id"], spans.unknown_ids)
+
+
+def windows(log_text: str, start_monotonic_s: float, max_skew_ns: int = MAX_SKEW_NS,
+            spans: Received | None = None, workers: int = 1) -> Windows | None:
     """The engine's phases of every request of a bench run's log (``None``: a log without
     the engine's columns, or no record placed)."""
     from ..bench.result import read_log
@@ -210,7 +314,7 @@ def windows(log_text: str, start_monotonic_s: float,
         return None
     ended = (cols["warmup"] == 0) & np.isfinite(cols["end_s"])
     ok = np.flatnonzero((cols["outcome"] == "ok")[ended])  # Requests.from_log's, among them
-    r = Requests.from_log(cols, int(round(start_monotonic_s * 1e9)))
+    r, _ = records(cols, start_monotonic_s, spans, workers)
     ph = place(r, max_skew_ns)
     if not ph.ok.any():
         return None
@@ -291,13 +395,16 @@ def analyse(r: Requests, t0_ns: int, min_cover: float = 0.5, min_lift: float = 1
     timeline's bands (ms from ``t0_ns``)."""
     n = len(r.ids)
     states = {k: int(np.count_nonzero(r.state == k)) for k in ("ok", "bad", "")}
-    out: dict[str, Any] = {"engine": "llama.cpp", "requests": n,  # (ok ones)
+    out: dict[str, Any] = {"engine": r.engine, "requests": n,  # (ok ones)
                            "records": {"ok": states["ok"], "malformed": states["bad"],
                                        "none": states[""]}}
     if states["ok"] == 0:
-        out["unknown"] = ("the engine sent no per-request record in any of the "
-                          f"{n} responses (llama-server's `timings`): its phases are unknown; "
-                          "the /metrics timeline stands" if not states["bad"] else
+        none = ("the engine sent no per-request record in any of the "
+                f"{n} responses (llama-server's `timings`)" if r.engine != VLLM else
+                f"no `llm_request` span of any of the {n} requests came to the OTLP receiver "
+                "(is the engine started with --otlp-traces-endpoint at it?)")
+        out["unknown"] = (f"{none}: its phases are unknown; the /metrics timeline stands"
+                          if not states["bad"] else
                           f"every record the engine sent was malformed ({states['bad']})")
         return out, [], []
     ph = place(r, max_skew_ns)
@@ -317,6 +424,10 @@ def analyse(r: Requests, t0_ns: int, min_cover: float = 0.5, min_lift: float = 1
     busy = merge_spans(np.stack([p_a[idx], d_b[idx]], axis=1))
     waited = np.clip(q_b - q_a, 0, None)[idx]
     behind = np.minimum(overlap_ns(q_a[idx], np.maximum(q_b, q_a)[idx], busy), waited)
+    # where the engine states its queue (vLLM), that is the queue and the wait before it
+    # the server's front end's
+    said = np.clip(q_b - ph.queue_start, 0, None)[idx]
+    behind = np.where(ph.stated[idx], np.minimum(said, waited), behind)
     parts = {"late": np.clip(r.sent - r.intended, 0, None)[idx],
              "queue": behind, "held": waited - behind,
              "prefill": np.clip(p_b - p_a, 0, None)[idx],
@@ -341,7 +452,10 @@ def analyse(r: Requests, t0_ns: int, min_cover: float = 0.5, min_lift: float = 1
     pa_ = _score(PREFILL, parts["prefill"], ttft, tail, crit, level, p99, "TTFT")
     computed = float(np.nansum(r.prompt_n[idx][tail]))
     cached = float(np.nansum(r.cache_n[idx][tail]))
-    pa_.extra.update(computed_tokens=int(computed), cached_tokens=int(cached))
+    split = bool(np.isfinite(r.cache_n[idx][tail]).all())  # vLLM's spans: prompt tokens only
+    pa_.extra.update(computed_tokens=int(computed) if split else None,
+                     cached_tokens=int(cached) if split else None,
+                     prompt_tokens=int(computed + cached))
     # prefill compute explains the tail only where the slow requests computed more: a prefill
     # that was long for the usual tokens was slow, not large (its thread waited: a host cause)
     every_n = float(np.nanmean(r.prompt_n[idx]))
@@ -350,13 +464,16 @@ def analyse(r: Requests, t0_ns: int, min_cover: float = 0.5, min_lift: float = 1
     slow_not_large = pa_.claimed and tok_lift < min_lift
     if slow_not_large:
         pa_.claimed = False
-    pa_.sentence += (f"; {computed:,.0f} of their {computed + cached:,.0f} prompt tokens "
-                     f"computed, {cached:,.0f} from the prefix cache"
-                     + (" (prefix-cache misses)" if pa_.claimed and computed > 4 * max(cached, 1)
-                        else "")
-                     + (f"; but they computed only {tok_lift:.1f}x the average prompt tokens: "
-                        "the prefill was slow, not large (its thread was held up: see the "
-                        "host's causes)" if slow_not_large else ""))
+    pa_.sentence += ((f"; {computed:,.0f} of their {computed + cached:,.0f} prompt tokens "
+                      f"computed, {cached:,.0f} from the prefix cache"
+                      + (" (prefix-cache misses)"
+                         if pa_.claimed and computed > 4 * max(cached, 1) else ""))
+                     if split else
+                     f"; {computed:,.0f} prompt tokens (the engine's record does not say how "
+                     "many came from the prefix cache)")
+    pa_.sentence += (f"; but they computed only {tok_lift:.1f}x the average prompt tokens: "
+                     "the prefill was slow, not large (its thread was held up: see the "
+                     "host's causes)" if slow_not_large else "")
     causes.append(pa_)
     causes.append(_interference(r, ph, idx, crit))
     causes.sort(key=lambda a: (not a.claimed, -a.time_share))
@@ -428,11 +545,18 @@ def _table(r: Requests, ph: Phases, idx: np.ndarray, ttft: np.ndarray,
             "e2e_ms": round(float(r.end[i] - r.intended[i]) / 1e6, 3),
             **{f"{p}_ms": round(float(v[k]) / 1e6, 3) for p, v in parts.items()},
             "decode_ms": round(float(r.predicted_ms[i]), 3),
-            "prompt_computed": int(r.prompt_n[i]), "prompt_cached": int(r.cache_n[i]),
-            "generated": int(r.predicted_n[i]),
+            "prompt_computed": _int(r.prompt_n[i]) if np.isfinite(r.cache_n[i]) else None,
+            "prompt_cached": _int(r.cache_n[i]),
+            "prompt_tokens": _int(np.nansum([r.prompt_n[i], r.cache_n[i]])
+                                  if np.isfinite(r.prompt_n[i]) else np.nan),
+            "generated": _int(r.predicted_n[i]),
             "join_error_ms": (None if ph.error_ns[i] < 0 else
                               round(float(ph.error_ns[i]) / 1e6, 4))})
     return rows
+
+
+def _int(v: float) -> int | None:
+    return int(v) if np.isfinite(v) else None
 
 
 def _bands(r: Requests, ph: Phases, idx: np.ndarray, ttft: np.ndarray,
@@ -443,14 +567,17 @@ def _bands(r: Requests, ph: Phases, idx: np.ndarray, ttft: np.ndarray,
         i = int(idx[k])
         rid = int(r.ids[i])
         cached = int(r.cache_n[i]) if np.isfinite(r.cache_n[i]) else 0
-        computed = int(r.prompt_n[i])
+        computed = int(r.prompt_n[i]) if np.isfinite(r.prompt_n[i]) else 0
         kind = "prefill-cached" if cached and cached >= computed else "prefill"
+        what = (f"prefill {computed} computed + {cached} cached tokens"
+                if np.isfinite(r.cache_n[i]) else f"prefill {computed} prompt tokens")
+        out_n = int(r.predicted_n[i]) if np.isfinite(r.predicted_n[i]) else 0
         for kind_, a, b, label in (
-                ("queue", r.sent[i], ph.prefill_start[i], "queued"),
-                (kind, ph.prefill_start[i], ph.anchor[i],
-                 f"prefill {computed} computed + {cached} cached tokens"),
-                ("decode", ph.anchor[i], ph.decode_end[i],
-                 f"decode {int(r.predicted_n[i])} tokens")):
+                ("held", r.sent[i], ph.queue_start[i], "in the server before the engine's "
+                 "queue"),
+                ("queue", ph.queue_start[i], ph.prefill_start[i], "queued"),
+                (kind, ph.prefill_start[i], ph.anchor[i], what),
+                ("decode", ph.anchor[i], ph.decode_end[i], f"decode {out_n} tokens")):
             if b <= a:
                 continue
             out.append({"row": f"request {rid}", "start_ms": round((a - t0_ns) / 1e6, 4),
@@ -462,30 +589,54 @@ def _bands(r: Requests, ph: Phases, idx: np.ndarray, ttft: np.ndarray,
 
 
 def from_log(log_text: str, start_monotonic_s: float, t0_ns: int,
-             crit: dict[str, float]) -> tuple[dict[str, Any], list[Attribution],
-                                              list[dict[str, Any]]]:
+             crit: dict[str, float], spans: Received | None = None, workers: int = 1
+             ) -> tuple[dict[str, Any], list[Attribution], list[dict[str, Any]]]:
     """:func:`analyse` on a bench run's per-request log (its run started at
     ``start_monotonic_s`` on CLOCK_MONOTONIC); ``crit``: diagnose's min_cover, min_lift,
-    min_share and min_ms. A log without the engine's columns makes an unknown section."""
+    min_share and min_ms; ``spans``: what an OTLP receiver took in over the run, the
+    records then (see :func:`join_spans`). A log without the engine's columns makes an
+    unknown section."""
     from ..bench.result import read_log
 
     cols = read_log(log_text)
     if "engine_state" not in cols:
         return ({"unknown": "not an openai+ run with the engine's columns: no per-request "
                  "records of the engine"}, [], [])
-    r = Requests.from_log(cols, int(round(start_monotonic_s * 1e9)))
+    r, joined = records(cols, start_monotonic_s, spans, workers)
     section, causes, bands = analyse(r, t0_ns, **crit)
+    if spans is not None and joined is not None:
+        section["otlp"] = {"received": spans.to_json(), "join": joined.to_json()}
     measured = (cols["warmup"] == 0) & np.isfinite(cols["end_s"])
     section["not_ok"] = int(np.count_nonzero(measured & (cols["outcome"] != "ok")))
     return section, causes, bands
+
+
+def expected_numbers(log_text: str, workers: int = 1) -> set[int]:
+    """The run's numbers of the measured requests of a log that ended ok: those whose span
+    the join waits for."""
+    from ..bench.result import read_log
+
+    if not log_text.startswith("worker,"):
+        return set()
+    cols = read_log(log_text)
+    keep = (cols["warmup"] == 0) & np.isfinite(cols["end_s"]) & (cols["outcome"] == "ok")
+    num = cols["id"].astype(np.int64) * workers + cols["worker"].astype(np.int64)
+    return set(num[keep].tolist())
+
+
+def workers_of(bench_doc: dict[str, Any]) -> int:
+    """How many load workers shared the run's requests (its ``config``)."""
+    return int((bench_doc.get("config") or {}).get("workers") or 1)
 
 
 LAYER_ORDER = {layer: i for i, layer in enumerate(("load", "L1", "L2", "L3", "L4"))}
 
 
 def engine_into(doc: dict[str, Any], target: str | None, bench_doc: dict[str, Any] | None,
-                log_path: str, crit: dict[str, float]) -> None:
-    """Add the engine's phases to a diagnose document: its section (``doc["engine"]``),
+                log_path: str, crit: dict[str, float], spans: Received | None = None,
+                endpoint: str | None = None) -> None:
+    """Add the engine's phases to a diagnose document (from the log's records, or from the
+    spans an OTLP receiver at ``endpoint`` took in): its section (``doc["engine"]``),
     its causes among the others (claimed first, bottom-up by layer, as attribution orders
     them), the verdict again, and the phases as the timeline's bands. Only for openai+
     loads; anything else keeps the document as it is."""
@@ -498,7 +649,10 @@ def engine_into(doc: dict[str, Any], target: str | None, bench_doc: dict[str, An
     if start is None or not text.startswith("worker,"):
         doc["engine"] = {"unknown": "the run's request log has no clock or no engine columns"}
         return
-    section, causes, bands = from_log(text, start, int(tl.get("t0_monotonic_ns", 0)), crit)
+    section, causes, bands = from_log(text, start, int(tl.get("t0_monotonic_ns", 0)), crit,
+                                      spans, workers_of(bench_doc))
+    if endpoint and "otlp" in section:
+        section["otlp"]["endpoint"] = endpoint
     doc["engine"] = section
     tl.setdefault("bands", []).extend(bands)  # (beside the chains of blame's)
     if not causes:

@@ -137,14 +137,18 @@ def collect(spec: DiagnoseSpec, tmp: str, say: Callable[[str], None] = lambda te
 
     host, pids, opts = spec.host, spec.pids, spec.options
     window_s, warmup_s, bin_s = spec.window_s, spec.warmup_s, spec.bin_s
-    probe_s = (window_s or 0) + warmup_s + (60.0 if not window_s else 5.0)
+    probe_s = ((window_s or 0) + warmup_s + (60.0 if not window_s else 5.0)
+               + (spec.otlp.wait_s if spec.otlp else 0.0))
     bench_doc = None
     log_path = os.path.join(tmp, "requests.log")
     counter_spec, spec_unknown = _counter_spec(spec, host)
     # every bin gets a poll when bins are 100 ms or longer; finer bins share the 100 ms polls
     # less finely (a poll reads about a dozen files: 20 ms is the floor)
     period_s = max(0.02, min(bin_s, 0.1))
+    span_wait_s = 0.0
     with contextlib.ExitStack() as stack:
+        # bound first: a busy address is refused before any probe is compiled
+        rx = stack.enter_context(_receiver(spec)) if spec.otlp else None
         poller = stack.enter_context(Poller(host, list(spec.cgroups), limit_s=probe_s))
         counters = stack.enter_context(CounterPoller(host, counter_spec, period_s,
                                                      limit_s=probe_s))
@@ -167,6 +171,8 @@ def collect(spec: DiagnoseSpec, tmp: str, say: Callable[[str], None] = lambda te
         # compiling and attaching, before the window
         probe0 = _cpu_s(probe.proc.pid) + (_cpu_s(sirq.proc.pid) if sirq else 0.0)
         prof0 = _cpu_s(prof.proc.pid) if prof else 0.0
+        if rx is not None:
+            say(f"receiving the engine's spans at {rx.endpoint}")
         if spec.bench is not None:
             say(f"loading {spec.target} while the probes record")
             bench_doc = _drive(spec, log_path)
@@ -184,11 +190,16 @@ def collect(spec: DiagnoseSpec, tmp: str, say: Callable[[str], None] = lambda te
         # ones (the waits the load generator's closing connections end, threads exiting) are
         # read only if it is given a moment first
         time.sleep(DRAIN_S)
+        if rx is not None and spec.otlp is not None:  # (the probes drain meanwhile too)
+            say("waiting for the engine's last spans")
+            t_wait = time.monotonic()
+            _await_spans(rx, log_path, bench_doc or {}, spec.otlp.wait_s - DRAIN_S)
+            span_wait_s = time.monotonic() - t_wait
         if prof:
             stop_patiently(prof)
     # after the window, the probes print (and the profile symbolises) their maps: the CPU of
     # the bpftrace processes reaped since, less what they had used by the window's end
-    readout_s = (time.monotonic_ns() - t_end) / 1e9
+    readout_s = (time.monotonic_ns() - t_end) / 1e9 - span_wait_s
     readout_cpu = _children_cpu_s() - reaped0 - probe_cpu - prof_cpu
     text = "".join(probe.out) + ("".join(sirq.out) if sirq else "")
     output = parse_output(text)
@@ -206,8 +217,11 @@ def collect(spec: DiagnoseSpec, tmp: str, say: Callable[[str], None] = lambda te
         bench=bench_doc, log_path=log_path,
         # read now: the tasks the chains name (an interfering job) may be gone later
         task_cgroups=task_cgroups(host, chain_pids(events)),
+        spans=rx.got if rx is not None else None,
+        otlp_endpoint=rx.endpoint if rx is not None else None,
         overhead={"probe_cpu_s": round(probe_cpu + prof_cpu, 3), "context_switches": switches,
                   "readout_s": round(readout_s, 3),
+                  **({"otlp_wait_s": round(span_wait_s, 3)} if rx is not None else {}),
                   "readout_cpu_s": round(max(readout_cpu, 0.0), 3),
                   "probe_window_cpu_s": round(probe_cpu - probe0 + prof_cpu - prof0, 3),
                   **profile_cpu,
@@ -215,6 +229,35 @@ def collect(spec: DiagnoseSpec, tmp: str, say: Callable[[str], None] = lambda te
                   "service_cpu_s": round(service_cpu, 3),
                   "window_s": round((t_end - t_attached) / 1e9, 3),
                   "startup_s": round((probe.attached_at - probe.spawned), 3)})
+
+
+def _receiver(spec: DiagnoseSpec):
+    """The run's OTLP/HTTP receiver (sources.otlp), bound now: a busy or foreign address is
+    the option's fault."""
+    from ..errors import UsageError
+    from ..sources.otlp import Receiver
+
+    o = spec.otlp
+    assert o is not None
+    try:
+        return Receiver(o.run, o.host, o.port)
+    except OSError as exc:
+        raise UsageError(f"--otlp-listen {o.host}:{o.port}: {exc.strerror or exc}") from None
+
+
+def _await_spans(rx, log_path: str, bench_doc: dict[str, Any], wait_s: float) -> None:
+    """Until the receiver holds a span of every measured request that ended ok (an
+    exporter sends in batches: vLLM's every 5 s), or ``wait_s`` passed."""
+    from .engine import expected_numbers, workers_of
+
+    try:
+        with open(log_path, encoding="utf-8") as f:
+            want = expected_numbers(f.read(), workers_of(bench_doc))
+    except OSError:
+        want = set()
+    deadline = time.monotonic() + max(wait_s, 0.0)
+    while not want <= rx.numbers() and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _drive(spec: DiagnoseSpec, log_path: str) -> dict[str, Any]:

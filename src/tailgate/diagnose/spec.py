@@ -37,6 +37,8 @@ class DiagnoseOptions:
     min_ms: float = 1.0
     profile: bool = False
     profile_hz: int | None = None
+    otlp_listen: str | None = None  # HOST:PORT of the OTLP/HTTP receiver of the engine's spans
+    otlp_wait: str = "6s"
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> DiagnoseOptions:
@@ -48,6 +50,19 @@ class DiagnoseOptions:
     @classmethod
     def defaults(cls) -> dict[str, Any]:
         return {f.name: f.default for f in fields(cls)}
+
+
+@dataclass(frozen=True)
+class OtlpListen:
+    """Where the run's OTLP/HTTP receiver listens (``POST /v1/traces``; port 0: any free
+    one), how long it waits after the load for the last spans, and the tag of the run's
+    request ids (:func:`tailgate.sources.otlp.request_uuid`: the load sends each request's
+    as ``X-Request-Id``, the engine names its span by it)."""
+
+    host: str
+    port: int
+    wait_s: float
+    run: int
 
 
 @dataclass(frozen=True)
@@ -67,6 +82,7 @@ class DiagnoseSpec:
     warmup_s: float
     profile_hz: int  # the on-CPU sampling rate (used with options.profile)
     bench: BenchSpec | None
+    otlp: OtlpListen | None = None  # the engine's spans received over the run
 
     @property
     def target(self) -> str | None:
@@ -121,9 +137,61 @@ def build(opts: DiagnoseOptions, load: BenchOptions, host: Host | None = None) -
     hz = _profile_rate(opts)
     pids, cgroups = _service(opts, host)
     load = load.with_(json=None, log=None, html=None, hdr=None, quiet=True)
+    otlp = _otlp(opts, load)
     bench = build_bench(load) if load.target is not None else None
+    if otlp is not None and bench is not None:
+        bench = with_request_ids(bench, otlp.run)
     return DiagnoseSpec(opts, load, host, pids, tuple(cgroups), bin_s, window_s, warmup_s,
-                        hz, bench)
+                        hz, bench, otlp)
+
+
+def _otlp(opts: DiagnoseOptions, load: BenchOptions) -> OtlpListen | None:
+    """--otlp-listen HOST:PORT (HOST defaults to loopback) and --otlp-wait, checked."""
+    import secrets
+
+    from ..bench.units import parse_duration
+
+    if opts.otlp_listen is None:
+        if opts.otlp_wait != DiagnoseOptions.otlp_wait:
+            raise UsageError("--otlp-wait needs --otlp-listen")
+        return None
+    if not (load.target and load.target.startswith("openai+")):
+        raise UsageError("--otlp-listen needs an openai+http:// TARGET: the spans are joined "
+                         "to the requests the load sends")
+    if any(h.split(":", 1)[0].strip().lower() == "x-request-id" for h in load.header):
+        raise UsageError("--otlp-listen sends each request's own X-Request-Id: not with "
+                         "--header X-Request-Id")
+    host, sep, port_text = opts.otlp_listen.rpartition(":")
+    host = host.strip("[]") if sep else ""
+    if not sep:
+        port_text = opts.otlp_listen
+    try:
+        port = int(port_text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise UsageError(f"--otlp-listen {opts.otlp_listen!r}: give HOST:PORT (a port 0-65535)")
+    try:
+        wait_s = parse_duration(opts.otlp_wait)
+    except ValueError as exc:
+        raise UsageError(f"--otlp-wait: {exc}") from None
+    if not 0 <= wait_s <= 600:
+        raise UsageError("--otlp-wait must be between 0s and 10m")
+    return OtlpListen(host or "127.0.0.1", port, wait_s, secrets.randbits(32))
+
+
+def with_request_ids(bench: BenchSpec, run: int) -> BenchSpec:
+    """The load sending request ``i`` of the run tagged ``run`` with ``X-Request-Id``
+    :func:`tailgate.sources.otlp.request_uuid` (``run``, ``i``)."""
+    from types import MappingProxyType
+
+    from ..bench.openai_requests import with_request_ids as stamped
+    from ..sources.otlp import request_uuid
+
+    reqs = bench.engine_fields["requests"]
+    ids = [request_uuid(run, i) for i in range(len(reqs))]
+    return replace(bench, engine_fields=MappingProxyType(
+        {**bench.engine_fields, "requests": stamped(reqs, ids)}))
 
 
 def with_log(bench: BenchSpec, path: str) -> BenchSpec:

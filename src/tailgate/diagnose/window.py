@@ -5,11 +5,14 @@ A new evidence source is one more field here, filled in ``collect`` and read in 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .counters import Polls
 from .evidence import CounterPolls, Events, ProbeMaps
 from .profile import Samples
+
+if TYPE_CHECKING:
+    from ..sources.otlp import Received
 
 
 @dataclass(frozen=True)
@@ -30,3 +33,6 @@ class Evidence:
     overhead: dict[str, Any]  # what the probes and polls cost (the document's "overhead")
     # the cgroup of each process the chains of blame name (pid -> path), read after the window
     task_cgroups: dict[int, str] = field(default_factory=dict)
+    # the engine's spans an OTLP receiver took in over the run (diagnose --otlp-listen)
+    spans: Received | None = None
+    otlp_endpoint: str | None = None

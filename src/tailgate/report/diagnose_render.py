@@ -101,6 +101,14 @@ def engine(eng: dict[str, Any] | None, console) -> None:
                      if err else ""), highlight=False)
     for why in join.get("refused_examples", ()):
         console.print(f"  {why}", highlight=False, markup=False)
+    otlp = eng.get("otlp")
+    if otlp:
+        j, got = otlp["join"], otlp["received"]
+        console.print(f"spans at {otlp.get('endpoint', '?')}: {j['matched']} joined, "
+                      f"{j['missing']} requests without one, {j['unknown_ids']} of ids this "
+                      f"run never sent (ignored), {j['malformed']} malformed, "
+                      f"{got['refused_bodies']} bodies refused, {got['dropped']} dropped",
+                      highlight=False, markup=False)
     t = eng.get("ttft")
     if not t:
         return
@@ -114,8 +122,12 @@ def engine(eng: dict[str, Any] | None, console) -> None:
         console.print(f"  {row['request']:>8}{row['ttft_ms']:>10.2f}{row['late_ms']:>8.2f}"
                       f"{row['queue_ms']:>9.2f}{row.get('held_ms', 0.0):>8.2f}"
                       f"{row['prefill_ms']:>9.2f}{row['decode_ms']:>9.2f}"
-                      f"{row['prompt_computed']:>9}{row['prompt_cached']:>8}"
-                      f"{row['generated']:>6}", highlight=False)
+                      f"{_n(row['prompt_computed']):>9}{_n(row['prompt_cached']):>8}"
+                      f"{_n(row['generated']):>6}", highlight=False)
+
+
+def _n(v: int | None) -> str:
+    return "-" if v is None else str(v)
 
 
 def accounting(acc: dict[str, Any] | None, console) -> None:

@@ -155,6 +155,25 @@ class Received:
     refused_bodies: int = 0  # over MAX_BODY
     dropped: int = 0  # past MAX_SPANS
 
+    def add(self, spans: list[RequestSpan], bad: list[str], run: int,
+            max_spans: int = MAX_SPANS) -> list[tuple[int, RequestSpan]]:
+        """One export's spans (and why any was left out): a span of this run's ids is kept
+        by its request number, up to ``max_spans`` of them (the rest counted as dropped);
+        one of any other id counted. Returns those kept."""
+        self.malformed_count += len(bad)
+        self.malformed.extend(bad[:max(0, 3 - len(self.malformed))])
+        kept = []
+        for sp in spans:
+            n = request_number(sp.request_id, run)
+            if n is None:
+                self.unknown_ids += 1
+            elif len(self.spans) >= max_spans and n not in self.spans:
+                self.dropped += 1
+            else:
+                self.spans[n] = sp
+                kept.append((n, sp))
+        return kept
+
     def to_json(self) -> dict[str, Any]:
         return {"spans": len(self.spans), "unknown_ids": self.unknown_ids,
                 "malformed": self.malformed_count, "malformed_examples": self.malformed[:3],
@@ -186,6 +205,11 @@ class Receiver:
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True,
                                         name="otlp-receiver")
+
+    def numbers(self) -> set[int]:
+        """The request numbers it holds a span of, now (the server's threads add more)."""
+        with self._lock:
+            return set(self.got.spans)
 
     @property
     def endpoint(self) -> str:
@@ -221,19 +245,10 @@ class Receiver:
                 self.got.bad_bodies += 1
             return self._reply(h, 400, b"")
         with self._lock:
-            g = self.got
-            g.malformed_count += len(bad)
-            g.malformed.extend(bad[:max(0, 3 - len(g.malformed))])
-            for sp in spans:
-                n = request_number(sp.request_id, self.run)
-                if n is None:
-                    g.unknown_ids += 1
-                elif len(g.spans) >= self.max_spans and n not in g.spans:
-                    g.dropped += 1
-                else:
-                    g.spans[n] = sp
-                    if self._on_span:
-                        self._on_span(n, sp)
+            kept = self.got.add(spans, bad, self.run, self.max_spans)
+            if self._on_span:
+                for n, sp in kept:
+                    self._on_span(n, sp)
         self._reply(h, 200, b"", "application/x-protobuf")
 
     @staticmethod
