@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from tailgate.bench.collective.analyze import RankTimes, SizeRun, analyze, clock_offsets
 from tailgate.bench.collective.pattern import PERIOD, contribution_row, count_wrong, expected_row
-from tailgate.bench.collective.report import evaluate_slos, exit_status, parse_slo, summary_text
+from tailgate.bench.collective.result import evaluate_slos, exit_status, parse_slo
 from tailgate.bench.collective.spec import (
     DTYPES,
     bus_factor,
@@ -20,6 +20,7 @@ from tailgate.bench.collective.spec import (
     parse_sizes,
 )
 from tailgate.hist import decode
+from tailgate.report.collective_render import summary_text
 
 
 def test_sizes_follow_the_one_size_rule():

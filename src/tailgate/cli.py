@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:2] == ["bench", "allreduce"]:
         # A collective is its own launcher-run program with its own options (tailgate.bench.collective).
         from .bench.collective.command import build_parser as collective_parser
-        from .bench.collective.command import run as collective_run
+        from .commands.bench_allreduce import run as collective_run
 
         args = collective_parser().parse_args(argv[2:])
         args.command, args.func = "bench allreduce", collective_run

@@ -284,21 +284,3 @@ def with_nodes(result: BenchResult, rows: list[dict[str, Any]],
                                     f"(lateness p99 {r['lateness_ms']['p99']:.3f} ms): add "
                                     f"nodes or --per-node, or lower --rate")
     return result
-
-
-def nodes_text(rows: Sequence[dict[str, Any]]) -> str:
-    """The per-node table of the terminal report."""
-    head = (f"{'node':<16}{'id':<14}{'workers':>8}{'target/s':>11}{'achieved/s':>12}"
-            f"{'sent':>9}{'errors':>8}{'lost':>8}{'lat p99 ms':>12}{'late p99 ms':>13}"
-            f"{'go ahead ms':>13}")
-    lines = ["per node:", head]
-    for r in rows:
-        q = r["requests"]
-        lines.append(f"{r['address']:<16}{r['node_id'][:12]:<14}{r['workers']:>8}"
-                     f"{r['rate']['target']:>11.1f}{r['rate']['achieved']:>12.1f}"
-                     f"{q['sent']:>9}{q['errors']:>8}{q['lost']:>8}"
-                     f"{r['latency_ms']['p99']:>12.3f}{r['lateness_ms']['p99']:>13.3f}"
-                     + (f"{r['start_margin_ms']:>13.1f}" if r["start_margin_ms"] is not None
-                        else f"{'-':>13}")
-                     + (f"  LOST: {r['reason']}" if r["status"] == "lost" else ""))
-    return "\n".join(lines)

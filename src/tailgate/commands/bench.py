@@ -254,20 +254,20 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from ..bench.units import parse_rate
-    from ..plan.sweep import Point, SweepError, run_sweep
+    from ..bench.options import BenchOptions
+    from ..plan.sweep import Point, SweepError, SweepSpec, run_sweep
     from ..report.sweep_render import progress_line, save, text
 
     check_writable(args.json, args.sweep_html)
-    if args.rate is None:
-        args.rate = "1"  # checked per run; the sweep sets it
 
     def on_point(rate: float, p: Point) -> None:
         if not getattr(args, "quiet", False):
             print(progress_line(rate, p), file=sys.stderr, flush=True)
 
     try:
-        sweep = run_sweep(args, parse_rate, on_point)
+        spec = SweepSpec.of(args.sweep, BenchOptions.from_namespace(args),
+                            steps=args.sweep_steps, bisect=args.sweep_bisect)
+        sweep = run_sweep(spec, on_point)
     except SweepError as exc:
         raise UsageError(str(exc)) from None
     save(sweep, args.json, args.sweep_html)

@@ -1,6 +1,6 @@
 """`tailgate bench ... --ray ADDRESS` and `--scenario FILE.yaml`: many generators, one
 report. The fleet is ``tailgate.bench.fleet``'s (spec, run, document); this module holds its
-options and the text it prints."""
+options and the call; its text is report/bench_text's."""
 
 from __future__ import annotations
 
@@ -35,8 +35,7 @@ def add_fleet_options(p: argparse.ArgumentParser) -> None:
 
 def run_fleet(args: argparse.Namespace) -> int:
     from ..bench import fleet
-    from ..bench.distributed import nodes_text
-    from ..report.bench_text import summary_text
+    from ..report.bench_text import fleet_text
     from ..slo import no_success
 
     spec = fleet.build(args)
@@ -47,24 +46,10 @@ def run_fleet(args: argparse.Namespace) -> int:
     scenario = spec.scenario is not None
     failed, lost = fleet.failed(sections), fleet.lost(sections)
     stream = sys.stderr if args.json == "-" else sys.stdout
-    for name, r in sections:
-        if scenario:
-            print(f"== target {name} ==", file=stream)
-        print(summary_text(r, spectrum=args.spectrum, columns=[
-            n for n, _ in getattr(args, "percentiles", None) or ()] or None), file=stream)
-        if "nodes" in r.json:
-            print(nodes_text(r.json["nodes"]), file=stream)
-        if scenario:
-            print(file=stream)
-    if scenario:
-        verdict = "FAIL" if failed or lost else "PASS"
-        why = "; ".join(f"{f['target']}: {f['expr']}" for f in failed)
-        if lost:
-            why = "; ".join(x for x in (why, f"{lost} request(s) lost with their node") if x)
-        print(f"mixed peak ({len(sections)} targets): {verdict}" + (f" ({why})" if why else ""),
-              file=stream)
-    elif failed:
-        print("SLO failed: " + ", ".join(f["expr"] for f in failed), file=stream)
+    text = fleet_text(sections, scenario, failed, lost, spectrum=args.spectrum, columns=[
+        n for n, _ in getattr(args, "percentiles", None) or ()] or None)
+    if text:
+        print(text, file=stream)
     nothing = [(name, why) for name, r in sections if (why := no_success(r.json))]
     for name, why in nothing:
         print(f"tailgate bench: {name + ': ' if scenario else ''}{why}", file=sys.stderr)

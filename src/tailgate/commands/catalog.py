@@ -1,9 +1,9 @@
-"""`tailgate checks` lists the catalog; `tailgate explain ID` prints one entry in full."""
+"""`tailgate checks` lists the catalog; `tailgate explain ID` prints one entry in full (the
+text is report/catalog_render's)."""
 
 from __future__ import annotations
 
 import argparse
-import textwrap
 
 from ..errors import UsageError
 
@@ -19,34 +19,20 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run_checks(args: argparse.Namespace) -> int:
     from ..baseline import catalog
     from ..judge import checks
+    from ..report.catalog_render import checks_text
 
-    implemented = checks()
-    for e in catalog().values():
-        limit = e.params.get("limit")
-        shown = "" if limit is None else f"{limit} {e.unit}".strip()
-        mark = "" if e.id in implemented else "  (not implemented yet)"
-        print(f"{e.layer}  {e.id:<28} {e.title}" + (f"  [limit {shown}]" if shown else "") + mark)
+    print(checks_text(catalog().values(), checks()), end="")
     return 0
-
-
-def _wrap(text: str) -> str:
-    return textwrap.fill(text, 88, initial_indent="  ", subsequent_indent="  ")
 
 
 def run_explain(args: argparse.Namespace) -> int:
     from ..baseline import catalog
+    from ..report.catalog_render import entry_text
 
     entry = catalog().get(args.id)
     if entry is None:
         close = [i for i in catalog() if args.id in i]
         hint = f" (did you mean {', '.join(close)}?)" if close else " (see `tailgate checks`)"
         raise UsageError(f"unknown check id {args.id!r}{hint}")
-    print(f"{entry.id}  ({entry.layer})\n  red line: {entry.title}\n")
-    if entry.params:
-        print("default baseline: " + ", ".join(f"{k}={v!r}" for k, v in entry.params.items())
-              + (f"  [{entry.unit}]" if entry.unit else "") + "\n")
-    for head, body in (("why", entry.rationale), ("how it is measured", entry.measure),
-                       ("what it takes to measure it", entry.needs), ("remedy", entry.remedy)):
-        if body:
-            print(f"{head}:\n{_wrap(body)}\n")
+    print(entry_text(entry), end="")
     return 0

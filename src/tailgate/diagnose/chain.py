@@ -385,13 +385,8 @@ def owned(starts: np.ndarray, ends: np.ndarray, scope: list[Scope],
     was counted in."""
     if inner is not None:
         return _owned_inner(starts, ends, scope, spans_by_tid, *inner)
-    n = len(starts)
-    hit = np.zeros(n, dtype=bool)
-    inside = np.zeros(n, dtype=np.int64)
-    none = np.zeros((0, 2), np.int64)
+    tally = _Tally(starts, ends, spans_by_tid)
     groups: dict[tuple[int, ...], list[int]] = {}
-    counted: list[np.ndarray] = []
-    threads: set[int] = set()
     for i, sc in enumerate(scope):
         if not sc.clips:
             groups.setdefault(sc.serving, []).append(i)
@@ -399,58 +394,38 @@ def owned(starts: np.ndarray, ends: np.ndarray, scope: list[Scope],
         ix = np.array([i])
         rows = []
         for t in sc.serving:
-            sp = spans_by_tid.get(t, none)
+            sp = spans_by_tid.get(t, tally.none)
             if len(sp) and not _covering(sp, starts[ix], ends[ix])[0]:
                 rows.append(sp)
-                threads.add(t)
-        for t, a, b in sc.clips:
-            sp = spans_by_tid.get(t, none)
-            sp = np.clip(sp[(sp[:, 1] >= a) & (sp[:, 0] <= b)], a, b)
-            rows.append(sp)
-            threads.update([t] if len(sp) else [])
-        m = merge_spans(np.concatenate(rows)) if rows else none
-        if len(m):
-            inside[i] = overlap_ns(starts[ix], ends[ix], m)[0]
-            hit[i] = _touches(starts[ix], ends[ix], m)[0]
-            counted.append(_within(m, starts[ix], ends[ix]))
+                tally.threads.add(t)
+        tally.one(i, rows, sc.clips)
     for tids, idx in list(groups.items()):
         ix = np.array(idx)
         # (requests a thread's span holds whole: regrouped without that thread)
         cov = {t: _covering(spans_by_tid[t], starts[ix], ends[ix]) for t in tids
-               if len(spans_by_tid.get(t, none))}
+               if len(spans_by_tid.get(t, tally.none))}
         sub: dict[tuple[int, ...], list[int]] = {}
         for k, i in enumerate(idx):
             sub.setdefault(tuple(t for t, c in cov.items() if not c[k]), []).append(i)
         for mine, sidx in sub.items():
             if not mine:
                 continue
-            threads.update(mine)
-            m = merge_spans(np.concatenate([spans_by_tid[t] for t in mine]))
-            six = np.array(sidx)
-            inside[six] = overlap_ns(starts[six], ends[six], m)
-            # an instant or a span touching the window's edge covers it too (as covered())
-            hit[six] = _touches(starts[six], ends[six], m)
-            counted.append(_within(m, starts[six], ends[six]))
-    spans = merge_spans(np.concatenate(counted)) if counted else none
-    return Owned(hit, inside, spans, threads=len(threads))
+            tally.threads.update(mine)
+            tally.add(np.array(sidx), merge_spans(np.concatenate([spans_by_tid[t] for t in mine])))
+    return tally.owned()
 
 
 def _owned_inner(starts: np.ndarray, ends: np.ndarray, scope: list[Scope],
                  spans_by_tid: dict[int, np.ndarray], d: np.ndarray, e: np.ndarray) -> Owned:
     """:func:`owned` for waits for work: per request, its serving threads' spans inside its
     service window ``[d, e]`` and its chain threads' clipped as ever."""
-    n = len(starts)
-    hit = np.zeros(n, dtype=bool)
-    inside = np.zeros(n, dtype=np.int64)
-    none = np.zeros((0, 2), np.int64)
+    tally = _Tally(starts, ends, spans_by_tid)
     d, e = np.asarray(d, np.int64), np.asarray(e, np.int64)
     # (a thread's spans are sorted and disjoint: those inside a window are a run of them)
     serving = {t for sc in scope for t in sc.serving}
     bounds = {t: (np.searchsorted(sp[:, 0], d, side="left"),
                   np.searchsorted(sp[:, 1], e, side="right"))
               for t, sp in spans_by_tid.items() if t in serving}
-    counted: list[np.ndarray] = []
-    threads: set[int] = set()
     for i, sc in enumerate(scope):
         rows = []
         for t in sc.serving:
@@ -458,20 +433,48 @@ def _owned_inner(starts: np.ndarray, ends: np.ndarray, scope: list[Scope],
                 lo, hi = int(bounds[t][0][i]), int(bounds[t][1][i])
                 if hi > lo:
                     rows.append(spans_by_tid[t][lo:hi])
-                    threads.add(t)
-        for t, a, b in sc.clips:
-            sp = spans_by_tid.get(t, none)
+                    tally.threads.add(t)
+        tally.one(i, rows, sc.clips)
+    return tally.owned()
+
+
+class _Tally:
+    """What :func:`owned` counts, however a request's serving threads' spans were bounded:
+    per request whether its spans touch its window and how long they lie inside it, the
+    spans counted (clipped to the windows they were counted in), the threads that had any."""
+
+    def __init__(self, starts: np.ndarray, ends: np.ndarray,
+                 spans_by_tid: dict[int, np.ndarray]) -> None:
+        self.starts, self.ends, self.spans_by_tid = starts, ends, spans_by_tid
+        self.hit = np.zeros(len(starts), dtype=bool)
+        self.inside = np.zeros(len(starts), dtype=np.int64)
+        self.none = np.zeros((0, 2), np.int64)
+        self.counted: list[np.ndarray] = []
+        self.threads: set[int] = set()
+
+    def add(self, ix: np.ndarray, m: np.ndarray) -> None:
+        """Requests ``ix`` own the merged spans ``m``."""
+        self.inside[ix] = overlap_ns(self.starts[ix], self.ends[ix], m)
+        # an instant or a span touching the window's edge covers it too (as covered())
+        self.hit[ix] = _touches(self.starts[ix], self.ends[ix], m)
+        self.counted.append(_within(m, self.starts[ix], self.ends[ix]))
+
+    def one(self, i: int, rows: list[np.ndarray],
+            clips: tuple[tuple[int, int, int], ...]) -> None:
+        """Request ``i``: its serving threads' spans (``rows``, already bounded) and each
+        chain thread's clipped to where it was waited for (``clips``), merged."""
+        for t, a, b in clips:
+            sp = self.spans_by_tid.get(t, self.none)
             sp = np.clip(sp[(sp[:, 1] >= a) & (sp[:, 0] <= b)], a, b)
             rows.append(sp)
-            threads.update([t] if len(sp) else [])
-        m = merge_spans(np.concatenate(rows)) if rows else none
+            self.threads.update([t] if len(sp) else [])
+        m = merge_spans(np.concatenate(rows)) if rows else self.none
         if len(m):
-            ix = np.array([i])
-            inside[i] = overlap_ns(starts[ix], ends[ix], m)[0]
-            hit[i] = _touches(starts[ix], ends[ix], m)[0]
-            counted.append(_within(m, starts[ix], ends[ix]))
-    spans = merge_spans(np.concatenate(counted)) if counted else none
-    return Owned(hit, inside, spans, threads=len(threads))
+            self.add(np.array([i]), m)
+
+    def owned(self) -> Owned:
+        spans = merge_spans(np.concatenate(self.counted)) if self.counted else self.none
+        return Owned(self.hit, self.inside, spans, threads=len(self.threads))
 
 
 def _covering(sp: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:

@@ -129,20 +129,3 @@ def clock_skew(hosts: Sequence[Any], probes: dict[str, dict[str, Any]] | None = 
     status = "fail" if "fail" in statuses else ptp["status"]
     return {"limit_ns": limit_ns, "status": status, "ptp": ptp, "round_trip": round_trip,
             "hosts": rows}
-
-
-def skew_text(skew: dict[str, Any]) -> list[str]:
-    lines = [f"cross-node clock skew (red line +-{skew['limit_ns']:g} ns): "
-             f"{skew['status'].upper()}", f"  PTP: {skew['ptp']['reason']}"]
-    if skew["round_trip"].get("nodes"):
-        lines.append(f"  round trip: {skew['round_trip']['reason']}")
-    for r in skew["hosts"]:
-        off = r["offset_to_master_ns"]
-        rt = r.get("round_trip", {})
-        lines.append(f"  {r['address']:<32} offset to master "
-                     f"{'-' if off is None else f'{off:g} ns'}"
-                     + (f" (gm {r['grandmaster']})" if r.get("grandmaster") else "")
-                     + (f"; vs driver {rt['offset_ns']:,} ns +- {rt['rtt_ns'] // 2:,} ns"
-                        if "offset_ns" in rt else f"; {rt['error']}" if "error" in rt else "")
-                     + ("" if off is not None else f"  [{r['ptp_status']}: {r['reason']}]"))
-    return lines

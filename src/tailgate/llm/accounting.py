@@ -540,30 +540,6 @@ def prefix_cache(book: TokenBook) -> dict[str, Any]:
     }
 
 
-def token_lines(d: dict[str, Any]) -> list[str]:
-    """The terminal's token-truth lines of an openai+ result (renderers never compute)."""
-    out = []
-    tc = d.get("token_check")
-    if tc:
-        line = (f"token check: {tc['usage_mismatch']} of {tc['usage_compared']} request(s) "
-                f"streamed a token count that disagrees with usage.completion_tokens")
-        if tc["usage_not_reported"]:
-            line += f" ({tc['usage_not_reported']} without usage, not compared)"
-        line += (f"; chunks {tc['chunks']}: tokens stated for {tc['chunk_tokens_stated']}, "
-                 f"assumed one for {tc['chunk_tokens_assumed_one']}, "
-                 f"{tc['multi_token_chunks']} of several tokens (max "
-                 f"{tc['max_tokens_in_chunk']})")
-        out.append(line)
-    pc = d.get("prefix_cache")
-    if pc and pc["requests_reporting"]:
-        rate = "-" if pc["hit_rate"] is None else f"{pc['hit_rate'] * 100:.1f}%"
-        out.append(f"prefix cache (server's usage): {pc['cached_tokens']} of "
-                   f"{pc['prompt_tokens']} prompt tokens cached ({rate}) in "
-                   f"{pc['requests_reporting']} request(s) reporting, "
-                   f"{pc['requests_with_hits']} with a hit")
-    return out
-
-
 def completed_over_time(book: TokenBook, slot_s: float) -> dict[str, Any]:
     """Requests, good requests and output tokens per second, by the interval a request
     ended in: every interval from the first to the last (a zero is a fact)."""

@@ -8,8 +8,8 @@
   hedged requests, from measured histograms.
 * :mod:`.prefix_cache` — a two-tier radix-tree prefix cache replaying real traces
   (:mod:`.traces` parses Mooncake, token-id and Azure traces into block-hash chains).
-* :mod:`.sweep` — ``tailgate bench --sweep``: the highest rate meeting the SLOs.
-* :mod:`.plot` — the curves as self-contained HTML (inline SVG).
+* :mod:`.sweep` — ``tailgate bench --sweep``: the highest rate meeting the SLOs
+  (``run_sweep(SweepSpec.of(...))``: a bench run per rate).
 
 Each ``plan`` subcommand is a library call: a checked spec (:mod:`.spec`, which reads
 the input files through the hardened reader, :mod:`.inputs`) and ``run(spec) -> document``

@@ -320,24 +320,6 @@ def recommend(*, concurrency: int, bound: str, domain: str,
     return Recommendation(cand.name, g, s, why, table)
 
 
-def explain(alpha: float, gamma: int, c: float) -> str:
-    """The derivation with these numbers, for `tailgate plan specdec --explain`."""
-    e = expected_tokens(alpha, gamma)
-    terms = " + ".join(f"{alpha:.3g}^{i}" for i in range(gamma + 1))
-    g_opt, s_opt = optimal_gamma(alpha, c)
-    return "\n".join([
-        "Speculative decoding (Leviathan, Kalman, Matias, ICML 2023):",
-        f"  a step drafts gamma={gamma} tokens; drafted token i survives only if tokens "
-        f"1..i-1 did, each with alpha={alpha:g}, and the target adds one token of its own:",
-        f"  E[tokens] = {terms} = (1 - a^(g+1)) / (1 - a) = {e:.4f}",
-        f"  a step costs gamma*c + 1 = {gamma}*{c:g} + 1 = {gamma * c + 1:.4f} target steps",
-        f"  speedup = E[tokens] / (gamma*c + 1) = {e / (gamma * c + 1):.4f}",
-        f"  optimal gamma for alpha={alpha:g}, c={c:g}: {g_opt} (speedup {s_opt:.4f})",
-        f"  break-even alpha at gamma={gamma}: {format_break_even(break_even_alpha(gamma, c), 4)} "
-        f"(at gamma=1 it is c itself: speculation pays for some gamma iff alpha > c)",
-    ])
-
-
 def alpha_from_counts(drafts: float, draft_tokens: float, accepted: float) -> float:
     """alpha from an engine's counters: solve E[tokens] = 1 + accepted/drafts for alpha."""
     if drafts <= 0 or draft_tokens <= 0:

@@ -14,6 +14,13 @@ P99 lateness stays within one inter-arrival gap — an open-loop run that fell
 behind its schedule did not really offer that rate). Without any --slo the
 sweep only draws the curve.
 
+The command builds a :class:`SweepSpec` from its options, and so does Python::
+
+    from tailgate.bench.options import BenchOptions
+    from tailgate.plan.sweep import SweepSpec, run_sweep
+    sweep = run_sweep(SweepSpec.of("1k..50k", BenchOptions(
+        target="http://127.0.0.1:8080/", duration="5s", slo=("p99<5ms",))))
+
 The **knee** of the latency-throughput curve is found with Kneedle (Satopää et
 al., ICDCS workshops 2011): normalise achieved rate and P99 to [0, 1] and take
 the point farthest above the diagonal, i.e. where latency starts rising faster
@@ -29,6 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..bench.options import BenchOptions
 from ..errors import InputError
 
 SUSTAINED = 0.95
@@ -224,22 +232,42 @@ class Sweep:
                 "knee_reason": self.knee_reason}
 
 
-def run_sweep(args: Any, parse_rate: Callable[[str], float],
-              on_point: Callable[[float, Point], None] | None = None) -> Sweep:
+@dataclass(frozen=True)
+class SweepSpec:
+    """A checked sweep: offered rates from ``lo`` to ``hi`` in ``steps`` geometric steps,
+    then ``bisect`` bisections, each rate a run of the bench ``bench`` (its rate set per
+    point, its outputs off: the sweep writes its own)."""
+
+    lo: float
+    hi: float
+    steps: int
+    bisect: int
+    bench: BenchOptions
+
+    @classmethod
+    def of(cls, rates: str, bench: BenchOptions, steps: int = 6, bisect: int = 3) -> SweepSpec:
+        """``rates`` (LO..HI, e.g. ``1k..50k``) and the bench options checked (SweepError)."""
+        from ..bench.units import parse_rate
+
+        lo, hi = parse_range(rates, parse_rate)
+        if bench.hdr or bench.log:
+            raise SweepError("--sweep runs many benches: --hdr and --log are for a single run")
+        return cls(lo, hi, steps, bisect,
+                   bench.with_(json=None, html=None, hdr=None, log=None, quiet=True))
+
+    @property
+    def slo(self) -> tuple[str, ...]:
+        return tuple(self.bench.slo)
+
+
+def run_sweep(spec: SweepSpec, on_point: Callable[[float, Point], None] | None = None) -> Sweep:
     """The --sweep driver: one bench spec per offered rate, each run by the library call;
     ``on_point`` sees each rate's point as it is measured (the command's progress lines)."""
     from ..bench.runner import run
-    from ..bench.spec import BenchOptions, build
-
-    lo, hi = parse_range(args.sweep, parse_rate)
-    if args.hdr or args.log:
-        raise SweepError("--sweep runs many benches: --hdr and --log are for a single run")
-    has_slo = bool(args.slo)
-    base = BenchOptions.from_namespace(args).with_(json=None, html=None, hdr=None, log=None,
-                                                   quiet=True)
+    from ..bench.spec import build
 
     def measure(rate: float) -> Point | None:
-        result = run(build(base.with_(rate=f"{rate:.6g}")))
+        result = run(build(spec.bench.with_(rate=f"{rate:.6g}")))
         if result.stopped:
             return None
         p = point_from_result(rate, result.json)
@@ -247,11 +275,11 @@ def run_sweep(args: Any, parse_rate: Callable[[str], float],
             on_point(rate, p)
         return p
 
-    if has_slo:
-        points = search(measure, lo, hi, args.sweep_steps, args.sweep_bisect)
+    if spec.slo:
+        points = search(measure, spec.lo, spec.hi, spec.steps, spec.bisect)
     else:  # no objective: the whole curve
-        points = [p for p in (measure(r) for r in steps(lo, hi, args.sweep_steps))
+        points = [p for p in (measure(r) for r in steps(spec.lo, spec.hi, spec.steps))
                   if p is not None]
-    top = best(points) if has_slo else None
+    top = best(points) if spec.slo else None
     k, knee_why = knee_of(points)
-    return Sweep(args.target, tuple(args.slo), tuple(points), top, k, knee_why)
+    return Sweep(spec.bench.target or "", spec.slo, tuple(points), top, k, knee_why)

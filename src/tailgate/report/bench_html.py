@@ -151,7 +151,7 @@ def bench_page(doc: dict[str, Any]) -> str:
         if isinstance(block, dict) and block.get("statement"):
             head.append(f"<p>{e(str(block['statement']))}</p>")
     if isinstance(doc.get("token_check"), dict):
-        from ..llm.accounting import token_lines
+        from .bench_text import token_lines
 
         head += [f"<p class='tokens'>{e(line)}</p>" for line in token_lines(doc)]
     for s in doc.get("slo") or []:

@@ -1,6 +1,7 @@
 """A bench run's terminal report (``tailgate bench``'s text): what was asked, what happened,
-the distributions with their confidence intervals, the SLOs. The result itself (numbers and
-JSON) is :mod:`tailgate.bench.result`'s; this module only renders it."""
+the distributions with their confidence intervals, the SLOs; a fleet bench's (``--ray``,
+``--scenario``) with a row per node and one verdict. The result itself (numbers and JSON) is
+:mod:`tailgate.bench.result`'s; this module only renders it."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ from typing import Any
 
 from ..bench.result import CI_LEVEL, PERCENTILES, BenchResult, fmt_width
 from ..hist import percentile_spectrum
-from ..llm.accounting import token_lines
 
 
 def _fmt_row(label: str, block: dict[str, Any], columns: Sequence[str] = tuple(PERCENTILES)) -> str:
@@ -69,6 +69,31 @@ def _llm_rows(d: dict[str, Any], columns: Sequence[str] = tuple(PERCENTILES)) ->
                f"goodput {tp['goodput_rps']:.2f} req/s (good {d['requests']['good']})")
 
     out += token_lines(d)
+    return out
+
+
+def token_lines(d: dict[str, Any]) -> list[str]:
+    """The token-truth lines of an openai+ result (terminal and HTML page): what its
+    ``token_check`` and ``prefix_cache`` blocks hold, computed by :mod:`tailgate.llm.accounting`."""
+    out = []
+    tc = d.get("token_check")
+    if tc:
+        line = (f"token check: {tc['usage_mismatch']} of {tc['usage_compared']} request(s) "
+                f"streamed a token count that disagrees with usage.completion_tokens")
+        if tc["usage_not_reported"]:
+            line += f" ({tc['usage_not_reported']} without usage, not compared)"
+        line += (f"; chunks {tc['chunks']}: tokens stated for {tc['chunk_tokens_stated']}, "
+                 f"assumed one for {tc['chunk_tokens_assumed_one']}, "
+                 f"{tc['multi_token_chunks']} of several tokens (max "
+                 f"{tc['max_tokens_in_chunk']})")
+        out.append(line)
+    pc = d.get("prefix_cache")
+    if pc and pc["requests_reporting"]:
+        rate = "-" if pc["hit_rate"] is None else f"{pc['hit_rate'] * 100:.1f}%"
+        out.append(f"prefix cache (server's usage): {pc['cached_tokens']} of "
+                   f"{pc['prompt_tokens']} prompt tokens cached ({rate}) in "
+                   f"{pc['requests_reporting']} request(s) reporting, "
+                   f"{pc['requests_with_hits']} with a hit")
     return out
 
 
@@ -187,3 +212,45 @@ def _ramp_line(off: dict[str, Any]) -> str:
             f"{off['interval_s']:g} s intervals): " + "; ".join(cells))
 
 
+def fleet_text(sections: Sequence[tuple[str, BenchResult]], scenario: bool,
+               failed: Sequence[dict[str, str]], lost: int, spectrum: bool = False,
+               columns: Sequence[str] | None = None) -> str:
+    """A fleet bench's terminal report (:mod:`tailgate.bench.fleet`): each target's report
+    with its row per node, then a scenario's one verdict, or the SLOs that failed."""
+    parts = []
+    for name, r in sections:
+        if scenario:
+            parts.append(f"== target {name} ==")
+        parts.append(summary_text(r, spectrum=spectrum, columns=columns))
+        if "nodes" in r.json:
+            parts.append(nodes_text(r.json["nodes"]))
+        if scenario:
+            parts.append("")
+    if scenario:
+        verdict = "FAIL" if failed or lost else "PASS"
+        why = "; ".join(f"{f['target']}: {f['expr']}" for f in failed)
+        if lost:
+            why = "; ".join(x for x in (why, f"{lost} request(s) lost with their node") if x)
+        parts.append(f"mixed peak ({len(sections)} targets): {verdict}"
+                     + (f" ({why})" if why else ""))
+    elif failed:
+        parts.append("SLO failed: " + ", ".join(f["expr"] for f in failed))
+    return "\n".join(parts)
+
+
+def nodes_text(rows: Sequence[dict[str, Any]]) -> str:
+    """The per-node table of the terminal report."""
+    head = (f"{'node':<16}{'id':<14}{'workers':>8}{'target/s':>11}{'achieved/s':>12}"
+            f"{'sent':>9}{'errors':>8}{'lost':>8}{'lat p99 ms':>12}{'late p99 ms':>13}"
+            f"{'go ahead ms':>13}")
+    lines = ["per node:", head]
+    for r in rows:
+        q = r["requests"]
+        lines.append(f"{r['address']:<16}{r['node_id'][:12]:<14}{r['workers']:>8}"
+                     f"{r['rate']['target']:>11.1f}{r['rate']['achieved']:>12.1f}"
+                     f"{q['sent']:>9}{q['errors']:>8}{q['lost']:>8}"
+                     f"{r['latency_ms']['p99']:>12.3f}{r['lateness_ms']['p99']:>13.3f}"
+                     + (f"{r['start_margin_ms']:>13.1f}" if r["start_margin_ms"] is not None
+                        else f"{'-':>13}")
+                     + (f"  LOST: {r['reason']}" if r["status"] == "lost" else ""))
+    return "\n".join(lines)

@@ -122,7 +122,7 @@ def terminal(k: str, doc: dict[str, Any], console, every: bool = False) -> None:
     elif k == "bench":
         console.print(bench_text(doc), markup=False, highlight=False, soft_wrap=True)
     elif k == "collective":
-        from ..bench.collective.report import summary_text
+        from .collective_render import summary_text
 
         console.print(summary_text(doc), markup=False, highlight=False, soft_wrap=True)
     elif k == "sweep":
@@ -179,7 +179,7 @@ def render(output: str, k: str, doc: dict[str, Any]) -> str:
 
         return bench_page(doc)
     if k == "collective":
-        from ..bench.collective.report import render_html
+        from .collective_render import render_html
 
         return render_html(doc)
     if k == "sweep":

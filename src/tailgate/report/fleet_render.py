@@ -7,7 +7,6 @@ import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from typing import Any
 
-from ..fleet.clock import skew_text
 from ..fleet.inspect import HostReport
 from ..model import LAYERS
 from .junit import render_junit
@@ -43,6 +42,24 @@ def fleet_text(view: dict[str, Any]) -> str:
     if view.get("clock_skew"):
         lines += ["", *skew_text(view["clock_skew"])]
     return "\n".join(lines)
+
+
+def skew_text(skew: dict[str, Any]) -> list[str]:
+    """The clock-skew section (:func:`tailgate.fleet.clock.clock_skew`) as terminal lines."""
+    lines = [f"cross-node clock skew (red line +-{skew['limit_ns']:g} ns): "
+             f"{skew['status'].upper()}", f"  PTP: {skew['ptp']['reason']}"]
+    if skew["round_trip"].get("nodes"):
+        lines.append(f"  round trip: {skew['round_trip']['reason']}")
+    for r in skew["hosts"]:
+        off = r["offset_to_master_ns"]
+        rt = r.get("round_trip", {})
+        lines.append(f"  {r['address']:<32} offset to master "
+                     f"{'-' if off is None else f'{off:g} ns'}"
+                     + (f" (gm {r['grandmaster']})" if r.get("grandmaster") else "")
+                     + (f"; vs driver {rt['offset_ns']:,} ns +- {rt['rtt_ns'] // 2:,} ns"
+                        if "offset_ns" in rt else f"; {rt['error']}" if "error" in rt else "")
+                     + ("" if off is not None else f"  [{r['ptp_status']}: {r['reason']}]"))
+    return lines
 
 
 def fleet_junit(hosts: Sequence[HostReport]) -> str:

@@ -25,6 +25,7 @@ out; an absent or ``N/A`` value stays absent, never zero.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from ..collect import Scope, collector
@@ -816,24 +817,42 @@ def amd_smi_health(host: Host) -> dict[str, dict[str, Any]]:
     return out
 
 
+# What amd-smi fills of a GPU whose amdgpu sysfs file is missing: per unreadable field,
+# whether amd-smi's reading has it, the keys it brings, and the key naming amd-smi as source.
+_AMD_SMI_FILLS = (
+    ("ecc", lambda smi: "ecc" in smi and bool(smi["ecc"] or smi.get("ecc_mode") == UNSUPPORTED),
+     ("ecc", "ecc_mode", "ras_blocks", "xgmi", "nvlink_read"), "source"),
+    ("clock_events", lambda smi: "clock_event_kinds" in smi or "throttle_residency" in smi,
+     ("clock_events", "clock_event_kinds", "throttle_residency"), "clock_source"),
+)
+
+
 def _merge_amd_smi(got: dict[str, Any], smi: dict[str, Any]) -> dict[str, Any]:
     """amdgpu's sysfs reading of one GPU, its unreadable fields filled from amd-smi."""
     why = dict(got.get("unreadable") or {})
     out = dict(got)
-    if "ecc" in why and ("ecc" in smi and (smi["ecc"] or smi.get("ecc_mode") == UNSUPPORTED)):
-        for k in ("ecc", "ecc_mode", "ras_blocks", "xgmi", "nvlink_read"):
-            if k in smi:
-                out[k] = smi[k]
-        out["source"] = smi["source"]
-        del why["ecc"]
-    if "clock_events" in why and ("clock_event_kinds" in smi or "throttle_residency" in smi):
-        for k in ("clock_events", "clock_event_kinds", "throttle_residency"):
-            if k in smi:
-                out[k] = smi[k]
-        out["clock_source"] = smi["source"]
-        del why["clock_events"]
+    for field, has, keys, named in _AMD_SMI_FILLS:
+        if field in why and has(smi):
+            out.update({k: smi[k] for k in keys if k in smi})
+            out[named] = smi["source"]
+            del why[field]
     out["unreadable"] = why
     return out
+
+
+def _asked_once(asked: dict[str, dict[str, dict[str, Any]]], tool: str,
+                read: Callable[[Host], dict[str, dict[str, Any]]], host: Host,
+                tried: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """Every GPU's reading from ``tool`` (amd-smi, rocm-smi), asked at most once per
+    collection, when the first GPU needs it; a tool that fails reads as none, its reason
+    in ``tried``."""
+    if tool not in asked:
+        try:
+            asked[tool] = read(host)
+        except SourceError as exc:
+            asked[tool] = {}
+            tried[tool] = host.blame(exc)
+    return asked[tool]
 
 
 # -- DCGM exporter: one bad sample is refused alone ------------------------------------------
@@ -901,8 +920,7 @@ def gpu_health(host: Host, scope: Scope) -> dict[str, Any]:
                 out["refused"] = refused
         except SourceError as exc:
             tried["dcgm"] = f"--dcgm {url}: {exc}"
-    rocm: dict[str, dict[str, Any]] | None = None
-    amdsmi: dict[str, dict[str, Any]] | None = None
+    asked: dict[str, dict[str, dict[str, Any]]] = {}  # per tool: its reading of every GPU
     for bdf, g in bus.items():
         if g["vendor"] != "amd":
             continue
@@ -913,12 +931,7 @@ def gpu_health(host: Host, scope: Scope) -> dict[str, Any]:
             continue
         unread = got.get("unreadable") or {}
         if "ecc" in unread or "clock_events" in unread:  # sysfs files missing: amd-smi
-            if amdsmi is None:
-                try:
-                    amdsmi = amd_smi_health(host)
-                except SourceError as exc:
-                    amdsmi = {}
-                    tried["amd-smi"] = host.blame(exc)
+            amdsmi = _asked_once(asked, "amd-smi", amd_smi_health, host, tried)
             if bdf in amdsmi:
                 got = _merge_amd_smi(got, amdsmi[bdf])
             else:  # say why amd-smi did not fill them either
@@ -927,12 +940,7 @@ def gpu_health(host: Host, scope: Scope) -> dict[str, Any]:
                     "it does not list this GPU")
                 got["unreadable"] = {k: f"{v}; amd-smi: {note}" for k, v in unread.items()}
         if "ecc" in (got.get("unreadable") or {}):  # an Instinct GPU without ras/: rocm-smi
-            if rocm is None:
-                try:
-                    rocm = rocm_smi_health(host)
-                except SourceError as exc:
-                    rocm = {}
-                    tried["rocm-smi"] = host.blame(exc)
+            rocm = _asked_once(asked, "rocm-smi", rocm_smi_health, host, tried)
             if bdf in rocm:  # the RAS counts from rocm-smi; the rest stays amdgpu's
                 keep = ("remapped_rows", "clock_events", "clock_event_kinds",
                         "throttle_residency", "gpu_metrics", "clock_source")

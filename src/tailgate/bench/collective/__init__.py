@@ -11,6 +11,7 @@ iteration as the slowest rank saw it and keeps the distribution.
 * :mod:`.backends` MPI (mpi4py) and torch.distributed (gloo, NCCL) behind one small interface
 * :mod:`.run`      the loop every rank runs
 * :mod:`.nccl_tests` nccl-tests ``*_perf`` output parsed into the same document (pure)
-* :mod:`.report`   the document: terminal table, SLOs, HdrHistogram log
-* :mod:`.command`  ``tailgate bench allreduce`` options and entry point
+* :mod:`.result`   the document: SLOs per size, warnings, exit status, HdrHistogram log
+* :mod:`.command`  ``tailgate bench allreduce`` options and the run (its terminal table and
+  HTML page: :mod:`tailgate.report.collective_render`)
 """

@@ -6,8 +6,9 @@ Launched the way each backend is launched in production::
     torchrun --nproc-per-node 2 -m tailgate bench allreduce --backend gloo --sizes 1KiB..1MiB
 
 Every rank parses the same command line and runs the same plan; rank 0 alone
-gathers, prints and writes files, then tells every rank the exit status, so the
-launcher's own status is the gate. ``--nccl-tests FILE`` reads an nccl-tests
+gathers and hands the document to the caller's ``save`` (the command's: it writes the
+files and prints, :mod:`tailgate.report.collective_render`), then tells every rank the
+exit status, so the launcher's own status is the gate. ``--nccl-tests FILE`` reads an nccl-tests
 ``*_perf`` output instead (no launcher) into the same document.
 
 Exit status: 0 fine; 1 a wrong result or a failed SLO; 2 bad usage or a
@@ -18,19 +19,27 @@ backend that cannot run here (NCCL without a GPU, a library not installed);
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import threading
 import time
-from typing import Any
+from typing import Any, Protocol
 
 from ...errors import UsageError
-from ...outputs import check_writable, write_output
+from ...outputs import check_writable
 from .backends import BACKENDS
 from .spec import DTYPES, OPS
 
 DEFAULT_SIZES = "8B..1MiB"
+
+
+class Save(Protocol):
+    """Rank 0's outputs of a document: its files where asked, and its terminal report."""
+
+    def __call__(self, doc: dict[str, Any], json_path: str | None = None,
+                 html_path: str | None = None, hdr_path: str | None = None,
+                 hists: list[tuple[float, float, Any]] | None = None,
+                 start_epoch_s: float = 0.0) -> None: ...
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -99,7 +108,7 @@ def launcher_rank() -> int:
 
 def _parse(args: argparse.Namespace) -> tuple[Any, list[Any], float]:
     from ..units import parse_duration
-    from .report import parse_slo
+    from .result import parse_slo
     from .run import Plan
     from .spec import element_count, parse_sizes
 
@@ -128,18 +137,20 @@ def _parse(args: argparse.Namespace) -> tuple[Any, list[Any], float]:
     return plan, slos, timeout
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, save: Save) -> int:
+    """Measure (or read nccl-tests output), judge, and on rank 0 ``save`` the document:
+    ``save(doc, json_path, html_path, hdr_path, hists, start_epoch_s)``."""
     try:
-        return _run(args)
+        return _run(args, save)
     except UsageError:
         if launcher_rank() != 0:
             return 2  # rank 0 says it once, not every rank
         raise
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace, save: Save) -> int:
     if args.nccl_tests:
-        return _from_nccl_tests(args)
+        return _from_nccl_tests(args, save)
     from .backends import BackendUnavailable, connect
 
     plan, slos, timeout = _parse(args)
@@ -174,7 +185,7 @@ def _run(args: argparse.Namespace) -> int:
         measured = measure(comm, plan, say)
         code = 0
         if measured is not None:
-            code = _report(args, comm, plan, slos, *measured)
+            code = _report(args, save, comm, plan, slos, *measured)
         code = comm.bcast(code)
     finally:
         watchdog.cancel()
@@ -182,17 +193,10 @@ def _run(args: argparse.Namespace) -> int:
     return code
 
 
-def _report(args: argparse.Namespace, comm: Any, plan: Any, slos: list[Any],
+def _report(args: argparse.Namespace, save: Save, comm: Any, plan: Any, slos: list[Any],
             runs: list[Any], clock: Any) -> int:
     from .analyze import analyze
-    from .report import (
-        evaluate_slos,
-        exit_status,
-        render_html,
-        summary_text,
-        warnings,
-        write_hdr,
-    )
+    from .result import evaluate_slos, exit_status, warnings
 
     blocks, hists = [], []
     t_first = min(int(r.enter_ns.min()) for r in runs[0].ranks) if runs else 0
@@ -217,22 +221,14 @@ def _report(args: argparse.Namespace, comm: Any, plan: Any, slos: list[Any],
         doc["warnings"].append(f"ranks on several hosts: arrival order (the straggler) rests on "
                                f"clock offsets estimated to within {clock.error_us:.0f} us")
     doc["slo"] = evaluate_slos(slos, blocks)
-    if args.json:
-        write_output(args.json, json.dumps(doc, indent=2) + "\n")
-    if args.html:
-        write_output(args.html, render_html(doc))
-    if args.hdr:
-        epoch0 = time.time() - (time.monotonic_ns() - t_first) / 1e9
-        with open(args.hdr, "w", encoding="ascii") as f:
-            write_hdr(f, doc, hists, epoch0)
-    stream = sys.stderr if args.json == "-" else sys.stdout
-    print(summary_text(doc), file=stream, flush=True)
+    epoch0 = time.time() - (time.monotonic_ns() - t_first) / 1e9
+    save(doc, args.json, args.html, args.hdr, hists, epoch0)
     return exit_status(doc)
 
 
-def _from_nccl_tests(args: argparse.Namespace) -> int:
+def _from_nccl_tests(args: argparse.Namespace, save: Save) -> int:
     from .nccl_tests import NcclTestsError, parse
-    from .report import evaluate_slos, exit_status, parse_slo, render_html, summary_text
+    from .result import evaluate_slos, exit_status, parse_slo
 
     try:
         slos = [parse_slo(e) for e in args.slo]
@@ -263,10 +259,5 @@ def _from_nccl_tests(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.nccl_tests}: {exc}") from None
     doc["file"] = args.nccl_tests
     doc["slo"] = evaluate_slos(slos, doc["sizes"])
-    if args.json:
-        write_output(args.json, json.dumps(doc, indent=2) + "\n")
-    if args.html:
-        write_output(args.html, render_html(doc))
-    stream = sys.stderr if args.json == "-" else sys.stdout
-    print(summary_text(doc), file=stream)
+    save(doc, args.json, args.html)
     return exit_status(doc)
