@@ -35,7 +35,6 @@ from .spec import format_size
 SCHEMA = 1
 CUSTOM_METRICS = {"busbw": "count", "algbw": "count", "wrong": "count"}
 SLO_EXAMPLES = "p999<200ms, p99<5ms, max<1s, busbw>=10 (GB/s), algbw>=5, wrong<=0"
-_TAIL = ("p99", "p999", "p9999")
 
 
 def parse_slo(expr: str) -> Slo:
