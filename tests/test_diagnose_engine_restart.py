@@ -132,6 +132,13 @@ def test_an_engine_restarted_mid_run_is_unknown_after_the_restart_never_a_wrong_
         assert all(values[i] is None for i in bins), (k, values)
         assert all(x is not None for x in values[:bins[0]]), (k, values)
     assert f"target {first.pid} exited" in (tmp_path / "d.html").read_text()
+    # the dead pid's /proc files are gone from the exit on, said so; the engine's /metrics,
+    # where a poll met the new process starting (refused, or 503 while it loads), was read
+    # before and after: not unknown over the window
+    unknown = tl["unknown"]
+    assert unknown[f"/proc/{first.pid}/net/snmp"].endswith("after the target exited)"), unknown
+    metrics = base.rsplit("/", 1)[0] + "/metrics"
+    assert "read before and after" in unknown.get(metrics, "read before and after"), unknown
     for c in doc["causes"]:
         if not c["cause"].startswith("engine"):
             assert c["restart_unknown_requests"] == AFTER + 1, c

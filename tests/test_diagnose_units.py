@@ -238,7 +238,9 @@ def _restart_doc() -> dict:
                          "t_ms": [0.0, 100.0, 200.0, 300.0],
                          "evidence_ms": {"runq": [1.0, 2.0, 0.0, 0.0]},
                          "series": {"switches.voluntary": {"values": [5.0, 6.0, 0.0, 0.0]},
-                                    "psi.cpu.some": {"values": [1.0, 1.0, 1.0, 1.0]}}},
+                                    "psi.cpu.some": {"values": [1.0, 1.0, 1.0, 1.0]}},
+                         "unknown": {"http://e/metrics": "HTTP 503", "/proc/4242/net/snmp":
+                                     "absent", "softirq time": "not probed"}},
             "causes": [{"cause": "runq", "layer": "L2", "sentence": "runq ...",
                         "claimed": False},
                        {"cause": "engine_prefill", "layer": "L4", "sentence": "prefill ...",
@@ -256,8 +258,10 @@ def test_a_target_that_exited_mid_window_makes_the_requests_after_it_unknown():
 
     rows = [(50 * MS, {"engine.prompt_tokens_total": 90.0}),
             (150 * MS, {"engine.prompt_tokens_total": 120.0}),
+            (200 * MS, {}),  # /metrics refused while the new process started
             (250 * MS, {"engine.prompt_tokens_total": 10.0})]
-    polls = Polls(rows=rows, exits={4242: 250 * MS})
+    polls = Polls(rows=rows, exits={4242: 250 * MS},
+                  failed={"http://e/metrics": [200 * MS], "/proc/4242/net/snmp": [250 * MS]})
     ends = [40 * MS, 100 * MS, 160 * MS, 280 * MS]
     r = judge(polls, ends)
     assert (r.pids, r.seen_ns, r.gone_ns, r.before, r.after) == ((4242,), 150 * MS,
@@ -278,6 +282,12 @@ def test_a_target_that_exited_mid_window_makes_the_requests_after_it_unknown():
     assert tl["series"]["switches.voluntary"]["values"] == [5.0, 6.0, None, None]
     assert tl["series"]["psi.cpu.some"]["values"] == [1.0] * 4  # the host's: still seen
     assert [m["kind"] for m in tl["marks"]] == ["exit", "counter_reset"]
+    # the sources that failed only from the exit on say so, not unknown over the window
+    assert tl["unknown"] == {
+        "http://e/metrics": "HTTP 503 (only while the engine restarted: 1 poll between "
+                            "0.20 s and 0.20 s; read before and after)",
+        "/proc/4242/net/snmp": "absent (from 0.25 s on: after the target exited)",
+        "softirq time": "not probed"}
     runq, prefill = doc["causes"]
     assert runq["restart_unknown_requests"] == 2 and "(unknown)" in runq["sentence"]
     assert prefill == _restart_doc()["causes"][1]

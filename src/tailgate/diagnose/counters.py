@@ -315,12 +315,13 @@ def resets(rows: list[tuple[int, dict[str, float]]], prefix: str = "engine.") ->
 @dataclass
 class Polls:
     """The counter polls of one window: ``(t_ns, values)`` rows, the first error per
-    source, and where a target process was found gone (``exits``: pid -> the first poll
+    source (and when it failed), and where a target process was found gone (``exits``: pid -> the first poll
     that found it exited or its pid another process's)."""
 
     rows: list[tuple[int, dict[str, float]]] = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)
     exits: dict[int, int] = field(default_factory=dict)
+    failed: dict[str, list[int]] = field(default_factory=dict)  # source -> its failed polls
 
     def to_json(self) -> dict[str, Any]:
         return {"polls": len(self.rows), "unknown": dict(self.errors)}
@@ -359,6 +360,7 @@ class CounterPoller:
                 self.polls.exits[pid] = t
         for k, v in errors.items():
             self.polls.errors[k] = kept_reason(self.polls.errors.get(k), v)
+            self.polls.failed.setdefault(k, []).append(t)
 
     def _run(self) -> None:
         idle_priority()

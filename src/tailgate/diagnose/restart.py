@@ -107,6 +107,7 @@ def restart_into(doc: dict[str, Any], polls: Polls, ends: np.ndarray) -> None:
     for values in probed:
         for i in after:
             values[i] = None
+    _unknown_at_restart(tl.get("unknown") or {}, polls, r, t0)
     for c in doc.get("causes", ()):
         if not str(c.get("cause", "")).startswith("engine"):
             c["restart_unknown_requests"] = r.after
@@ -116,3 +117,19 @@ def restart_into(doc: dict[str, Any], polls: Polls, ends: np.ndarray) -> None:
     v["unknown"] = note
     if not v.get("claimed"):
         v["unexplained"] = note
+
+
+def _unknown_at_restart(unknown: dict[str, str], polls: Polls, r: Restart, t0: int) -> None:
+    """A source that failed only from the exit on says so: the engine's /metrics refused
+    while the new process started (read before and after: its series stand), the dead pid's
+    /proc files gone after it; not as if unknown over the whole window."""
+    last = polls.rows[-1][0] if polls.rows else 0
+    for source, times in polls.failed.items():
+        if source not in unknown or not times or min(times) <= r.seen_ns:
+            continue
+        span = f"{(min(times) - t0) / 1e9:.2f} s and {(max(times) - t0) / 1e9:.2f} s"
+        unknown[source] += (f" (only while the engine restarted: {len(times)} poll"
+                            f"{'s' if len(times) > 1 else ''} between "
+                            f"{span}; read before and after)" if max(times) < last else
+                            f" (from {(min(times) - t0) / 1e9:.2f} s on: after the target "
+                            "exited)")
