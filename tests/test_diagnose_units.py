@@ -13,10 +13,12 @@ from pathlib import Path
 import pytest
 
 from tailgate.diagnose.counters import (
+    Reset,
     Spec,
     bin_series,
     kept_reason,
     read_counters,
+    resets,
     series_meta,
     target_cpus,
 )
@@ -182,3 +184,133 @@ def test_throttled_time_summed_over_cpus_is_bounded_by_the_poll_gap():
     polls = CounterPolls(cgroups={"/sys/fs/cgroup/svc": [
         (100 * ms, 0, 0), (105 * ms, 4, 20 * ms), (110 * ms, 5, 22 * ms), (115 * ms, 5, 22 * ms)]})
     assert polls.throttle_spans().tolist() == [[100 * ms, 105 * ms], [108 * ms, 110 * ms]]
+
+
+def test_an_engine_counter_that_goes_back_is_a_restart_counted_from_zero():
+    """A restarted engine's counters start again from zero: the bin of the reset holds what
+    the new process counted (never a negative rate), and the reset is found between the last
+    poll of the old process and the first of the new, across polls that could not read it
+    (the engine down)."""
+    polls = [(0, {"engine.prompt_tokens_total": 500.0, "engine.queue_depth": 1.0}),
+             (100 * MS, {"engine.prompt_tokens_total": 700.0}),
+             (200 * MS, {}),  # the engine down: /metrics refused
+             (300 * MS, {"engine.prompt_tokens_total": 40.0}),
+             (400 * MS, {"engine.prompt_tokens_total": 90.0})]
+    out = bin_series(polls, 0, 100 * MS, 4)
+    assert out["engine.prompt_tokens_total"] == [200.0, 20.0, 20.0, 50.0]
+    assert resets(polls) == [Reset(100 * MS, 300 * MS, ("engine.prompt_tokens_total",))]
+    # a gauge going down is no reset, nor a counter that only grew
+    assert resets(polls[:2]) == [] and resets([(0, {"engine.queue_depth": 3.0}),
+                                              (1, {"engine.queue_depth": 0.0})]) == []
+
+
+def test_only_an_engines_counters_are_searched_for_a_restart():
+    polls = [(0, {"psi.cpu.some_total": 9.0}), (100 * MS, {"psi.cpu.some_total": 1.0})]
+    assert resets(polls) == []
+
+
+def test_a_target_pid_gone_or_reused_is_an_exit_of_the_first_poll_that_sees_it(tmp_path):
+    """The poller keeps each target's start time: a pid that is gone, or that now names a
+    process started later (the pid reused), is the exit, at the first poll that saw it."""
+    import subprocess
+
+    from tailgate.diagnose.counters import CounterPoller
+
+    proc = subprocess.Popen(["sleep", "30"])
+    try:
+        poller = CounterPoller(Host(), Spec((proc.pid,), ()))
+        poller.poll()
+        assert poller.polls.exits == {}
+        proc.kill()
+        proc.wait()
+        poller.poll()
+        (t_gone,) = poller.polls.exits.values()
+        assert poller.polls.exits == {proc.pid: poller.polls.rows[-1][0]}
+        poller.poll()
+        assert poller.polls.exits == {proc.pid: t_gone}  # the first poll that saw it
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _restart_doc() -> dict:
+    return {"timeline": {"t0_monotonic_ns": 0, "bin_ms": 100.0,
+                         "t_ms": [0.0, 100.0, 200.0, 300.0],
+                         "evidence_ms": {"runq": [1.0, 2.0, 0.0, 0.0]},
+                         "series": {"switches.voluntary": {"values": [5.0, 6.0, 0.0, 0.0]},
+                                    "psi.cpu.some": {"values": [1.0, 1.0, 1.0, 1.0]}},
+                         "unknown": {"http://e/metrics": "HTTP 503", "/proc/4242/net/snmp":
+                                     "absent", "softirq time": "not probed"}},
+            "causes": [{"cause": "runq", "layer": "L2", "sentence": "runq ...",
+                        "claimed": False},
+                       {"cause": "engine_prefill", "layer": "L4", "sentence": "prefill ...",
+                        "claimed": False}],
+            "verdict": {"claimed": [], "first": None, "unexplained": "no evidence co-occurs"}}
+
+
+def test_a_target_that_exited_mid_window_makes_the_requests_after_it_unknown():
+    """The pid found gone at 250 ms (last seen at 150 ms), the engine's counter back to zero
+    between 150 and 250 ms: the 2 requests ending after 150 ms are unknown to the kernel
+    evidence, which the verdict says in place of a clean "nothing claimed"; the probes' bins
+    from the exit on are unseen (None), not zero; the engine's own causes are untouched."""
+    from tailgate.diagnose.counters import Polls
+    from tailgate.diagnose.restart import judge, restart_into
+
+    rows = [(50 * MS, {"engine.prompt_tokens_total": 90.0}),
+            (150 * MS, {"engine.prompt_tokens_total": 120.0}),
+            (200 * MS, {}),  # /metrics refused while the new process started
+            (250 * MS, {"engine.prompt_tokens_total": 10.0})]
+    polls = Polls(rows=rows, exits={4242: 250 * MS},
+                  failed={"http://e/metrics": [200 * MS], "/proc/4242/net/snmp": [250 * MS]})
+    ends = [40 * MS, 100 * MS, 160 * MS, 280 * MS]
+    r = judge(polls, ends)
+    assert (r.pids, r.seen_ns, r.gone_ns, r.before, r.after) == ((4242,), 150 * MS,
+                                                                 250 * MS, 2, 2)
+    doc = _restart_doc()
+    restart_into(doc, polls, ends)
+    note = doc["restart"]["note"]
+    assert note.startswith("the target process 4242 exited between 0.15 s and 0.25 s into "
+                           "the window (its /metrics counters went back to zero between "
+                           "0.15 s and 0.25 s"), note
+    assert "the 2 requests in flight then or sent after, so their host causes are unknown" in note
+    assert doc["verdict"]["unknown"] == doc["verdict"]["unexplained"] == note
+    assert doc["restart"]["between_ms"] == [150.0, 250.0]
+    assert doc["restart"]["counter_resets"] == [
+        {"between_ms": [150.0, 250.0], "series": ["engine.prompt_tokens_total"]}]
+    tl = doc["timeline"]
+    assert tl["evidence_ms"]["runq"] == [1.0, 2.0, None, None]
+    assert tl["series"]["switches.voluntary"]["values"] == [5.0, 6.0, None, None]
+    assert tl["series"]["psi.cpu.some"]["values"] == [1.0] * 4  # the host's: still seen
+    assert [m["kind"] for m in tl["marks"]] == ["exit", "counter_reset"]
+    # the sources that failed only from the exit on say so, not unknown over the window
+    assert tl["unknown"] == {
+        "http://e/metrics": "HTTP 503 (only while the engine restarted: 1 poll between "
+                            "0.20 s and 0.20 s; read before and after)",
+        "/proc/4242/net/snmp": "absent (from 0.25 s on: after the target exited)",
+        "softirq time": "not probed"}
+    runq, prefill = doc["causes"]
+    assert runq["restart_unknown_requests"] == 2 and "(unknown)" in runq["sentence"]
+    assert prefill == _restart_doc()["causes"][1]
+
+
+def test_a_claimed_cause_keeps_its_claim_and_the_verdict_adds_the_unknown():
+    from tailgate.diagnose.counters import Polls
+    from tailgate.diagnose.restart import restart_into
+
+    doc = _restart_doc()
+    doc["verdict"] = {"claimed": ["runq"], "first": "runq", "unexplained": None}
+    restart_into(doc, Polls(rows=[(0, {}), (100 * MS, {})], exits={7: 100 * MS}), [50 * MS])
+    v = doc["verdict"]
+    assert v["first"] == "runq" and v["unexplained"] is None
+    assert v["unknown"].startswith("the target process 7 exited between 0.00 s and 0.10 s")
+    assert doc["restart"]["requests_after"] == 1
+
+
+def test_no_exit_and_no_reset_leaves_the_document_as_it_is():
+    from tailgate.diagnose.counters import Polls
+    from tailgate.diagnose.restart import restart_into
+
+    doc = _restart_doc()
+    restart_into(doc, Polls(rows=[(0, {"engine.prompt_tokens_total": 1.0}),
+                                  (1, {"engine.prompt_tokens_total": 2.0})]), [0])
+    assert doc == _restart_doc()

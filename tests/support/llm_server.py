@@ -195,16 +195,22 @@ def native_llama_server_binary() -> str:
 def native_llama_server(tmpdir: str | os.PathLike[str], slots: int = 1, ctx: int = 4096,
                         threads: int = 1, cpu: str | None = None,
                         extra: tuple[str, ...] = (), nice: int | None = None,
-                        startup_s: float = 60.0) -> Iterator[tuple[str, subprocess.Popen]]:
+                        startup_s: float = 60.0, port: int | None = None
+                        ) -> Iterator[tuple[str, subprocess.Popen]]:
     """Start llama.cpp's native server (the C++ ``llama-server``) on loopback with the tiny
     random model, ``slots`` parallel slots of ``ctx`` tokens each, ``--metrics`` and
     ``--slots``; yield its base URL (``…/v1``) and its process (its pid for diagnose). Its
     log (with timestamps, every task's timings) goes to ``tmpdir``/llama-native.log.
     ``nice``: its scheduling priority (a scenario whose cause is the engine's own keeps the
-    server ahead of the machine's other work, as it keeps it on a CPU of its own)."""
+    server ahead of the machine's other work, as it keeps it on a CPU of its own).
+    ``port``: listen there (a server restarted on its predecessor's port), not a free one;
+    its log then is ``llama-native-PORT-N.log``, one per start."""
     model = write_tiny_gguf(Path(tmpdir) / "tiny-native.gguf", context=ctx)
-    port = free_port()
     log_path = Path(tmpdir) / "llama-native.log"
+    if port is not None:
+        n = len(list(Path(tmpdir).glob(f"llama-native-{port}-*.log")))
+        log_path = Path(tmpdir) / f"llama-native-{port}-{n}.log"
+    port = free_port() if port is None else port
     log = open(log_path, "w")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
         [*(("taskset", "-c", cpu) if cpu is not None else ()),

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..errors import UsageError
 from .engine import engine_into
+from .restart import restart_into
 from .spec import DiagnoseSpec
 from .window import Evidence
 
@@ -166,6 +167,8 @@ def analyse(spec: DiagnoseSpec, ev: Evidence) -> dict[str, Any]:
     # the engine's own record of each request (llama-server's timings, or vLLM's spans
     # received over the run), on the same clock
     engine_into(doc, spec.target, bench_doc, log_path, criteria, ev.spans, ev.otlp_endpoint)
+    # a target that exited mid-window (an engine restarted): what its evidence cannot cover
+    restart_into(doc, ev.counters, ends)
     return doc
 
 

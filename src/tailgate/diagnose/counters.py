@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from ..host import Host
-from ..model import SourceError
+from ..model import ParseError, SourceError
 from ..sources import procfs
 from ..sources.cgroup import parse_cpu_stat, parse_mounts, parse_proc_cgroup
 from .evidence import idle_priority
@@ -117,6 +117,10 @@ ENGINE_SERIES = (  # (series, metric names in preference order): vLLM's, SGLang'
     ("engine.kv_usage", ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
                          "sglang:token_usage")),
     ("engine.preemptions_total", ("vllm:num_preemptions_total",)),
+    # a counter every engine keeps: the prompt tokens per bin on the timeline, and the
+    # mark of a restarted engine (its counters start again from zero: :func:`resets`)
+    ("engine.prompt_tokens_total", ("vllm:prompt_tokens_total", "sglang:prompt_tokens_total",
+                                    "llamacpp:prompt_tokens_total")),
 )
 
 
@@ -249,6 +253,7 @@ def bin_series(polls: list[tuple[int, dict[str, float]]], t0: int, bin_ns: int, 
     for name in names:
         meta = series_meta(name)
         pts = [(t, v[name]) for t, v in polls if name in v]
+        restarts = name.startswith("engine.")
         acc = np.zeros(n)
         seen = np.zeros(n, dtype=bool)
         if meta.gauge:
@@ -264,7 +269,10 @@ def bin_series(polls: list[tuple[int, dict[str, float]]], t0: int, bin_ns: int, 
             for (ta, va), (tb, vb) in zip(pts, pts[1:], strict=False):
                 if tb <= ta:
                     continue
-                grow = max(vb - va, 0.0)  # a counter reset (a restarted engine) adds nothing
+                # a counter that went back was reset: an engine's by its restart, the new
+                # process counting vb from zero (Prometheus's increase() rule); any other
+                # adds nothing (no rate is made of a source that is not the one before)
+                grow = vb - va if vb >= va else (vb if restarts else 0.0)
                 lo = np.clip(edges[:-1], ta, tb)
                 hi = np.clip(edges[1:], ta, tb)
                 part = (hi - lo) / (tb - ta)
@@ -276,16 +284,57 @@ def bin_series(polls: list[tuple[int, dict[str, float]]], t0: int, bin_ns: int, 
     return out
 
 
+@dataclass(frozen=True)
+class Reset:
+    """Counters that went back between two polls (ns): the engine behind them restarted
+    (a new process counts from zero) somewhere in ``(before_ns, after_ns]``."""
+
+    before_ns: int
+    after_ns: int
+    series: tuple[str, ...]
+
+
+def resets(rows: list[tuple[int, dict[str, float]]], prefix: str = "engine.") -> list[Reset]:
+    """Where the cumulative counters of ``prefix`` (an engine's ``*_total``) went back
+    between consecutive polls that read them (pure). A poll that could not read them (the
+    engine down) is skipped: the reset is placed between the last poll before and the first
+    after."""
+    last: dict[str, tuple[int, float]] = {}
+    found: dict[tuple[int, int], list[str]] = {}
+    for t, vals in rows:
+        for name, v in vals.items():
+            if not (name.startswith(prefix) and name.endswith("_total")):
+                continue
+            prev = last.get(name)
+            if prev is not None and v < prev[1]:
+                found.setdefault((prev[0], t), []).append(name)
+            last[name] = (t, v)
+    return [Reset(a, b, tuple(sorted(names))) for (a, b), names in sorted(found.items())]
+
+
 @dataclass
 class Polls:
-    """The counter polls of one window: ``(t_ns, values)`` rows and the first error per
-    source."""
+    """The counter polls of one window: ``(t_ns, values)`` rows, the first error per
+    source (and when it failed), and where a target process was found gone (``exits``: pid -> the first poll
+    that found it exited or its pid another process's)."""
 
     rows: list[tuple[int, dict[str, float]]] = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)
+    exits: dict[int, int] = field(default_factory=dict)
+    failed: dict[str, list[int]] = field(default_factory=dict)  # source -> its failed polls
 
     def to_json(self) -> dict[str, Any]:
         return {"polls": len(self.rows), "unknown": dict(self.errors)}
+
+
+def process_start(host: Host, pid: int) -> int | None:
+    """The start time of process ``pid`` (clock ticks after boot), None where it is gone."""
+    from ..sources.process import parse_stat_start
+
+    try:
+        return parse_stat_start(host.read(f"/proc/{pid}/stat"))
+    except (SourceError, ParseError):
+        return None
 
 
 class CounterPoller:
@@ -295,6 +344,8 @@ class CounterPoller:
                  limit_s: float = 3600.0) -> None:
         self.host, self.spec, self.period_s, self.limit_s = host, spec, period_s, limit_s
         self.polls = Polls()
+        # each target's start time now: a pid gone, or another process's later, is an exit
+        self.starts = {pid: process_start(host, pid) for pid in spec.pids}
         self.cpu_s = 0.0
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name="diagnose-counters", daemon=True)
@@ -303,8 +354,13 @@ class CounterPoller:
         t = time.monotonic_ns()
         values, errors = read_counters(self.host, self.spec)
         self.polls.rows.append((t, values))
+        for pid, start in self.starts.items():
+            if (start is not None and pid not in self.polls.exits
+                    and process_start(self.host, pid) != start):
+                self.polls.exits[pid] = t
         for k, v in errors.items():
             self.polls.errors[k] = kept_reason(self.polls.errors.get(k), v)
+            self.polls.failed.setdefault(k, []).append(t)
 
     def _run(self) -> None:
         idle_priority()

@@ -216,6 +216,13 @@ def timeline_figure(tl: dict[str, Any], claimed: str | None = None):
                           fillcolor="#cf222e", opacity=0.12, line_width=0, layer="below",
                           name=f"claimed: {claimed}")
         title += f"; shaded: where {claimed} (claimed) acted"
+    for m in tl.get("marks", ()):  # a target that exited, an engine's counters reset
+        fig.add_shape(type="rect", xref="x", yref="paper", x0=m["start_ms"], x1=m["end_ms"],
+                      y0=0, y1=1, fillcolor="#6e7781", opacity=0.3, line_width=0,
+                      layer="below", name=m["label"])
+        fig.add_annotation(x=m["end_ms"], xref="x", y=1, yref="paper", text=m["label"],
+                           showarrow=False, xanchor="left", yanchor="bottom",
+                           font={"size": 10})
     top_domain = fig.get_subplot(1, 1).yaxis.domain
     fig.update_layout(height=120 + 200 * rows + (20 * len(band_rows(bands)) if bands else 0),
                       title=title, barmode="overlay",
@@ -264,6 +271,8 @@ def diagnose_page(doc: dict[str, Any]) -> str:
     parts.append("<p><b>verdict:</b> " + (e(f"{v['first']} ({v['layer']}) explains the tail "
                                               "first") if v["first"] else
                                             e(f"nothing claimed: {v['unexplained']}")) + "</p>")
+    if v.get("unknown") and v["first"]:
+        parts.append(f"<p><b>unknown:</b> {e(v['unknown'])}</p>")
     chain = v.get("chain")
     if chain:
         parts.append(f"<p id='chain'><b>chain of blame ({chain['tail']} tail):</b> "

@@ -52,6 +52,8 @@ def terminal(doc: dict[str, Any], console, all_causes: bool = False) -> None:
     else:
         console.print(f"verdict: nothing claimed - {v['unexplained']}", highlight=False,
                       markup=False)
+    if v.get("unknown") and v["first"]:  # (else it is the unexplained above)
+        console.print(f"UNKNOWN {v['unknown']}", highlight=False, markup=False)
     chain = v.get("chain")
     if chain:
         console.print(f"chain: {chain['sentence']}", highlight=False, markup=False)
