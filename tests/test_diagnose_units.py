@@ -175,17 +175,6 @@ def test_an_answer_is_kept_over_a_time_out_as_the_reason():
     assert kept_reason("a", "b") == "a"
 
 
-def test_throttled_time_summed_over_cpus_is_bounded_by_the_poll_gap():
-    """cpu.stat's throttled time is the sum over the cgroup's CPUs: 20 ms of it in a 5 ms
-    poll (four CPUs throttled together) is a throttled interval of at most those 5 ms."""
-    from tailgate.diagnose.evidence import CounterPolls
-
-    ms = 1_000_000
-    polls = CounterPolls(cgroups={"/sys/fs/cgroup/svc": [
-        (100 * ms, 0, 0), (105 * ms, 4, 20 * ms), (110 * ms, 5, 22 * ms), (115 * ms, 5, 22 * ms)]})
-    assert polls.throttle_spans().tolist() == [[100 * ms, 105 * ms], [108 * ms, 110 * ms]]
-
-
 def test_an_engine_counter_that_goes_back_is_a_restart_counted_from_zero():
     """A restarted engine's counters start again from zero: the bin of the reset holds what
     the new process counted (never a negative rate), and the reset is found between the last

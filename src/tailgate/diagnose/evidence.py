@@ -267,14 +267,14 @@ class CounterPolls:
 
     def throttle_spans(self) -> np.ndarray:
         """Throttled intervals: ``throttled_time`` grows by d between two polls ending at t, so
-        the cgroup was throttled for [t - d, t], never before the poll before. The kernel
-        sums each CPU's throttled time (v1 and v2 alike), so a cgroup throttled on four CPUs
-        at once grows by four times the wall time: d is bounded by the poll's own gap."""
+        the cgroup was throttled for [t - d, t] (within one poll period). d may be longer
+        than the poll's gap: the kernel adds a throttle's whole length when it ends. (It
+        also sums the CPUs throttled at once, which only the per-CPU rq could tell apart.)"""
         spans = []
         for rows in self.cgroups.values():
-            for (t0, _, ns0), (t1, _, ns1) in zip(rows, rows[1:], strict=False):
+            for (_, _, ns0), (t1, _, ns1) in zip(rows, rows[1:], strict=False):
                 if ns1 > ns0:
-                    spans.append((max(t0, t1 - (ns1 - ns0)), t1))
+                    spans.append((t1 - (ns1 - ns0), t1))
         return np.array(sorted(spans), dtype=np.int64).reshape(-1, 2)
 
 
