@@ -205,6 +205,15 @@ CANNOT = {
     "tailgate bench http://127.0.0.1:PORT/ --sweep 25..400 --sweep-steps 5 --duration 2s --workers 1 "
     "--connections 4 --slo 'p99<100ms'":
         "PORT stands for the serial test server of tests/test_plan_sweep.py, which runs this sweep",
+    # docs/diagnose.md: a vLLM server and its spans
+    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf vllm serve MODEL --otlp-traces-endpoint "
+    "http://127.0.0.1:4318/v1/traces":
+        "starts vLLM, which is not installed here (no CPU build); tests/test_diagnose_otlp.py "
+        "posts spans of vLLM's shape to the same receiver",
+    "sudo tailgate diagnose openai+http://127.0.0.1:8000/v1 --pid VLLM_PID --model MODEL --rate 20 "
+    "--duration 30s --otlp-listen 127.0.0.1:4318":
+        "needs the vLLM server above; tests/test_diagnose_otlp.py runs diagnose --otlp-listen "
+        "against the real llama-server behind a vLLM-shaped front",
     # docs/inspect.md
     "tailgate inspect --dpdk tg-724f1b06 --interval 1":
         "names a live testpmd's file prefix (tests/test_dpdk_live.py starts one and inspects it)",
