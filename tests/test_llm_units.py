@@ -11,7 +11,14 @@ from hypothesis import strategies as st
 
 from tailgate.llm import workload as wl
 from tailgate.llm.accounting import parse_slo
-from tailgate.llm.openai import ChunkError, _parse_chunk, parse_chunk, request_body
+from tailgate.llm.openai import (
+    Chunk,
+    ChunkError,
+    _parse_chunk,
+    parse_chunk,
+    plain_text,
+    request_body,
+)
 from tailgate.llm.sse import SSEError, SSEParser, SSETooLarge
 
 FIX = Path(__file__).parent / "fixtures" / "llm"
@@ -150,6 +157,36 @@ def test_the_typed_chunk_decode_gives_the_full_rules_answer(obj, api, twist):
         text = text.replace("null", "NaN", 1)
     for data in (text, text.encode()):
         assert _outcome(parse_chunk, data, api) == _outcome(_parse_chunk, text, api), text
+
+
+@settings(max_examples=500)
+@given(chunks(), st.sampled_from(["completions", "chat"]), st.sampled_from(["", "", "dup", "nan"]))
+def test_a_chunk_called_plain_is_text_and_nothing_else(obj, api, twist):
+    """plain_text lets the compiled engine's JSON side take a chunk as one token without
+    building it: it may say so only where the rules give Chunk(text) with some text."""
+    text = json.dumps(obj)
+    if twist == "dup" and text.startswith('{"id"'):
+        text = '{"choices": [{"text": 7}], "usage": "x", ' + text[1:]
+    elif twist == "nan":
+        text = text.replace("null", "NaN", 1)
+    want = _outcome(_parse_chunk, text, api)
+    plain = isinstance(want, Chunk) and bool(want.text) and want == Chunk(want.text)
+    for data in (text, text.encode()):
+        # (a plain chunk it does not recognise, e.g. with NaN or an empty usage in it,
+        # only takes the rules' way)
+        assert plain or not plain_text(data, api), text
+
+
+def test_the_usual_chunks_are_plain():
+    chat = ('{"choices":[{"finish_reason":null,"index":0,"delta":{"content":" a"}}],'
+            '"created":1,"id":"c","model":"m","object":"chat.completion.chunk"}')
+    done = chat.replace('null,"index"', '"stop","index"')
+    assert plain_text(chat, "chat") and not plain_text(done, "chat")
+    assert not plain_text(chat.replace('" a"', '""'), "chat")  # no text: role-only
+    comp = '{"id":"x","choices":[{"index":0,"text":" t1","finish_reason":null}]}'
+    assert plain_text(comp.encode(), "completions")
+    assert not plain_text(comp.replace("}]}", '}],"usage":{"completion_tokens":1}}'),
+                          "completions")
 
 
 def test_request_body_asks_for_usage_and_streams():

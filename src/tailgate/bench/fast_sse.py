@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from ..llm.openai import ChunkError, parse_chunk
+from ..llm.openai import ChunkError, parse_chunk, plain_text
 from .openai_sse import MAX_TOKENS_PER_STREAM, TokenState, apply_chunk, error_event
 from .outcome import MALFORMED_SSE, NO_TOKEN, OK, TRUNCATED
 
@@ -133,8 +133,17 @@ class Streams:
             if typ == EV_DONE:
                 st.t_done = now
                 continue
+            data = mv[off:off + ln]
+            if plain_text(data, api) and len(st.tok) < limit:  # type: ignore[arg-type]
+                # apply_chunk's effect of the usual chunk, without building it
+                if st.first_chunk != st.first_chunk:
+                    st.first_chunk = now
+                st.tok.append(now)
+                st.ntok.append(-1)
+                st.usage_each = False
+                continue
             try:  # (the loop checked every line is UTF-8)
-                chunk = parse_chunk(mv[off:off + ln], api)  # type: ignore[arg-type]
+                chunk = parse_chunk(data, api)  # type: ignore[arg-type]
             except ChunkError as exc:
                 st.fail = (MALFORMED_SSE, str(exc), now, nb)
                 cut.append(rid)

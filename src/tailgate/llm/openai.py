@@ -101,6 +101,28 @@ def parse_chunk(data: str | bytes | memoryview, api: Api) -> Chunk:
                  timings=timings)
 
 
+def plain_text(data: str | bytes | memoryview, api: Api) -> bool:
+    """Whether ``data`` is the usual content chunk: :func:`parse_chunk` would give
+    ``Chunk(text)`` with some text and nothing else (no finish reason, usage, logprobs,
+    timings or error). A stream's token state takes such a chunk as one token of unknown
+    count at its time, which a loop at 100,000 chunks/s can do without building the
+    :class:`Chunk` (``tests/test_llm_units.py`` checks this against parse_chunk)."""
+    try:
+        c = _FAST[api].decode(data)
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        return False
+    if c.error is not msgspec.UNSET or c.usage is not None or c.timings is not None \
+            or not c.choices:
+        return False
+    choice = c.choices[0]
+    if choice.finish_reason is not None or choice.logprobs is not None:
+        return False
+    if api == "completions":
+        return bool(choice.text)  # type: ignore[union-attr]
+    delta = choice.delta  # type: ignore[union-attr]
+    return delta is not None and bool(delta.content)
+
+
 def _timings(obj: Any) -> EngineTimings | str:
     try:
         return parse_llamacpp_timings(obj)
