@@ -474,3 +474,48 @@ def test_a_wait_for_work_counts_only_inside_the_request():
     assert own.spans.tolist() == [[35, 45]] and own.threads == 1
     # as evidence of any other kind, all of it overlapping the request counts
     assert owned(s, e, [Scope((1,))], by).inside.tolist() == [20 + 10 + 12]
+
+
+def test_the_accounting_names_a_wait_for_the_engine_as_such_not_as_a_futex():
+    """The per-thread time accounting of the same server: the HTTP thread's futex waits that
+    the chain resolved to the engine are the part "waits on the engine (futex)" (JSON key
+    engine_wait) in the terminal, the HTML and the JSON alike; the lock wait of request 5
+    stays futex; together they are what futex was before (every time the same)."""
+    import io
+
+    from rich.console import Console
+
+    from tailgate.diagnose.accounting import account, summarise
+    from tailgate.diagnose.analyse import _threads
+    from tailgate.diagnose.chain import through_engine
+    from tailgate.diagnose.evidence import ProbeMaps
+    from tailgate.report.diagnose_html import accounting_section
+    from tailgate.report.diagnose_render import accounting as render
+
+    lines, starts, ends, win = engine_server()
+    ev, s, e, bl = run(lines, starts, ends, service=(101, 102, 110))
+    maps = ProbeMaps(switches={101: {"voluntary": 21, "involuntary": 0}})
+    end = int(e[-1])
+    before = account(s, e, None, _threads(ev, maps, s, e, end), {})
+    acc = account(s, e, None, _threads(ev, maps, s, e, end, through_engine(bl, win)), {})
+    wait = 9 * MS - MS // 5  # each wait: 0.2 ms to 9 ms into its request, on thread 101
+    i = np.arange(len(s))
+    assert acc.parts["engine_wait"].tolist() == np.where(i % 10 == 0, wait, 0).tolist()
+    assert acc.parts["futex"].tolist() == np.where(i == 5, wait, 0).tolist()
+    assert (acc.parts["futex"] + acc.parts["engine_wait"]).tolist() == before.parts[
+        "futex"].tolist()
+    assert before.parts["engine_wait"].sum() == 0
+    doc = summarise(acc)
+    assert doc["labels"] == {"engine_wait": "waits on the engine (futex)"}
+    assert doc["grows_most"] == "engine_wait"
+    assert "waits on the engine (futex) grows most: 8.381 ms a request" in doc["sentence"]
+    out = io.StringIO()
+    render(doc, Console(file=out, width=200, color_system=None))
+    rows = {line.split("  ")[1].strip(): line for line in out.getvalue().splitlines()
+            if line.startswith("  ") and not line.startswith("  part")}
+    assert "waits on the engine (futex)" in rows and "futex" in rows, out.getvalue()
+    assert "engine_wait" not in out.getvalue()
+    html = accounting_section({**doc, "slowest": [{"latency_ms": 10.0, "candidates": 1,
+                                                   "parts_ms": {"engine_wait": 8.8}}]})
+    assert "<td>waits on the engine (futex)</td>" in html and "<td>futex</td>" in html
+    assert "waits on the engine (futex) 8.800" in html

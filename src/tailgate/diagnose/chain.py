@@ -816,15 +816,27 @@ def _not_resolved(rows: list[tuple[int, int, int]], resolved: list[tuple[int, in
                   ) -> list[tuple[int, int, int]]:
     """The futex calls ``(tid, a, b)`` that overlap none of the thread's resolved waits (a
     call brackets its off-CPU wait)."""
+    return split_resolved(rows, resolved)[0]
+
+
+def split_resolved(rows: list[tuple[int, int, int]], resolved: list[tuple[int, int, int]]
+                   ) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int]]]:
+    """``rows`` (``(tid, a, b)``: futex calls, or off-CPU waits in one) split into those
+    that overlap none of their thread's ``resolved`` waits (:func:`through_engine`) and
+    those that do: the thread's waits for the engine."""
     if not resolved or not rows:
-        return rows
+        return rows, []
     by = spans_by_tid(list(resolved))
     arr = np.array(rows, dtype=np.int64).reshape(-1, 3)
     keep = np.ones(len(arr), bool)
     for tid, m in by.items():
         ix = np.flatnonzero(arr[:, 0] == tid)
         keep[ix] = ~_touches(arr[ix, 1], arr[ix, 2], m)
-    return [(int(t), int(a), int(b)) for t, a, b in arr[keep]]
+
+    def rows_of(mask: np.ndarray) -> list[tuple[int, int, int]]:
+        return [(int(t), int(a), int(b)) for t, a, b in arr[mask]]
+
+    return rows_of(keep), rows_of(~keep)
 
 
 def report(blame: Blame, doc: dict[str, Any], starts: np.ndarray, ends: np.ndarray,
