@@ -8,7 +8,6 @@ output lengths, and prefix sharing by hash id."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import urllib.request
@@ -19,6 +18,7 @@ import pytest
 from support.cgroups import cpu_cgroup, spent_quota
 from support.inspect import diagnose_code
 from support.llm_server import MODEL_NAME, native_llama_server
+from support.require import require_diagnose_host
 
 pytestmark = pytest.mark.timeout(400)
 # the server and the load ahead of the machine's other work: at -10 a CPU shared with six
@@ -29,10 +29,7 @@ NICE = -20
 
 @pytest.fixture(autouse=True, scope="module")
 def _needs():
-    if os.geteuid() != 0:
-        pytest.fail("diagnose needs root (bpftrace); CI runs as root")
-    if len(os.sched_getaffinity(0)) < 2:
-        pytest.fail("the server and the load are pinned to different CPUs: need 2")
+    require_diagnose_host()
 
 
 def _trace(path: Path, rows: list[tuple[float, int, int, list[int]]]) -> Path:
