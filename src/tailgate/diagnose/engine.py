@@ -270,8 +270,8 @@ class Windows:
     prefill_start: np.ndarray
     anchor: np.ndarray  # the end of the prefill
     decode_end: np.ndarray
-    queue_start: np.ndarray | None = None  # where the engine stated its queue began (0, None:
-    # not stated)
+    # where the engine stated each request's queue began (0, or None for all: not stated)
+    queue_start: np.ndarray | None = None
 
     @cached_property
     def busy(self) -> np.ndarray:
