@@ -145,6 +145,11 @@ def test_one_slot_short_requests_queued_behind_long_generations_name_queue_wait(
                                                                      "decode"}
     # (beside the chains of the slowest requests, whose last links are engine phases too)
     assert {b["source"] for b in bands} <= {"engine", "chain"}
+    # the time accounting shows those waits for what they are, not as futex (a lock)
+    acc = doc["accounting"]
+    assert acc["labels"]["engine_wait"] == "waits on the engine (futex)"
+    every = acc["sets"]["all"]["parts"]
+    assert every["engine_wait"]["share"] > every["futex"]["share"], every
 
 
 def _waits_for_the_engine(doc: dict, phase: str) -> None:
