@@ -35,7 +35,7 @@ import pytest
 
 from support.cgroups import cpu_cgroup, throttling_load
 from support.nginx import available, free_port
-from support.require import require
+from support.require import require, require_diagnose_host
 from support.workloads import busy_cpus, finish, realtime, start
 from test_diagnose_scenarios import (
     CLEAN_TRIES,
@@ -56,10 +56,7 @@ pytestmark = pytest.mark.timeout(240)
 
 @pytest.fixture(autouse=True, scope="module")
 def _needs_root_and_two_cpus():
-    if os.geteuid() != 0:
-        pytest.fail("diagnose needs root (bpftrace); CI runs as root")
-    if len(os.sched_getaffinity(0)) < 2:
-        pytest.fail("the scenarios pin the service and the load to different CPUs: need 2")
+    require_diagnose_host()
 
 
 @pytest.fixture(autouse=True, scope="module")

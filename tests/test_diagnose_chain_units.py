@@ -309,12 +309,14 @@ def test_a_wakers_open_wait_is_no_thread_of_the_service():
     assert sorted(threads) == [101] and threads[101]["read"].tolist() == [[T0 + MS, T0 + 10 * MS]]
 
 
-def engine_server(n: int = 200, slow_every: int = 10):
+def engine_server(n: int = 200, slow_every: int = 10, stated: bool = True):
     """An LLM server: HTTP thread 101 reads every request and waits on a condition variable
     (a futex) for the engine's thread 110, which reads nothing; every ``slow_every``-th
-    request is queued in the engine for 6 ms, prefilled for 2.5, decoded for 1, its HTTP
-    thread waiting from 0.2 ms to 9 ms (woken by 110 for its first token). Request 5's
-    wait is ended by 102, another HTTP thread (reading the port too): a lock, no engine's."""
+    request waits 6 ms before the engine's prefill, prefilled for 2.5, decoded for 1, its
+    HTTP thread waiting from 0.2 ms to 9 ms (woken by 110 for its first token). With
+    ``stated`` the engine states that wait as its queue (vLLM's spans); else the engine had
+    no other request meanwhile: held. Request 5's wait is ended by 102, another HTTP
+    thread (reading the port too): a lock, no engine's."""
     from tailgate.diagnose.engine import Windows
 
     lines = names(101, 102, 110) + [f"C 102 {T0 - 500 * MS} {PORT} 39999"]
@@ -333,7 +335,8 @@ def engine_server(n: int = 200, slow_every: int = 10):
                       f"W 101 {a + 9 * MS - 10_000} {waker} {SVC} 1 0 srv"]
         starts.append(a)
         ends.append(b)
-    return lines, starts, ends, Windows(*win)
+    return lines, starts, ends, Windows(*win, np.where(win[0] != win[1], win[0], 0)
+                                        if stated else None)
 
 
 def test_a_wait_for_the_engine_is_the_engines_phase_not_a_lock():
@@ -376,10 +379,43 @@ def test_a_wait_for_the_engine_without_its_record_is_the_engines_unknown_phase()
     lines, starts, ends, win = engine_server()
     _, _, _, bl = run(lines, starts, ends, service=(101, 102, 110))
     unplaced = Windows(*(np.where(np.arange(len(starts)) == 0, 0, v)
-                         for v in (win.sent, win.prefill_start, win.anchor, win.decode_end)))
+                         for v in (win.sent, win.prefill_start, win.anchor, win.decode_end,
+                                   win.queue_start)))
     through_engine(bl, unplaced)
     assert bl.per_request[0][0].signature == ("futex", "engine")
     assert bl.per_request[10][0].signature == ("futex", "engine_queue")
+
+
+def test_a_wait_for_the_engine_while_it_was_idle_is_held_in_the_server_not_queued():
+    """The same slow requests' 6 ms before the prefill, with the engine stating no queue and
+    working on no other request meanwhile: the request was still in the server's hands
+    (held, L3, as diagnose.engine splits it), never the engine's queue (before, the whole
+    wait from the send to the prefill was engine_queue)."""
+    from tailgate.diagnose.chain import describe, remedy, through_engine
+    from tailgate.diagnose.engine import Windows
+
+    lines, starts, ends, win = engine_server(stated=False)
+    ev, s, e, bl = run(lines, starts, ends, service=(101, 102, 110))
+    through_engine(bl, win)
+    (c,) = bl.per_request[0]
+    assert c.signature == ("futex", "engine_held")
+    a = int(s[0])
+    assert (c.links[1].tid, c.links[1].a, c.links[1].b) == (110, a + MS // 5, a + 6 * MS)
+    assert "its waker `srv` (tid 110) idle, the request not yet handed to it" in describe(
+        c, {}, {SVC}), describe(c, {}, {SVC})
+    assert remedy(c).startswith("See the host's causes of the server's threads")
+    (sig,) = [x for x in judge(bl, s, e, CRIT, {}, {SVC})["signatures"]
+              if x["links"] == ["futex", "engine_held"]]
+    assert sig["layer"] == "L3"
+    # another request's prefill and decode over the same 6 ms: the engine's queue
+    busy = Windows(win.sent, win.prefill_start, win.anchor, win.decode_end)
+    assert busy.phase(0, a, a + 6 * MS)[0] == "held"
+    other = np.zeros(len(s), bool)
+    other[1] = True
+    behind = Windows(*(np.where(other, v, w) for v, w in zip(
+        (a + MS, a + MS, a + 2 * MS, a + 7 * MS),
+        (win.sent, win.prefill_start, win.anchor, win.decode_end), strict=True)))
+    assert behind.phase(0, a, a + 6 * MS) == ("queue", a, a + 6 * MS)
 
 
 def test_a_span_holding_a_requests_whole_window_is_none_of_its_evidence():
@@ -438,3 +474,48 @@ def test_a_wait_for_work_counts_only_inside_the_request():
     assert own.spans.tolist() == [[35, 45]] and own.threads == 1
     # as evidence of any other kind, all of it overlapping the request counts
     assert owned(s, e, [Scope((1,))], by).inside.tolist() == [20 + 10 + 12]
+
+
+def test_the_accounting_names_a_wait_for_the_engine_as_such_not_as_a_futex():
+    """The per-thread time accounting of the same server: the HTTP thread's futex waits that
+    the chain resolved to the engine are the part "waits on the engine (futex)" (JSON key
+    engine_wait) in the terminal, the HTML and the JSON alike; the lock wait of request 5
+    stays futex; together they are what futex was before (every time the same)."""
+    import io
+
+    from rich.console import Console
+
+    from tailgate.diagnose.accounting import account, summarise
+    from tailgate.diagnose.analyse import _threads
+    from tailgate.diagnose.chain import through_engine
+    from tailgate.diagnose.evidence import ProbeMaps
+    from tailgate.report.diagnose_html import accounting_section
+    from tailgate.report.diagnose_render import accounting as render
+
+    lines, starts, ends, win = engine_server()
+    ev, s, e, bl = run(lines, starts, ends, service=(101, 102, 110))
+    maps = ProbeMaps(switches={101: {"voluntary": 21, "involuntary": 0}})
+    end = int(e[-1])
+    before = account(s, e, None, _threads(ev, maps, s, e, end), {})
+    acc = account(s, e, None, _threads(ev, maps, s, e, end, through_engine(bl, win)), {})
+    wait = 9 * MS - MS // 5  # each wait: 0.2 ms to 9 ms into its request, on thread 101
+    i = np.arange(len(s))
+    assert acc.parts["engine_wait"].tolist() == np.where(i % 10 == 0, wait, 0).tolist()
+    assert acc.parts["futex"].tolist() == np.where(i == 5, wait, 0).tolist()
+    assert (acc.parts["futex"] + acc.parts["engine_wait"]).tolist() == before.parts[
+        "futex"].tolist()
+    assert before.parts["engine_wait"].sum() == 0
+    doc = summarise(acc)
+    assert doc["labels"] == {"engine_wait": "waits on the engine (futex)"}
+    assert doc["grows_most"] == "engine_wait"
+    assert "waits on the engine (futex) grows most: 8.381 ms a request" in doc["sentence"]
+    out = io.StringIO()
+    render(doc, Console(file=out, width=200, color_system=None))
+    rows = {line.split("  ")[1].strip(): line for line in out.getvalue().splitlines()
+            if line.startswith("  ") and not line.startswith("  part")}
+    assert "waits on the engine (futex)" in rows and "futex" in rows, out.getvalue()
+    assert "engine_wait" not in out.getvalue()
+    html = accounting_section({**doc, "slowest": [{"latency_ms": 10.0, "candidates": 1,
+                                                   "parts_ms": {"engine_wait": 8.8}}]})
+    assert "<td>waits on the engine (futex)</td>" in html and "<td>futex</td>" in html
+    assert "waits on the engine (futex) 8.800" in html

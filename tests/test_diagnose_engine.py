@@ -8,7 +8,6 @@ output lengths, and prefix sharing by hash id."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import urllib.request
@@ -19,6 +18,7 @@ import pytest
 from support.cgroups import cpu_cgroup, spent_quota
 from support.inspect import diagnose_code
 from support.llm_server import MODEL_NAME, native_llama_server
+from support.require import require_diagnose_host
 
 pytestmark = pytest.mark.timeout(400)
 # the server and the load ahead of the machine's other work: at -10 a CPU shared with six
@@ -29,10 +29,7 @@ NICE = -20
 
 @pytest.fixture(autouse=True, scope="module")
 def _needs():
-    if os.geteuid() != 0:
-        pytest.fail("diagnose needs root (bpftrace); CI runs as root")
-    if len(os.sched_getaffinity(0)) < 2:
-        pytest.fail("the server and the load are pinned to different CPUs: need 2")
+    require_diagnose_host()
 
 
 def _trace(path: Path, rows: list[tuple[float, int, int, list[int]]]) -> Path:
@@ -148,6 +145,11 @@ def test_one_slot_short_requests_queued_behind_long_generations_name_queue_wait(
                                                                      "decode"}
     # (beside the chains of the slowest requests, whose last links are engine phases too)
     assert {b["source"] for b in bands} <= {"engine", "chain"}
+    # the time accounting shows those waits for what they are, not as futex (a lock)
+    acc = doc["accounting"]
+    assert acc["labels"]["engine_wait"] == "waits on the engine (futex)"
+    every = acc["sets"]["all"]["parts"]
+    assert every["engine_wait"]["share"] > every["futex"]["share"], every
 
 
 def _waits_for_the_engine(doc: dict, phase: str) -> None:

@@ -10,7 +10,6 @@ is of no thread of the new one: the verdict says so with the restart and when.""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -21,6 +20,7 @@ import pytest
 
 from support.inspect import diagnose_code
 from support.llm_server import MODEL_NAME, native_llama_server
+from support.require import require_diagnose_host
 
 pytestmark = pytest.mark.timeout(400)
 NICE = -20  # as test_diagnose_engine's scenarios: the server and load ahead of other work
@@ -35,10 +35,7 @@ AFTER = (RUN_MS - QUIET_TO_MS) // GAP_MS  # ... by the second: 50
 
 @pytest.fixture(autouse=True, scope="module")
 def _needs():
-    if os.geteuid() != 0:
-        pytest.fail("diagnose needs root (bpftrace); CI runs as root")
-    if len(os.sched_getaffinity(0)) < 2:
-        pytest.fail("the server and the load are pinned to different CPUs: need 2")
+    require_diagnose_host()
 
 
 def _first_request(log: Path, timeout_s: float = 120.0) -> float:

@@ -32,7 +32,7 @@ import pytest
 
 from support.cgroups import cpu_cgroup, cpu_seconds, spent_quota
 from support.llm_server import MODEL_NAME, llama_cpp_available, llama_server
-from support.require import require
+from support.require import require, require_diagnose_host
 
 pytestmark = pytest.mark.timeout(300)
 LOAD = ("--input-len", "8", "--output-len", "4")
@@ -41,10 +41,7 @@ LOAD = ("--input-len", "8", "--output-len", "4")
 @pytest.fixture(autouse=True, scope="module")
 def _needs():
     require(llama_cpp_available())
-    if os.geteuid() != 0:
-        pytest.fail("diagnose needs root (bpftrace); CI runs as root")
-    if len(os.sched_getaffinity(0)) < 2:
-        pytest.fail("the server and the load are pinned to different CPUs: need 2")
+    require_diagnose_host()
 
 
 def listener_pid(port: int) -> int:

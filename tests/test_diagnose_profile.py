@@ -33,6 +33,7 @@ import pytest
 
 from support.inspect import diagnose_code
 from support.nginx import free_port
+from support.require import require_diagnose_host
 from support.workloads import busy_cpus, finish, realtime, start
 
 pytestmark = pytest.mark.timeout(180)
@@ -43,10 +44,7 @@ TCP = ("--payload", "x\\n", "--delimiter", "\\n")
 
 @pytest.fixture(autouse=True, scope="module")
 def _needs_root_and_two_cpus():
-    if os.geteuid() != 0:
-        pytest.fail("diagnose needs root (bpftrace); CI runs as root")
-    if len(os.sched_getaffinity(0)) < 2:
-        pytest.fail("the server and the load are pinned to different CPUs: need 2")
+    require_diagnose_host()
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -56,7 +56,7 @@ from support.cgroups import cpu_cgroup, throttling_load
 from support.inspect import diagnose_code
 from support.netloss import Veth, random_loss
 from support.nginx import Nginx, available, free_port
-from support.require import require
+from support.require import require, require_diagnose_host
 from support.workloads import argv_for, busy_cpus, finish, realtime, spawned, start
 
 pytestmark = pytest.mark.timeout(180)
@@ -68,10 +68,7 @@ INJECTED = 20   # and of the contention loops, which must be able to preempt the
 @pytest.fixture(autouse=True, scope="module")
 def _needs_root_nginx_and_two_cpus():
     require(available())
-    if os.geteuid() != 0:
-        pytest.fail("diagnose needs root (bpftrace); CI runs as root")
-    if len(os.sched_getaffinity(0)) < 2:
-        pytest.fail("the scenarios pin the server and the load to different CPUs: need 2")
+    require_diagnose_host()
 
 
 @pytest.fixture(autouse=True, scope="module")

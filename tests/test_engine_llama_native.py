@@ -66,10 +66,13 @@ def test_both_load_engines_log_every_requests_engine_record(tmp_path, engine):
     with native_llama_server(tmp_path, slots=2) as (base, _):
         _bench(base, tmp_path / "log.csv", engine, "--json", str(tmp_path / "r.json"))
     doc = json.loads((tmp_path / "r.json").read_text())
-    # the result's L4 rows (compare, campaign): the engine's queue, prefill and decode
-    assert [doc[f"engine_{k}_ms"]["count"] for k in ("queue", "prefill", "decode")] == [60] * 3
+    # the result's rows (compare, campaign): the engine's queue, held, prefill and decode
+    assert [doc[f"engine_{k}_ms"]["count"]
+            for k in ("queue", "held", "prefill", "decode")] == [60] * 4
+    assert doc["engine_wait"]["split"] == 60 and doc["engine_wait"]["refused"] == 0
     rows = {m.name: (m.layer, m.value) for m, _ in extract(doc)[1]}
     assert rows["engine_prefill.p99"][0] == rows["engine_decode.p50"][0] == "L4"
+    assert rows["engine_queue.p99"][0] == "L4" and rows["engine_held.p99"][0] == "L3"
     assert 0 < rows["engine_prefill.p50"][1] <= rows["ttft.p50"][1]
     cols = read_log((tmp_path / "log.csv").read_text())
     ok = cols["outcome"] == "ok"

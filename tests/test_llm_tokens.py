@@ -279,3 +279,4 @@ def test_continuous_usage_with_no_usage_is_refused():
     r = bench("openai+http://127.0.0.1:9/v1", "--model", "m", "--rate", "1", "--requests",
               "1", "--no-usage", "--continuous-usage")
     assert r.rc == 2 and "--continuous-usage" in r.stderr
+

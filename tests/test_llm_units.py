@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import json
+from array import array
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tailgate.bench.outcome import OK, TIMEOUT
+from tailgate.diagnose.engine import Requests, analyse
 from tailgate.llm import workload as wl
-from tailgate.llm.accounting import parse_slo
+from tailgate.llm.accounting import TokenBook, llm_block, parse_slo
+from tailgate.llm.engine_records import EngineTimings
 from tailgate.llm.openai import (
     Chunk,
     ChunkError,
@@ -320,3 +325,60 @@ def test_token_book_derives_ttft_itl_tpot_e2e_and_goodput_from_a_batch():
                                "input_counted_by": "workload"}
     assert block["throughput"]["goodput_rps"] == pytest.approx(1 / 5.0)
     assert block["metrics"]["ttft_max"] == pytest.approx(2000.0, rel=1e-3)
+
+
+def _engine_book(rows, start: float = 100.0) -> TokenBook:
+    """A book of ok requests ``(intended = sent, [content chunk times], EngineTimings)``."""
+    n = len(rows)
+    toks = [(times[0], array("d", times), times[-1], len(times), 5, array("i", [-1] * len(times)),
+             -1, e) for _, times, e in rows]
+    sent = np.array([r[0] for r in rows])
+    book = TokenBook()
+    book.record(sent.copy(), np.array([r[1][-1] for r in rows]), np.array([OK] * n),
+                np.ones(n, dtype=bool), toks, np.full(n, 5), start, 0.0, None, (), OK,
+                TIMEOUT, sends=sent)
+    return book
+
+
+# one slot: A is prefilled 101.010-101.110 and decoded to 101.510; B, sent at 101.200, waits
+# for it (310 ms behind A's work), then 20 ms with the engine idle (its HTTP thread not yet
+# handing it over), is prefilled 101.530-101.550 and decoded to 101.650; C's record would
+# start its prefill 400 ms before it was sent: another clock's, refused
+_A = (101.0, [101.11, 101.21, 101.31, 101.41, 101.51],
+      EngineTimings("llama.cpp", 16, 0, 100.0, 5, 400.0))
+_B = (101.2, [101.55, 101.6, 101.65], EngineTimings("llama.cpp", 4, 0, 20.0, 3, 100.0))
+_C = (103.0, [103.1], EngineTimings("llama.cpp", 4, 0, 500.0, 1, 0.0))
+
+
+def test_the_engines_queue_row_leaves_out_the_time_it_was_held_in_the_server():
+    """The engine_queue row is each request's wait while the engine worked on another's
+    request; the wait with the engine idle is engine_held's, and the generator's lateness
+    and the first token's delivery are neither (before, engine_queue was TTFT less the
+    prefill: A 10 ms, B 330 ms, C 0, all held time counted as queue)."""
+    block = llm_block(_engine_book([_A, _B, _C]), 0.0)
+    q, held = block["engine_queue_ms"], block["engine_held_ms"]
+    assert (q["count"], held["count"]) == (2, 2)
+    assert (q["max"], held["max"]) == (pytest.approx(310.0, rel=1e-3),
+                                       pytest.approx(20.0, rel=1e-3))
+    assert q["p50"] == 0.0 and held["p50"] == pytest.approx(10.0, rel=1e-3)
+    assert block["engine_prefill_ms"]["count"] == 3  # (a duration: refused or not)
+    assert {k: block["engine_wait"][k] for k in ("split", "refused", "left_out")} == {
+        "split": 2, "refused": 1, "left_out": 0}
+    # two workers' books (one host's clock): A's work still holds B up
+    merged = _engine_book([_A])
+    merged.add(_engine_book([_B]))
+    again = llm_block(merged, 0.0)
+    assert again["engine_queue_ms"]["max"] == q["max"]
+    assert again["engine_held_ms"]["max"] == held["max"]
+    # diagnose's per-request table splits the same waits alike
+    ns = [[round(x * 1e9) for x in (r[0], r[0], r[1][0], r[1][-1], r[1][-1])] for r in (_A, _B)]
+    c = np.array(ns, dtype=np.int64).T
+    e = [_A[2], _B[2]]
+    r = Requests(np.arange(2), c[0], c[1], c[2], c[3], c[4], np.zeros(2, np.int64),
+                 np.zeros(2, np.int64), np.array(["ok", "ok"], dtype=object),
+                 np.array([x.prompt_n for x in e], float), np.array([0.0, 0.0]),
+                 np.array([x.prompt_ms for x in e]), np.array([x.predicted_n for x in e], float),
+                 np.array([x.predicted_ms for x in e]))
+    doc, _, _ = analyse(r, int(100e9))
+    rows = {row["request"]: (row["queue_ms"], row["held_ms"]) for row in doc["slowest"]}
+    assert rows == {0: (0.0, 10.0), 1: (310.0, 20.0)}

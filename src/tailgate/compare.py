@@ -194,9 +194,12 @@ def extract(doc: dict[str, Any]) -> tuple[str, Extracted]:
             if isinstance(doc.get(f"{m}_ms"), dict):  # (older results lack itl_per_token)
                 rows += _latency_rows(m, "L4", doc[f"{m}_ms"], h.get(m), 1e6, "ms")
         # the engine's own phases, where it sent a record of each request (llama-server)
-        for m in ("engine_queue", "engine_prefill", "engine_decode"):
+        # (held: the server's own handling before its engine took the request, L3 as
+        # diagnose's engine_held)
+        for m, layer in (("engine_queue", "L4"), ("engine_held", "L3"),
+                         ("engine_prefill", "L4"), ("engine_decode", "L4")):
             if (doc.get(f"{m}_ms") or {}).get("count"):
-                rows += _latency_rows(m, "L4", doc[f"{m}_ms"], h.get(m), 1e6, "ms")
+                rows += _latency_rows(m, layer, doc[f"{m}_ms"], h.get(m), 1e6, "ms")
         for key in ("output_tokens_per_s", "goodput_rps", "requests_per_s"):
             unit = "tokens/s" if "tokens" in key else "req/s"
             rows.append((Metric(key, "L4", unit, _num((doc.get("throughput") or {}).get(key)),

@@ -6,6 +6,8 @@ broken install step, and a skip would let CI go green without running the test.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 
@@ -14,3 +16,13 @@ def require(reason: str | None) -> None:
     if reason is not None:
         pytest.fail(f"{reason} (make test installs it; a missing install step is a defect)",
                     pytrace=False)
+
+
+def require_diagnose_host(cpus: int = 2) -> None:
+    """Fail the calling test unless it runs as root (diagnose's probes are bpftrace) with
+    ``cpus`` CPUs to pin the server and the load apart: the live diagnose scenarios'
+    precondition (CI runs as root on 2 CPUs or more)."""
+    if os.geteuid() != 0:
+        pytest.fail("diagnose needs root (bpftrace); CI runs as root")
+    if len(os.sched_getaffinity(0)) < cpus:
+        pytest.fail(f"the server and the load are pinned to different CPUs: need {cpus}")

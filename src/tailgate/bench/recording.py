@@ -199,7 +199,7 @@ class Recorder:
                        else np.zeros(rid.size, dtype=np.int64))
             self.tokens.record(start + offs, end, out, measured, toks, nominal, start,
                                cfg.warmup_s, cfg.hdr_interval_s, cfg.good_slos, OK, TIMEOUT,
-                               rids=rid)
+                               rids=rid, sends=send)
         if self._log is not None and rid.size:
             if arrive is None:
                 arrive = np.full(rid.size, np.nan)

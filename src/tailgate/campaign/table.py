@@ -58,7 +58,8 @@ LOAD_LABELS = {"packet_rate": "packet rate", "packet_loss": "datagram loss",
 LLM_KEEP = ("ttft.p50", "ttft.p99", "ttft.p999", "itl.p50", "itl.p99", "itl.p999",
             "e2e.p50", "e2e.p99", "e2e.p999", "output_tokens_per_s", "goodput_rps",
             # the engine's own phases (llama-server's per-request timings), where it sent them
-            "engine_queue.p50", "engine_queue.p99", "engine_prefill.p50", "engine_prefill.p99",
+            "engine_queue.p50", "engine_queue.p99", "engine_held.p50", "engine_held.p99",
+            "engine_prefill.p50", "engine_prefill.p99",
             "engine_decode.p50", "engine_decode.p99")
 
 

@@ -11,7 +11,10 @@ A request lasts from its intended start to its end. Its window is cut, in this o
    service's CPUs, when probed), ``retransmit`` (a retransmitted segment: the 200 ms before it,
    TCP_RTO_MIN, an estimate of the wait it ended). Overlaps go to the earlier in this list.
 3. per-thread parts, from the probe's intervals of each thread, made disjoint per thread in
-   this order: ``stopped``, ``runq`` (runnable, not running), ``futex``, then voluntary
+   this order: ``stopped``, ``runq`` (runnable, not running), ``engine_wait`` (a futex wait
+   of an LLM server's HTTP thread for its engine's loop, which the chain of blame resolved to
+   the engine's phase of the request: :func:`tailgate.diagnose.chain.through_engine`; no
+   lock's), ``futex``, then voluntary
    off-CPU waits by the syscall the thread blocked in: ``read``, ``write``, ``poll``,
    ``sleep``, ``blocked_other`` (any other syscall, a page fault, no syscall). The rest of the
    thread's time in the window is ``on_cpu``: running, or in waits shorter than the probe's
@@ -45,10 +48,15 @@ import numpy as np
 from .attribution import merge_spans, overlap_ns, subtract_spans
 
 SERVICE_PARTS = ("throttled", "softirq", "retransmit")
-THREAD_PARTS = ("unseen", "stopped", "runq", "futex", "read", "write", "poll", "sleep", "blocked_other")
+THREAD_PARTS = ("unseen", "stopped", "runq", "engine_wait", "futex", "read", "write", "poll",
+                "sleep", "blocked_other")
 PARTS = ("generator", "generator_read", *SERVICE_PARTS, *THREAD_PARTS[1:], "on_cpu",
          "in_transit", "residual")
-WAITS = ("futex", "read", "write", "poll", "blocked_other")  # waiting for work, or for a reply
+# waiting for work, or for a reply (the engine's: engine_wait)
+WAITS = ("engine_wait", "futex", "read", "write", "poll", "blocked_other")
+# what a part is, where its key alone would mislead: the HTTP thread's futex wait for the
+# engine is no lock (the terminal, the HTML and the JSON's "labels" show this)
+LABELS = {"engine_wait": "waits on the engine (futex)"}
 # not serving: waiting for work, for the request to arrive, or not known
 IDLE_PARTS = ("unseen", *WAITS, "in_transit")
 RTO_MIN_NS = 200_000_000
@@ -73,6 +81,9 @@ METHOD = {
                  "TCP_RTO_MIN before each retransmission)",
     "in_transit": "a serving thread's wait begun before the request was sent: it waited for "
                   "the request to arrive",
+    "engine_wait": "a serving thread's futex wait that the chain of blame resolved to the "
+                   "engine's phase of the request (its HTTP thread waiting for the engine's "
+                   "loop to queue, prefill or decode it): the engine's time, no lock",
     "residual": "the window's time no thread of the service accounts for (all idle, waiting "
                 "for work: the request was in the network or the client)",
 }
@@ -227,7 +238,7 @@ def summarise(acc: Accounting) -> dict[str, Any]:
     grows most from all requests to the P99 tail; how many requests were apportioned."""
     lat = acc.latency
     n = len(lat)
-    out: dict[str, Any] = {"requests": n, "parts": list(PARTS)}
+    out: dict[str, Any] = {"requests": n, "parts": list(PARTS), "labels": dict(LABELS)}
     if n == 0:
         out.update(grows_most=None, sets={})
         return out
@@ -253,7 +264,7 @@ def summarise(acc: Accounting) -> dict[str, Any]:
     tail_ms = float(acc.parts[top][tail].mean()) / 1e6
     out["sentence"] = (
         f"in the {t['requests']} requests above the P99 ({out['p99_ms']:.3f} ms), "
-        f"{top} grows most: {tail_ms:.3f} ms a request against "
+        f"{LABELS.get(top, top)} grows most: {tail_ms:.3f} ms a request against "
         f"{tail_ms - growth[top]:.3f} ms over all {n} "
         f"({100 * t['parts'][top]['share']:.0f} % of the tail's time, "
         f"{100 * a['parts'][top]['share']:.0f} % over all); residual "

@@ -131,7 +131,7 @@ def analyse(spec: DiagnoseSpec, ev: Evidence) -> dict[str, Any]:
                     a.sentence += (f"; {100 * share:.0f} % of that wait followed a preemption "
                                    "(an involuntary switch: the thread's slice ran out)")
         doc["causes"] = [a.to_json() for a in attributions]
-        threads = _threads(events, maps, starts, ends, t1)
+        threads = _threads(events, maps, starts, ends, t1, resolved)
         doc["accounting"] = _accounting(threads, spans, starts, ends, sends, arrives)
         if ev.profile is not None:
             doc["profile"] = _profile(ev.profile, threads, starts, ends, sends)
@@ -213,12 +213,16 @@ def _steal(doc: dict[str, Any], series: dict[str, Any], load_cpus: tuple[int, ..
                               f"; no steal time on {what} (to the clock tick)")
 
 
-def _threads(events, maps, starts, ends, t_end: int) -> dict[int, dict[str, Any]]:
+def _threads(events, maps, starts, ends, t_end: int,
+             resolved: list[tuple[int, int, int]] = ()) -> dict[int, dict[str, Any]]:
     """Per thread of the service, its intervals per part of the accounting (diagnose.accounting
-    THREAD_PARTS), from the main probe's events and maps."""
+    THREAD_PARTS), from the main probe's events and maps. ``resolved``: the serving
+    threads' futex waits the chain of blame resolved to the engine's phases
+    (chain.through_engine): their futex calls and off-CPU waits are ``engine_wait``."""
     import numpy as np
 
     from .accounting import syscall_class
+    from .chain import split_resolved
 
     rows: dict[int, dict[str, list[tuple[int, int]]]] = {}
 
@@ -231,10 +235,17 @@ def _threads(events, maps, starts, ends, t_end: int) -> dict[int, dict[str, Any]
         add(tid, "stopped", a, b)
     for tid, a, b in events.runq_not_after_stop():
         add(tid, "runq", a, b)
-    for tid, a, b in events.intervals.get("futex", []):
-        add(tid, "futex", a, b)
+    futex, engine = split_resolved(events.intervals.get("futex", []), list(resolved))
+    for kind, rows_ in (("futex", futex), ("engine_wait", engine)):
+        for tid, a, b in rows_:
+            add(tid, kind, a, b)
+    off = [(tid, a, b) for tid, a, b, nr in events.offcpu if syscall_class(nr) == "futex"]
+    _, engine_off = split_resolved(off, list(resolved))
+    waits_for_engine = set(engine_off)
     for tid, a, b, nr in events.offcpu:
-        add(tid, syscall_class(nr), a, b)
+        kind = syscall_class(nr)
+        add(tid, "engine_wait" if kind == "futex" and (tid, a, b) in waits_for_engine
+            else kind, a, b)
     t_begin = int(min(starts.min(), ends.min())) if len(starts) else t_end
     for tid, first in maps.first_seen.items():  # before it, what the thread did is not known
         if first > t_begin:

@@ -33,7 +33,7 @@ import numpy as np
 
 from .accounting import syscall_class
 from .attribution import Attribution, Owned, merge_spans, overlap_ns
-from .engine import PREFILL, QUEUE, Windows
+from .engine import HELD, PREFILL, QUEUE, Windows
 from .evidence import Behind, Events, Task, Wake
 
 DEPTH = 3  # links per chain (the probe tracks wakers to the same depth)
@@ -41,7 +41,8 @@ MIN_LINK_NS = 200_000  # the probe's threshold: shorter waits are not printed
 CONVOY_MAX = 32  # waiters woken one by one through a lock, followed to its holder
 WAKE_SLACK_NS = 50_000  # sched_waking precedes the wake-up the wait ends at
 WAITS_FOR_WORK = ("futex", "read", "write", "poll", "sleep", "blocked_other")
-ENGINE_LINKS = ("engine_queue", "engine_prefill", "engine_decode", "engine")  # through_engine
+ENGINE_LINKS = ("engine_queue", "engine_held", "engine_prefill", "engine_decode",
+                "engine")  # through_engine
 
 # syscall names of the waits a sentence names (x86_64)
 SYSCALLS = {0: "read", 1: "write", 7: "poll", 17: "pread64", 19: "readv", 23: "select",
@@ -60,6 +61,8 @@ WHAT = {
     # the engine's phase of the request (its own record, diagnose.engine), where the serving
     # thread waited for the engine's thread (through_engine)
     "engine_queue": "holding it in the engine's queue (no free slot)",
+    "engine_held": "idle, the request not yet handed to it (the server reading, parsing or "
+                   "tokenizing it)",
     "engine_prefill": "computing its prompt (the engine's prefill)",
     "engine_decode": "decoding its tokens (the engine's decode)",
     "engine": "working, its phase unknown (the engine's record of the request not placed)",
@@ -94,6 +97,7 @@ REMEDY = {
     "unknown": "The waker was not tracked before it woke the thread: run longer so that it "
                "is (the probe tracks a waker from its first wake-up on).",
     "engine_queue": QUEUE.remedy,
+    "engine_held": HELD.remedy,
     "engine_prefill": PREFILL.remedy,
     "engine_decode": "The request waited for its own decode: cap its output (max_tokens) or "
                      "make each step faster (a smaller model or batch).",
@@ -588,7 +592,7 @@ def remedy(c: Chain) -> str:
 LAYER = {"runq": "L2", "throttled": "L2", "stopped": "L2", "read": "L2", "write": "L2", "timer": "L2",
          "softirq": "L2", "irq": "L2", "futex": "L3", "poll": "L3", "sleep": "L3",
          "blocked_other": "L2", "on_cpu": "L3", "unknown": "L3", "engine_queue": "L4",
-         "engine_prefill": "L4", "engine_decode": "L4", "engine": "L4"}
+         "engine_held": HELD.layer, "engine_prefill": "L4", "engine_decode": "L4", "engine": "L4"}
 BAND_REQUESTS = 20  # the slowest requests drawn as bands on the timeline
 
 
@@ -812,15 +816,27 @@ def _not_resolved(rows: list[tuple[int, int, int]], resolved: list[tuple[int, in
                   ) -> list[tuple[int, int, int]]:
     """The futex calls ``(tid, a, b)`` that overlap none of the thread's resolved waits (a
     call brackets its off-CPU wait)."""
+    return split_resolved(rows, resolved)[0]
+
+
+def split_resolved(rows: list[tuple[int, int, int]], resolved: list[tuple[int, int, int]]
+                   ) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int]]]:
+    """``rows`` (``(tid, a, b)``: futex calls, or off-CPU waits in one) split into those
+    that overlap none of their thread's ``resolved`` waits (:func:`through_engine`) and
+    those that do: the thread's waits for the engine."""
     if not resolved or not rows:
-        return rows
+        return rows, []
     by = spans_by_tid(list(resolved))
     arr = np.array(rows, dtype=np.int64).reshape(-1, 3)
     keep = np.ones(len(arr), bool)
     for tid, m in by.items():
         ix = np.flatnonzero(arr[:, 0] == tid)
         keep[ix] = ~_touches(arr[ix, 1], arr[ix, 2], m)
-    return [(int(t), int(a), int(b)) for t, a, b in arr[keep]]
+
+    def rows_of(mask: np.ndarray) -> list[tuple[int, int, int]]:
+        return [(int(t), int(a), int(b)) for t, a, b in arr[mask]]
+
+    return rows_of(keep), rows_of(~keep)
 
 
 def report(blame: Blame, doc: dict[str, Any], starts: np.ndarray, ends: np.ndarray,

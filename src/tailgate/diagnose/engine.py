@@ -49,16 +49,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..llm.engine_phases import MAX_SKEW_NS, covered, merge, queue_and_held
 from .attribution import MIN_TAIL, Attribution, Cause, merge_spans, overlap_ns
 
 if TYPE_CHECKING:
     from ..sources.otlp import Received, RequestSpan
-
-MAX_SKEW_NS = 50_000_000  # a record 50 ms off the client's view is another clock's
 MAX_BANDS = 4000  # bands in the document (the slowest requests' first)
 SLOWEST = 20  # rows of the per-request table
 
@@ -270,16 +270,32 @@ class Windows:
     prefill_start: np.ndarray
     anchor: np.ndarray  # the end of the prefill
     decode_end: np.ndarray
+    # where the engine stated each request's queue began (0, or None for all: not stated)
+    queue_start: np.ndarray | None = None
+
+    @cached_property
+    def busy(self) -> np.ndarray:
+        """The engine's work: the placed requests' prefill start to decode end, merged."""
+        placed = self.anchor > 0
+        return merge(np.stack([self.prefill_start[placed], self.decode_end[placed]], axis=1))
 
     def phase(self, i: int, a: int, b: int) -> tuple[str, int, int]:
-        """The phase of request ``i`` that overlapped ``[a, b]`` most: ``("queue" |
+        """The phase of request ``i`` that overlapped ``[a, b]`` most: ``("queue" | "held" |
         "prefill" | "decode", from, to)``, or ``("", a, b)`` where its record was not placed
-        or no phase overlapped."""
+        or no phase overlapped. Its wait before the prefill is queue where the engine
+        worked on other requests (or stated the queue) and held where it did not
+        (:func:`tailgate.llm.engine_phases.queue_and_held`)."""
         if not self.anchor[i]:
             return "", a, b
         best = ("", a, b, 0)
-        for kind, x, y in (("queue", self.sent[i], self.prefill_start[i]),
-                           ("prefill", self.prefill_start[i], self.anchor[i]),
+        lo, hi = max(a, int(self.sent[i])), min(b, int(self.prefill_start[i]))
+        if hi > lo:
+            qs = 0 if self.queue_start is None else int(self.queue_start[i])
+            q = (hi - max(lo, min(qs, hi)) if qs > 0 else
+                 int(covered(np.array([lo]), np.array([hi]), self.busy)[0]))
+            best = max(("queue", lo, hi, q), ("held", lo, hi, hi - lo - q),
+                       key=lambda c: c[3])
+        for kind, x, y in (("prefill", self.prefill_start[i], self.anchor[i]),
                            ("decode", self.anchor[i], self.decode_end[i])):
             lo, hi = max(a, int(x)), min(b, int(y))
             if hi - lo > best[3]:
@@ -319,8 +335,10 @@ def windows(log_text: str, start_monotonic_s: float, max_skew_ns: int = MAX_SKEW
     if not ph.ok.any():
         return None
     n = int(ended.sum())
-    out = [np.zeros(n, np.int64) for _ in range(4)]
-    for arr, v in zip(out, (r.sent, ph.prefill_start, ph.anchor, ph.decode_end), strict=True):
+    out = [np.zeros(n, np.int64) for _ in range(5)]
+    qstart = np.where(ph.stated, ph.queue_start, 0)
+    for arr, v in zip(out, (r.sent, ph.prefill_start, ph.anchor, ph.decode_end, qstart),
+                      strict=True):
         arr[ok[ph.ok]] = v[ph.ok]
     return Windows(*out)
 
@@ -418,18 +436,12 @@ def analyse(r: Requests, t0_ns: int, min_cover: float = 0.5, min_lift: float = 1
     p_a, p_b, d_b = ph.prefill_start, ph.anchor, ph.decode_end
     idx = np.flatnonzero(ok)
     ttft = (r.first_token - r.intended)[idx]
-    # a wait is the engine's queue only while the engine worked on other requests (their
-    # prefill to their decode's end); the rest of it the engine was idle: the request was
-    # still in the server's hands (its HTTP thread not yet handing it over, or held up)
-    busy = merge_spans(np.stack([p_a[idx], d_b[idx]], axis=1))
-    waited = np.clip(q_b - q_a, 0, None)[idx]
-    behind = np.minimum(overlap_ns(q_a[idx], np.maximum(q_b, q_a)[idx], busy), waited)
-    # where the engine states its queue (vLLM), that is the queue and the wait before it
-    # the server's front end's
-    said = np.clip(q_b - ph.queue_start, 0, None)[idx]
-    behind = np.where(ph.stated[idx], np.minimum(said, waited), behind)
+    # the wait is queue while the engine worked on other requests (or where it stated its
+    # queue), held where it was idle: the request still in the server's hands
+    queue, held = queue_and_held(q_a[idx], q_b[idx], d_b[idx],
+                                 np.where(ph.stated, ph.queue_start, 0)[idx])
     parts = {"late": np.clip(r.sent - r.intended, 0, None)[idx],
-             "queue": behind, "held": waited - behind,
+             "queue": queue, "held": held,
              "prefill": np.clip(p_b - p_a, 0, None)[idx],
              "delivery": np.clip(r.first_token - p_b, 0, None)[idx]}
     crit = {"min_cover": min_cover, "min_lift": min_lift, "min_share": min_share,

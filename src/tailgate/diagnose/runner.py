@@ -15,9 +15,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..errors import UsageError
 from ..host import Host
+from ..sources.otlp import Receiver
 from .analyse import analyse
 from .counters import Spec
+from .engine import expected_numbers, workers_of
 from .spec import DiagnoseSpec, with_log
 from .window import Evidence
 
@@ -234,9 +237,6 @@ def collect(spec: DiagnoseSpec, tmp: str, say: Callable[[str], None] = lambda te
 def _receiver(spec: DiagnoseSpec):
     """The run's OTLP/HTTP receiver (sources.otlp), bound now: a busy or foreign address is
     the option's fault."""
-    from ..errors import UsageError
-    from ..sources.otlp import Receiver
-
     o = spec.otlp
     assert o is not None
     try:
@@ -248,8 +248,6 @@ def _receiver(spec: DiagnoseSpec):
 def _await_spans(rx, log_path: str, bench_doc: dict[str, Any], wait_s: float) -> None:
     """Until the receiver holds a span of every measured request that ended ok (an
     exporter sends in batches: vLLM's every 5 s), or ``wait_s`` passed."""
-    from .engine import expected_numbers, workers_of
-
     try:
         with open(log_path, encoding="utf-8") as f:
             want = expected_numbers(f.read(), workers_of(bench_doc))

@@ -44,6 +44,7 @@ sees it. See docs/llm-tokens.md.
 from __future__ import annotations
 
 import math
+import socket
 from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -54,12 +55,15 @@ import numpy as np
 from ..hist import Histogram, HistogramSpec, IntervalHistograms
 from ..slo import Slo, SloError
 from ..slo import parse_slo as _bench_parse_slo
+from .engine_phases import MAX_SKEW_NS, queue_and_held
 
 METRICS = ("ttft", "itl", "itl_per_token", "tpot", "e2e")
 # The engine's own phases where it sends a record of each request (llama-server's timings):
-# the wait before its prefill (intended start -> prefill start on tailgate's clock: the
-# queue, with any lateness of the generator), the prefill and the decode.
-ENGINE = ("engine_queue", "engine_prefill", "engine_decode")
+# its wait from its send to the prefill's start on tailgate's clock, split into queue (the
+# engine busy with other requests, or its stated queue) and held (the engine idle: the
+# request still in the server's hands; llm.engine_phases), the prefill and the decode.
+# The generator's lateness is the bench's own figure (lateness_ms), in neither.
+ENGINE = ("engine_queue", "engine_held", "engine_prefill", "engine_decode")
 HISTS = (*METRICS, "first_chunk", *ENGINE)
 _STATS = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9, "p9999": 99.99,
           "max": 100.0}
@@ -153,6 +157,15 @@ class TokenBook:
     # [ok requests, good requests, output tokens], for throughput and goodput over time.
     done: dict[int, list[int]] = field(default_factory=dict)
     ttft_delta: Histogram | None = None  # the last batch's TTFTs (the live display's)
+    # Per request whose engine record was placed on tailgate's clock: its send, prefill
+    # start, decode end and stated queue start (monotonic ns; 0: not stated), by the host
+    # whose clock they are on; split into queue and held over all of them at the end
+    # (`split_waits`: a wait is queue where the engine worked on another's request). Up to
+    # MAX_WAITS requests; the rest are counted in waits_left_out.
+    waits: dict[str, list[np.ndarray]] = field(default_factory=dict, repr=False)
+    waits_kept: int = 0
+    waits_left_out: int = 0
+    waits_refused: int = 0  # records the client's view refutes (MAX_SKEW_NS)
     # What the last RECENT_OK ok requests added, by request id, so a stray response that
     # later shows one out of step (Recorder.out_of_step) takes it back out of every count
     # of ok requests: ok, good, the tokens, throughput over time, the token truth's usage
@@ -169,11 +182,12 @@ class TokenBook:
                measured: np.ndarray, toks: Sequence[Any], nominal: np.ndarray,
                start: float, warmup_s: float, slot_s: float | None,
                goods: tuple[GoodSlo, ...], ok_code: int, timeout_code: int,
-               rids: np.ndarray | None = None) -> None:
+               rids: np.ndarray | None = None, sends: np.ndarray | None = None) -> None:
         """A batch of ended requests: ``intended``/``end`` (monotonic s), outcome codes,
         which are measured, each one's token state (see ``openai_sse.TokenState``, or
-        None: no connection), the workload's input length of each, and (to take one back
-        later, see `relabel`) their request ids."""
+        None: no connection), the workload's input length of each, (to take one back
+        later, see `relabel`) their request ids, and when each was sent (NaN: never on
+        the wire; None: not known, and no wait of the engine's split)."""
         n = len(toks)
         nan = math.nan
         c0: list[float] = [nan] * n
@@ -183,6 +197,8 @@ class TokenBook:
         ca: list[int] = [-1] * n
         pre: list[float] = [nan] * n  # the engine's prefill and decode (s), NaN: no record
         dec: list[float] = [nan] * n
+        pn: list[int] = [0] * n  # tokens the engine generated
+        qu: list[float] = [nan] * n  # its stated queue (s)
         nl: list[int] = [0] * n
         times_l: list[np.ndarray] = []
         ntok_l: list[np.ndarray] = []
@@ -196,6 +212,8 @@ class TokenBook:
             if e is not None and not isinstance(e, str) and e.prompt_ms is not None:
                 pre[i] = e.prompt_ms / 1e3
                 dec[i] = math.nan if e.predicted_ms is None else e.predicted_ms / 1e3
+                pn[i] = e.predicted_n
+                qu[i] = math.nan if e.queue_ms is None else e.queue_ms / 1e3
             nc = len(times)
             if not nc:
                 continue
@@ -269,9 +287,13 @@ class TokenBook:
         prefill, decode = np.array(pre), np.array(dec)
         has = ok_m & ~np.isnan(prefill) & ~np.isnan(ttft)
         if np.any(has):
-            values["engine_queue"] = (np.maximum(ttft - prefill, 0.0), has)
             values["engine_prefill"] = (prefill, has)
             values["engine_decode"] = (decode, has & ~np.isnan(decode))
+            if sends is not None:
+                last = np.full(n, math.nan)
+                last[has_chunks] = tt[starts[has_chunks] + lens[has_chunks] - 1]
+                self._keep_waits(has & ~np.isnan(sends), sends, first, last, prefill,
+                                 decode, np.array(pn), np.array(qu))
         for name, (v, keep) in values.items():
             self._add(name, v[keep], (intended[keep] - start), warmup_s, slot_s)
         self._add("itl", itl[itl_keep], (intended[itl_owner[itl_keep]] - start)
@@ -343,6 +365,53 @@ class TokenBook:
             while len(keep) > RECENT_OK:
                 del keep[next(iter(keep))]
 
+    def _keep_waits(self, has: np.ndarray, sends: np.ndarray, first: np.ndarray,
+                    last: np.ndarray, prefill: np.ndarray, decode: np.ndarray,
+                    generated: np.ndarray, queue: np.ndarray) -> None:
+        """Place each record on tailgate's clock as diagnose.engine.place does: E, the end
+        of the prefill, is the earlier of the first token's read and the last's less the
+        decode; a record whose two reads disagree, or whose prefill (queue) would start
+        before the send, by more than MAX_SKEW_NS is another clock's: refused."""
+        if not np.any(has):
+            return
+
+        def ns(v: np.ndarray) -> np.ndarray:
+            return np.rint(v[has] * 1e9).astype(np.int64)
+
+        sent, a1 = ns(sends), ns(first)
+        p_ns, d_ns = ns(prefill), ns(np.nan_to_num(decode))
+        q_known = ~np.isnan(queue[has])
+        q_ns = ns(np.nan_to_num(queue))
+        two = ~np.isnan(last[has]) & ~np.isnan(decode[has]) & (generated[has] > 1)
+        a2 = np.where(two, ns(np.nan_to_num(last)) - d_ns, a1)
+        e = np.minimum(a1, a2)
+        ok = ((np.abs(a1 - a2) <= MAX_SKEW_NS)
+              & (sent - (e - p_ns - q_ns) <= MAX_SKEW_NS))
+        self.waits_refused += int(np.count_nonzero(~ok))
+        room = max(MAX_WAITS - self.waits_kept, 0)
+        keep = np.flatnonzero(ok)
+        self.waits_left_out += max(len(keep) - room, 0)
+        keep = keep[:room]
+        if not len(keep):
+            return
+        pstart = np.maximum(e - p_ns, sent)
+        qstart = np.where(q_known, np.maximum(e - p_ns - q_ns, sent), 0)
+        rows = np.stack([sent, pstart, e + d_ns, qstart], axis=1)[keep]
+        self.waits.setdefault(CLOCK, []).append(rows)
+        self.waits_kept += len(rows)
+
+    def split_waits(self) -> None:
+        """The kept waits split into queue and held (llm.engine_phases.queue_and_held), over
+        the requests on each host's clock together, into the engine_queue and engine_held
+        histograms (made anew: the split is over every request kept so far)."""
+        for k in ("engine_queue", "engine_held"):
+            self.hists[k] = Histogram(self.spec)
+        for parts in self.waits.values():
+            w = np.concatenate(parts)
+            queue, held = queue_and_held(w[:, 0], w[:, 1], w[:, 2], w[:, 3])
+            self.hists["engine_queue"].record(queue.astype(np.float64))
+            self.hists["engine_held"].record(held.astype(np.float64))
+
     def relabel(self, rids: Iterable[int]) -> None:
         """Measured requests recorded ok that were answered out of step: no longer ok or
         good, their tokens out of the totals (their latencies, as the engine's, stay)."""
@@ -406,6 +475,11 @@ class TokenBook:
                   "cache_hit_requests"):
             setattr(self, f, getattr(self, f) + getattr(other, f))
         self.max_chunk_tokens = max(self.max_chunk_tokens, other.max_chunk_tokens)
+        for clock, parts in other.waits.items():
+            self.waits.setdefault(clock, []).extend(parts)
+        self.waits_kept += other.waits_kept
+        self.waits_left_out += other.waits_left_out
+        self.waits_refused += other.waits_refused
         self._examples(other.mismatch_examples)
         self.last_end_s = max(self.last_end_s, other.last_end_s)
 
@@ -419,6 +493,12 @@ class TokenBook:
 
 
 MAX_MISMATCH_EXAMPLES = 5
+# Requests whose wait for the engine a book keeps to split it (4 ints each: 32 MB); an LLM
+# run rarely has a tenth as many.
+MAX_WAITS = 1_000_000
+# Whose CLOCK_MONOTONIC a book's times are on: workers on one host share it, a --ray
+# generator node has its own (their waits are split apart).
+CLOCK = socket.gethostname()
 # A stray response shows a request out of step a response or two after it ended: the
 # last few thousand ok requests of a worker are plenty, and bound what a worker keeps.
 RECENT_OK = 4096
@@ -473,6 +553,7 @@ def summary(h: Histogram) -> dict[str, Any]:
 
 def llm_block(book: TokenBook, warmup_s: float) -> dict[str, Any]:
     """The LLM part of a bench result: per-metric summaries, tokens, throughput, metrics."""
+    book.split_waits()
     h = book.hists
     # From the end of the warm-up to the last measured response (long generations count).
     span = max(book.last_end_s - warmup_s, 1e-9)
@@ -485,6 +566,13 @@ def llm_block(book: TokenBook, warmup_s: float) -> dict[str, Any]:
         out["tokens"]["out_of_step_still_counted"] = book.relabelled_late
     out["token_check"] = token_check(book)
     out["prefix_cache"] = prefix_cache(book)
+    if book.hists["engine_prefill"].total:
+        out["engine_wait"] = {
+            "split": book.waits_kept, "refused": book.waits_refused,
+            "left_out": book.waits_left_out,
+            "method": "each request's wait from its send to the engine's prefill: queue "
+                      "while the engine worked on other requests (or its stated queue), "
+                      "held while it was idle (the request still in the server's hands)"}
     out["throughput"] = {"output_tokens_per_s": round(book.output / span, 3),
                          "total_tokens_per_s": round((book.input + book.output) / span, 3),
                          "requests_per_s": round(ok / span, 3),

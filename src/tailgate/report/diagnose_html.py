@@ -240,8 +240,10 @@ def accounting_section(acc: dict[str, Any] | None) -> str:
     e = html.escape
     tail, every = acc["sets"]["p99"], acc["sets"]["all"]
     ranked = sorted(acc["parts"], key=lambda p: -(tail["parts"][p]["share"] or 0))
+    labels = acc.get("labels") or {}  # (engine_wait: "waits on the engine (futex)")
     rows = "".join(
-        f"<tr class='{'worse' if p == acc.get('grows_most') else ''}'><td>{e(p)}</td>"
+        f"<tr class='{'worse' if p == acc.get('grows_most') else ''}'>"
+        f"<td>{e(labels.get(p, p))}</td>"
         f"<td class='num'>{tail['parts'][p]['median_ms']:.3f}</td>"
         f"<td class='num'>{tail['parts'][p]['p90_ms']:.3f}</td>"
         f"<td class='num'>{tail['parts'][p]['max_ms']:.3f}</td>"
@@ -249,7 +251,8 @@ def accounting_section(acc: dict[str, Any] | None) -> str:
         f"<td class='num'>{100 * every['parts'][p]['share']:.1f}</td></tr>"
         for p in ranked if tail["parts"][p]["share"] or every["parts"][p]["share"])
     def split(parts: dict[str, float]) -> str:
-        return ", ".join(f"{k} {v:.3f}" for k, v in sorted(parts.items(), key=lambda kv: -kv[1]))
+        return ", ".join(f"{labels.get(k, k)} {v:.3f}"
+                         for k, v in sorted(parts.items(), key=lambda kv: -kv[1]))
 
     slow = "".join(
         f"<tr><td class='num'>{r['latency_ms']:.3f}</td><td class='num'>{r['candidates']}</td>"

@@ -141,15 +141,17 @@ def accounting(acc: dict[str, Any] | None, console) -> None:
                   f", by part ({tail['exact']} on one thread: exact, {tail['apportioned']} "
                   f"apportioned over several, {tail['unserved']} served by none):",
                   highlight=False)
-    console.print(f"  {'part':<14}{'median ms':>10}{'P90 ms':>9}{'max ms':>9}{'tail %':>8}"
+    labels = acc.get("labels") or {}  # (engine_wait: "waits on the engine (futex)")
+    ranked = [p for p in sorted(acc["parts"], key=lambda p: -(tail["parts"][p]["share"] or 0))
+              if tail["parts"][p]["share"] or every["parts"][p]["share"]]
+    w = max([14, *(len(labels.get(p, p)) + 1 for p in ranked)])
+    console.print(f"  {'part':<{w}}{'median ms':>10}{'P90 ms':>9}{'max ms':>9}{'tail %':>8}"
                   f"{'all %':>7}", highlight=False)
-    ranked = sorted(acc["parts"], key=lambda p: -(tail["parts"][p]["share"] or 0))
     for p in ranked:
         t, a = tail["parts"][p], every["parts"][p]
-        if not (t["share"] or a["share"]):
-            continue
         mark = " <- grows most" if p == acc.get("grows_most") else ""
-        console.print(f"  {p:<14}{t['median_ms']:>10.3f}{t['p90_ms']:>9.3f}{t['max_ms']:>9.3f}"
+        console.print(f"  {labels.get(p, p):<{w}}{t['median_ms']:>10.3f}{t['p90_ms']:>9.3f}"
+                      f"{t['max_ms']:>9.3f}"
                       f"{100 * t['share']:>8.1f}{100 * a['share']:>7.1f}{mark}", highlight=False)
     console.print(f"accounting: {acc['sentence']}", highlight=False, markup=False)
 
