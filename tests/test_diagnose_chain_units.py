@@ -10,11 +10,12 @@ import subprocess
 import numpy as np
 import pytest
 
-from tailgate.diagnose.attribution import Owned, attribute, covered
+from tailgate.diagnose.attribution import Owned, attribute
 from tailgate.diagnose.causes import CAUSES
 from tailgate.diagnose.chain import Blame, bands, judge
 from tailgate.diagnose.evidence import parse_events
 from tailgate.probes.driver import program_path
+from tailgate.spans import touched
 
 pytestmark = pytest.mark.unit
 
@@ -109,7 +110,7 @@ def test_a_thread_parked_for_the_whole_run_is_nobodys_cause():
     nothing and woke nobody); the handler's own waits still do."""
     ev, s, e, bl = run(*lock_preempted())
     futex = np.array([(a, b) for _, a, b in ev.intervals["futex"]], np.int64)
-    assert covered(s, e, futex).all()
+    assert touched(s, e, futex).all()
     own = bl.owned(s, e, ev.intervals["futex"])
     assert own.threads == 1 and own.hit.sum() == 20
     atts, _ = attribute(s, e, {CAUSES["futex"]: own}, sends=None)

@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from .attribution import merge_spans, overlap_ns, subtract_spans
+from ..spans import merge_spans, overlap_ns, subtract_spans
 
 SERVICE_PARTS = ("throttled", "softirq", "retransmit")
 THREAD_PARTS = ("unseen", "stopped", "runq", "engine_wait", "futex", "read", "write", "poll",

@@ -59,7 +59,8 @@ def analyse(spec: DiagnoseSpec, ev: Evidence) -> dict[str, Any]:
     slow requests (claimed or not), the latency accounting, the profile and the timeline."""
     import numpy as np
 
-    from .attribution import attribute, merge_spans, part_share, subtract_spans
+    from ..spans import merge_spans, subtract_spans
+    from .attribution import attribute, part_share
     from .causes import CAUSES
     from .chain import Blame, owned_causes, report, through_engine
     from .timeline import timeline

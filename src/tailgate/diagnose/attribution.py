@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from ..spans import overlap_ns, touched
+
 MIN_TAIL = 10  # fewer requests above the P99 than this: too few to attribute
 PERVASIVE_SHARE = 0.5
 
@@ -54,68 +56,6 @@ class Attribution:
                 "sentence": self.sentence, "remedy": self.cause.remedy, **self.extra}
 
 
-def merge_spans(spans: np.ndarray) -> np.ndarray:
-    """Sorted, disjoint union of ``[a, b]`` rows."""
-    if len(spans) == 0:
-        return spans.reshape(0, 2)
-    s = spans[np.argsort(spans[:, 0], kind="stable")]
-    out = [list(s[0])]
-    for a, b in s[1:]:
-        if a <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], b)
-        else:
-            out.append([a, b])
-    return np.array(out, dtype=np.int64)
-
-
-def subtract_spans(spans: np.ndarray, cut: np.ndarray) -> np.ndarray:
-    """``spans`` minus the union of ``cut`` (both ``[a, b]`` rows)."""
-    spans, cut = merge_spans(spans), merge_spans(cut)
-    if len(cut) == 0 or len(spans) == 0:
-        return spans
-    out = []
-    for a, b in spans:
-        i = int(np.searchsorted(cut[:, 1], a, side="left"))
-        cur = a
-        while i < len(cut) and cut[i, 0] <= b:
-            if cut[i, 0] > cur:
-                out.append((cur, cut[i, 0]))
-            cur = max(cur, cut[i, 1])
-            i += 1
-        if cur < b:
-            out.append((cur, b))
-    return np.array(out, dtype=np.int64).reshape(-1, 2)
-
-
-def covered(starts: np.ndarray, ends: np.ndarray, spans: np.ndarray) -> np.ndarray:
-    """For each request ``[starts[i], ends[i]]``: does any span overlap it? (vectorised)"""
-    m = merge_spans(spans)
-    if len(m) == 0:
-        return np.zeros(len(starts), dtype=bool)
-    idx = np.searchsorted(m[:, 0], ends, side="right") - 1
-    ok = idx >= 0
-    out = np.zeros(len(starts), dtype=bool)
-    out[ok] = m[idx[ok], 1] >= starts[ok]
-    return out
-
-
-def overlap_ns(starts: np.ndarray, ends: np.ndarray, spans: np.ndarray) -> np.ndarray:
-    """For each request, how long (ns) the union of ``spans`` overlaps ``[start, end]``."""
-    m = merge_spans(spans)
-    if len(m) == 0:
-        return np.zeros(len(starts), dtype=np.int64)
-    before = np.concatenate([[0], np.cumsum(m[:, 1] - m[:, 0])])
-
-    def upto(t: np.ndarray) -> np.ndarray:  # total span time before t
-        i = np.searchsorted(m[:, 0], t, side="right") - 1
-        out = np.zeros(len(t), dtype=np.int64)
-        ok = i >= 0
-        out[ok] = before[i[ok]] + np.minimum(t[ok], m[i[ok], 1]) - m[i[ok], 0]
-        return out
-
-    return upto(ends) - upto(starts)
-
-
 @dataclass(frozen=True)
 class Owned:
     """Evidence already set against each request (diagnose.chain.owned): whether any of it
@@ -145,7 +85,7 @@ def _score(cause: Cause, spans: np.ndarray | Owned, starts: np.ndarray, ends: np
     if own is not None:
         hit, spans = own.hit, own.spans
     else:
-        hit = covered(starts, ends, spans)
+        hit = touched(starts, ends, spans)
     n_tail = int(tail.sum())
     tail_cover = float(hit[tail].mean()) if n_tail else 0.0
     all_cover = float(hit.mean())

@@ -31,8 +31,9 @@ from typing import Any
 
 import numpy as np
 
+from ..spans import merge_spans, overlap_ns, subtract_spans
 from .accounting import syscall_class
-from .attribution import Attribution, Owned, merge_spans, overlap_ns
+from .attribution import Attribution, Owned
 from .engine import HELD, PREFILL, QUEUE, Windows
 from .evidence import Behind, Events, Task, Wake
 
@@ -459,7 +460,7 @@ class _Tally:
     def add(self, ix: np.ndarray, m: np.ndarray) -> None:
         """Requests ``ix`` own the merged spans ``m``."""
         self.inside[ix] = overlap_ns(self.starts[ix], self.ends[ix], m)
-        # an instant or a span touching the window's edge covers it too (as covered())
+        # an instant or a span touching the window's edge covers it too (as spans.touched())
         self.hit[ix] = _touches(self.starts[ix], self.ends[ix], m)
         self.counted.append(_within(m, self.starts[ix], self.ends[ix]))
 
@@ -492,7 +493,6 @@ def _covering(sp: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarra
 
 def _within(m: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """``m`` (merged spans) clipped to the union of the windows (an instant in one kept)."""
-    from .attribution import subtract_spans
 
     w = merge_spans(np.stack([starts, ends], axis=1).astype(np.int64))
     inst = m[(m[:, 0] == m[:, 1]) & _touches(m[:, 0], m[:, 1], w)]
@@ -793,7 +793,6 @@ def owned_causes(blame: Blame, ev: Events, starts: np.ndarray, ends: np.ndarray,
     it: a waker that sat in the run queue is no lock wait). ``resolved``: the waits
     :func:`through_engine` resolved to the engine's phases; the futex calls they were in
     are none of the futex cause's."""
-    from .attribution import subtract_spans
 
     rows = {"runq": ev.runq_not_after_stop(), "stopped": ev.intervals.get("stopped", []),
             "futex": _not_resolved(ev.intervals.get("futex", []), resolved)}

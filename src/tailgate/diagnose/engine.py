@@ -54,8 +54,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..llm.engine_phases import MAX_SKEW_NS, covered, merge, queue_and_held
-from .attribution import MIN_TAIL, Attribution, Cause, merge_spans, overlap_ns
+from ..llm.engine_phases import MAX_SKEW_NS, queue_and_held
+from ..spans import merge_lasting, merge_spans, overlap_ns
+from .attribution import MIN_TAIL, Attribution, Cause
 
 if TYPE_CHECKING:
     from ..sources.otlp import Received, RequestSpan
@@ -277,7 +278,8 @@ class Windows:
     def busy(self) -> np.ndarray:
         """The engine's work: the placed requests' prefill start to decode end, merged."""
         placed = self.anchor > 0
-        return merge(np.stack([self.prefill_start[placed], self.decode_end[placed]], axis=1))
+        return merge_lasting(np.stack([self.prefill_start[placed], self.decode_end[placed]],
+                                      axis=1))
 
     def phase(self, i: int, a: int, b: int) -> tuple[str, int, int]:
         """The phase of request ``i`` that overlapped ``[a, b]`` most: ``("queue" | "held" |
@@ -292,7 +294,7 @@ class Windows:
         if hi > lo:
             qs = 0 if self.queue_start is None else int(self.queue_start[i])
             q = (hi - max(lo, min(qs, hi)) if qs > 0 else
-                 int(covered(np.array([lo]), np.array([hi]), self.busy)[0]))
+                 int(overlap_ns(np.array([lo]), np.array([hi]), self.busy, merged=True)[0]))
             best = max(("queue", lo, hi, q), ("held", lo, hi, hi - lo - q),
                        key=lambda c: c[3])
         for kind, x, y in (("prefill", self.prefill_start[i], self.anchor[i]),

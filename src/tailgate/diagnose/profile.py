@@ -36,8 +36,8 @@ import numpy as np
 from ..model import ParseError, SourceError
 from ..probes.output import BpftraceOutput, int_key, split_key
 from ..probes.symbols import Symbolizer, demangle
+from ..spans import merge_spans, overlap_ns, subtract_spans
 from .accounting import WAITS, syscall_class
-from .attribution import merge_spans, overlap_ns, subtract_spans
 
 DEFAULT_HZ = 997  # see docs/diagnose-accounting.md: the overhead measured at this rate
 MAX_HZ = 4999
