@@ -11,6 +11,8 @@ import threading
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tailgate.diagnose.counters import (
     Reset,
@@ -303,3 +305,31 @@ def test_no_exit_and_no_reset_leaves_the_document_as_it_is():
     restart_into(doc, Polls(rows=[(0, {"engine.prompt_tokens_total": 1.0}),
                                   (1, {"engine.prompt_tokens_total": 2.0})]), [0])
     assert doc == _restart_doc()
+
+
+def _union_by_hand(rows: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The union the slow way (sort, then extend or start a group): merge_spans' oracle."""
+    out: list[list[int]] = []
+    for a, b in sorted(rows, key=lambda r: r[0]):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
+@given(st.lists(st.tuples(st.integers(0, 60), st.integers(0, 12)), max_size=40),
+       st.booleans())
+@settings(max_examples=300, deadline=None)
+def test_merge_spans_is_the_union_with_or_without_its_instants(rows, keep_instants):
+    """One vectorised union serves diagnose's evidence (instants kept: an event at one
+    instant still touches a window) and the engine's busy spans (only time counts)."""
+    import numpy as np
+
+    from tailgate.spans import merge_spans
+
+    spans = [(a, a + d) for a, d in rows]
+    got = merge_spans(np.array(spans, dtype=np.int64).reshape(-1, 2), keep_instants)
+    want = _union_by_hand(spans if keep_instants else [(a, b) for a, b in spans if b > a])
+    assert [tuple(r) for r in got.tolist()] == want
+    assert got.dtype == np.int64 and got.shape == (len(want), 2)

@@ -6,26 +6,14 @@ from __future__ import annotations
 import numpy as np
 
 
-def merge_spans(spans: np.ndarray) -> np.ndarray:
-    """Sorted, disjoint union of ``[a, b]`` rows. An instant (``a == b``) stays a row: a
-    probe's event at one instant still touches the windows it falls in."""
-    if len(spans) == 0:
-        return spans.reshape(0, 2)
-    s = spans[np.argsort(spans[:, 0], kind="stable")]
-    out = [list(s[0])]
-    for a, b in s[1:]:
-        if a <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], b)
-        else:
-            out.append([a, b])
-    return np.array(out, dtype=np.int64)
-
-
-def merge_lasting(spans: np.ndarray) -> np.ndarray:
-    """Sorted, disjoint union of the rows that last (``b > a``), vectorised: for a run's
-    worth of requests (up to a million), where an instant adds no time."""
+def merge_spans(spans: np.ndarray, keep_instants: bool = True) -> np.ndarray:
+    """Sorted, disjoint union of ``[a, b]`` rows (``b >= a``), vectorised: a run's worth
+    of requests is up to a million. An instant (``a == b``) stays a row, since a probe's
+    event at one instant still touches the windows it falls in; ``keep_instants=False``
+    drops them first, where only time counts (the engine's busy spans)."""
     s = np.asarray(spans, np.int64).reshape(-1, 2)
-    s = s[s[:, 1] > s[:, 0]]
+    if not keep_instants:
+        s = s[s[:, 1] > s[:, 0]]
     if not len(s):
         return s
     s = s[np.argsort(s[:, 0], kind="stable")]
@@ -71,8 +59,7 @@ def touched(starts: np.ndarray, ends: np.ndarray, spans: np.ndarray) -> np.ndarr
 def overlap_ns(starts: np.ndarray, ends: np.ndarray, spans: np.ndarray,
                merged: bool = False) -> np.ndarray:
     """For each ``[starts[i], ends[i]]``, how long (ns) the union of ``spans`` covers of it
-    (``merged``: ``spans`` is a union already, from :func:`merge_spans` or
-    :func:`merge_lasting`)."""
+    (``merged``: ``spans`` is a union already, from :func:`merge_spans`)."""
     m = spans if merged else merge_spans(spans)
     if len(m) == 0:
         return np.zeros(len(starts), dtype=np.int64)

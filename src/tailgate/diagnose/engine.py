@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..llm.engine_phases import MAX_SKEW_NS, queue_and_held
-from ..spans import merge_lasting, merge_spans, overlap_ns
+from ..spans import merge_spans, overlap_ns
 from .attribution import MIN_TAIL, Attribution, Cause
 
 if TYPE_CHECKING:
@@ -278,8 +278,8 @@ class Windows:
     def busy(self) -> np.ndarray:
         """The engine's work: the placed requests' prefill start to decode end, merged."""
         placed = self.anchor > 0
-        return merge_lasting(np.stack([self.prefill_start[placed], self.decode_end[placed]],
-                                      axis=1))
+        return merge_spans(np.stack([self.prefill_start[placed], self.decode_end[placed]],
+                                    axis=1), keep_instants=False)
 
     def phase(self, i: int, a: int, b: int) -> tuple[str, int, int]:
         """The phase of request ``i`` that overlapped ``[a, b]`` most: ``("queue" | "held" |

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..spans import merge_lasting, overlap_ns
+from ..spans import merge_spans, overlap_ns
 
 MAX_SKEW_NS = 50_000_000  # a record 50 ms off the client's view is another clock's
 
@@ -31,7 +31,7 @@ def queue_and_held(sent: np.ndarray, prefill_start: np.ndarray, decode_end: np.n
     sent = np.asarray(sent, np.int64)
     pstart = np.asarray(prefill_start, np.int64)
     waited = np.clip(pstart - sent, 0, None)
-    busy = merge_lasting(np.stack([pstart, decode_end], axis=1))
+    busy = merge_spans(np.stack([pstart, decode_end], axis=1), keep_instants=False)
     queue = np.minimum(overlap_ns(sent, np.maximum(sent, pstart), busy, merged=True), waited)
     if queue_start is not None:
         qs = np.asarray(queue_start, np.int64)
