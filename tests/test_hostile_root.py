@@ -63,7 +63,7 @@ def kind_runs(request, tmp_path_factory):
     kinds = sorted({item.callspec.params["kind"] for item in request.session.items
                     if getattr(item, "originalname", "") == "test_every_file_broken_this_way"},
                    key=KINDS.index)
-    with ThreadPoolExecutor(max_workers=min(len(kinds), os.cpu_count() or 1) or 1) as pool:
+    with ThreadPoolExecutor(max_workers=min(len(kinds), os.cpu_count() or 1)) as pool:
         runs = {}
         for kind in kinds:
             work = tmp_path_factory.mktemp(f"hostile-{kind}")
