@@ -69,7 +69,7 @@ UNIT_MODULES = frozenset("""
     test_http1_codec test_l1_checks test_l1_parsers test_l2_checks test_l2_parsers
     test_l3_checks test_l3_parsers test_llm_units test_pcie_link test_plan_fanout
     test_plan_kv test_plan_library test_plan_readme test_plan_specdec test_probe_units test_readme
-    test_require
+    test_require test_sched_units
     test_user_yaml test_verdict
 """.split())
 

@@ -27,12 +27,14 @@ import math
 import os
 import time
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ..llm.openai import ChunkError, parse_chunk, plain_text
+from ..sched import YIELD_NS
 from .openai_sse import MAX_TOKENS_PER_STREAM, TokenState, apply_chunk, error_event
 from .outcome import MALFORMED_SSE, NO_TOKEN, OK, TRUNCATED
 
@@ -42,11 +44,6 @@ EVENT = np.dtype([("rid", "<i8"), ("t", "<i8"), ("nbytes", "<i8"), ("off", "<i8"
 (EV_DATA, EV_DONE, R_TEXT, R_STATUS, R_EVERR, R_CTYPE, R_TRUNC_PENDING, R_TRUNC_CLEAN,
  R_UTF8) = range(9)
 NO_CONTENT = "the stream finished without any content"
-# The JSON side gives its core back this often while it reads a take: the scheduler hands
-# it its share of a core the loop keeps busy a whole tick at a time (4 ms at HZ=250), in
-# which the loop, runnable, waited (lateness P99 0.3-2.7 ms at 1,000 streams); a yield
-# lets the loop run again at once, and costs ~1 us when nothing else waits.
-YIELD_NS = 50_000
 
 
 class _Stream:
@@ -118,7 +115,7 @@ class Streams:
                                             ev["nbytes"].tolist(), ev["off"].tolist(),
                                             ev["len"].tolist(), ev["type"].tolist(),
                                             strict=True):
-            if (now_ns := clock()) - last > YIELD_NS:
+            if (now_ns := clock()) - last > YIELD_NS:  # (sched.Breather, inline: per event)
                 os.sched_yield()
                 last = now_ns
             st = streams.get(rid)
@@ -155,13 +152,15 @@ class Streams:
         return cut
 
     def settle(self, rid: np.ndarray, end: np.ndarray, out: np.ndarray, status: np.ndarray,
-               nbytes: np.ndarray) -> Settled:
+               nbytes: np.ndarray, breathe: Callable[[], None] = lambda: None) -> Settled:
         """The final outcome, end, bytes, reason and token state of each ended request (its
-        events were read by :meth:`events` first)."""
+        events were read by :meth:`events` first); ``breathe`` between requests (the
+        recorder's :class:`~tailgate.sched.Breather`)."""
         out, end, nbytes, status = out.copy(), end.copy(), nbytes.copy(), status.copy()
         reasons: list[str] = []
         toks: list[TokenState] = []
         for i, r in enumerate(rid.tolist()):
+            breathe()
             st = self.open.pop(r, None) or _Stream()
             toks.append(st.tokens())
             if st.fail is not None:

@@ -418,7 +418,7 @@ class FastEngine:
             cut = self._streams.events(evs, blob, start)
             if cut and not final:
                 self._c.cut(np.array(cut, dtype=np.int64).tobytes())
-            done = self._streams.settle(rid, end, out, status, nbytes)
+            done = self._streams.settle(rid, end, out, status, nbytes, self.rec.breathe)
             # a stream failed on its JSON ended at that event's read, not at the record's
             arrive = np.where(done.end == end, arrive, np.nan)
             out, end, status, nbytes, toks = (done.out, done.end, done.status, done.nbytes,
@@ -436,6 +436,7 @@ class FastEngine:
                     self._final_ok[r_] = 1
                 elif r_ >= self.first_measured:
                     note_reason(self.rec.examples, KINDS[o], why or KINDS[o])
+            self.rec.breathe()
         self.rec.record(rid, send, end, out, status, nbytes, d, disp_ids,
                         np.frombuffer(queued, dtype=np.int64), final, toks, arrive)
         if self._streams is not None:  # found out of step: those recorded ok become protocol

@@ -46,7 +46,7 @@ from __future__ import annotations
 import math
 import socket
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -182,12 +182,14 @@ class TokenBook:
                measured: np.ndarray, toks: Sequence[Any], nominal: np.ndarray,
                start: float, warmup_s: float, slot_s: float | None,
                goods: tuple[GoodSlo, ...], ok_code: int, timeout_code: int,
-               rids: np.ndarray | None = None, sends: np.ndarray | None = None) -> None:
+               rids: np.ndarray | None = None, sends: np.ndarray | None = None,
+               breathe: Callable[[], None] = lambda: None) -> None:
         """A batch of ended requests: ``intended``/``end`` (monotonic s), outcome codes,
         which are measured, each one's token state (see ``openai_sse.TokenState``, or
         None: no connection), the workload's input length of each, (to take one back
         later, see `relabel`) their request ids, and when each was sent (NaN: never on
-        the wire; None: not known, and no wait of the engine's split)."""
+        the wire; None: not known, and no wait of the engine's split). ``breathe`` is
+        called between steps (a recorder thread's :class:`~tailgate.sched.Breather`)."""
         n = len(toks)
         nan = math.nan
         c0: list[float] = [nan] * n
@@ -203,6 +205,7 @@ class TokenBook:
         times_l: list[np.ndarray] = []
         ntok_l: list[np.ndarray] = []
         for i, t in enumerate(toks):
+            breathe()
             if t is None:
                 continue
             c0[i], times, dn[i], uo[i], ui[i] = t[:5]
@@ -235,6 +238,7 @@ class TokenBook:
         cached = np.array(ca, dtype=np.int64)
         lens = np.array(nl, dtype=np.int64)
         first = np.full(n, math.nan)
+        breathe()
         # Every request's chunks in one array, owner by owner (vectorised over the batch).
         tt = np.concatenate(times_l) if times_l else np.zeros(0, dtype=np.float64)
         kk = (np.concatenate(ntok_l).astype(np.int64) if ntok_l
@@ -250,6 +254,7 @@ class TokenBook:
         counted_chunks = np.bincount(owner_all, weights=known, minlength=n).astype(np.int64)
         multi = np.bincount(owner_all, weights=kk > 1, minlength=n).astype(np.int64)
         biggest = np.zeros(n, dtype=np.int64)
+        breathe()
         if tt.size:
             biggest[has_chunks] = np.maximum.reduceat(kk, starts[has_chunks])
         same = owner_all[1:] == owner_all[:-1]  # consecutive chunks of one request
@@ -257,11 +262,13 @@ class TokenBook:
         itl_owner = owner_all[1:][same]
         # per token: chunks of >= 1 token (one the server said has 0 is no sample)
         pos = kk > 0
+        breathe()
         t2, k2, o2 = tt[pos], kk[pos], owner_all[pos]
         same2 = o2[1:] == o2[:-1]
         tw = k2[1:][same2]
         titl = np.diff(t2)[same2] / np.maximum(tw, 1)
         t_owner = o2[1:][same2]
+        breathe()
         ok = out == ok_code
         self.warmup_ok += int(np.count_nonzero(ok & ~measured))
         timed_out = out == timeout_code
@@ -274,10 +281,12 @@ class TokenBook:
         n_in = np.where(use_in >= 0, use_in, nominal)
         with np.errstate(invalid="ignore", divide="ignore"):
             tpot = np.where(ok_m & (n_out >= 2), (e2e - ttft) / (n_out - 1), math.nan)
+        breathe()
         itl_keep = counted[itl_owner] if itl.size else np.zeros(0, dtype=bool)
         t_keep = counted[t_owner] if titl.size else np.zeros(0, dtype=bool)
         _record_weighted(self.hists["itl_per_token"], np.maximum(titl[t_keep], 0.0) * 1e9,
                          tw[t_keep])
+        breathe()
         values = {
             "ttft": (ttft, counted & ~np.isnan(ttft)),
             "e2e": (e2e, counted),
@@ -295,9 +304,12 @@ class TokenBook:
                 self._keep_waits(has & ~np.isnan(sends), sends, first, last, prefill,
                                  decode, np.array(pn), np.array(qu))
         for name, (v, keep) in values.items():
-            self._add(name, v[keep], (intended[keep] - start), warmup_s, slot_s)
+            breathe()
+            self._add(name, v[keep], (intended[keep] - start), warmup_s, slot_s, breathe)
+        breathe()
         self._add("itl", itl[itl_keep], (intended[itl_owner[itl_keep]] - start)
-                  if itl.size else itl, warmup_s, slot_s)
+                  if itl.size else itl, warmup_s, slot_s, breathe)
+        breathe()
         self.ok += int(np.count_nonzero(ok_m))
         self.output += int(n_out[ok_m].sum())
         self.input += int(n_in[ok_m].sum())
@@ -313,6 +325,7 @@ class TokenBook:
         bad = np.flatnonzero(compare & (use_out != count))
         self.usage_mismatch += int(bad.size)
         self._examples((int(count[i]), int(use_out[i])) for i in bad.tolist())
+        breathe()
         rep_c = ok_m & (cached >= 0)
         self.cache_reported += int(np.count_nonzero(rep_c))
         prompt_c = np.where(rep_c & (use_in >= 0), use_in, 0)
@@ -321,11 +334,13 @@ class TokenBook:
         self.cache_hit_requests += int(np.count_nonzero(rep_c & (cached > 0)))
         if np.any(measured):
             self.last_end_s = max(self.last_end_s, float(np.max(end[measured])) - start)
+        breathe()
         good = ok_m.copy()
         for g in goods:
             if g.metric == "itl":
                 own = np.full(n, math.nan)
                 for i in np.flatnonzero(ok_m).tolist():
+                    breathe()
                     mine = itl[itl_owner == i]
                     if mine.size:
                         own[i] = (float(mine.max()) if g.pct >= 100.0 else
@@ -333,6 +348,7 @@ class TokenBook:
             elif g.metric == "itl_per_token":
                 own = np.full(n, math.nan)
                 for i in np.flatnonzero(ok_m).tolist():
+                    breathe()
                     sel = t_owner == i
                     if np.any(sel):
                         own[i] = _weighted_percentile(titl[sel], tw[sel], g.pct)
@@ -361,6 +377,7 @@ class TokenBook:
             for r, *added in zip(rids[m].tolist(),
                                  *(slots if c is None else c[m].tolist() for c in cols),
                                  strict=True):
+                breathe()
                 keep[r] = _Added(*added)
             while len(keep) > RECENT_OK:
                 del keep[next(iter(keep))]
@@ -445,7 +462,7 @@ class TokenBook:
         return book.histograms() if book is not None else {}
 
     def _add(self, name: str, secs: np.ndarray, at: np.ndarray, warmup_s: float,
-             slot_s: float | None) -> None:
+             slot_s: float | None, breathe: Callable[[], None] = lambda: None) -> None:
         ns = np.maximum(secs, 0.0) * 1e9
         self.hists[name].record(ns)
         if name == "ttft":
@@ -457,6 +474,7 @@ class TokenBook:
             if book is None:
                 book = self.intervals[name] = IntervalHistograms(self.spec)
             for k in np.unique(slot).tolist():
+                breathe()
                 book.record(k, ns[slot == k])
 
     def add(self, other: TokenBook) -> None:
