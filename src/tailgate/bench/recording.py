@@ -181,6 +181,7 @@ class Recorder:
         lat_ns = lat * 1e9
         chunk = Histogram(cfg.spec)  # this batch's latencies: also the progress delta
         chunk.record(lat_ns)
+        self.breathe()
         self.latency.add(chunk)
         self.breathe()
         m_send, m_end = send[measured], end[measured]
