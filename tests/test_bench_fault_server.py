@@ -84,6 +84,15 @@ def test_http_fault_modes(mode, engine):
                                         "b'HTTP/1.1 200 OK\\r'")
     if mode == "upgrade":
         assert req["error_examples"]["upgrade"][0]["reason"].startswith("101 Switching")
+    stale_hint = [w for w in data["warnings"] if "--retry-stale" in w]
+    if mode == "stale":  # the way out is named (a server that closes kept-alive connections)
+        assert stale_hint == [f"{req['errors']['stale_connection']} request(s) went out on "
+                              "kept-alive connections the server had already closed "
+                              "(stale_connection): the server closes connections it offered "
+                              "to keep; --retry-stale sends each such request again on "
+                              "another connection"]
+    else:
+        assert stale_hint == []
 
 
 def test_stale_connections_retried_on_request(engine):
@@ -93,6 +102,7 @@ def test_stale_connections_retried_on_request(engine):
     assert req["ok"] == 12 and req["retried"] > 0
     assert srv.received == req["sent"] + req["retried"]  # each retry was a second request
     assert data["config"]["retry_stale"] is True
+    assert not [w for w in data["warnings"] if "--retry-stale" in w]
 
 
 @pytest.mark.parametrize("mode", sorted(TCP_MODES))
@@ -180,6 +190,7 @@ def test_cli_limits_and_retry_flags_reach_the_run(engine):
     data = json.loads(out.stdout)
     assert data["config"]["limits"]["max_header_bytes"] == 65536
     assert data["config"]["retry_stale"] is True
+    assert not [w for w in data["warnings"] if "--retry-stale" in w]
     assert data["requests"]["error_examples"]["too_large"] == [
         {"reason": "header block exceeds 65536 bytes", "count": 3}]
     bad = subprocess.run([sys.executable, "-m", "tailgate", "bench", srv.url, "--rate", "1",
