@@ -49,6 +49,11 @@ def _needs_root():
      "the load sends"),
     ({"duration": 1, "otlp_wait": "9s"}, ["--duration", "1s", "--otlp-wait", "9s"],
      "--otlp-wait needs --otlp-listen"),
+    # bench's outputs that diagnose does not write are refused, never dropped
+    ({"duration": 1, "rate": 10, "hdr": "run.hdr"},
+     ["--duration", "1s", "--rate", "10", "--hdr", "run.hdr"],
+     "--hdr: diagnose writes no HdrHistogram log (bench does); --log FILE keeps the run's "
+     "per-request log"),
 ])
 def test_the_spec_refuses_as_the_command_line_does(options, flags, message):
     from tailgate.diagnose import DiagnoseSpec
@@ -81,6 +86,9 @@ def test_a_spec_is_checked_once_and_frozen():
     assert spec.options.min_cover == 0.3 and spec.target == "http://127.0.0.1:9/"
     assert spec.bench is not None and spec.bench.info.rate == 50.0
     assert spec.bench.options.json is None and spec.bench.options.quiet  # outputs are ours
+    logged = DiagnoseSpec.of("http://127.0.0.1:9/", pid=os.getpid(), rate=50, duration=2,
+                             log="/tmp/requests.csv")
+    assert logged.bench is not None and logged.bench.options.log == "/tmp/requests.csv"
     with pytest.raises(dataclasses.FrozenInstanceError):
         spec.bin_s = 1.0  # type: ignore[misc]
     passive = DiagnoseSpec.of(pid=os.getpid(), duration=1)

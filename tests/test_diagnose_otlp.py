@@ -45,12 +45,20 @@ def test_vllm_spans_received_during_the_run_are_joined_to_its_requests(tmp_path)
             [sys.executable, "-m", "tailgate", "diagnose", "openai+" + front.base,
              "--pid", str(proc.pid), "--model", MODEL_NAME, "--api", "chat",
              "--rate", "20", "--duration", "3s", "--input-len", "16", "--output-len", "8",
-             "--otlp-listen", f"127.0.0.1:{port}", "--otlp-wait", "2s", "--json", "-"],
+             "--otlp-listen", f"127.0.0.1:{port}", "--otlp-wait", "2s", "--json", "-",
+             "--log", str(tmp_path / "requests.csv")],
             capture_output=True, text=True, timeout=240, check=False)
     doc = json.loads(out.stdout)
     assert out.returncode == diagnose_code(doc), out.stderr[-3000:]
     req = doc["bench"]["requests"]
     assert req["ok"] == 60, req  # (the front keeps connections open: none goes stale)
+    # --log keeps the run's per-request log where asked (diagnose read the same file)
+    from tailgate.bench.result import read_log
+
+    cols = read_log((tmp_path / "requests.csv").read_text())
+    assert len(set(zip(cols["worker"].tolist(), cols["id"].tolist(), strict=True))) == 60
+    assert len(cols["id"]) == 60
+    assert set(cols["outcome"].tolist()) == {"ok"}
     eng = doc["engine"]
     assert eng["engine"] == "vLLM (OTLP spans)", eng
     matched, missing = len(front.spans), len(front.skipped)

@@ -143,7 +143,10 @@ def collect(spec: DiagnoseSpec, tmp: str, say: Callable[[str], None] = lambda te
     probe_s = ((window_s or 0) + warmup_s + (60.0 if not window_s else 5.0)
                + (spec.otlp.wait_s if spec.otlp else 0.0))
     bench_doc = None
-    log_path = os.path.join(tmp, "requests.log")
+    # the load's per-request log: where --log asked for it (it was dropped before), else a
+    # temporary file; diagnose reads it either way
+    asked = spec.bench.options.log if spec.bench is not None else None
+    log_path = asked or os.path.join(tmp, "requests.log")
     counter_spec, spec_unknown = _counter_spec(spec, host)
     # every bin gets a poll when bins are 100 ms or longer; finer bins share the 100 ms polls
     # less finely (a poll reads about a dozen files: 20 ms is the floor)

@@ -136,7 +136,12 @@ def build(opts: DiagnoseOptions, load: BenchOptions, host: Host | None = None) -
         raise UsageError("--bin must be between 1ms and 60s")
     hz = _profile_rate(opts)
     pids, cgroups = _service(opts, host)
-    load = load.with_(json=None, log=None, html=None, hdr=None, quiet=True)
+    if load.hdr:
+        raise UsageError("--hdr: diagnose writes no HdrHistogram log (bench does); --log FILE "
+                         "keeps the run's per-request log")
+    # --json and --html are diagnose's own documents; --log stays the load's (its path is the
+    # log diagnose reads)
+    load = load.with_(json=None, html=None, quiet=True)
     otlp = _otlp(opts, load)
     bench = build_bench(load) if load.target is not None else None
     if otlp is not None and bench is not None:
