@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from ..llm.openai import ChunkError, parse_chunk, plain_text
+from ..llm.openai import PLAIN, ChunkError, read_chunk
 from .openai_sse import MAX_TOKENS_PER_STREAM, TokenState, apply_chunk, error_event
 from .outcome import MALFORMED_SSE, NO_TOKEN, OK, TRUNCATED
 
@@ -42,6 +42,7 @@ EVENT = np.dtype([("rid", "<i8"), ("t", "<i8"), ("nbytes", "<i8"), ("off", "<i8"
 (EV_DATA, EV_DONE, R_TEXT, R_STATUS, R_EVERR, R_CTYPE, R_TRUNC_PENDING, R_TRUNC_CLEAN,
  R_UTF8) = range(9)
 NO_CONTENT = "the stream finished without any content"
+NAN = math.nan
 # The JSON side gives its core back this often while it reads a take: the scheduler hands
 # it its share of a core the loop keeps busy a whole tick at a time (4 ms at HZ=250), in
 # which the loop, runnable, waited (lateness P99 0.3-2.7 ms at 1,000 streams); a yield
@@ -52,8 +53,8 @@ YIELD_NS = 50_000
 class _Stream:
     """One request's stream so far (openai_sse.OpenAIConnection's per-request fields)."""
 
-    __slots__ = ("cached", "fail", "timings", "finish_reason", "first_chunk", "in_tokens", "ntok",
-                 "out_tokens", "reason", "t_done", "tok", "usage_each")
+    __slots__ = ("cached", "etok", "fail", "timings", "finish_reason", "first_chunk",
+                 "in_tokens", "ntok", "out_tokens", "reason", "t_done", "tok", "usage_each")
 
     def __init__(self) -> None:
         self.first_chunk = math.nan
@@ -65,13 +66,14 @@ class _Stream:
         self.ntok: array[int] = array("i")  # per content chunk: its tokens, -1 unknown
         self.cached = -1
         self.timings = None
+        self.etok: array[float] | str | None = None  # the engine's time of each token
         self.usage_each = True  # every content chunk so far carried a cumulative usage
         self.fail: tuple[int, str, float, int] | None = None  # (outcome, reason, t, bytes)
         self.reason: tuple[int, bytes] | None = None  # the loop's typed reason
 
     def tokens(self) -> TokenState:
         return (self.first_chunk, self.tok, self.t_done, self.out_tokens, self.in_tokens,
-                self.ntok, self.cached, self.timings)
+                self.ntok, self.cached, self.timings, self.etok)
 
 
 @dataclass(frozen=True)
@@ -133,20 +135,21 @@ class Streams:
             if typ == EV_DONE:
                 st.t_done = now
                 continue
-            data = mv[off:off + ln]
-            if plain_text(data, api) and len(st.tok) < limit:  # type: ignore[arg-type]
+            try:  # one decode (the loop checked every line is UTF-8)
+                chunk = read_chunk(mv[off:off + ln], api)  # type: ignore[arg-type]
+            except ChunkError as exc:
+                st.fail = (MALFORMED_SSE, str(exc), now, nb)
+                cut.append(rid)
+                continue
+            if chunk is PLAIN and len(st.tok) < limit:
                 # apply_chunk's effect of the usual chunk, without building it
                 if st.first_chunk != st.first_chunk:
                     st.first_chunk = now
                 st.tok.append(now)
                 st.ntok.append(-1)
                 st.usage_each = False
-                continue
-            try:  # (the loop checked every line is UTF-8)
-                chunk = parse_chunk(data, api)  # type: ignore[arg-type]
-            except ChunkError as exc:
-                st.fail = (MALFORMED_SSE, str(exc), now, nb)
-                cut.append(rid)
+                if st.etok is not None and type(st.etok) is not str:
+                    st.etok.append(NAN)  # (a chunk without the engine's time)
                 continue
             failed = apply_chunk(st, chunk, now, limit)
             if failed is not None:
