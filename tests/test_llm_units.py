@@ -424,3 +424,22 @@ def test_the_engines_queue_row_leaves_out_the_time_it_was_held_in_the_server():
     doc, _, _ = analyse(r, int(100e9))
     rows = {row["request"]: (row["queue_ms"], row["held_ms"]) for row in doc["slowest"]}
     assert rows == {0: (0.0, 10.0), 1: (310.0, 20.0)}
+
+
+def test_per_token_times_place_the_engines_wait_by_every_token():
+    """B's per-token times (the engine's ms since it started B, at each chunk): its second
+    token, read at 101.600, was made 75 ms after the start, so the engine started B by
+    101.525 (not 101.530, as its first and last reads alone say): its prefill began 5 ms
+    sooner, and of its wait 15 ms, not 20, was held with the engine idle."""
+    book = TokenBook()
+    rows = [_A, _B]
+    toks = [(t[0], array("d", t), t[-1], len(t), 5, array("i", [-1] * len(t)), -1, e)
+            for _, t, e in rows]
+    toks[1] = (*toks[1], array("d", [20.001, 75.0, 120.0]))
+    sent = np.array([r[0] for r in rows])
+    book.record(sent.copy(), np.array([r[1][-1] for r in rows]), np.array([OK] * 2),
+                np.ones(2, dtype=bool), toks, np.full(2, 5), 100.0, 0.0, None, (), OK,
+                TIMEOUT, sends=sent)
+    block = llm_block(book, 0.0)
+    assert block["engine_queue_ms"]["max"] == pytest.approx(310.0, rel=1e-3)
+    assert block["engine_held_ms"]["max"] == pytest.approx(15.0, rel=1e-3)
