@@ -742,3 +742,23 @@ def test_the_longest_gap_splits_into_the_engines_time_and_delivery_exactly():
         "its per-token timings were malformed: content chunk 2: timings: list is not an "
         "object")
     assert doc["join"]["per_token"]["malformed"] == n
+
+
+def test_the_joins_bound_is_summarised_in_the_terminal_and_the_html():
+    from tailgate.report.diagnose_html import engine_join_section
+    from tailgate.report.diagnose_render import join_bound_line
+
+    join = {"placed": 3, "refused": 1, "bound_ms": {"p50": 0.5, "p99": 0.9, "max": 1.0},
+            "per_token": {"requests": 2, "malformed": 1,
+                          "bound_ms": {"p50": 0.25, "p99": 0.5, "max": 0.5},
+                          "bound_ms_first_last": {"p50": 2.0, "p99": 3.0, "max": 3.0}}}
+    line = ("join bound (how late the engine's prefill end may be placed) P50 0.500 ms, P99 "
+            "0.900 ms, max 1.000 ms; 2 requests bounded by every token (P50 0.250 ms, P99 "
+            "0.500 ms; by their first and last token alone P50 2.000 ms, P99 3.000 ms); 1 "
+            "with malformed per-token timings")
+    assert join_bound_line(join) == line
+    assert f"3 placed, 1 refused; {line}".replace("'", "&#x27;") in engine_join_section(
+        {"join": join})
+    none = {**join, "per_token": {"requests": 0, "malformed": 0, "unknown": NO_TOKENS}}
+    assert join_bound_line(none).endswith(f"max 1.000 ms; per-token: unknown ({NO_TOKENS})")
+    assert engine_join_section({"unknown": "no records"}) == ""
