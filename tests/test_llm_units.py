@@ -17,9 +17,9 @@ from tailgate.llm import workload as wl
 from tailgate.llm.accounting import TokenBook, llm_block, parse_slo
 from tailgate.llm.engine_records import EngineTimings
 from tailgate.llm.openai import (
+    PLAIN,
     Chunk,
     ChunkError,
-    PLAIN,
     _parse_chunk,
     parse_chunk,
     read_chunk,

@@ -14,8 +14,12 @@ the engine finished the prefill and sampled the first token, which both sides bo
 * the first token cannot be read before it was made: ``E <= first_token`` (a1), and the
   last token neither: ``E + predicted_ms <= last_token``, so ``E <= last_token -
   predicted_ms`` (a2). Each anchor is E plus the delay from the engine's write to
-  tailgate's read, so ``E = min(a1, a2)`` and ``|a1 - a2|``, how far the two reads of the
-  same instant disagree, bounds the error of the join (stated per request);
+  tailgate's read, so ``E = min(a1, a2)`` and ``|a1 - a2|`` is how far the two reads of
+  the same instant disagree (``error_bound_ms``). With llama-server's per-token timings
+  (:mod:`tailgate.llm.engine_tokens`) every token read bounds the engine's start of the
+  request, so ``E <= min_i(read_i - engine_ms_i) + prompt_ms`` (a3) and E is the least of
+  the three. E lies between ``sent + prompt_ms [+ queue_ms]`` and that: the span is how late
+  E may be placed, stated per request (``bound_ms``);
 * the prefill (or, where the engine states its queue, the queue) cannot start before the
   request was sent: ``E - prompt_ms [- queue_ms] >= sent``. A
   record that breaks this by more than :data:`MAX_SKEW_NS`, or whose anchors disagree by
