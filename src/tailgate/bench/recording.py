@@ -19,7 +19,7 @@ from typing import IO, Any, Protocol
 import numpy as np
 
 from ..hist import Histogram, IntervalHistograms
-from ..llm.engine_tokens import engine_tokens
+from ..llm.engine_tokens import NONE, engine_tokens
 from .conn import OUT_OF_STEP, monotonic
 from .outcome import KINDS, OK, PROTOCOL, TIMEOUT
 
@@ -323,7 +323,8 @@ def _token_columns(t: Any, start: float, nominal: int) -> str:
         gaps = np.diff(np.asarray(times, dtype=np.float64))
         k = int(gaps.argmax())
         gap = f",{ts(times[k])},{ts(times[k + 1])}"
-    et = engine_tokens(np.asarray(times, dtype=np.float64), t[8] if len(t) > 8 else None, k)
+    et = (engine_tokens(np.asarray(times, dtype=np.float64), t[8], k)
+          if len(t) > 8 and t[8] is not None else NONE)  # (per token: when asked)
     state = et.state if et.state in ("", "ok") else "bad: " + _csv_safe(et.state)
     return (f",{ts(chunk0)},{ts(first)},{ts(last)},{ts(done)},{len(times)},"
             f"{use_out if use_out >= 0 else len(times)},{use_in if use_in >= 0 else nominal}"
