@@ -644,6 +644,30 @@ def test_per_token_timings_are_kept_beside_each_chunks_read_into_the_log(tmp_pat
     assert cols["engine_gap_ms"][0] == 5.0  # 31.0 - 26.0: the engine's part of the 20 ms
 
 
+def test_per_token_timings_of_a_real_llama_server_stream_are_each_tokens_engine_time():
+    """A chat stream llama-server sent with timings_per_token (captured): every content
+    chunk carries its timings (the role chunk none, the final one the last token's again),
+    and each content chunk's engine time is its prompt_ms + predicted_ms."""
+    from tailgate.bench.fast_sse import EV_DATA, EVENT, Streams
+
+    events = [ln[6:].encode() for ln in _lines("llama_server_stream_per_token.txt")
+              if ln.startswith("data: {")]
+    objs = [json.loads(e) for e in events]
+    content = [o for o in objs if o["choices"][0]["delta"].get("content")]
+    assert len(content) == 6 and all("timings" in o for o in content)
+    assert "timings" not in objs[0] and objs[-1]["timings"] == content[-1]["timings"]
+    want = [o["timings"]["prompt_ms"] + o["timings"]["predicted_ms"] for o in content]
+    assert content[0]["timings"]["predicted_ms"] == 0.001  # the first token
+    recs, blob = [], bytearray()
+    for k, d in enumerate(events):
+        recs.append((0, 1_000_000_000 + k * 1_000_000, 100, len(blob), len(d), EV_DATA))
+        blob += d
+    s = Streams(api="chat")
+    s.events(np.array(recs, dtype=EVENT).tobytes(), bytes(blob), 0.0)
+    st = s.open[0]
+    assert len(st.tok) == 6 and st.etok.tolist() == want
+
+
 def test_a_plain_chunk_among_timed_ones_has_no_engine_time_and_keeps_the_others_aligned():
     plain = b'{"choices":[{"text":" p","index":0,"finish_reason":null}]}'
     st = _streams([(1_000_000_000, _timed(" a", 20.0, 0.001)), (1_001_000_000, plain),
