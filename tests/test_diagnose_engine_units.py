@@ -745,7 +745,10 @@ def test_the_longest_gap_splits_into_the_engines_time_and_delivery_exactly():
     (itl,) = [c for c in causes if c.cause.key == "engine_prefill_interference"]
     assert itl.extra["gap_split"] == {"gaps": n, "with_engine_times": n, "engine_ms": 0.15,
                                       "delivery_ms": 0.05, "engine_share": 0.75}
-    assert "the engine itself spent 75 % between the two tokens" in itl.sentence
+    assert itl.sentence.endswith(
+        "; of those gaps the engine itself spent 0.15 ms each between the two tokens (75 %), "
+        "delivery (the server's HTTP thread, the network, the client) 0.05 ms (100 of 100 "
+        "gaps with the engine's times)")
     row = doc["slowest"][0]
     assert (row["gap_ms"], row["gap_engine_ms"], row["gap_delivery_ms"]) == (0.2, 0.15, 0.05)
     assert "per_token_unknown" not in row

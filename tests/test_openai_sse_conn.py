@@ -172,8 +172,8 @@ def test_the_python_engine_keeps_each_chunks_engine_time_with_per_token_timings(
         data = data.replace(chunk(c), chunk(timed(c, pred)))
     for body, want in ((data, [4.501, 5.75, 7.0]), (plain, None)):
         conn, sink, _ = conn_for()
-        seen = []
-        sink.then = lambda c: seen.append(c.tokens())
+        seen: list = []
+        sink.then = lambda c, seen=seen: seen.append(c.tokens())
         conn.send(0, 0.0)
         feed(conn, body, 13)
         (t,) = seen

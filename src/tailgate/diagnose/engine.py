@@ -618,10 +618,11 @@ def _interference(r: Requests, ph: Phases, idx: np.ndarray,
                    f"(vs {float(np.nanmean(r.prompt_n[idx])):,.0f} a request's on average)")
     split = _gap_split(r, has[tail], gap[tail])
     a.extra["gap_split"] = split
-    a.sentence += (f"; of those gaps the engine itself spent {100 * split['engine_share']:.0f} % "
-                   "between the two tokens, the rest was delivery (the server's HTTP thread, "
-                   f"the network, the client; {split['with_engine_times']} of "
-                   f"{split['gaps']} gaps with the engine's times)"
+    a.sentence += (f"; of those gaps the engine itself spent {split['engine_ms']:.2f} ms each "
+                   f"between the two tokens ({100 * split['engine_share']:.0f} %), delivery "
+                   f"(the server's HTTP thread, the network, the client) {split['delivery_ms']:.2f}"
+                   f" ms ({split['with_engine_times']} of {split['gaps']} gaps with the "
+                   "engine's times)"
                    if "engine_share" in split else
                    f"; how much of those gaps was the engine's own is unknown: "
                    f"{split['unknown']}")
