@@ -9,7 +9,8 @@ and, for every request that did not end ok, its reason, typed (an error body, an
 inside or between events) so it is worded here exactly as the Python engine words it.
 
 :class:`Streams` reads those on the recorder thread (an idle task) or, at the end, on the
-caller's, with the Python engine's parser (:func:`tailgate.llm.openai.parse_chunk`):
+caller's, with the Python engine's parser (:func:`tailgate.llm.openai.read_chunk`: its
+answer from one decode, the usual content chunk taken without building it):
 per request the same token state the Python engine hands
 :class:`~tailgate.llm.accounting.TokenBook` (first chunk, token times, ``[DONE]``, usage),
 and the same outcome. What the loop cannot know without the JSON is decided here: a chunk
