@@ -6,6 +6,7 @@ end to end against the scripted OpenAI-compatible server on loopback."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import pty
 import select
@@ -105,6 +106,7 @@ TABLE: dict[str, tuple[list[str], tuple[str, ...]]] = {
     "--no-usage": (["--no-usage"], ("openai",)),
     "--ignore-eos": (["--ignore-eos"], ("openai",)),
     "--continuous-usage": (["--continuous-usage"], ("openai",)),
+    "--engine-timings": (["--engine-timings", "per-token"], ("openai",)),
     "--size": (["--size", "128"], ("udp",)),
     "--batch": (["--batch", "1"], ("udp",)),
     "--io": (["--io", "io_uring"], ("udp",)),
@@ -185,6 +187,13 @@ def test_applied_flags_reach_the_run():
     assert all(b'"messages"' in r and b"stream_options" not in r for r in extra["requests"])
     assert extra["max_event_bytes"] == 1 << 20 and extra["require_done"] is False
     assert [g.metric for g in extra["good_slos"]] == ["ttft"]
+    # llama-server's timings in every chunk: asked in every request's body, only when given
+    assert all(b'"timings_per_token"' not in r for r in extra["requests"])
+    per = bench_cmd.spec_of(parse([*BASE["openai"], "--requests", "3", "--engine-timings",
+                                   "per-token"]))
+    assert all(json.loads(r.split(b"\r\n\r\n", 1)[1])["timings_per_token"] is True
+               for r in per.engine_fields["requests"])
+    assert per.info.llm["engine_timings"] == "per-token"
 
 
 def test_workload_options_for_another_workload_are_refused():

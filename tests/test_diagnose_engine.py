@@ -315,3 +315,43 @@ def test_itl_spikes_while_a_long_prompt_prefills_are_named_as_that_prefill(tmp_p
     assert itl["tokens_per_prefill"] > 1000 and 1 <= itl["prefills"] < 1.5, why
     assert itl["tail_time_share"] > 0.5, why
     _every_record(doc, 200)
+
+
+def test_per_token_timings_bound_the_join_by_every_token_and_split_the_gaps(tmp_path):
+    """`diagnose --engine-timings per-token`: llama-server sends its timings in every chunk
+    (asked in each request's body), every placed request's join is bounded by each of its
+    tokens and the bound is stated per request, never wider than its first and last reads
+    alone give; each request's longest gap is split into the engine's own time between the
+    two tokens and delivery. One slot, 60 requests alike (16 words in, 16 tokens out), one
+    every four short requests' time: nothing queues."""
+    with native_llama_server(tmp_path, slots=1, cpu="1", nice=NICE) as (base, proc):
+        short, _ = _measure(base)
+        rows = [(i * 4 * short, 16, 16, [i]) for i in range(60)]
+        doc = _diagnose(base, proc.pid, _trace(tmp_path / "t.jsonl", rows),
+                        "--engine-timings", "per-token")
+    _every_record(doc, 60)
+    eng = doc["engine"]
+    join = eng["join"]
+    placed = join["placed"]
+    assert placed >= 55, join  # (a record refused for its offset: a CPU-starved HTTP thread)
+    tokens = join["per_token"]
+    assert tokens["requests"] == placed and tokens["malformed"] == 0, tokens
+    per = join["per_request"]
+    assert len(per["request"]) == len(per["bound_ms"]) == placed and all(per["per_token"])
+    assert all(b >= 0 for b in per["bound_ms"]), per
+    for q in ("p50", "p99", "max"):
+        assert tokens["bound_ms"][q] <= tokens["bound_ms_first_last"][q], tokens
+    assert join["bound_ms"] == tokens["bound_ms"], join
+    for row in eng["slowest"]:
+        assert row["join_by"] == "every token" and row["join_bound_ms"] >= 0, row
+        assert "per_token_unknown" not in row, row
+        # 16 tokens: every request has a longest gap, both its chunks timed by the engine
+        assert row["gap_engine_ms"] is not None and row["gap_engine_ms"] >= 0, row
+        assert row["gap_delivery_ms"] == pytest.approx(row["gap_ms"] - row["gap_engine_ms"],
+                                                       abs=2e-3), row
+    (itl,) = [c for c in doc["causes"] if c["cause"] == "engine_prefill_interference"]
+    split = itl["gap_split"]
+    assert split["with_engine_times"] == split["gaps"] > 0, split
+    assert 0 <= split["engine_share"], split
+    print(f"join bound per token {tokens['bound_ms']}, first and last token alone "
+          f"{tokens['bound_ms_first_last']}; the slow gaps: {split}")

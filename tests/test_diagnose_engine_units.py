@@ -15,7 +15,7 @@ import pytest
 
 from tailgate.bench.recording import _token_columns
 from tailgate.bench.result import merge_logs, read_log
-from tailgate.diagnose.engine import MAX_SKEW_NS, Requests, analyse, place
+from tailgate.diagnose.engine import MAX_SKEW_NS, NO_TOKENS, Requests, analyse, place
 from tailgate.llm.engine_records import (
     EngineTimings,
     parse_llamacpp_timings,
@@ -575,3 +575,217 @@ def test_a_span_is_joined_to_its_request_across_workers(tmp_path):
     assert joined.state.tolist() == ["", "ok", ""]
     assert counts.to_json() == {"matched": 1, "missing": 2, "unknown_ids": 1,
                                 "not_measured": 1, "malformed": 0}
+
+
+# -- llama-server's per-token timings (bench --engine-timings per-token) ---------------
+
+
+def _timed(text: str, prompt_ms, predicted_ms, finish: str | None = None) -> bytes:
+    """A /v1/completions chunk as llama-server sends it with timings_per_token."""
+    return json.dumps({"choices": [{"text": text, "index": 0, "logprobs": None,
+                                    "finish_reason": finish}],
+                       "object": "text_completion", "timings": {
+                           "cache_n": 0, "prompt_n": 5, "prompt_ms": prompt_ms,
+                           "prompt_per_token_ms": 2.0, "predicted_n": 1,
+                           "predicted_ms": predicted_ms}}).encode()
+
+
+def _streams(chunks: list[tuple[int, bytes]]):
+    """The compiled engine's JSON side over one request's events (read at ``t`` ns)."""
+    from tailgate.bench.fast_sse import EV_DATA, EVENT, Streams
+
+    recs, blob = [], bytearray()
+    for t, d in chunks:
+        recs.append((0, t, 100, len(blob), len(d), EV_DATA))
+        blob += d
+    s = Streams(api="completions")
+    s.events(np.array(recs, dtype=EVENT).tobytes(), bytes(blob), 0.0)
+    return s.open[0]
+
+
+def test_the_option_asks_for_timings_in_every_chunk_and_only_when_given():
+    from tailgate.bench.openai_requests import add_llm_arguments
+    from tailgate.llm.openai import request_body
+
+    assert "timings_per_token" not in json.loads(request_body("chat", "m", "hi", 4))
+    assert json.loads(request_body("completions", "m", "hi", 4, timings_per_token=True))[
+        "timings_per_token"] is True
+    import argparse
+
+    p = argparse.ArgumentParser()
+    add_llm_arguments(p)
+    assert p.parse_args([]).engine_timings == "final"
+    assert p.parse_args(["--engine-timings", "per-token"]).engine_timings == "per-token"
+
+
+def test_per_token_timings_are_kept_beside_each_chunks_read_into_the_log(tmp_path):
+    """Each content chunk's prompt_ms + predicted_ms (the engine's time of its token since
+    it started the request) is kept beside the chunk's read; the log says the latest the
+    engine can have started (the least read - engine time) and the engine's own time
+    between the longest gap's two tokens."""
+    st = _streams([(1_000_000_000, _timed(" a", 20.0, 0.001)),  # read at 1.000 s
+                   (1_010_000_000, _timed(" b", 20.0, 6.0)),  # 1.010 s
+                   (1_030_000_000, _timed(" c", 20.0, 11.0)),  # 1.030 s: the longest gap
+                   (1_031_000_000, _timed("", 20.0, 11.0, "length"))])  # the final one
+    assert st.etok.tolist() == [20.001, 26.0, 31.0]
+    toks = st.tokens()
+    assert toks[8] is st.etok and toks[7] == EngineTimings("llama.cpp", 5, 0, 20.0, 1, 11.0)
+    part = tmp_path / "p"
+    part.write_text("0,7,0.1,0.1,0.1005,1.04,ok,200,900,0,1.04"
+                    + _token_columns(toks, 0.0, 12) + "\n")
+    out = io.StringIO()
+    merge_logs(out, [str(part)], llm=True)
+    cols = read_log(out.getvalue())
+    assert cols["engine_tokens_state"].tolist() == ["ok"]
+    assert cols["engine_tokens"][0] == 3
+    # min(1.000 - 0.020001, 1.010 - 0.026, 1.030 - 0.031) = 0.979999 (the first)
+    assert cols["engine_start_bound_s"][0] == pytest.approx(0.979999, abs=1e-9)
+    assert (cols["gap_from_s"][0], cols["gap_to_s"][0]) == (1.01, 1.03)
+    assert cols["engine_gap_ms"][0] == 5.0  # 31.0 - 26.0: the engine's part of the 20 ms
+
+
+def test_per_token_timings_of_a_real_llama_server_stream_are_each_tokens_engine_time():
+    """A chat stream llama-server sent with timings_per_token (captured): every content
+    chunk carries its timings (the role chunk none, the final one the last token's again),
+    and each content chunk's engine time is its prompt_ms + predicted_ms."""
+    from tailgate.bench.fast_sse import EV_DATA, EVENT, Streams
+
+    events = [ln[6:].encode() for ln in _lines("llama_server_stream_per_token.txt")
+              if ln.startswith("data: {")]
+    objs = [json.loads(e) for e in events]
+    content = [o for o in objs if o["choices"][0]["delta"].get("content")]
+    assert len(content) == 6 and all("timings" in o for o in content)
+    assert "timings" not in objs[0] and objs[-1]["timings"] == content[-1]["timings"]
+    want = [o["timings"]["prompt_ms"] + o["timings"]["predicted_ms"] for o in content]
+    assert content[0]["timings"]["predicted_ms"] == 0.001  # the first token
+    recs, blob = [], bytearray()
+    for k, d in enumerate(events):
+        recs.append((0, 1_000_000_000 + k * 1_000_000, 100, len(blob), len(d), EV_DATA))
+        blob += d
+    s = Streams(api="chat")
+    s.events(np.array(recs, dtype=EVENT).tobytes(), bytes(blob), 0.0)
+    st = s.open[0]
+    assert len(st.tok) == 6 and st.etok.tolist() == want
+
+
+def test_a_plain_chunk_among_timed_ones_has_no_engine_time_and_keeps_the_others_aligned():
+    plain = b'{"choices":[{"text":" p","index":0,"finish_reason":null}]}'
+    st = _streams([(1_000_000_000, _timed(" a", 20.0, 0.001)), (1_001_000_000, plain),
+                   (1_002_000_000, _timed(" c", 20.0, 2.0))])
+    assert len(st.tok) == 3 and np.isnan(st.etok[1])
+    assert [st.etok[0], st.etok[2]] == [20.001, 22.0]
+
+
+@pytest.mark.parametrize("bad, why", [
+    ('"x"', "content chunk 2: timings.predicted_ms: 'x' is not a duration"),
+    ("-3", "content chunk 2: timings.predicted_ms: -3 is not a plausible duration"),
+    ("1.0", "content chunk 3: the engine's time went back from 21.000 to 20.500 ms"),
+])
+def test_malformed_per_token_timings_make_the_requests_unknown_with_the_reason(
+        tmp_path, bad, why):
+    """A chunk whose timings cannot be read (or times that go back) make the request's
+    per-token times unknown with the reason: no bound, no gap split; never a crash."""
+    second = (_timed(" b", 20.0, 0.0).replace(b'"predicted_ms": 0.0', b'"predicted_ms": '
+                                              + bad.encode()))
+    st = _streams([(1_000_000_000, _timed(" a", 20.0, 0.001)), (1_010_000_000, second),
+                   (1_030_000_000, _timed(" c", 20.0, 0.5))])
+    assert len(st.tok) == 3 and st.fail is None  # the stream itself is fine
+    part = tmp_path / "p"
+    part.write_text("0,7,0.1,0.1,0.1005,1.04,ok,200,900,0,1.04"
+                    + _token_columns(st.tokens(), 0.0, 12) + "\n")
+    out = io.StringIO()
+    merge_logs(out, [str(part)], llm=True)
+    cols = read_log(out.getvalue())
+    assert cols["engine_tokens_state"].tolist() == ["bad: " + why.replace(",", ";")]
+    assert np.isnan(cols["engine_start_bound_s"][0]) and np.isnan(cols["engine_gap_ms"][0])
+
+
+def _placed_one(start_bound: int, state: str = "ok", gap_engine_ms: float = np.nan
+                ) -> Requests:
+    """One request: sent at 100 ms, its prefill (10 ms) starting at once, so the engine's
+    first token E = 110 ms; its first token read 3 ms after E, the last 2 ms after the
+    decode end (20 ms): the first and last reads bound E to within 2 ms."""
+    one = lambda v: np.array([v])  # noqa: E731
+    return Requests(one(0), one(100 * MS), one(100 * MS), one(113 * MS), one(132 * MS),
+                    one(133 * MS), one(115 * MS), one(125 * MS), one("ok"), one(5.0),
+                    one(0.0), one(10.0), one(8.0), one(20.0),
+                    tokens_state=one(state), start_bound=one(start_bound),
+                    gap_engine_ms=one(gap_engine_ms))
+
+
+def test_every_tokens_read_narrows_the_joins_bound():
+    """Without per-token times E is at most min(first read, last read - decode) = 112 ms:
+    2 ms after the earliest it can be (sent + prefill); a token read 0.5 ms after the
+    engine made it bounds the start to 100.5 ms, E to 110.5 ms: 0.5 ms."""
+    without = place(_placed_one(0, ""))
+    assert without.ok[0] and not without.per_token[0]
+    assert without.anchor[0] == 112 * MS and without.bound_ns[0] == 2 * MS
+    with_ = place(_placed_one(100 * MS + MS // 2))
+    assert with_.ok[0] and with_.per_token[0]
+    assert with_.anchor[0] == 110 * MS + MS // 2 and with_.bound_ns[0] == MS // 2
+    assert with_.bound_first_last_ns[0] == 2 * MS
+    # times it could not read: not used, the bound stays the first and last reads'
+    bad = place(_placed_one(100 * MS + MS // 2, "bad: content chunk 2: x"))
+    assert not bad.per_token[0] and bad.bound_ns[0] == 2 * MS
+    # a token read before the engine can have started the request: another clock, refused
+    foreign = place(_placed_one(40 * MS))
+    assert not foreign.ok[0] and foreign.why[0].startswith(
+        "refused: the engine's prefill would have started 60.0 ms before")
+
+
+def test_the_longest_gap_splits_into_the_engines_time_and_delivery_exactly():
+    """Every request's longest gap is 200 us (the one-slot run's); the engine spent 150 us
+    of each between the two tokens: 75 % the engine's, 50 us delivery each."""
+    r = _one_slot(n=100)
+    n = len(r.ids)
+    timed = Requests(**{**r.__dict__, "tokens_state": np.full(n, "ok", dtype=object),
+                        "start_bound": np.zeros(n, np.int64),
+                        "gap_engine_ms": np.full(n, 0.15)})
+    doc, causes, _ = analyse(timed, 1_000 * MS)
+    (itl,) = [c for c in causes if c.cause.key == "engine_prefill_interference"]
+    assert itl.extra["gap_split"] == {"gaps": n, "with_engine_times": n, "engine_ms": 0.15,
+                                      "delivery_ms": 0.05, "engine_share": 0.75}
+    assert itl.sentence.endswith(
+        "; of those gaps the engine itself spent 0.15 ms each between the two tokens (75 %), "
+        "delivery (the server's HTTP thread, the network, the client) 0.05 ms (100 of 100 "
+        "gaps with the engine's times)")
+    row = doc["slowest"][0]
+    assert (row["gap_ms"], row["gap_engine_ms"], row["gap_delivery_ms"]) == (0.2, 0.15, 0.05)
+    assert "per_token_unknown" not in row
+    # without per-token times: unknown, with the reason, in the cause and every row
+    doc, causes, _ = analyse(r, 1_000 * MS)
+    (itl,) = [c for c in causes if c.cause.key == "engine_prefill_interference"]
+    assert itl.extra["gap_split"] == {"gaps": n, "with_engine_times": 0,
+                                      "unknown": NO_TOKENS}
+    row = doc["slowest"][0]
+    assert row["gap_engine_ms"] is None and row["per_token_unknown"] == NO_TOKENS
+    assert doc["join"]["per_token"] == {"requests": 0, "malformed": 0, "unknown": NO_TOKENS}
+    # malformed ones: their reason, not a split
+    bad = Requests(**{**timed.__dict__, "tokens_state": np.full(
+        n, "bad: content chunk 2: timings: list is not an object", dtype=object)})
+    doc, causes, _ = analyse(bad, 1_000 * MS)
+    (itl,) = [c for c in causes if c.cause.key == "engine_prefill_interference"]
+    assert itl.extra["gap_split"]["unknown"] == (
+        "its per-token timings were malformed: content chunk 2: timings: list is not an "
+        "object")
+    assert doc["join"]["per_token"]["malformed"] == n
+
+
+def test_the_joins_bound_is_summarised_in_the_terminal_and_the_html():
+    from tailgate.report.diagnose_html import engine_join_section
+    from tailgate.report.diagnose_render import join_bound_line
+
+    join = {"placed": 3, "refused": 1, "bound_ms": {"p50": 0.5, "p99": 0.9, "max": 1.0},
+            "per_token": {"requests": 2, "malformed": 1,
+                          "bound_ms": {"p50": 0.25, "p99": 0.5, "max": 0.5},
+                          "bound_ms_first_last": {"p50": 2.0, "p99": 3.0, "max": 3.0}}}
+    line = ("join bound (how late the engine's prefill end may be placed) P50 0.500 ms, P99 "
+            "0.900 ms, max 1.000 ms; 2 requests bounded by every token (P50 0.250 ms, P99 "
+            "0.500 ms; by their first and last token alone P50 2.000 ms, P99 3.000 ms); 1 "
+            "with malformed per-token timings")
+    assert join_bound_line(join) == line
+    assert f"3 placed, 1 refused; {line}".replace("'", "&#x27;") in engine_join_section(
+        {"join": join})
+    none = {**join, "per_token": {"requests": 0, "malformed": 0, "unknown": NO_TOKENS}}
+    assert join_bound_line(none).endswith(f"max 1.000 ms; per-token: unknown ({NO_TOKENS})")
+    assert engine_join_section({"unknown": "no records"}) == ""

@@ -17,11 +17,12 @@ from tailgate.llm import workload as wl
 from tailgate.llm.accounting import TokenBook, good_slos, llm_block, parse_slo
 from tailgate.llm.engine_records import EngineTimings
 from tailgate.llm.openai import (
+    PLAIN,
     Chunk,
     ChunkError,
     _parse_chunk,
     parse_chunk,
-    plain_text,
+    read_chunk,
     request_body,
 )
 from tailgate.llm.sse import SSEError, SSEParser, SSETooLarge
@@ -125,6 +126,11 @@ def _maybe(d: dict, key: str, value) -> dict:
 
 
 COUNT = field(st.integers(0, 2**40))
+MS = field(st.floats(0, 1e5, allow_nan=False))
+# llama-server's timings (its last chunk; every chunk with timings_per_token)
+TIMINGS = field(st.fixed_dictionaries({}, optional={
+    "prompt_n": COUNT, "cache_n": COUNT, "prompt_ms": MS, "predicted_n": COUNT,
+    "predicted_ms": MS}))
 
 
 @st.composite
@@ -145,6 +151,8 @@ def chunks(draw):
     obj: dict = {"id": "cmpl-1", "object": "text_completion"}
     obj["choices"] = draw(field(st.lists(field(st.just(choice)), max_size=2)))
     obj = _maybe(obj, "usage", usage)
+    if draw(st.integers(0, 2)) == 0:
+        obj = _maybe(obj, "timings", draw(TIMINGS))
     if draw(st.integers(0, 9)) == 0:
         obj["error"] = draw(field(st.fixed_dictionaries({"message": st.text(max_size=5)})))
     return obj
@@ -164,11 +172,35 @@ def test_the_typed_chunk_decode_gives_the_full_rules_answer(obj, api, twist):
         assert _outcome(parse_chunk, data, api) == _outcome(_parse_chunk, text, api), text
 
 
+@st.composite
+def near_plain(draw):
+    """The usual content chunk, with at times one more field that makes it not plain (each
+    of them: a reader that overlooks one calls such a chunk plain)."""
+    text = draw(st.text(min_size=1, max_size=3))
+    choice: dict = {"index": 0, "text": text, "delta": {"content": text}}
+    obj: dict = {"id": "c", "choices": [choice]}
+    extra = draw(st.sampled_from(["", "finish_reason", "logprobs", "usage", "timings",
+                                  "error"]))
+    if extra in ("finish_reason", "logprobs"):
+        choice[extra] = draw(st.one_of(st.none(), st.just("stop") if extra == "finish_reason"
+                                       else st.just({"tokens": ["a"], "content": [{}]})))
+    elif extra == "usage":
+        obj["usage"] = draw(st.one_of(st.none(), st.just({}),
+                                      st.just({"completion_tokens": 2})))
+    elif extra == "timings":
+        obj["timings"] = draw(st.one_of(st.none(), TIMINGS))
+    elif extra == "error":
+        obj["error"] = draw(st.one_of(st.none(), st.just({"message": "x"})))
+    return obj
+
+
 @settings(max_examples=500)
-@given(chunks(), st.sampled_from(["completions", "chat"]), st.sampled_from(["", "", "dup", "nan"]))
+@given(st.one_of(chunks(), near_plain()), st.sampled_from(["completions", "chat"]),
+       st.sampled_from(["", "", "dup", "nan"]))
 def test_a_chunk_called_plain_is_text_and_nothing_else(obj, api, twist):
-    """plain_text lets the compiled engine's JSON side take a chunk as one token without
-    building it: it may say so only where the rules give Chunk(text) with some text."""
+    """read_chunk lets the compiled engine's JSON side take a chunk as one token without
+    building it: it may answer PLAIN only where the rules give Chunk(text) with some text,
+    and otherwise gives the rules' answer, from the same one decode."""
     text = json.dumps(obj)
     if twist == "dup" and text.startswith('{"id"'):
         text = '{"choices": [{"text": 7}], "usage": "x", ' + text[1:]
@@ -179,19 +211,29 @@ def test_a_chunk_called_plain_is_text_and_nothing_else(obj, api, twist):
     for data in (text, text.encode()):
         # (a plain chunk it does not recognise, e.g. with NaN or an empty usage in it,
         # only takes the rules' way)
-        assert plain or not plain_text(data, api), text
+        got = _outcome(read_chunk, data, api)
+        if got is PLAIN:
+            assert plain, text
+        else:
+            assert got == want, text
 
 
 def test_the_usual_chunks_are_plain():
     chat = ('{"choices":[{"finish_reason":null,"index":0,"delta":{"content":" a"}}],'
             '"created":1,"id":"c","model":"m","object":"chat.completion.chunk"}')
     done = chat.replace('null,"index"', '"stop","index"')
-    assert plain_text(chat, "chat") and not plain_text(done, "chat")
-    assert not plain_text(chat.replace('" a"', '""'), "chat")  # no text: role-only
+    assert read_chunk(chat, "chat") is PLAIN
+    assert read_chunk(done, "chat") == Chunk(" a", "stop")
+    assert read_chunk(chat.replace('" a"', '""'), "chat") == Chunk("")  # no text: role-only
     comp = '{"id":"x","choices":[{"index":0,"text":" t1","finish_reason":null}]}'
-    assert plain_text(comp.encode(), "completions")
-    assert not plain_text(comp.replace("}]}", '}],"usage":{"completion_tokens":1}}'),
-                          "completions")
+    assert read_chunk(comp.encode(), "completions") is PLAIN
+    assert read_chunk(comp.replace("}]}", '}],"usage":{"completion_tokens":1}}'),
+                      "completions") == Chunk(" t1", completion_tokens=1)
+    # llama-server's per-token timings: never plain (the engine's time is kept)
+    timed = comp.replace("}]}", '}],"timings":{"prompt_n":3,"cache_n":0,"prompt_ms":1.5,'
+                         '"predicted_n":2,"predicted_ms":0.25}}')
+    assert read_chunk(timed, "completions") == Chunk(
+        " t1", timings=EngineTimings("llama.cpp", 3, 0, 1.5, 2, 0.25))
 
 
 def test_request_body_asks_for_usage_and_streams():
@@ -412,3 +454,22 @@ def test_the_token_accounting_gives_the_core_back_at_every_request_and_changes_n
     assert len(calls) >= 3 * n + 10
     assert llm_block(breathing, 3.0) == llm_block(plain, 3.0)
     assert breathing.good == plain.good == n
+
+
+def test_per_token_times_place_the_engines_wait_by_every_token():
+    """B's per-token times (the engine's ms since it started B, at each chunk): its second
+    token, read at 101.600, was made 75 ms after the start, so the engine started B by
+    101.525 (not 101.530, as its first and last reads alone say): its prefill began 5 ms
+    sooner, and of its wait 15 ms, not 20, was held with the engine idle."""
+    book = TokenBook()
+    rows = [_A, _B]
+    toks = [(t[0], array("d", t), t[-1], len(t), 5, array("i", [-1] * len(t)), -1, e)
+            for _, t, e in rows]
+    toks[1] = (*toks[1], array("d", [20.001, 75.0, 120.0]))
+    sent = np.array([r[0] for r in rows])
+    book.record(sent.copy(), np.array([r[1][-1] for r in rows]), np.array([OK] * 2),
+                np.ones(2, dtype=bool), toks, np.full(2, 5), 100.0, 0.0, None, (), OK,
+                TIMEOUT, sends=sent)
+    block = llm_block(book, 0.0)
+    assert block["engine_queue_ms"]["max"] == pytest.approx(310.0, rel=1e-3)
+    assert block["engine_held_ms"]["max"] == pytest.approx(15.0, rel=1e-3)

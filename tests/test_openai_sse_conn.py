@@ -155,3 +155,27 @@ def test_the_close_ends_a_close_delimited_stream():
     assert sink.ended == []  # the end of the response is the close
     conn.eof_received()
     assert sink.ended[0][:2] == (0, "ok")
+
+
+def test_the_python_engine_keeps_each_chunks_engine_time_with_per_token_timings():
+    """llama-server's timings in every chunk (timings_per_token): the engine's time of each
+    content chunk (prompt_ms + predicted_ms), in order, beside its token time; a response
+    without them keeps none."""
+    def timed(obj: dict, pred: float) -> dict:
+        return {**obj, "timings": {"prompt_n": 5, "cache_n": 0, "prompt_ms": 4.5,
+                                   "predicted_n": 1, "predicted_ms": pred}}
+
+    plain = stream(tokens=3)
+    data = plain
+    for i, pred in enumerate((0.001, 1.25, 2.5)):
+        c = {"choices": [{"index": 0, "text": f" t{i}", "finish_reason": None}]}
+        data = data.replace(chunk(c), chunk(timed(c, pred)))
+    for body, want in ((data, [4.501, 5.75, 7.0]), (plain, None)):
+        conn, sink, _ = conn_for()
+        seen: list = []
+        sink.then = lambda c, seen=seen: seen.append(c.tokens())
+        conn.send(0, 0.0)
+        feed(conn, body, 13)
+        (t,) = seen
+        assert sink.ended[0][1] == "ok" and len(t[1]) == 3
+        assert (t[8] if want is None else t[8].tolist()) == want

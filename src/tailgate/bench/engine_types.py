@@ -25,10 +25,16 @@ LOG_HEADER = "worker,id,intended_s,dispatch_s,send_s,end_s,outcome,status,bytes,
 LLM_LOG_HEADER = (LOG_HEADER[:-1] + ",first_chunk_s,first_token_s,last_token_s,done_s,"
                   "chunks,output_tokens,input_tokens,gap_from_s,gap_to_s,engine_state,"
                   "engine_prompt_n,engine_cache_n,engine_prompt_ms,engine_predicted_n,"
-                  "engine_predicted_ms\n")
+                  "engine_predicted_ms,engine_tokens_state,engine_tokens,"
+                  "engine_start_bound_s,engine_gap_ms\n")
 # gap_from_s/gap_to_s: the request's longest gap between content chunks. engine_*: the
 # engine's own record of the request (llama-server's timings; llm/engine_records.py),
 # engine_state "ok", "bad" (the object was there but not readable) or "" (none sent).
+# engine_tokens*: its per-token times (llm/engine_tokens.py; --engine-timings per-token):
+# state "ok", "" (none) or "bad: " and the reason they are unknown; the content chunks
+# with a time; the latest the engine can have started the request; the engine's time
+# between the longest gap's two tokens.
+LLM_LOG_HEADER_V2 = LLM_LOG_HEADER[:LLM_LOG_HEADER.index(",engine_tokens_state")] + "\n"
 ENGINE_COLUMNS = ("engine_prompt_n", "engine_cache_n", "engine_prompt_ms",
                   "engine_predicted_n", "engine_predicted_ms")
 # one request's record as the compiled loop writes it (fastpath checks its RECORD_SIZE)

@@ -9,7 +9,8 @@ and, for every request that did not end ok, its reason, typed (an error body, an
 inside or between events) so it is worded here exactly as the Python engine words it.
 
 :class:`Streams` reads those on the recorder thread (an idle task) or, at the end, on the
-caller's, with the Python engine's parser (:func:`tailgate.llm.openai.parse_chunk`):
+caller's, with the Python engine's parser (:func:`tailgate.llm.openai.read_chunk`: its
+answer from one decode, the usual content chunk taken without building it):
 per request the same token state the Python engine hands
 :class:`~tailgate.llm.accounting.TokenBook` (first chunk, token times, ``[DONE]``, usage),
 and the same outcome. What the loop cannot know without the JSON is decided here: a chunk
@@ -33,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from ..llm.openai import ChunkError, parse_chunk, plain_text
+from ..llm.openai import PLAIN, ChunkError, read_chunk
 from ..sched import YIELD_NS
 from .openai_sse import MAX_TOKENS_PER_STREAM, TokenState, apply_chunk, error_event
 from .outcome import MALFORMED_SSE, NO_TOKEN, OK, TRUNCATED
@@ -44,13 +45,14 @@ EVENT = np.dtype([("rid", "<i8"), ("t", "<i8"), ("nbytes", "<i8"), ("off", "<i8"
 (EV_DATA, EV_DONE, R_TEXT, R_STATUS, R_EVERR, R_CTYPE, R_TRUNC_PENDING, R_TRUNC_CLEAN,
  R_UTF8) = range(9)
 NO_CONTENT = "the stream finished without any content"
+NAN = math.nan
 
 
 class _Stream:
     """One request's stream so far (openai_sse.OpenAIConnection's per-request fields)."""
 
-    __slots__ = ("cached", "fail", "timings", "finish_reason", "first_chunk", "in_tokens", "ntok",
-                 "out_tokens", "reason", "t_done", "tok", "usage_each")
+    __slots__ = ("cached", "etok", "fail", "timings", "finish_reason", "first_chunk",
+                 "in_tokens", "ntok", "out_tokens", "reason", "t_done", "tok", "usage_each")
 
     def __init__(self) -> None:
         self.first_chunk = math.nan
@@ -62,13 +64,14 @@ class _Stream:
         self.ntok: array[int] = array("i")  # per content chunk: its tokens, -1 unknown
         self.cached = -1
         self.timings = None
+        self.etok: array[float] | str | None = None  # the engine's time of each token
         self.usage_each = True  # every content chunk so far carried a cumulative usage
         self.fail: tuple[int, str, float, int] | None = None  # (outcome, reason, t, bytes)
         self.reason: tuple[int, bytes] | None = None  # the loop's typed reason
 
     def tokens(self) -> TokenState:
         return (self.first_chunk, self.tok, self.t_done, self.out_tokens, self.in_tokens,
-                self.ntok, self.cached, self.timings)
+                self.ntok, self.cached, self.timings, self.etok)
 
 
 @dataclass(frozen=True)
@@ -130,20 +133,21 @@ class Streams:
             if typ == EV_DONE:
                 st.t_done = now
                 continue
-            data = mv[off:off + ln]
-            if plain_text(data, api) and len(st.tok) < limit:  # type: ignore[arg-type]
+            try:  # one decode (the loop checked every line is UTF-8)
+                chunk = read_chunk(mv[off:off + ln], api)  # type: ignore[arg-type]
+            except ChunkError as exc:
+                st.fail = (MALFORMED_SSE, str(exc), now, nb)
+                cut.append(rid)
+                continue
+            if chunk is PLAIN and len(st.tok) < limit:
                 # apply_chunk's effect of the usual chunk, without building it
                 if st.first_chunk != st.first_chunk:
                     st.first_chunk = now
                 st.tok.append(now)
                 st.ntok.append(-1)
                 st.usage_each = False
-                continue
-            try:  # (the loop checked every line is UTF-8)
-                chunk = parse_chunk(data, api)  # type: ignore[arg-type]
-            except ChunkError as exc:
-                st.fail = (MALFORMED_SSE, str(exc), now, nb)
-                cut.append(rid)
+                if st.etok is not None and type(st.etok) is not str:
+                    st.etok.append(NAN)  # (a chunk without the engine's time)
                 continue
             failed = apply_chunk(st, chunk, now, limit)
             if failed is not None:

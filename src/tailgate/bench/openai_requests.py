@@ -77,6 +77,12 @@ def add_llm_arguments(p: argparse.ArgumentParser) -> None:
         help="ask for usage in every chunk (vLLM's stream_options.continuous_usage_stats): "
         "each chunk's tokens are then known, so ITL per token is exact when a chunk carries "
         "several (speculative decoding)")
+    add("--engine-timings", choices=("final", "per-token"), default="final",
+        help="per-token: ask llama-server for its timings in every chunk "
+        "(\"timings_per_token\": true), so that each token's engine time is kept beside its "
+        "read: diagnose then bounds the clock join by every token and splits the longest "
+        "gap into the engine's time and delivery. Off by default (final: the last chunk's "
+        "timings only; other servers may refuse a field they do not know)")
     add("--ignore-eos", action="store_true",
         help="send ignore_eos (vLLM/SGLang): generate exactly --output-len tokens")
     add("--slo", action="append", default=[], metavar="EXPR",
@@ -199,10 +205,12 @@ def llm_requests(args: BenchOptions, info: Any, target: Any, slos: list[Any],
     bodies = [target.with_body(request_body(args.api, args.model, r.prompt, r.max_tokens,
                                             usage=not args.no_usage,
                                             continuous_usage=args.continuous_usage,
+                                            timings_per_token=(
+                                                args.engine_timings == "per-token"),
                                             ignore_eos=args.ignore_eos)) for r in pairs]
     nominal = np.asarray([r.input_words for r in pairs], dtype=np.int64)
     info = replace(info, llm={"model": args.model, "api": args.api, "workload": wdesc,
-                              "mode": "open"})
+                              "mode": "open", "engine_timings": args.engine_timings})
     if not info.duration_s:
         last = float(schedule[-1]) - info.warmup_s
         gap = 1.0 / info.rate if info.rate else 0.0

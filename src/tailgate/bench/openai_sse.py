@@ -30,6 +30,7 @@ from array import array
 from typing import Any
 
 from ..llm.engine_records import EngineTimings
+from ..llm.engine_tokens import add_time
 from ..llm.openai import Chunk, ChunkError, chunk_tokens, parse_chunk
 from ..llm.sse import SSEError, SSEParser, SSETooLarge
 from .conn import Connection, Sink, monotonic
@@ -50,12 +51,14 @@ from .target import openai_target
 # What the engine reads of one request: (first chunk, token times, [DONE] time,
 # usage completion tokens or -1, usage prompt tokens or -1, tokens of each content
 # chunk (-1: the server did not say), usage cached prompt tokens or -1, the engine's
-# own timings of the request or the reason they were unreadable or None); times NaN
-# when absent. The token times are an array of doubles (8 bytes a content chunk), the
-# counts of ints (4 bytes), at most max_tokens long. The accounting also takes the
-# first five alone (every chunk's count unknown, no cached count).
+# own timings of the request or the reason they were unreadable or None, the engine's
+# time of each content chunk (llm.engine_tokens: llama-server's per-token timings) or the
+# reason they are unknown or None); times NaN when absent. The token times are an array
+# of doubles (8 bytes a content chunk), the counts of ints (4 bytes), the engine's times
+# doubles, at most max_tokens long. The accounting also takes the first five alone
+# (every chunk's count unknown, no cached count).
 TokenState = tuple[float, "array[float]", float, int, int, "array[int]", int,
-                   EngineTimings | str | None]
+                   EngineTimings | str | None, "array[float] | str | None"]
 MAX_TOKENS_PER_STREAM = 1_000_000  # --max-tokens-per-stream: 8 MB of token times a stream
 
 
@@ -79,8 +82,9 @@ class _Fail(Exception):
 
 def apply_chunk(st: Any, chunk: Chunk, now: float, max_tokens: int) -> tuple[int, str] | None:
     """One parsed chunk into a stream's token state (``st``: first_chunk, tok, ntok,
-    usage_each, finish_reason, out_tokens, in_tokens, cached), on both engines (the compiled
-    one's :mod:`.fast_sse` too): the (outcome, reason) that ends the stream, or None."""
+    usage_each, finish_reason, out_tokens, in_tokens, cached, timings, etok), on both
+    engines (the compiled one's :mod:`.fast_sse` too): the (outcome, reason) that ends the
+    stream, or None."""
     if st.first_chunk != st.first_chunk:  # NaN: this is the first
         st.first_chunk = now
     if chunk.error is not None:
@@ -92,6 +96,8 @@ def apply_chunk(st: Any, chunk: Chunk, now: float, max_tokens: int) -> tuple[int
         st.tok.append(now)
         st.ntok.append(chunk_tokens(chunk, st.out_tokens, st.usage_each))
         st.usage_each = st.usage_each and chunk.completion_tokens is not None
+        if chunk.timings is not None or st.etok is not None:  # (per token, when asked)
+            st.etok = add_time(st.etok, chunk.timings, len(st.tok))
     if chunk.finish_reason:
         st.finish_reason = chunk.finish_reason
     if chunk.completion_tokens is not None:
@@ -137,12 +143,13 @@ class OpenAIConnection(Connection):
         self.ntok: array[int] = array("i")  # per content chunk: its tokens, -1 unknown
         self.cached = -1
         self.timings: EngineTimings | str | None = None
+        self.etok: array[float] | str | None = None  # the engine's time of each token
         self.usage_each = True  # every content chunk so far carried a cumulative usage
         self.settled = False  # the stream's outcome is decided (the HTTP end may follow)
 
     def tokens(self) -> TokenState:
         return (self.first_chunk, self.tok, self.t_done, self.out_tokens, self.in_tokens,
-                self.ntok, self.cached, self.timings)
+                self.ntok, self.cached, self.timings, self.etok)
 
     # -- Connection hooks ----------------------------------------------------------------
 
@@ -303,7 +310,7 @@ BENCH_PROTOCOL = Protocol(
            "--workload", "--input-len", "--output-len", "--range-ratio", "--conversations",
            "--turns", "--system-len", "--trace", "--allow-no-done", "--trace-token-scale",
            "--trace-time-scale", "--no-usage", "--ignore-eos", "--concurrency",
-           "--continuous-usage"),
+           "--continuous-usage", "--engine-timings"),
     kinds=tuple(k for k in ERROR_KINDS if k != "grpc_status"), default_timeout="60s",
     target=openai_target, connections=_connections, parse_slo=_parse_slo, tokens=True,
     compiled=True)  # both schemes: fastloop.c frames the stream (fast_sse.py its JSON)

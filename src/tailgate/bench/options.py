@@ -82,6 +82,7 @@ class BenchOptions:
     trace_time_scale: float = 1.0
     no_usage: bool = False
     continuous_usage: bool = False
+    engine_timings: str = "final"  # "per-token": llama-server's timings in every chunk
     ignore_eos: bool = False
 
     @classmethod

@@ -19,6 +19,7 @@ from typing import IO, Any, Protocol
 import numpy as np
 
 from ..hist import Histogram, IntervalHistograms
+from ..llm.engine_tokens import NONE, engine_tokens
 from ..sched import Breather
 from .conn import OUT_OF_STEP, monotonic
 from .outcome import KINDS, OK, PROTOCOL, TIMEOUT
@@ -319,7 +320,7 @@ class Recorder:
 def _token_columns(t: Any, start: float, nominal: int) -> str:
     """The log's token columns of one request (empty where it had none)."""
     if t is None:
-        return f",,,,,0,0,{nominal},,,,,,,,"
+        return f",,,,,0,0,{nominal},,,,,,,,,,,,"
     chunk0, times, done, use_out, use_in = t[:5]
 
     def ts(v: float) -> str:
@@ -327,13 +328,24 @@ def _token_columns(t: Any, start: float, nominal: int) -> str:
 
     first, last = (times[0], times[-1]) if times else (math.nan, math.nan)
     gap = ",,"
+    k = -1
     if len(times) > 1:
         gaps = np.diff(np.asarray(times, dtype=np.float64))
         k = int(gaps.argmax())
         gap = f",{ts(times[k])},{ts(times[k + 1])}"
+    et = (engine_tokens(np.asarray(times, dtype=np.float64), t[8], k)
+          if len(t) > 8 and t[8] is not None else NONE)  # (per token: when asked)
+    state = et.state if et.state in ("", "ok") else "bad: " + _csv_safe(et.state)
     return (f",{ts(chunk0)},{ts(first)},{ts(last)},{ts(done)},{len(times)},"
             f"{use_out if use_out >= 0 else len(times)},{use_in if use_in >= 0 else nominal}"
-            + gap + _engine_columns(t[7] if len(t) > 7 else None))
+            + gap + _engine_columns(t[7] if len(t) > 7 else None)
+            + f",{state},{et.timed or ''},{ts(et.start_bound)},"
+            + ("" if et.gap_engine_ms != et.gap_engine_ms else f"{et.gap_engine_ms:.3f}"))
+
+
+def _csv_safe(reason: str) -> str:
+    """A reason as one field of the log (no comma, no line break)."""
+    return reason.replace(",", ";").replace("\n", " ").replace("\r", " ")[:200]
 
 
 def _engine_columns(e: Any) -> str:

@@ -93,7 +93,7 @@ from ..hist import (
 )
 from .arrivals import arrival_test
 from .confidence import ConfidenceTarget, judge_targets, quantile_ci
-from .engine_types import LLM_LOG_HEADER, LOG_HEADER, WorkerResult
+from .engine_types import LLM_LOG_HEADER, LLM_LOG_HEADER_V2, LOG_HEADER, WorkerResult
 from .http1 import Limits
 from .outcome import KINDS
 from .protocols import kinds_for
@@ -589,9 +589,11 @@ def _headers() -> list[list[str]]:
     llm_tail = LLM_LOG_HEADER[len(LOG_HEADER) - 1:]
     # (before the longest gap and the engine's columns; still read)
     llm_old = llm_tail[:llm_tail.index(",gap_from_s")] + "\n"
+    v2_tail = LLM_LOG_HEADER_V2[len(LOG_HEADER) - 1:]  # (before the per-token columns)
     return [h.strip().split(",") for h in (LOG_HEADER, LLM_LOG_HEADER, old,
                                            old[:-1] + llm_tail, LOG_HEADER[:-1] + llm_old,
-                                           old[:-1] + llm_old)]
+                                           old[:-1] + llm_old, LLM_LOG_HEADER_V2,
+                                           old[:-1] + v2_tail)]
 
 
 _LOG_HEADERS = _headers()
@@ -603,8 +605,9 @@ def read_log(text: str) -> dict[str, np.ndarray]:
     Times are seconds from the run's start: ``intended_s``, ``dispatch_s``,
     ``send_s``, ``end_s``, ``arrive_s`` (when the kernel received the reply's last bytes;
     NaN where not known: the Python engine, or a log from before the column).
-    ``outcome`` is the kind name; ``engine_state`` "ok", "bad" or "", and the ``engine_*``
-    counts and durations floats (NaN where the engine sent none).
+    ``outcome`` is the kind name; ``engine_state`` "ok", "bad" or "", ``engine_tokens_state``
+    "ok", "" or "bad: " and the reason, and the other ``engine_*`` counts, times and
+    durations floats (NaN where the engine sent none).
     """
     f = io.StringIO(text)
     header = f.readline().strip().split(",")
@@ -621,7 +624,7 @@ def read_log(text: str) -> dict[str, np.ndarray]:
         cols["arrive_s"] = [""] * len(cols["id"])
     out: dict[str, np.ndarray] = {}
     for h, vals in cols.items():
-        if h in ("outcome", "engine_state"):
+        if h in ("outcome", "engine_state", "engine_tokens_state"):
             out[h] = np.array(vals, dtype=object)
         elif h.endswith("_s") or h.startswith("engine_"):
             out[h] = np.array([float(v) if v else math.nan for v in vals], dtype=np.float64)

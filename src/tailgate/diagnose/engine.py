@@ -14,8 +14,12 @@ the engine finished the prefill and sampled the first token, which both sides bo
 * the first token cannot be read before it was made: ``E <= first_token`` (a1), and the
   last token neither: ``E + predicted_ms <= last_token``, so ``E <= last_token -
   predicted_ms`` (a2). Each anchor is E plus the delay from the engine's write to
-  tailgate's read, so ``E = min(a1, a2)`` and ``|a1 - a2|``, how far the two reads of the
-  same instant disagree, bounds the error of the join (stated per request);
+  tailgate's read, so ``E = min(a1, a2)`` and ``|a1 - a2|`` is how far the two reads of
+  the same instant disagree (``error_bound_ms``). With llama-server's per-token timings
+  (:mod:`tailgate.llm.engine_tokens`) every token read bounds the engine's start of the
+  request, so ``E <= min_i(read_i - engine_ms_i) + prompt_ms`` (a3) and E is the least of
+  the three. E lies between ``sent + prompt_ms [+ queue_ms]`` and that: the span is how late
+  E may be placed, stated per request (``bound_ms``);
 * the prefill (or, where the engine states its queue, the queue) cannot start before the
   request was sent: ``E - prompt_ms [- queue_ms] >= sent``. A
   record that breaks this by more than :data:`MAX_SKEW_NS`, or whose anchors disagree by
@@ -106,6 +110,12 @@ class Requests:
     predicted_ms: np.ndarray
     queue_ms: np.ndarray | None = None  # the engine's own queue time (NaN/None: not said)
     engine: str = "llama.cpp"  # whose records: llama.cpp's timings, or "vLLM (OTLP spans)"
+    # llama-server's per-token times (llm.engine_tokens; None for all: none): their state
+    # ("ok", "" none, or "bad: " and the reason), the latest the engine can have started
+    # the request (ns, 0: not known) and its time between the longest gap's tokens (ms)
+    tokens_state: np.ndarray | None = None
+    start_bound: np.ndarray | None = None
+    gap_engine_ms: np.ndarray | None = None
 
     @classmethod
     def from_log(cls, cols: dict[str, np.ndarray], base_ns: int) -> Requests:
@@ -126,11 +136,14 @@ class Requests:
             return np.full(n, np.nan) if v is None else v[keep].astype(np.float64)
 
         state = cols.get("engine_state")
+        tstate = cols.get("engine_tokens_state")
         return cls(cols["id"][keep], ns("intended_s"), ns("send_s"), ns("first_token_s"),
                    ns("last_token_s"), ns("end_s"), ns("gap_from_s"), ns("gap_to_s"),
                    np.full(n, "", dtype=object) if state is None else state[keep],
                    num("engine_prompt_n"), num("engine_cache_n"), num("engine_prompt_ms"),
-                   num("engine_predicted_n"), num("engine_predicted_ms"))
+                   num("engine_predicted_n"), num("engine_predicted_ms"),
+                   tokens_state=None if tstate is None else tstate[keep],
+                   start_bound=ns("engine_start_bound_s"), gap_engine_ms=num("engine_gap_ms"))
 
 
 VLLM = "vLLM (OTLP spans)"
@@ -211,6 +224,11 @@ class Phases:
     decode_end: np.ndarray
     queue_start: np.ndarray  # where the engine states its queue; else sent
     stated: np.ndarray  # bool: the engine stated this request's queue
+    # how far E may be off: E is at most the anchor and at least sent + prefill (+ the
+    # stated queue), so the anchor is late by this much at most (ns, -1 where not placed)
+    bound_ns: np.ndarray
+    bound_first_last_ns: np.ndarray  # the same from a1 and a2 alone
+    per_token: np.ndarray  # bool: the anchor is bounded by every token
 
 
 def place(r: Requests, max_skew_ns: int = MAX_SKEW_NS) -> Phases:
@@ -224,6 +242,9 @@ def place(r: Requests, max_skew_ns: int = MAX_SKEW_NS) -> Phases:
     dend = np.zeros(n, np.int64)
     qstart = np.zeros(n, np.int64)
     stated = np.zeros(n, bool)
+    bound = np.full(n, -1, np.int64)
+    bound_fl = np.full(n, -1, np.int64)
+    per_token = np.zeros(n, bool)
     for i in range(n):
         st = r.state[i]
         if st != "ok":
@@ -237,7 +258,12 @@ def place(r: Requests, max_skew_ns: int = MAX_SKEW_NS) -> Phases:
         d_ns = round(r.predicted_ms[i] * 1e6)
         a1 = int(r.first_token[i])
         a2 = int(r.last_token[i]) - d_ns if r.last_token[i] and r.predicted_n[i] > 1 else None
-        e = a1 if a2 is None else min(a1, a2)
+        e_fl = a1 if a2 is None else min(a1, a2)
+        # every token read bounds the engine's start (llm.engine_tokens): E <= that + prefill
+        a3 = (int(r.start_bound[i]) + p_ns
+              if r.start_bound is not None and r.start_bound[i] and r.tokens_state is not None
+              and r.tokens_state[i] == "ok" else None)
+        e = e_fl if a3 is None else min(e_fl, a3)
         if a2 is not None and abs(a1 - a2) > max_skew_ns:
             why[i] = (f"refused: its first token and its decode end place the engine's clock "
                       f"{(a1 - a2) / 1e6:+.1f} ms apart")
@@ -252,12 +278,16 @@ def place(r: Requests, max_skew_ns: int = MAX_SKEW_NS) -> Phases:
             continue
         ok[i] = True
         anchor[i] = e
+        bound[i] = max(-early, 0)
+        bound_fl[i] = max(e_fl - (e + early), 0)  # (e + early: sent + prefill + queue)
+        per_token[i] = a3 is not None
         err[i] = -1 if a2 is None else abs(a1 - a2)
         pstart[i] = max(e - p_ns, int(r.sent[i]))
         dend[i] = e + d_ns
         stated[i] = bool(np.isfinite(q))
         qstart[i] = max(e - p_ns - q_ns, int(r.sent[i])) if stated[i] else int(r.sent[i])
-    return Phases(ok, why, anchor, err, pstart, dend, qstart, stated)
+    return Phases(ok, why, anchor, err, pstart, dend, qstart, stated, bound, bound_fl,
+                  per_token)
 
 
 @dataclass(frozen=True)
@@ -430,7 +460,7 @@ def analyse(r: Requests, t0_ns: int, min_cover: float = 0.5, min_lift: float = 1
     ph = place(r, max_skew_ns)
     ok = ph.ok
     refused = [w for w in ph.why if w.startswith("refused")]
-    out["join"] = _join(ph, refused)
+    out["join"] = _join(r, ph, refused)
     if not ok.any():
         out["unknown"] = f"no record could be placed on tailgate's clock: {ph.why[0]}"
         return out, [], []
@@ -501,18 +531,59 @@ def analyse(r: Requests, t0_ns: int, min_cover: float = 0.5, min_lift: float = 1
     return out, causes, _bands(r, ph, idx, ttft, t0_ns)
 
 
-def _join(ph: Phases, refused: list[str]) -> dict[str, Any]:
+NO_TOKENS = ("the engine sent no per-token timings (llama-server sends them when asked: "
+             "--engine-timings per-token)")
+
+
+def _tokens_why(r: Requests, i: int) -> str | None:
+    """Why request ``i``'s per-token times are unknown (None: they are known)."""
+    st = "" if r.tokens_state is None else r.tokens_state[i]
+    if st == "ok":
+        return None
+    return NO_TOKENS if not st else f"its per-token timings were malformed: {st[5:]}"
+
+
+def _dist(v: np.ndarray) -> dict[str, float]:
+    return {"p50": round(_pct(v, 50) / 1e6, 4), "p99": round(_pct(v, 99) / 1e6, 4),
+            "max": round(float(v.max()) / 1e6, 4)}
+
+
+def _join(r: Requests, ph: Phases, refused: list[str]) -> dict[str, Any]:
     e = ph.error_ns[ph.ok & (ph.error_ns >= 0)]
     out: dict[str, Any] = {
         "placed": int(ph.ok.sum()), "refused": len(refused),
         "refused_examples": refused[:3],
-        "method": "E = min(first token read, last token read - decode): the instant the "
-                  "engine finished the prefill on tailgate's clock; error bound per request "
-                  "= how far the two reads disagree"}
+        "method": "E = min(first token read, last token read - decode, and with per-token "
+                  "timings every token's read - its engine time + prefill): the instant the "
+                  "engine finished the prefill on tailgate's clock, at most E and at least "
+                  "sent + prefill (+ the stated queue); bound per request = the span between "
+                  "the two (how late E may be); error bound = how far the first and last "
+                  "token's reads disagree"}
     if len(e):
-        out["error_bound_ms"] = {"p50": round(_pct(e, 50) / 1e6, 4),
-                                 "p99": round(_pct(e, 99) / 1e6, 4),
-                                 "max": round(float(e.max()) / 1e6, 4)}
+        out["error_bound_ms"] = _dist(e)
+    placed = ph.ok
+    if not placed.any():
+        return out
+    out["bound_ms"] = _dist(ph.bound_ns[placed])
+    pt = placed & ph.per_token
+    tokens: dict[str, Any] = {"requests": int(pt.sum())}
+    if pt.any():
+        tokens["bound_ms"] = _dist(ph.bound_ns[pt])
+        tokens["bound_ms_first_last"] = _dist(ph.bound_first_last_ns[pt])
+    st = (np.full(len(ph.ok), "", dtype=object) if r.tokens_state is None
+          else r.tokens_state)
+    bad = [str(x) for x in st[ph.ok] if x not in ("", "ok")]
+    tokens["malformed"] = len(bad)
+    if bad:
+        tokens["malformed_examples"] = bad[:3]
+    if not pt.any():
+        tokens["unknown"] = (NO_TOKENS if not bad else
+                             f"every request's per-token timings were malformed: {bad[0]}")
+    out["per_token"] = tokens
+    keep = np.flatnonzero(placed)[:MAX_BANDS]
+    out["per_request"] = {"request": [int(x) for x in r.ids[keep]],
+                          "bound_ms": [round(float(x) / 1e6, 4) for x in ph.bound_ns[keep]],
+                          "per_token": [bool(x) for x in ph.per_token[keep]]}
     return out
 
 
@@ -545,7 +616,38 @@ def _interference(r: Requests, ph: Phases, idx: np.ndarray,
     a.sentence += (f"; each overlapped {a.extra['prefills']:g} prefills of "
                    f"{a.extra['tokens_per_prefill']:,.0f} computed prompt tokens on average "
                    f"(vs {float(np.nanmean(r.prompt_n[idx])):,.0f} a request's on average)")
+    split = _gap_split(r, has[tail], gap[tail])
+    a.extra["gap_split"] = split
+    a.sentence += (f"; of those gaps the engine itself spent {split['engine_ms']:.2f} ms each "
+                   f"between the two tokens ({100 * split['engine_share']:.0f} %), delivery "
+                   f"(the server's HTTP thread, the network, the client) {split['delivery_ms']:.2f}"
+                   f" ms ({split['with_engine_times']} of {split['gaps']} gaps with the "
+                   "engine's times)"
+                   if "engine_share" in split else
+                   f"; how much of those gaps was the engine's own is unknown: "
+                   f"{split['unknown']}")
     return a
+
+
+def _gap_split(r: Requests, rows: np.ndarray, gap: np.ndarray) -> dict[str, Any]:
+    """The slow gaps (``gap`` ns, of requests ``rows``) split into the engine's time between
+    their two tokens and delivery (the rest), over those whose per-token times are known."""
+    eng = (np.full(len(rows), np.nan) if r.gap_engine_ms is None
+           else r.gap_engine_ms[rows] * 1e6)
+    known = np.isfinite(eng) & np.array([_tokens_why(r, int(i)) is None for i in rows],
+                                        dtype=bool)
+    out: dict[str, Any] = {"gaps": len(rows), "with_engine_times": int(known.sum())}
+    if not known.any():
+        whys = [_tokens_why(r, int(i)) for i in rows]
+        out["unknown"] = next((w for w in whys if w and w != NO_TOKENS), None) or (
+            NO_TOKENS if any(whys) else "the longest gaps' chunks carried no engine times")
+        return out
+    e, g = eng[known], gap[known].astype(np.float64)
+    # (delivery may be negative: the gap's first chunk was read late, its second not)
+    out.update(engine_ms=round(float(e.mean()) / 1e6, 4),
+               delivery_ms=round(float((g - e).mean()) / 1e6, 4),
+               engine_share=round(float(e.sum() / max(g.sum(), 1.0)), 4))
+    return out
 
 
 def _table(r: Requests, ph: Phases, idx: np.ndarray, ttft: np.ndarray,
@@ -565,8 +667,28 @@ def _table(r: Requests, ph: Phases, idx: np.ndarray, ttft: np.ndarray,
                                   if np.isfinite(r.prompt_n[i]) else np.nan),
             "generated": _int(r.predicted_n[i]),
             "join_error_ms": (None if ph.error_ns[i] < 0 else
-                              round(float(ph.error_ns[i]) / 1e6, 4))})
+                              round(float(ph.error_ns[i]) / 1e6, 4)),
+            **_row_tokens(r, ph, int(i))})
     return rows
+
+
+def _row_tokens(r: Requests, ph: Phases, i: int) -> dict[str, Any]:
+    """A table row's join bound and its longest gap split (engine, delivery)."""
+    why = _tokens_why(r, i)
+    gap = int(r.gap_to[i] - r.gap_from[i]) if r.gap_from[i] and r.gap_to[i] else None
+    eng = (r.gap_engine_ms[i] if r.gap_engine_ms is not None and why is None
+           else np.nan)
+    out: dict[str, Any] = {
+        "join_bound_ms": (None if ph.bound_ns[i] < 0 else
+                          round(float(ph.bound_ns[i]) / 1e6, 4)),
+        "join_by": "every token" if ph.per_token[i] else "first and last token",
+        "gap_ms": None if gap is None else round(gap / 1e6, 3),
+        "gap_engine_ms": round(float(eng), 3) if np.isfinite(eng) else None,
+        "gap_delivery_ms": (round(gap / 1e6 - float(eng), 3)
+                            if gap is not None and np.isfinite(eng) else None)}
+    if why is not None:
+        out["per_token_unknown"] = why
+    return out
 
 
 def _int(v: float) -> int | None:

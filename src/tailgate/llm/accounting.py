@@ -56,6 +56,7 @@ from ..hist import Histogram, HistogramSpec, IntervalHistograms
 from ..slo import Slo, SloError
 from ..slo import parse_slo as _bench_parse_slo
 from .engine_phases import MAX_SKEW_NS, queue_and_held
+from .engine_tokens import engine_tokens
 
 METRICS = ("ttft", "itl", "itl_per_token", "tpot", "e2e")
 # The engine's own phases where it sends a record of each request (llama-server's timings):
@@ -201,6 +202,7 @@ class TokenBook:
         dec: list[float] = [nan] * n
         pn: list[int] = [0] * n  # tokens the engine generated
         qu: list[float] = [nan] * n  # its stated queue (s)
+        sb: list[float] = [nan] * n  # the latest its per-token times say it started (s)
         nl: list[int] = [0] * n
         times_l: list[np.ndarray] = []
         ntok_l: list[np.ndarray] = []
@@ -217,6 +219,8 @@ class TokenBook:
                 dec[i] = math.nan if e.predicted_ms is None else e.predicted_ms / 1e3
                 pn[i] = e.predicted_n
                 qu[i] = math.nan if e.queue_ms is None else e.queue_ms / 1e3
+            if len(t) > 8 and t[8] is not None:  # (--engine-timings per-token)
+                sb[i] = engine_tokens(np.asarray(times, dtype=np.float64), t[8]).start_bound
             nc = len(times)
             if not nc:
                 continue
@@ -304,7 +308,7 @@ class TokenBook:
                 last = np.full(n, math.nan)
                 last[has_chunks] = tt[starts[has_chunks] + lens[has_chunks] - 1]
                 self._keep_waits(has & ~np.isnan(sends), sends, first, last, prefill,
-                                 decode, np.array(pn), np.array(qu))
+                                 decode, np.array(pn), np.array(qu), np.array(sb))
         for name, (v, keep) in values.items():
             breathe()
             self._add(name, v[keep], (intended[keep] - start), warmup_s, slot_s, breathe)
@@ -386,11 +390,14 @@ class TokenBook:
 
     def _keep_waits(self, has: np.ndarray, sends: np.ndarray, first: np.ndarray,
                     last: np.ndarray, prefill: np.ndarray, decode: np.ndarray,
-                    generated: np.ndarray, queue: np.ndarray) -> None:
+                    generated: np.ndarray, queue: np.ndarray,
+                    start_bound: np.ndarray | None = None) -> None:
         """Place each record on tailgate's clock as diagnose.engine.place does: E, the end
-        of the prefill, is the earlier of the first token's read and the last's less the
-        decode; a record whose two reads disagree, or whose prefill (queue) would start
-        before the send, by more than MAX_SKEW_NS is another clock's: refused."""
+        of the prefill, is the earliest of the first token's read, the last's less the
+        decode and, with per-token times, the latest start they allow plus the prefill
+        (``start_bound``, NaN: none); a record whose two reads disagree, or whose prefill
+        (queue) would start before the send, by more than MAX_SKEW_NS is another clock's:
+        refused."""
         if not np.any(has):
             return
 
@@ -404,6 +411,9 @@ class TokenBook:
         two = ~np.isnan(last[has]) & ~np.isnan(decode[has]) & (generated[has] > 1)
         a2 = np.where(two, ns(np.nan_to_num(last)) - d_ns, a1)
         e = np.minimum(a1, a2)
+        if start_bound is not None:
+            tok = ~np.isnan(start_bound[has])
+            e = np.where(tok, np.minimum(e, ns(np.nan_to_num(start_bound)) + p_ns), e)
         ok = ((np.abs(a1 - a2) <= MAX_SKEW_NS)
               & (sent - (e - p_ns - q_ns) <= MAX_SKEW_NS))
         self.waits_refused += int(np.count_nonzero(~ok))

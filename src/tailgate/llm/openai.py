@@ -32,7 +32,7 @@ PATHS = {"completions": "/completions", "chat": "/chat/completions"}
 
 def request_body(api: Api, model: str, prompt: str | list[dict[str, str]], max_tokens: int,
                  *, usage: bool = True, ignore_eos: bool = False,
-                 continuous_usage: bool = False,
+                 continuous_usage: bool = False, timings_per_token: bool = False,
                  extra: dict[str, Any] | None = None) -> bytes:
     """The JSON body of one streamed request."""
     body: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "stream": True}
@@ -48,6 +48,8 @@ def request_body(api: Api, model: str, prompt: str | list[dict[str, str]], max_t
             body["stream_options"]["continuous_usage_stats"] = True
     if ignore_eos:
         body["ignore_eos"] = True  # vLLM/SGLang extension: generate exactly max_tokens
+    if timings_per_token:  # llama-server: its `timings` in every chunk, not only the last
+        body["timings_per_token"] = True
     if extra:
         body.update(extra)
     return json.dumps(body, separators=(",", ":")).encode()
@@ -71,6 +73,11 @@ class Chunk(NamedTuple):  # (a tuple: built once per chunk, at 100,000 chunks/s)
     timings: EngineTimings | str | None = None
 
 
+# What :func:`read_chunk` answers for the usual content chunk: one token of unknown count
+# with some text, nothing else (a Chunk, so that apply_chunk takes it as the chunk it is).
+PLAIN = Chunk("(plain text)")
+
+
 def parse_chunk(data: str | bytes | memoryview, api: Api) -> Chunk:
     """Interpret one ``data:`` payload (not ``[DONE]``).
 
@@ -78,6 +85,20 @@ def parse_chunk(data: str | bytes | memoryview, api: Api) -> Chunk:
     with no tolerance); anything else, or anything odd about it, goes through the full
     rules below, which decide every case. The typed decode only ever gives their answer
     faster (``tests/test_llm_units.py`` checks the two agree on generated chunks)."""
+    return _read(data, api, False)
+
+
+def read_chunk(data: str | bytes | memoryview, api: Api) -> Chunk:
+    """:func:`parse_chunk`'s answer from one decode, except that the usual content chunk
+    (``Chunk(text)`` with some text and nothing else: no finish reason, usage, logprobs,
+    timings or error) is the shared :data:`PLAIN`, its text not built: a stream's token
+    state takes it as one token of unknown count at its time, which a loop at 100,000
+    chunks/s does without building a :class:`Chunk` (``tests/test_llm_units.py`` checks
+    PLAIN is only ever such a chunk)."""
+    return _read(data, api, True)
+
+
+def _read(data: str | bytes | memoryview, api: Api, plain: bool) -> Chunk:
     try:
         c = _FAST[api].decode(data)
     except (msgspec.DecodeError, UnicodeDecodeError):  # (ValidationError is a DecodeError)
@@ -85,42 +106,27 @@ def parse_chunk(data: str | bytes | memoryview, api: Api) -> Chunk:
     if c is None or c.error is not msgspec.UNSET:
         return _parse_chunk(data if isinstance(data, str) else bytes(data).decode(), api)
     usage = c.usage
+    if not c.choices:
+        choice = None
+        text = None
+    else:
+        choice = c.choices[0]
+        text = choice.text if api == "completions" else (  # type: ignore[union-attr]
+            choice.delta.content if choice.delta is not None else None)  # type: ignore[union-attr]
+        if (plain and text and usage is None and c.timings is None
+                and choice.finish_reason is None and choice.logprobs is None):
+            return PLAIN
     prompt = completion = cached = None
     if usage is not None:
         prompt, completion = _count(usage.prompt_tokens), _count(usage.completion_tokens)
         if usage.prompt_tokens_details is not None:
             cached = _count(usage.prompt_tokens_details.cached_tokens)
     timings = None if c.timings is None else _timings(c.timings)
-    if not c.choices:
+    if choice is None:
         return Chunk("", None, prompt, completion, cached_tokens=cached, timings=timings)
-    choice = c.choices[0]
-    text = choice.text if api == "completions" else (
-        choice.delta.content if choice.delta is not None else None)
     return Chunk(text or "", choice.finish_reason, prompt, completion,
                  tokens=_logprob_tokens(choice.logprobs, api), cached_tokens=cached,
                  timings=timings)
-
-
-def plain_text(data: str | bytes | memoryview, api: Api) -> bool:
-    """Whether ``data`` is the usual content chunk: :func:`parse_chunk` would give
-    ``Chunk(text)`` with some text and nothing else (no finish reason, usage, logprobs,
-    timings or error). A stream's token state takes such a chunk as one token of unknown
-    count at its time, which a loop at 100,000 chunks/s can do without building the
-    :class:`Chunk` (``tests/test_llm_units.py`` checks this against parse_chunk)."""
-    try:
-        c = _FAST[api].decode(data)
-    except (msgspec.DecodeError, UnicodeDecodeError):
-        return False
-    if c.error is not msgspec.UNSET or c.usage is not None or c.timings is not None \
-            or not c.choices:
-        return False
-    choice = c.choices[0]
-    if choice.finish_reason is not None or choice.logprobs is not None:
-        return False
-    if api == "completions":
-        return bool(choice.text)  # type: ignore[union-attr]
-    delta = choice.delta  # type: ignore[union-attr]
-    return delta is not None and bool(delta.content)
 
 
 def _timings(obj: Any) -> EngineTimings | str:

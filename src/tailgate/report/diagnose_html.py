@@ -265,6 +265,21 @@ def accounting_section(acc: dict[str, Any] | None) -> str:
             f"<th>parts</th></tr>{slow}</table>")
 
 
+def engine_join_section(eng: dict[str, Any] | None) -> str:
+    """How the engine's records were placed on tailgate's clock, and how far they may be off
+    (diagnose.engine's join); "" where the run had none."""
+    from .diagnose_render import join_bound_line
+
+    join = (eng or {}).get("join")
+    if not join:
+        return ""
+    e = html.escape
+    line = join_bound_line(join)
+    return (f"<h2>the engine's records on tailgate's clock</h2><p id='engine-join'>"
+            f"{join['placed']} placed, {join['refused']} refused"
+            + (f"; {e(line)}" if line else "") + "</p>")
+
+
 def diagnose_page(doc: dict[str, Any]) -> str:
     from .plots import figure_div, page, spectrum_figure
 
@@ -303,6 +318,7 @@ def diagnose_page(doc: dict[str, Any]) -> str:
     from .flame import flame_section
 
     parts.append(accounting_section(doc.get("accounting")))
+    parts.append(engine_join_section(doc.get("engine")))
     parts.append(flame_section(doc.get("profile")))
     unknown = (doc.get("timeline") or {}).get("unknown") or {}
     if unknown:

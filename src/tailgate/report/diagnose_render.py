@@ -103,6 +103,9 @@ def engine(eng: dict[str, Any] | None, console) -> None:
                      if err else ""), highlight=False)
     for why in join.get("refused_examples", ()):
         console.print(f"  {why}", highlight=False, markup=False)
+    line = join_bound_line(join)
+    if line:
+        console.print(f"  {line}", highlight=False, markup=False)
     otlp = eng.get("otlp")
     if otlp:
         j, got = otlp["join"], otlp["received"]
@@ -126,6 +129,27 @@ def engine(eng: dict[str, Any] | None, console) -> None:
                       f"{row['prefill_ms']:>9.2f}{row['decode_ms']:>9.2f}"
                       f"{_n(row['prompt_computed']):>9}{_n(row['prompt_cached']):>8}"
                       f"{_n(row['generated']):>6}", highlight=False)
+
+
+def join_bound_line(join: dict[str, Any]) -> str:
+    """How late the engine's placed records may be on tailgate's clock (diagnose.engine's
+    per-request bound), and how many were bounded by every token ("" without placements)."""
+    b = join.get("bound_ms")
+    if not b:
+        return ""
+    pt = join.get("per_token") or {}
+    line = (f"join bound (how late the engine's prefill end may be placed) P50 {b['p50']:.3f} "
+            f"ms, P99 {b['p99']:.3f} ms, max {b['max']:.3f} ms")
+    if pt.get("requests"):
+        fl, t = pt["bound_ms_first_last"], pt["bound_ms"]
+        line += (f"; {pt['requests']} requests bounded by every token (P50 {t['p50']:.3f} ms, "
+                 f"P99 {t['p99']:.3f} ms; by their first and last token alone P50 "
+                 f"{fl['p50']:.3f} ms, P99 {fl['p99']:.3f} ms)")
+    elif pt.get("unknown"):
+        line += f"; per-token: unknown ({pt['unknown']})"
+    if pt.get("malformed") and pt.get("requests"):
+        line += f"; {pt['malformed']} with malformed per-token timings"
+    return line
 
 
 def _n(v: int | None) -> str:
