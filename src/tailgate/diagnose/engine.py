@@ -58,7 +58,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..llm.engine_phases import MAX_SKEW_NS, queue_and_held
+from ..llm.engine_phases import (
+    MAX_SKEW_NS,
+    PLACED,
+    READS_DISAGREE,
+    anchor,
+    queue_and_held,
+)
 from ..spans import merge_spans, overlap_ns
 from .attribution import MIN_TAIL, Attribution, Cause
 
@@ -232,62 +238,56 @@ class Phases:
 
 
 def place(r: Requests, max_skew_ns: int = MAX_SKEW_NS) -> Phases:
-    """Put each record on tailgate's clock (see the module doc); refuse what does not fit."""
+    """Put each record on tailgate's clock (see the module doc and
+    :func:`tailgate.llm.engine_phases.anchor`, the rule bench's accounting shares); refuse
+    what does not fit."""
     n = len(r.ids)
-    ok = np.zeros(n, bool)
+    whole = np.array([st == "ok" for st in r.state], bool)
+    seen = (r.sent != 0) & (r.first_token != 0)
+    cand = whole & seen
+
+    def ms_ns(v: np.ndarray) -> np.ndarray:  # (ms -> ns, rounded: no truncation)
+        return np.where(cand, np.rint(np.nan_to_num(v.astype(np.float64)) * 1e6),
+                        0).astype(np.int64)
+
+    p_ns, d_ns = ms_ns(r.prompt_ms), ms_ns(r.predicted_ms)
+    queue = (np.full(n, np.nan) if r.queue_ms is None
+             else np.asarray(r.queue_ms, np.float64))
+    stated = np.isfinite(queue)
+    q_ns = np.where(stated & cand, ms_ns(np.where(stated, queue, 0.0)), 0)
+    two = (r.last_token != 0) & (r.predicted_n > 1)
+    sb = np.zeros(n, np.int64)
+    if r.start_bound is not None and r.tokens_state is not None:
+        tok_ok = np.array([st == "ok" for st in r.tokens_state], bool)
+        sb = np.where(tok_ok, r.start_bound.astype(np.int64), 0)
+    sent = r.sent.astype(np.int64)
+    at = anchor(sent, r.first_token.astype(np.int64), r.last_token.astype(np.int64), p_ns,
+                d_ns, two, q_ns, sb, max_skew_ns)
+    ok = cand & (at.refused == PLACED)
     why = [""] * n
-    anchor = np.zeros(n, np.int64)
-    err = np.full(n, -1, np.int64)
-    pstart = np.zeros(n, np.int64)
-    dend = np.zeros(n, np.int64)
-    qstart = np.zeros(n, np.int64)
-    stated = np.zeros(n, bool)
-    bound = np.full(n, -1, np.int64)
-    bound_fl = np.full(n, -1, np.int64)
-    per_token = np.zeros(n, bool)
-    for i in range(n):
-        st = r.state[i]
-        if st != "ok":
-            why[i] = ("the engine's record of it was malformed" if st == "bad" else
+    for i in np.flatnonzero(~ok).tolist():
+        if r.state[i] != "ok":
+            why[i] = ("the engine's record of it was malformed" if r.state[i] == "bad" else
                       "the engine sent no record of it")
-            continue
-        if not (r.sent[i] and r.first_token[i]):
+        elif not seen[i]:
             why[i] = "no first token seen: nothing to place the record by"
-            continue
-        p_ns = round(r.prompt_ms[i] * 1e6)  # (s -> ms -> ns: no truncation)
-        d_ns = round(r.predicted_ms[i] * 1e6)
-        a1 = int(r.first_token[i])
-        a2 = int(r.last_token[i]) - d_ns if r.last_token[i] and r.predicted_n[i] > 1 else None
-        e_fl = a1 if a2 is None else min(a1, a2)
-        # every token read bounds the engine's start (llm.engine_tokens): E <= that + prefill
-        a3 = (int(r.start_bound[i]) + p_ns
-              if r.start_bound is not None and r.start_bound[i] and r.tokens_state is not None
-              and r.tokens_state[i] == "ok" else None)
-        e = e_fl if a3 is None else min(e_fl, a3)
-        if a2 is not None and abs(a1 - a2) > max_skew_ns:
+        elif at.refused[i] == READS_DISAGREE:
+            a2 = int(r.last_token[i]) - int(d_ns[i])
             why[i] = (f"refused: its first token and its decode end place the engine's clock "
-                      f"{(a1 - a2) / 1e6:+.1f} ms apart")
-            continue
-        q = np.nan if r.queue_ms is None else float(r.queue_ms[i])
-        q_ns = round(q * 1e6) if np.isfinite(q) else 0
-        early = int(r.sent[i]) - (e - p_ns - q_ns)
-        if early > max_skew_ns:
-            what = "queue" if q_ns else "prefill"
-            why[i] = (f"refused: the engine's {what} would have started {early / 1e6:.1f} ms "
-                      "before the request was sent (offset beyond the bound)")
-            continue
-        ok[i] = True
-        anchor[i] = e
-        bound[i] = max(-early, 0)
-        bound_fl[i] = max(e_fl - (e + early), 0)  # (e + early: sent + prefill + queue)
-        per_token[i] = a3 is not None
-        err[i] = -1 if a2 is None else abs(a1 - a2)
-        pstart[i] = max(e - p_ns, int(r.sent[i]))
-        dend[i] = e + d_ns
-        stated[i] = bool(np.isfinite(q))
-        qstart[i] = max(e - p_ns - q_ns, int(r.sent[i])) if stated[i] else int(r.sent[i])
-    return Phases(ok, why, anchor, err, pstart, dend, qstart, stated, bound, bound_fl,
-                  per_token)
+                      f"{(int(r.first_token[i]) - a2) / 1e6:+.1f} ms apart")
+        else:
+            what = "queue" if q_ns[i] else "prefill"
+            why[i] = (f"refused: the engine's {what} would have started "
+                      f"{int(at.early[i]) / 1e6:.1f} ms before the request was sent (offset "
+                      "beyond the bound)")
+    e = np.where(ok, at.anchor, 0)
+    start = sent + p_ns + q_ns  # (the earliest E can be: E + early)
+    return Phases(
+        ok, why, e, np.where(ok, at.spread, -1),
+        np.where(ok, np.maximum(e - p_ns, sent), 0), np.where(ok, e + d_ns, 0),
+        np.where(ok, np.where(stated, np.maximum(e - p_ns - q_ns, sent), sent), 0),
+        ok & stated, np.where(ok, np.maximum(-at.early, 0), -1),
+        np.where(ok, np.maximum(at.by_reads - start, 0), -1), ok & at.per_token)
 
 
 @dataclass(frozen=True)

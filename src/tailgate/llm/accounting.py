@@ -55,7 +55,7 @@ import numpy as np
 from ..hist import Histogram, HistogramSpec, IntervalHistograms
 from ..slo import Slo, SloError
 from ..slo import parse_slo as _bench_parse_slo
-from .engine_phases import MAX_SKEW_NS, queue_and_held
+from .engine_phases import PLACED, anchor, queue_and_held
 from .engine_tokens import engine_tokens
 
 METRICS = ("ttft", "itl", "itl_per_token", "tpot", "e2e")
@@ -392,30 +392,23 @@ class TokenBook:
                     last: np.ndarray, prefill: np.ndarray, decode: np.ndarray,
                     generated: np.ndarray, queue: np.ndarray,
                     start_bound: np.ndarray | None = None) -> None:
-        """Place each record on tailgate's clock as diagnose.engine.place does: E, the end
-        of the prefill, is the earliest of the first token's read, the last's less the
-        decode and, with per-token times, the latest start they allow plus the prefill
-        (``start_bound``, NaN: none); a record whose two reads disagree, or whose prefill
-        (queue) would start before the send, by more than MAX_SKEW_NS is another clock's:
-        refused."""
+        """Place each record on tailgate's clock by diagnose's rule
+        (:func:`tailgate.llm.engine_phases.anchor`; ``start_bound``: the latest engine
+        start each request's per-token times allow, NaN: none) and keep its wait."""
         if not np.any(has):
             return
 
         def ns(v: np.ndarray) -> np.ndarray:
-            return np.rint(v[has] * 1e9).astype(np.int64)
+            return np.rint(np.nan_to_num(v[has]) * 1e9).astype(np.int64)
 
-        sent, a1 = ns(sends), ns(first)
-        p_ns, d_ns = ns(prefill), ns(np.nan_to_num(decode))
+        sent, p_ns, d_ns = ns(sends), ns(prefill), ns(decode)
         q_known = ~np.isnan(queue[has])
-        q_ns = ns(np.nan_to_num(queue))
+        q_ns = ns(queue)
         two = ~np.isnan(last[has]) & ~np.isnan(decode[has]) & (generated[has] > 1)
-        a2 = np.where(two, ns(np.nan_to_num(last)) - d_ns, a1)
-        e = np.minimum(a1, a2)
-        if start_bound is not None:
-            tok = ~np.isnan(start_bound[has])
-            e = np.where(tok, np.minimum(e, ns(np.nan_to_num(start_bound)) + p_ns), e)
-        ok = ((np.abs(a1 - a2) <= MAX_SKEW_NS)
-              & (sent - (e - p_ns - q_ns) <= MAX_SKEW_NS))
+        sb = (np.zeros(len(sent), np.int64) if start_bound is None else
+              np.where(np.isnan(start_bound[has]), 0, ns(start_bound)))
+        at = anchor(sent, ns(first), ns(last), p_ns, d_ns, two, q_ns, sb)
+        e, ok = at.anchor, at.refused == PLACED
         self.waits_refused += int(np.count_nonzero(~ok))
         room = max(MAX_WAITS - self.waits_kept, 0)
         keep = np.flatnonzero(ok)

@@ -14,11 +14,48 @@ wait ends, so it never counts against itself.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..spans import merge_spans, overlap_ns
 
 MAX_SKEW_NS = 50_000_000  # a record 50 ms off the client's view is another clock's
+# why a record was refused (Anchors.refused)
+PLACED, READS_DISAGREE, STARTS_BEFORE_SEND = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class Anchors:
+    """Each engine record put on tailgate's clock (ns; see :func:`anchor`)."""
+
+    anchor: np.ndarray  # E: the end of the prefill on tailgate's clock
+    by_reads: np.ndarray  # E from the first and last tokens' reads alone
+    spread: np.ndarray  # how far those two reads disagree; -1 where only the first placed E
+    early: np.ndarray  # sent - the engine's start (E - prefill - queue): > 0 is impossible
+    per_token: np.ndarray  # bool: every token's read bounded E too
+    refused: np.ndarray  # PLACED, READS_DISAGREE or STARTS_BEFORE_SEND
+
+
+def anchor(sent: np.ndarray, first: np.ndarray, last: np.ndarray, prefill: np.ndarray,
+           decode: np.ndarray, two: np.ndarray, queue: np.ndarray, start_bound: np.ndarray,
+           max_skew_ns: int = MAX_SKEW_NS) -> Anchors:
+    """Where the engine finished each request's prefill on tailgate's clock, one rule for
+    bench's accounting and diagnose (int64 ns arrays): E is the earliest of the first
+    token's read, the last token's read less the decode (where ``two``: more than one token
+    and the decode known), and, with per-token times, the latest start every token's read
+    allows plus the prefill (``start_bound``, 0: none). A record whose two reads disagree,
+    or whose engine start (E - prefill - the stated ``queue``, 0: none) would come before
+    the send, by more than ``max_skew_ns`` is another clock's: refused."""
+    a2 = np.where(two, last - decode, first)
+    by_reads = np.minimum(first, a2)
+    per_token = start_bound > 0
+    e = np.where(per_token, np.minimum(by_reads, start_bound + prefill), by_reads)
+    early = sent - (e - prefill - queue)
+    spread = np.where(two, np.abs(first - a2), -1)
+    refused = np.where(spread > max_skew_ns, READS_DISAGREE,
+                       np.where(early > max_skew_ns, STARTS_BEFORE_SEND, PLACED))
+    return Anchors(e, by_reads, spread, early, per_token, refused)
 
 
 def queue_and_held(sent: np.ndarray, prefill_start: np.ndarray, decode_end: np.ndarray,
