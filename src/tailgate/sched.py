@@ -33,9 +33,11 @@ class Breather:
     scheduler picks it now and then (EEVDF: once its deadline comes first), and it then
     keeps the core for its whole slice, up to a tick (4 ms at HZ=250), while the
     latency-critical thread waits runnable (measured: the generator's loop 1.3-3.7 ms late
-    behind the recorder, every ~150 ms at 1,000 LLM streams). A yield moves the idle
-    thread's deadline past the waiting thread's, which then runs at once; it costs ~1 us
-    when nothing else waits."""
+    behind the recorder, every ~150 ms at 1,000 LLM streams). A yield moves the background
+    thread's deadline back, so a waiting thread the scheduler counts as eligible runs at
+    once; one that has had more than its share of the core is not, and may still wait for
+    the tick (measured: the late requests halved, not gone; docs/benchmarks.md round four).
+    A call costs ~0.2 us, a yield ~1 us when nothing else waits."""
 
     __slots__ = ("_last", "every_ns")
 
