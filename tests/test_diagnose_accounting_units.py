@@ -194,21 +194,28 @@ def test_another_threads_return_to_waiting_for_work_is_left_out_and_its_parts_sc
     assert got == {"sleep": 533_333, "runq": 200_000, "on_cpu": 266_667}
 
 
-def test_a_reply_left_in_the_generators_socket_is_the_generators_time_not_the_services():
-    # sent at 100 us, the reply in the kernel at 600 us, read at 1000 us: a run-queue wait of
-    # the service's thread after the reply arrived is no part of this request
-    acc = account(np.array([0]), np.array([1000 * US]), np.array([100 * US]), {7: {
-        "runq": spans((200 * US, 300 * US)), "sleep": spans((650 * US, 900 * US))}}, {},
-        arrives=np.array([600 * US]))
+def test_a_request_ends_at_its_replys_arrival_and_what_follows_is_none_of_it():
+    # sent at 100 us, the reply in the kernel at 600 us (its end: bench's latency ends there,
+    # the generator's read after it is in none): a wait of the service's thread after the
+    # reply arrived is no part of this request
+    acc = account(np.array([0]), np.array([600 * US]), np.array([100 * US]), {7: {
+        "runq": spans((200 * US, 300 * US)), "sleep": spans((650 * US, 900 * US))}}, {})
     got = {p: int(v[0]) for p, v in acc.parts.items() if v[0]}
-    assert got == {"generator": 100 * US, "generator_read": 400 * US, "runq": 100 * US,
-                   "on_cpu": 400 * US}
-    assert PARTS[:2] == ("generator", "generator_read")
+    assert got == {"generator": 100 * US, "runq": 100 * US, "on_cpu": 400 * US}
+    assert PARTS[0] == "generator" and "generator_read" not in PARTS
 
 
-def test_an_unknown_arrival_leaves_the_whole_window_to_the_service():
-    acc = account(np.array([0, 0]), np.array([1000 * US, 1000 * US]), None,
-                  {7: {"runq": spans((650 * US, 900 * US))}}, {},
-                  arrives=np.array([0, 600 * US]))
-    assert acc.parts["generator_read"].tolist() == [0, 400 * US]
-    assert acc.parts["runq"].tolist() == [250 * US, 0]
+def test_diagnose_ends_each_request_where_bench_does(tmp_path):
+    """At the reply's kernel receive stamp where the log has one (the compiled engine),
+    else at the read: the latency diagnose explains is bench's."""
+    from tailgate.bench.engine_types import LOG_HEADER
+    from tailgate.diagnose.analyse import _requests
+
+    log = tmp_path / "run.csv"
+    log.write_text(LOG_HEADER + "0,0,0.010,0.0101,0.0102,0.0150,ok,200,10,0,0.0120\n"
+                                "0,1,0.020,0.0201,0.0202,0.0250,ok,200,10,0,\n")
+    starts, ends, sends = _requests({"clock": {"start_monotonic_s": 100.0}}, str(log))
+    base = 100_000_000_000
+    assert (ends - base).tolist() == [12_000_000, 25_000_000]
+    assert (starts - base).tolist() == [10_000_000, 20_000_000]
+    assert (sends - base).tolist() == [10_100_000, 20_100_000]

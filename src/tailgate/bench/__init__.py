@@ -34,11 +34,13 @@ The library call (:mod:`.spec`, :mod:`.runner`)::
 * :mod:`.result`   — the merged result: JSON, summary, warnings, per-request log.
 * :mod:`.progress` — the live display.
 
-Three times are kept for every request (all CLOCK_MONOTONIC seconds):
-``intended`` (the schedule's), ``send`` (bytes handed to the socket) and ``end``
-(response complete, error, or ``intended + timeout`` for a time-out). Latency is
-``end - intended``, service time ``end - send``, generator lateness
-``dispatch - intended`` where dispatch is when the generator got to the request.
+Times kept for every request (all CLOCK_MONOTONIC seconds): ``intended`` (the
+schedule's), ``send`` (bytes handed to the socket), ``end`` (response complete, error,
+or ``intended + timeout`` for a time-out) and, on the compiled engine, ``arrive`` (the
+kernel's receive stamp of the reply's last bytes). A reply ends at ``arrive`` where it is
+known, else at ``end``: latency is that minus ``intended``, service time that minus
+``send``, generator lateness ``dispatch - intended`` where dispatch is when the generator
+got to the request, and its read lag ``end - arrive`` (shown apart, in no latency).
 """
 
 from typing import Any

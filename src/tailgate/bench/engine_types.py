@@ -108,6 +108,9 @@ class WorkerResult:
     # openai+ on the compiled engine: times the loop stopped reading, the JSON behind it
     read_pauses: int = 0
     read_paused_s: float = 0.0
+    # compiled engine: each reply's kernel receive stamp -> the loop's read of it (ns);
+    # None: no stamps (the python engine), so its latencies end at the read
+    read_lag: Histogram | None = None
     # compiled: the most it polled before a due time instead of sleeping (learnt from how
     # late its timed wake-ups came; 0 on the Python engine)
     spin_s: float = 0.0

@@ -104,6 +104,9 @@ class Recorder:
         self.latency = Histogram(spec)
         self.service = Histogram(spec)
         self.lateness = Histogram(spec)
+        # the kernel's receive stamp -> the loop's read of the reply's last bytes (compiled
+        # engine): the generator's own delay, kept out of every latency and shown apart
+        self.read_lag = Histogram(spec)
         self.intervals = IntervalHistograms(spec)
         self.queued = 0
         self.last_dispatch = 0.0
@@ -178,16 +181,22 @@ class Recorder:
 
         offs = times[rid]
         measured = offs >= cfg.warmup_s
-        lat = (end - (start + offs))[measured]
+        # a reply's time is the kernel's receive stamp where the engine took one: the loop's
+        # own delay in reading it is no part of the service's latency (read_lag shows it)
+        stop = end if arrive is None else np.where(np.isnan(arrive), end, arrive)
+        lat = (stop - (start + offs))[measured]
         lat_ns = lat * 1e9
         chunk = Histogram(cfg.spec)  # this batch's latencies: also the progress delta
         chunk.record(lat_ns)
         self.breathe()
         self.latency.add(chunk)
         self.breathe()
-        m_send, m_end = send[measured], end[measured]
+        m_send, m_end = send[measured], stop[measured]
         on_wire = ~np.isnan(m_send)
         self.service.record((m_end[on_wire] - m_send[on_wire]) * 1e9)
+        if arrive is not None:
+            lag = (end - arrive)[measured]
+            self.read_lag.record(np.maximum(lag[~np.isnan(lag)], 0.0) * 1e9)
         self.counts += np.bincount(out[measured], minlength=len(KINDS))
         self.breathe()
         d_offs = times[disp_ids]
@@ -283,6 +292,7 @@ class Recorder:
             worker=self.cfg.worker,
             counts=self.counts.tolist(),
             latency=self.latency, service=self.service, lateness=self.lateness,
+            read_lag=self.read_lag if self.read_lag.total else None,
             intervals=self.intervals.histograms(),
             scheduled=measured_sched, dispatched=dispatched, abandoned=abandoned,
             last_dispatch_s=max(self.last_dispatch - self.start, 0.0) if loop.next_i else 0.0,

@@ -57,7 +57,10 @@ request that waited for that connection. ``retried`` counts requests resent afte
 keep-alive connection (``--retry-stale``).
 ``queued`` counts requests that found no idle connection when due and waited for
 one (a new one opening, or a busy one freeing up); ``lateness`` is how late the
-generator itself got to each request. ``generator.cpu_us_per_request`` is the
+generator itself got to each request; ``generator.read_lag_ms`` how long after the
+kernel's receive stamp it read each reply (compiled engine; a latency ends at that stamp,
+so this delay is in none; null for the python engine, whose latencies end at its read).
+``generator.cpu_us_per_request`` is the
 generator processes' CPU time per request handled.
 ``samples_above`` says how many samples lie above each tail percentile: a P999
 with fewer than ``min_tail_samples`` above it is reported with a warning.
@@ -312,6 +315,10 @@ def build_result(info: RunInfo, parts: Sequence[WorkerResult],
                       # JSON was behind; chunks read together then share one time
                       "read_pauses": sum(p.read_pauses for p in parts),
                       "read_paused_s": round(sum(p.read_paused_s for p in parts), 6),
+                      # compiled: each reply's kernel receive stamp (where its latency
+                      # ends) to the loop's read of it; null: no stamps (python engine:
+                      # its latencies end at the read)
+                      "read_lag_ms": _read_lag(parts, spec),
                       # compiled: the most a loop polled before a due time instead of
                       # sleeping, learnt from how late its timed wake-ups came
                       "spin_us": round(1e6 * max((p.spin_s for p in parts), default=0.0), 1),
@@ -530,6 +537,11 @@ def warnings(data: dict[str, Any], info: RunInfo, parts: Sequence[WorkerResult],
                    "(4 MiB of events waiting), so chunks read together after a pause share "
                    "the last one's arrival time; a lower --rate or more --workers")
     return out
+
+
+def _read_lag(parts: Sequence[WorkerResult], spec: Any) -> dict[str, Any] | None:
+    lags = [p.read_lag for p in parts if p.read_lag is not None]
+    return summarize(merged(lags, spec)) if lags else None
 
 
 def fmt_width(ms: float) -> str:

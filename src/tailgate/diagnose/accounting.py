@@ -2,10 +2,10 @@
 
 A request lasts from its intended start to its end. Its window is cut, in this order, into:
 
-1. ``generator``: intended start -> dispatch (the load generator's own lateness; exact), and
-   ``generator_read``: the kernel's receive time of the reply's last bytes -> the end (the
-   reply waited in the generator's socket for it to read it; exact, where the compiled
-   engine's log gives that time, else 0). The rest is the service's window.
+1. ``generator``: intended start -> dispatch (the load generator's own lateness; exact). The
+   rest is the service's window. A request ends when the kernel received its reply's last
+   bytes (the compiled engine's stamp, as bench's latency does): the generator's read after
+   that is in no latency (bench's ``generator.read_lag_ms``).
 2. service-wide parts (they hold every thread of the service; exact to their source's
    resolution): ``throttled`` (the cgroup's quota, polled), ``softirq`` (network softirqs on the
    service's CPUs, when probed), ``retransmit`` (a retransmitted segment: the 200 ms before it,
@@ -50,7 +50,7 @@ from ..spans import merge_spans, overlap_ns, subtract_spans
 SERVICE_PARTS = ("throttled", "softirq", "retransmit")
 THREAD_PARTS = ("unseen", "stopped", "runq", "engine_wait", "futex", "read", "write", "poll",
                 "sleep", "blocked_other")
-PARTS = ("generator", "generator_read", *SERVICE_PARTS, *THREAD_PARTS[1:], "on_cpu",
+PARTS = ("generator", *SERVICE_PARTS, *THREAD_PARTS[1:], "on_cpu",
          "in_transit", "residual")
 # waiting for work, or for a reply (the engine's: engine_wait)
 WAITS = ("engine_wait", "futex", "read", "write", "poll", "blocked_other")
@@ -146,26 +146,20 @@ def _held_to(spans: np.ndarray, d: np.ndarray, ends: np.ndarray) -> np.ndarray:
 
 
 def account(starts: np.ndarray, ends: np.ndarray, sends: np.ndarray | None,
-            threads: dict[int, dict[str, np.ndarray]], service: dict[str, np.ndarray],
-            arrives: np.ndarray | None = None) -> Accounting:
+            threads: dict[int, dict[str, np.ndarray]], service: dict[str, np.ndarray]
+            ) -> Accounting:
     """Split each request ``[starts[i], ends[i]]`` (ns) into :data:`PARTS`. ``sends``: when
-    the generator dispatched it (0 or None: not known, no lateness counted); ``arrives``:
-    when the kernel received its reply's last bytes (0 or None: not known); ``threads``: per
+    the generator dispatched it (0 or None: not known, no lateness counted); ``threads``: per
     thread id, its intervals per part of :data:`THREAD_PARTS`; ``service``: intervals of
     :data:`SERVICE_PARTS` (``retransmit``: instants, as ``[t, t]`` rows)."""
-    starts, whole = np.asarray(starts, np.int64), np.asarray(ends, np.int64)
-    lat = whole - starts
+    starts, ends = np.asarray(starts, np.int64), np.asarray(ends, np.int64)
+    lat = ends - starts
     n = len(lat)
     if sends is None:
         sends = np.zeros(n, np.int64)
-    d = np.where(sends > 0, np.clip(sends, starts, whole), starts)
-    if arrives is None:
-        arrives = np.zeros(n, np.int64)
-    # the service's window ends when the reply arrived; the rest is the generator's
-    ends = np.where(arrives > 0, np.clip(arrives, d, whole), whole)
+    d = np.where(sends > 0, np.clip(sends, starts, ends), starts)
     parts: dict[str, np.ndarray] = {p: np.zeros(n, np.int64) for p in PARTS}
     parts["generator"] = d - starts
-    parts["generator_read"] = whole - ends
     svc = dict(service)
     rtx = svc.get("retransmit", np.zeros((0, 2), np.int64)).reshape(-1, 2)
     if len(rtx):  # the wait a retransmission ended: at least the minimum time-out before it

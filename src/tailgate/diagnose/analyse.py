@@ -19,8 +19,10 @@ from .window import Evidence
 
 
 def _requests(bench_doc: dict[str, Any], log_path: str):
-    """Intended start, end, dispatch and reply's arrival (in the kernel) of every request
-    that ended (ns, CLOCK_MONOTONIC; dispatch and arrival 0 where not known)."""
+    """Intended start, end and dispatch of every request that ended (ns, CLOCK_MONOTONIC;
+    dispatch 0 where not known). A reply ends at the kernel's receive stamp where the log
+    has it (``arrive_s``, compiled engine), as bench's latency does: the generator's read
+    after it is no part of the latency explained."""
     import numpy as np
 
     start = (bench_doc.get("clock") or {}).get("start_monotonic_s")
@@ -37,7 +39,7 @@ def _requests(bench_doc: dict[str, Any], log_path: str):
         b = cols["end_s"][keep]
         # dispatch, not send: a request waiting for a free connection waits for the service
         sent = np.nan_to_num(cols["dispatch_s"][keep], nan=-1.0)
-        came = np.nan_to_num(cols["arrive_s"][keep], nan=-1.0)
+        b = np.where(np.isnan(cols["arrive_s"][keep]), b, cols["arrive_s"][keep])
         scale = 1e9
     else:
         rows = [json.loads(x) for x in text.splitlines() if x.strip()]
@@ -45,13 +47,10 @@ def _requests(bench_doc: dict[str, Any], log_path: str):
         a = np.array([r["intended_ms"] for r in rows], dtype=np.float64)
         b = np.array([r["end_ms"] for r in rows], dtype=np.float64)
         sent = np.array([-1.0 if r.get("sent_ms") is None else r["sent_ms"] for r in rows])
-        came = np.full(len(rows), -1.0)
         scale = 1e6
     base = int(round(start * 1e9))
     sends = np.where(sent >= 0, base + (sent * scale).astype(np.int64), 0)
-    arrives = np.where(came >= 0, base + (came * scale).astype(np.int64), 0)
-    return (base + (a * scale).astype(np.int64), base + (b * scale).astype(np.int64), sends,
-            arrives)
+    return base + (a * scale).astype(np.int64), base + (b * scale).astype(np.int64), sends
 
 
 def analyse(spec: DiagnoseSpec, ev: Evidence) -> dict[str, Any]:
@@ -101,16 +100,18 @@ def analyse(spec: DiagnoseSpec, ev: Evidence) -> dict[str, Any]:
         "total_ms": round(float((preempted[:, 1] - preempted[:, 0]).sum()) / 1e6, 3)}
     starts = ends = np.zeros(0, np.int64)
     if bench_doc is not None:
-        starts, ends, sends, arrives = _requests(bench_doc, log_path)
+        starts, ends, sends = _requests(bench_doc, log_path)
         doc["bench"] = {k: bench_doc.get(k) for k in ("requests", "rate", "latency_ms",
                                                       "ttft_ms", "e2e_ms", "warnings", "slo")
                         if k in bench_doc}
         doc["bench"]["histograms"] = bench_doc.get("histograms")
+        # the loop's read after each reply's kernel stamp: in no latency explained here
+        doc["bench"]["read_lag_ms"] = (bench_doc.get("generator") or {}).get("read_lag_ms")
         t0 = min(t0, int(starts.min())) if len(starts) else t0
         # the chain of blame: who served each request, whom it waited for; a wait counts
         # only for the requests of the thread it belongs to (diagnose.chain)
         blame = Blame.of(events, _service_threads(events, maps), port, starts, ends, sends,
-                         arrives, spans["throttled"])
+                         spans["throttled"])
         # an LLM server's HTTP thread waits for the engine's thread on a futex: that wait is
         # the engine's phase of the request (its own record), no lock's
         win = _engine_windows(spec.target, bench_doc, log_path, ev.spans)
@@ -121,7 +122,7 @@ def analyse(spec: DiagnoseSpec, ev: Evidence) -> dict[str, Any]:
                                     resolved).items()})
         attributions, info = attribute(starts, ends, causes,
                                        opts.min_cover, opts.min_lift, opts.min_share,
-                                       sends=sends, min_ms=opts.min_ms, arrives=arrives)
+                                       sends=sends, min_ms=opts.min_ms)
         doc["tail"] = info
         for a in attributions:
             if a.cause.key == "runq":
@@ -133,7 +134,7 @@ def analyse(spec: DiagnoseSpec, ev: Evidence) -> dict[str, Any]:
                                    "(an involuntary switch: the thread's slice ran out)")
         doc["causes"] = [a.to_json() for a in attributions]
         threads = _threads(events, maps, starts, ends, t1, resolved)
-        doc["accounting"] = _accounting(threads, spans, starts, ends, sends, arrives)
+        doc["accounting"] = _accounting(threads, spans, starts, ends, sends)
         if ev.profile is not None:
             doc["profile"] = _profile(ev.profile, threads, starts, ends, sends)
         claimed = [a for a in attributions if a.claimed]
@@ -264,7 +265,7 @@ def _threads(events, maps, starts, ends, t_end: int,
             for tid, kinds in rows.items()}
 
 
-def _accounting(threads, spans, starts, ends, sends, arrives) -> dict[str, Any]:
+def _accounting(threads, spans, starts, ends, sends) -> dict[str, Any]:
     """Each request's latency split into parts (diagnose.accounting), summarised, with the
     slowest requests' own splits."""
     import numpy as np
@@ -272,7 +273,7 @@ def _accounting(threads, spans, starts, ends, sends, arrives) -> dict[str, Any]:
     from .accounting import METHOD, account, summarise
 
     service = {k: spans[k] for k in ("throttled", "softirq", "retransmit") if k in spans}
-    acc = account(starts, ends, sends, threads, service, arrives)
+    acc = account(starts, ends, sends, threads, service)
     out = summarise(acc)
     out["method"] = METHOD
     out["threads"] = len(threads)

@@ -120,16 +120,14 @@ def _score(cause: Cause, spans: np.ndarray | Owned, starts: np.ndarray, ends: np
 
 def attribute(starts: np.ndarray, ends: np.ndarray, causes: dict[Cause, np.ndarray | Owned],
               min_cover: float = 0.5, min_lift: float = 1.5, min_share: float = 0.1,
-              sends: np.ndarray | None = None, min_ms: float = 1.0,
-              arrives: np.ndarray | None = None) -> tuple[list[Attribution], dict]:
+              sends: np.ndarray | None = None, min_ms: float = 1.0
+              ) -> tuple[list[Attribution], dict]:
     """Rank causes for the requests ``[starts, ends]`` (ns). Returns the attributions (claimed
     first: a late generator, then bottom-up by layer, then by the share of the tail's latency
     they lasted) and the tail facts. Each cause is judged on the requests above the P99; one
     that does not explain those is judged again on the requests above the P90 (a second cause
     hidden under a larger one). ``sends``: when the generator dispatched each request (0:
-    never), and ``arrives``: when the kernel received its reply's last bytes (0: not known),
-    so that the generator's own lateness, sending and reading, is told apart from the
-    service."""
+    never), so that the generator's own lateness is told apart from the service."""
     lat = ends - starts
     n = len(lat)
     info: dict[str, Any] = {"requests": n}
@@ -151,7 +149,7 @@ def attribute(starts: np.ndarray, ends: np.ndarray, causes: dict[Cause, np.ndarr
                 a = b
         out.append(a)
     if sends is not None:
-        out.append(_generator(starts, ends, sends, tail, p99, min_share, arrives, min_ms))
+        out.append(_generator(starts, ends, sends, tail, p99, min_share, min_ms))
     # a late generator first (then the figures say nothing of the service), then bottom-up
     order = {layer: i for i, layer in enumerate(("load", "L1", "L2", "L3", "L4"))}
     # inside a layer, the cause that lasted most of the tail requests' time first
@@ -171,20 +169,17 @@ def attribute(starts: np.ndarray, ends: np.ndarray, causes: dict[Cause, np.ndarr
 
 
 def _generator(starts: np.ndarray, ends: np.ndarray, sends: np.ndarray, tail: np.ndarray,
-               p99: float, min_share: float, arrives: np.ndarray | None = None,
-               min_ms: float = 1.0) -> Attribution:
-    """The generator's own lateness in the tail's latency: sending (intended start ->
-    dispatch; waiting for a free connection is the service's doing, not the generator's)
-    and reading (the reply's arrival in the kernel -> the end: it waited in the generator's
-    socket). When it dominates, the tail says nothing about the service. Like any cause,
+               p99: float, min_share: float, min_ms: float = 1.0) -> Attribution:
+    """The generator's own lateness in the tail's latency: intended start -> dispatch
+    (waiting for a free connection is the service's doing, not the generator's). Its
+    reading is in no latency where the kernel's receive stamp ends it (the compiled
+    engine); elsewhere it is in the service's part, unseen. When the lateness dominates, the
+    tail says nothing about the service. Like any cause,
     it is claimed only when it lasted ``min_ms`` a slow request: a VM's timed or woken
     wake-up is 25-300 us late on a quiet host, which is half of a 0.1 ms tail, and a run
     that fast has no tail to explain."""
     lat = np.maximum(ends - starts, 1)
-    send_late = np.clip(np.where(sends > 0, sends - starts, 0), 0, None)
-    read_late = (np.zeros(len(lat), np.int64) if arrives is None else
-                 np.clip(np.where(arrives > 0, ends - arrives, 0), 0, None))
-    late = np.minimum(send_late + read_late, lat)
+    late = np.minimum(np.clip(np.where(sends > 0, sends - starts, 0), 0, None), lat)
     share = float((late[tail] / lat[tail]).mean()) if tail.any() else 0.0
     cover = float((late[tail] >= 0.5 * lat[tail]).mean()) if tail.any() else 0.0
     everywhere = float((late >= 0.5 * lat).mean())
@@ -195,14 +190,10 @@ def _generator(starts: np.ndarray, ends: np.ndarray, sends: np.ndarray, tail: np
                     claimed=bool(tail.sum() >= MIN_TAIL and share >= max(min_share, 0.5)
                                  and mean_ms >= min_ms))
     a.extra["tail"] = "P99"
-    a.extra["read_share"] = (round(float((read_late[tail] / lat[tail]).mean()), 4)
-                             if arrives is not None and tail.any() else None)
-    reading = ("" if a.extra["read_share"] is None else
-               f" ({100 * a.extra['read_share']:.0f} % reading their replies)")
     a.sentence = (f"{100 * cover:.0f} % of the {int(tail.sum())} requests above the P99 "
                   f"({p99 / 1e6:.3f} ms) spent most of their latency waiting for the load "
-                  f"generator to send them or to read their replies; its lateness lasted "
-                  f"{100 * share:.0f} % of their latency{reading}"
+                  f"generator to send them; its lateness lasted "
+                  f"{100 * share:.0f} % of their latency"
                   + (f", {mean_ms:.3f} ms each: under the {min_ms:g} ms a claim needs"
                      if share >= 0.5 and mean_ms < min_ms else ""))
     return a

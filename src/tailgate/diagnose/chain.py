@@ -612,11 +612,11 @@ class Blame:
     @classmethod
     def of(cls, ev: Events, service: set[int], port: int | None, starts: np.ndarray,
            ends: np.ndarray, sends: np.ndarray | None = None,
-           arrives: np.ndarray | None = None, throttled: np.ndarray | None = None) -> Blame:
-        """``starts``/``ends``: each request's intended start and end (ns); ``sends``: its
-        dispatch, ``arrives``: its reply's arrival in the kernel (0: not known);
+           throttled: np.ndarray | None = None) -> Blame:
+        """``starts``/``ends``: each request's intended start and end (ns; the end is its
+        reply's arrival in the kernel where known); ``sends``: its dispatch;
         ``throttled``: the service's cgroup's throttled periods."""
-        d, e = windows(starts, ends, sends, arrives)
+        d, e = windows(starts, ends, sends)
         tr = Tracks.of(ev, service, throttled)
         serve = serving(ev.reads, port, service, d, ends)
         note = None
@@ -663,14 +663,13 @@ def through_engine(blame: Blame, win: Windows) -> list[tuple[int, int, int]]:
     return resolved
 
 
-def windows(starts: np.ndarray, ends: np.ndarray, sends: np.ndarray | None,
-            arrives: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-    """Each request's service window: dispatch (or intended start) to its reply's arrival
-    (or its end), as diagnose.accounting cuts it."""
+def windows(starts: np.ndarray, ends: np.ndarray, sends: np.ndarray | None
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """Each request's service window: dispatch (or intended start) to its end, as
+    diagnose.accounting cuts it."""
     starts, ends = np.asarray(starts, np.int64), np.asarray(ends, np.int64)
     d = starts if sends is None else np.where(sends > 0, np.clip(sends, starts, ends), starts)
-    e = ends if arrives is None else np.where(arrives > 0, np.clip(arrives, d, ends), ends)
-    return d, e
+    return d, ends
 
 
 def judge(blame: Blame, starts: np.ndarray, ends: np.ndarray, crit: dict[str, float],

@@ -137,6 +137,9 @@ def summary_text(result: BenchResult, spectrum: bool = False,
         _fmt_row("latency ms", d["latency_ms"], columns),
         _fmt_row("service ms", d["service_time_ms"], columns),
         _fmt_row("lateness ms", d["lateness_ms"], columns),
+        # the loop's read after the kernel's receive stamp: in no latency above
+        *([_fmt_row("read lag ms", lag, columns)]
+          if (lag := d["generator"].get("read_lag_ms")) else []),
         *_llm_rows(d, columns),
         *_packet_rows(d),
         "samples above (latency): " + ", ".join(
