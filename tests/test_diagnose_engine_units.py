@@ -760,6 +760,18 @@ def test_the_longest_gap_splits_into_the_engines_time_and_delivery_exactly():
     row = doc["slowest"][0]
     assert row["gap_engine_ms"] is None and row["per_token_unknown"] == NO_TOKENS
     assert doc["join"]["per_token"] == {"requests": 0, "malformed": 0, "unknown": NO_TOKENS}
+    assert NO_TOKENS == ("the engine sent no per-token timings (llama-server sends them when "
+                         "asked: --engine-timings per-token)")
+    # another engine's records: the reason true of it, never "ask llama-server"
+    other = Requests(**{**r.__dict__, "engine": "TGI (headers)"})
+    doc, causes, _ = analyse(other, 1_000 * MS)
+    why = ("the engine's records (TGI (headers)) carry no per-token times (per-token timings "
+           "come only from llama-server's `timings_per_token`, asked with --engine-timings "
+           "per-token)")
+    (itl,) = [c for c in causes if c.cause.key == "engine_prefill_interference"]
+    assert itl.extra["gap_split"]["unknown"] == why
+    assert doc["slowest"][0]["per_token_unknown"] == why
+    assert doc["join"]["per_token"]["unknown"] == why
     # malformed ones: their reason, not a split
     bad = Requests(**{**timed.__dict__, "tokens_state": np.full(
         n, "bad: content chunk 2: timings: list is not an object", dtype=object)})

@@ -54,6 +54,10 @@ def _needs_root():
      ["--duration", "1s", "--rate", "10", "--hdr", "run.hdr"],
      "--hdr: diagnose writes no HdrHistogram log (bench does); --log FILE keeps the run's "
      "per-request log"),
+    ({"duration": 1, "rate": 10, "hdr_interval": "2s"},
+     ["--duration", "1s", "--rate", "10", "--hdr-interval", "2s"],
+     "--hdr-interval: diagnose writes no HdrHistogram log (bench does); --log FILE keeps "
+     "the run's per-request log"),
 ])
 def test_the_spec_refuses_as_the_command_line_does(options, flags, message):
     from tailgate.diagnose import DiagnoseSpec

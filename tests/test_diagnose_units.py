@@ -333,3 +333,22 @@ def test_merge_spans_is_the_union_with_or_without_its_instants(rows, keep_instan
     want = _union_by_hand(spans if keep_instants else [(a, b) for a, b in spans if b > a])
     assert [tuple(r) for r in got.tolist()] == want
     assert got.dtype == np.int64 and got.shape == (len(want), 2)
+
+
+def test_diagnose_help_offers_no_option_it_refuses():
+    """diagnose shares bench's load options but writes no HdrHistogram log: its --help does
+    not offer --hdr or --hdr-interval (it refuses them, tests/test_diagnose_library.py);
+    bench's --help still does."""
+    import subprocess
+    import sys
+
+    def help_of(*cmd: str) -> str:
+        out = subprocess.run([sys.executable, "-m", "tailgate", *cmd, "--help"],
+                             capture_output=True, text=True, timeout=60, check=True,
+                             env={**os.environ, "COLUMNS": "200"})
+        return out.stdout
+
+    diagnose, bench = help_of("diagnose"), help_of("bench")
+    assert "--log FILE" in diagnose and "--log FILE" in bench  # (the shared group, both)
+    assert "--hdr" not in diagnose
+    assert "--hdr FILE" in bench and "--hdr-interval HDR_INTERVAL" in bench

@@ -164,3 +164,31 @@ def test_a_real_vllm_runs_spans_join_its_log_as_they_did_live():
     assert [{k: row[k] for k in want_row} for row, want_row in
             zip(section["slowest"], live["slowest"], strict=True)] == live["slowest"]
     assert {row["join_by"] for row in section["slowest"]} == {"first and last token"}
+
+
+def test_a_real_vllm_run_says_its_spans_carry_no_per_token_times():
+    """vLLM's spans give no per-token times and asking vLLM cannot change that: the reason
+    says so (per-token timings come only from llama-server) in the join, every slowest row
+    and the ITL split, and nowhere tells the user to ask llama-server of a vLLM run."""
+    from tailgate.diagnose.engine import from_log
+    from tailgate.sources.otlp import Received
+
+    want = json.loads((REAL / "diagnose-engine.json").read_text())
+    rx = Received()
+    for body in _real_exports():
+        rx.add(*parse_export(body), want["run"])
+    crit = {"min_cover": 0.5, "min_lift": 1.5, "min_share": 0.1, "min_ms": 1.0}
+    t0 = want["t0_monotonic_ns"]
+    section, causes, _ = from_log((REAL / "requests.csv").read_text(), t0 / 1e9, t0, crit, rx,
+                                  workers=want["workers"])
+    why = ("vLLM's request spans carry no per-token times (per-token timings come only from "
+           "llama-server's `timings_per_token`, asked with --engine-timings per-token)")
+    assert section["join"]["per_token"] == {"requests": 0, "malformed": 0, "unknown": why}
+    assert [row["per_token_unknown"] for row in section["slowest"]] == [why] * len(
+        section["slowest"])
+    (itl,) = [c for c in causes if c.cause.key == "engine_prefill_interference"]
+    assert itl.extra["gap_split"]["unknown"] == why
+    assert itl.sentence.endswith(f"; how much of those gaps was the engine's own is unknown: "
+                                 f"{why}")
+    assert "sends them when asked" not in json.dumps(section) + " ".join(
+        c.sentence for c in causes)

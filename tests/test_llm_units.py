@@ -236,6 +236,70 @@ def test_the_usual_chunks_are_plain():
         " t1", timings=EngineTimings("llama.cpp", 3, 0, 1.5, 2, 0.25))
 
 
+# a timings key at and around the bounds parse_llamacpp_timings draws (MAX_PHASE_MS = 24 h)
+EDGE_COUNT = st.sampled_from([0, 1, 16, -1, 2**63, 2**64 + 1, True, False, 3.0, "3", None])
+EDGE_MS = st.one_of(st.floats(0, 1e5), st.floats(8e7, 9e7), st.sampled_from([
+    0, 7, -0.0, -1e-9, 86_400_000, 86_400_000.0, 86_400_000.5, 2**70, 1e300, True, "1.5",
+    None, [], {}]))
+
+
+@st.composite
+def timed_chunk(draw):
+    """llama-server's per-token chunk, its timings whole or with a key at an edge, missing,
+    or of another type, beside the keys it also sends (not read)."""
+    t = {"prompt_n": 16, "cache_n": 0, "prompt_ms": 3.412, "predicted_n": 4,
+         "predicted_ms": 3.125, "prompt_per_second": 4689.3}
+    edges = {"prompt_n": EDGE_COUNT, "cache_n": EDGE_COUNT, "predicted_n": EDGE_COUNT,
+             "prompt_ms": EDGE_MS, "predicted_ms": EDGE_MS}
+    for key in draw(st.lists(st.sampled_from(sorted(edges)), max_size=2, unique=True)):
+        if draw(st.integers(0, 5)) == 0:
+            t.pop(key)
+        else:
+            t[key] = draw(edges[key])
+    timings = draw(st.one_of(st.just(t), st.just(t), st.just(t), st.just([t]), st.just(None)))
+    return {"choices": [{"text": draw(st.text(max_size=2)), "delta": {"content": " a"},
+                         "finish_reason": None, "index": 0}],
+            "object": "text_completion", "timings": timings}
+
+
+@settings(max_examples=400)
+@given(timed_chunk(), st.sampled_from(["completions", "chat"]))
+def test_a_chunks_timings_read_typed_or_by_the_rules_are_the_same(obj, api):
+    """The typed decode of llama-server's timings (engine_records.LlamacppTimings) takes
+    exactly what parse_llamacpp_timings takes: at every edge (a negative or bool count, a
+    duration of 24 h or just past it, a key missing) read_chunk and parse_chunk give the
+    rules' answer, its reason worded as the rules word it."""
+    text = json.dumps(obj)
+    want = _outcome(_parse_chunk, text, api)
+    for data in (text, text.encode()):
+        assert _outcome(parse_chunk, data, api) == want, text
+        got = _outcome(read_chunk, data, api)
+        assert got == want or (got is PLAIN and want == Chunk(want.text)), text
+
+
+def test_llama_servers_per_token_chunk_takes_the_typed_decode_alone(monkeypatch):
+    """A chunk with llama-server's timings (every chunk with --engine-timings per-token) is
+    read by the one typed decode: neither the generic rules (json, a dict checked key by
+    key) nor the timings parser runs for it; a malformed one still does, for its reason."""
+    import tailgate.llm.openai as oa
+
+    calls: list[str] = []
+    rules, parser = oa._parse_chunk, oa.parse_llamacpp_timings
+    monkeypatch.setattr(oa, "_parse_chunk", lambda *a: calls.append("rules") or rules(*a))
+    monkeypatch.setattr(oa, "parse_llamacpp_timings",
+                        lambda *a: calls.append("parser") or parser(*a))
+    timed = ('{"choices":[{"text":" t1","index":0,"logprobs":null,"finish_reason":null}],'
+             '"id":"cmpl-1","timings":{"cache_n":0,"prompt_n":16,"prompt_ms":3.412,'
+             '"prompt_per_token_ms":0.213,"predicted_n":2,"predicted_ms":1.125}}')
+    want = Chunk(" t1", timings=EngineTimings("llama.cpp", 16, 0, 3.412, 2, 1.125))
+    assert read_chunk(timed.encode(), "completions") == want
+    assert calls == []
+    bad = timed.replace('"predicted_n":2', '"predicted_n":-2')
+    assert read_chunk(bad, "completions") == Chunk(
+        " t1", timings="timings.predicted_n: -2 is not a token count")
+    assert calls == ["rules", "parser"]
+
+
 def test_request_body_asks_for_usage_and_streams():
     body = json.loads(request_body("chat", "m", "hello", 7))
     assert body["stream"] is True and body["stream_options"] == {"include_usage": True}

@@ -128,8 +128,10 @@ def add_request_options(p: argparse.ArgumentParser) -> None:
     add_llm_arguments(p)  # streamed LLM load: --model, --api, --workload, ... (tailgate.llm)
 
 
-def add_load_options(p: argparse.ArgumentParser) -> None:
-    """The schedule, connection, SLO and output options (shared with other bench kinds)."""
+def add_load_options(p: argparse.ArgumentParser, hdr_log: bool = True) -> None:
+    """The schedule, connection, SLO and output options (shared with other bench kinds).
+    ``hdr_log=False``: a command that writes no HdrHistogram log (diagnose) still parses
+    --hdr and --hdr-interval, to refuse them with the reason, but does not offer them."""
     g = p.add_argument_group("load")
     # Required for http/tcp (checked in _parse); an openai+ target may use --concurrency
     # or --requests instead.
@@ -172,9 +174,11 @@ def add_load_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--html", metavar="FILE",
                    help="write a self-contained HTML page: figures and percentile spectra")
     g.add_argument("--hdr", metavar="FILE",
-                   help="write the latency histogram as an HdrHistogram log (HISTFAAA...)")
+                   help="write the latency histogram as an HdrHistogram log (HISTFAAA...)"
+                   if hdr_log else argparse.SUPPRESS)
     g.add_argument("--hdr-interval", default="1s",
-                   help="interval of the --hdr log's histograms (default 1s)")
+                   help="interval of the --hdr log's histograms (default 1s)"
+                   if hdr_log else argparse.SUPPRESS)
     g.add_argument("--log", metavar="FILE", help="write one CSV record per request to FILE "
                    "(openai+ targets: with token columns)")
     g.add_argument("--spectrum", action="store_true",

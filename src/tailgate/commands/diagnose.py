@@ -59,7 +59,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--all", action="store_true", dest="all_causes",
                    help="print every cause's sentence (by default the unclaimed ones are one "
                    "table)")
-    add_load_options(p)
+    add_load_options(p, hdr_log=False)
     add_request_options(p)
     p.set_defaults(func=run)
 

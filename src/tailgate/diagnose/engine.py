@@ -95,6 +95,10 @@ LABEL = {QUEUE.key: "queue wait", PREFILL.key: "prefill compute",
          HELD.key: "waiting in the server, its engine idle"}
 
 
+LLAMA = "llama.cpp"  # Requests.engine: llama-server's `timings`
+VLLM = "vLLM (OTLP spans)"
+
+
 @dataclass(frozen=True)
 class Requests:
     """Each request's client times (ns, CLOCK_MONOTONIC; 0 where not known) and the
@@ -115,7 +119,7 @@ class Requests:
     predicted_n: np.ndarray
     predicted_ms: np.ndarray
     queue_ms: np.ndarray | None = None  # the engine's own queue time (NaN/None: not said)
-    engine: str = "llama.cpp"  # whose records: llama.cpp's timings, or "vLLM (OTLP spans)"
+    engine: str = LLAMA  # whose records: llama.cpp's timings, or VLLM's spans
     # llama-server's per-token times (llm.engine_tokens; None for all: none): their state
     # ("ok", "" none, or "bad: " and the reason), the latest the engine can have started
     # the request (ns, 0: not known) and its time between the longest gap's tokens (ms)
@@ -150,9 +154,6 @@ class Requests:
                    num("engine_predicted_n"), num("engine_predicted_ms"),
                    tokens_state=None if tstate is None else tstate[keep],
                    start_bound=ns("engine_start_bound_s"), gap_engine_ms=num("engine_gap_ms"))
-
-
-VLLM = "vLLM (OTLP spans)"
 
 
 @dataclass(frozen=True)
@@ -533,6 +534,21 @@ def analyse(r: Requests, t0_ns: int, min_cover: float = 0.5, min_lift: float = 1
 
 NO_TOKENS = ("the engine sent no per-token timings (llama-server sends them when asked: "
              "--engine-timings per-token)")
+NO_TOKENS_SPANS = ("vLLM's request spans carry no per-token times (per-token timings come "
+                   "only from llama-server's `timings_per_token`, asked with --engine-timings "
+                   "per-token)")
+
+
+def no_tokens(engine: str) -> str:
+    """Why there are no per-token times, true of the engine whose records these are: only
+    llama-server can be asked for them."""
+    if engine == LLAMA:
+        return NO_TOKENS
+    if engine == VLLM:
+        return NO_TOKENS_SPANS
+    return (f"the engine's records ({engine}) carry no per-token times (per-token timings "
+            "come only from llama-server's `timings_per_token`, asked with --engine-timings "
+            "per-token)")
 
 
 def _tokens_why(r: Requests, i: int) -> str | None:
@@ -540,7 +556,7 @@ def _tokens_why(r: Requests, i: int) -> str | None:
     st = "" if r.tokens_state is None else r.tokens_state[i]
     if st == "ok":
         return None
-    return NO_TOKENS if not st else f"its per-token timings were malformed: {st[5:]}"
+    return no_tokens(r.engine) if not st else f"its per-token timings were malformed: {st[5:]}"
 
 
 def _dist(v: np.ndarray) -> dict[str, float]:
@@ -577,7 +593,7 @@ def _join(r: Requests, ph: Phases, refused: list[str]) -> dict[str, Any]:
     if bad:
         tokens["malformed_examples"] = bad[:3]
     if not pt.any():
-        tokens["unknown"] = (NO_TOKENS if not bad else
+        tokens["unknown"] = (no_tokens(r.engine) if not bad else
                              f"every request's per-token timings were malformed: {bad[0]}")
     out["per_token"] = tokens
     keep = np.flatnonzero(placed)[:MAX_BANDS]
@@ -639,8 +655,9 @@ def _gap_split(r: Requests, rows: np.ndarray, gap: np.ndarray) -> dict[str, Any]
     out: dict[str, Any] = {"gaps": len(rows), "with_engine_times": int(known.sum())}
     if not known.any():
         whys = [_tokens_why(r, int(i)) for i in rows]
-        out["unknown"] = next((w for w in whys if w and w != NO_TOKENS), None) or (
-            NO_TOKENS if any(whys) else "the longest gaps' chunks carried no engine times")
+        none = no_tokens(r.engine)
+        out["unknown"] = next((w for w in whys if w and w != none), None) or (
+            none if any(whys) else "the longest gaps' chunks carried no engine times")
         return out
     e, g = eng[known], gap[known].astype(np.float64)
     # (delivery may be negative: the gap's first chunk was read late, its second not)

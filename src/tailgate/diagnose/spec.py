@@ -136,9 +136,11 @@ def build(opts: DiagnoseOptions, load: BenchOptions, host: Host | None = None) -
         raise UsageError("--bin must be between 1ms and 60s")
     hz = _profile_rate(opts)
     pids, cgroups = _service(opts, host)
-    if load.hdr:
-        raise UsageError("--hdr: diagnose writes no HdrHistogram log (bench does); --log FILE "
-                         "keeps the run's per-request log")
+    for flag, given in (("--hdr", load.hdr),
+                        ("--hdr-interval", load.hdr_interval != BenchOptions.hdr_interval)):
+        if given:  # (bench's output, never silently dropped)
+            raise UsageError(f"{flag}: diagnose writes no HdrHistogram log (bench does); "
+                             "--log FILE keeps the run's per-request log")
     # --json and --html are diagnose's own documents; --log stays the load's (its path is the
     # log diagnose reads)
     load = load.with_(json=None, html=None, quiet=True)

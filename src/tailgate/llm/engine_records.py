@@ -25,7 +25,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
+
+import msgspec
 
 from ..model import ParseError
 
@@ -74,6 +76,27 @@ def parse_llamacpp_timings(obj: Any) -> EngineTimings:
                          _ms(obj, "prompt_ms", "timings"),
                          _count(obj, "predicted_n", "timings"),
                          _ms(obj, "predicted_ms", "timings"))
+
+
+# The typed decode of llama-server's `timings` in a streamed chunk (llm/openai.py's fast
+# path, one per chunk with --engine-timings per-token): it accepts exactly what
+# parse_llamacpp_timings accepts, so a record it takes is the parser's; anything else
+# (a key missing, a bool, a negative count, an implausible duration) fails the decode and
+# the parser, on the generic path, words the reason. Other keys are skipped unread.
+_Count = Annotated[int, msgspec.Meta(ge=0)]
+_Ms = Annotated[float, msgspec.Meta(ge=0, le=MAX_PHASE_MS)]
+
+
+class LlamacppTimings(msgspec.Struct):
+    prompt_n: _Count
+    cache_n: _Count
+    prompt_ms: _Ms
+    predicted_n: _Count
+    predicted_ms: _Ms
+
+    def record(self) -> EngineTimings:
+        return EngineTimings("llama.cpp", self.prompt_n, self.cache_n, self.prompt_ms,
+                             self.predicted_n, self.predicted_ms)
 
 
 TGI_HEADERS = ("x-queue-time", "x-inference-time", "x-time-per-token", "x-prompt-tokens",

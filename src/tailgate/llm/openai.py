@@ -24,7 +24,7 @@ import msgspec
 
 from ..errors import ProtocolError
 from ..model import ParseError
-from .engine_records import EngineTimings, parse_llamacpp_timings
+from .engine_records import EngineTimings, LlamacppTimings, parse_llamacpp_timings
 
 Api = Literal["completions", "chat"]
 PATHS = {"completions": "/completions", "chat": "/chat/completions"}
@@ -121,7 +121,7 @@ def _read(data: str | bytes | memoryview, api: Api, plain: bool) -> Chunk:
         prompt, completion = _count(usage.prompt_tokens), _count(usage.completion_tokens)
         if usage.prompt_tokens_details is not None:
             cached = _count(usage.prompt_tokens_details.cached_tokens)
-    timings = None if c.timings is None else _timings(c.timings)
+    timings = None if c.timings is None else c.timings.record()
     if choice is None:
         return Chunk("", None, prompt, completion, cached_tokens=cached, timings=timings)
     return Chunk(text or "", choice.finish_reason, prompt, completion,
@@ -238,14 +238,14 @@ class _ChatChoice(msgspec.Struct):
 class _Completion(msgspec.Struct):
     choices: list[_Choice]
     usage: _Usage | None = None
-    timings: dict[str, Any] | None = None  # llama-server's (parse_llamacpp_timings)
+    timings: LlamacppTimings | None = None  # llama-server's, as its parser accepts them
     error: Any = msgspec.UNSET  # present at all (even null): the full rules
 
 
 class _ChatCompletion(msgspec.Struct):
     choices: list[_ChatChoice]
     usage: _Usage | None = None
-    timings: dict[str, Any] | None = None
+    timings: LlamacppTimings | None = None
     error: Any = msgspec.UNSET
 
 
