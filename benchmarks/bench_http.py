@@ -164,11 +164,13 @@ def to_ms(text: str) -> float:
 
 
 def run_tailgate(engine: str, url: str, rate: float, duration: float, conns: int,
-                 cpu: int | None, src: str | None = None) -> dict:
-    """``src``: another checkout's ``src`` to run instead of this one (--reference)."""
+                 cpu: int | None, src: str | None = None, startup: bool = False) -> dict:
+    """``src``: another checkout's ``src`` to run instead of this one (--reference);
+    ``startup``: one request only, no warm-up (what a run costs before its first request)."""
+    span = (["--requests", "1"] if startup else
+            ["--duration", f"{duration:g}s", "--warmup", "1s"])
     cmd = [*pin(cpu), *(["env", f"PYTHONPATH={src}"] if src else []), *TAILGATE, url,
-           "--engine", engine, "--rate", str(int(rate)),
-           "--duration", f"{duration:g}s", "--warmup", "1s", "--workers", "1",
+           "--engine", engine, "--rate", str(int(rate)), *span, "--workers", "1",
            "--connections", str(conns), "--max-connections", str(conns), "--json", "-",
            "--quiet"]
     out, err, cpu_s = timed(cmd, duration + 60)
@@ -184,7 +186,8 @@ def run_tailgate(engine: str, url: str, rate: float, duration: float, conns: int
             "achieved": d["rate"]["ok"], "p50": lat["p50"], "p99": lat["p99"],
             "p999": lat["p999"], "late_p99": d["lateness_ms"]["p99"],
             "errors": d["requests"]["sent"] - d["requests"]["ok"],
-            "cpu_us": 1e6 * cpu_s / max(total, 1), "engine": d["generator"]["engine"]}
+            "cpu_us": 1e6 * cpu_s / max(total, 1), "engine": d["generator"]["engine"],
+            "cpu_s": cpu_s, "requests": total}
 
 
 def wrk2_binary() -> str | None:
@@ -193,8 +196,11 @@ def wrk2_binary() -> str | None:
 
 
 def run_wrk2(exe: str, url: str, rate: float, duration: float, conns: int,
-             cpu: int | None) -> dict:
-    run_s = WRK2_CALIBRATION_S + int(round(duration))
+             cpu: int | None, startup: bool = False) -> dict:
+    """``startup``: 1 s at 1 request/s, the least wrk2 runs (an upper bound of its
+    start-up: that second's timer wake-ups are in it)."""
+    run_s = 1 if startup else WRK2_CALIBRATION_S + int(round(duration))
+    rate = 1 if startup else rate
     cmd = [*pin(cpu), exe, "-t1", f"-c{conns}", f"-d{run_s}s", f"-R{int(rate)}", "--latency", url]
     out, err, cpu_s = timed(cmd, run_s + 60)
     pct = {float(p): to_ms(v)
@@ -211,7 +217,8 @@ def run_wrk2(exe: str, url: str, rate: float, duration: float, conns: int,
             "p50": pct.get(50.0), "p99": pct.get(99.0), "p999": pct.get(99.9), "late_p99": None,
             "errors": (int(errs.group(1)) if errs else 0)
             + (sum(int(x) for x in sock.groups()) if sock else 0),
-            "cpu_us": 1e6 * cpu_s / max(int(total.group(1)) if total else 0, 1)}
+            "cpu_us": 1e6 * cpu_s / max(int(total.group(1)) if total else 0, 1),
+            "cpu_s": cpu_s, "requests": int(total.group(1)) if total else 0}
 
 
 def ensure_autocannon() -> str | None:
@@ -274,12 +281,20 @@ def combine(runs: list[dict]) -> dict:
     if not ok:
         return runs[-1]
     out = dict(ok[0], runs=len(ok), failed=len(runs) - len(ok))
-    for key in ("achieved", "p50", "p99", "p999", "late_p99", "errors", "cpu_us"):
-        vals = [r[key] for r in ok if r[key] is not None and r[key] == r[key]]
+    for key in ("achieved", "p50", "p99", "p999", "late_p99", "errors", "cpu_us", "cpu_net_us"):
+        vals = [r[key] for r in ok if r.get(key) is not None and r[key] == r[key]]
         out[key] = statistics.median(vals) if vals else None
-        if key in ("p99", "late_p99", "cpu_us") and len(vals) > 1:
+        if key in ("p99", "late_p99", "cpu_us", "cpu_net_us") and len(vals) > 1:
             out[key + "_range"] = (min(vals), max(vals))
     return out
+
+
+def net_of(r: dict, startup_s: float | None) -> dict:
+    """The run's CPU per request less the tool's fixed start-up (measured apart): what
+    each further request costs, the figure a longer run tends to."""
+    if "error" not in r and startup_s is not None and r.get("requests"):
+        r["cpu_net_us"] = 1e6 * (r["cpu_s"] - startup_s) / r["requests"]
+    return r
 
 
 def fmt(v: float | None, nd: int = 3) -> str:
@@ -291,9 +306,11 @@ def spread(r: dict, key: str) -> str:
     return f"{fmt(r[key])} ({fmt(lo_hi[0])}–{fmt(lo_hi[1])})" if lo_hi else fmt(r[key])
 
 
-def cpu_spread(r: dict) -> str:
-    lo_hi = r.get("cpu_us_range")
-    return f"{r['cpu_us']:.1f} ({lo_hi[0]:.1f}–{lo_hi[1]:.1f})" if lo_hi else f"{r['cpu_us']:.1f}"
+def cpu_spread(r: dict, key: str = "cpu_us") -> str:
+    if r.get(key) is None:
+        return "—"
+    lo_hi = r.get(key + "_range")
+    return f"{r[key]:.1f} ({lo_hi[0]:.1f}–{lo_hi[1]:.1f})" if lo_hi else f"{r[key]:.1f}"
 
 
 def row(r: dict, rate: float | None) -> str:
@@ -302,12 +319,13 @@ def row(r: dict, rate: float | None) -> str:
     runs = f"{r.get('runs', 1)}" + (f" ({r['failed']} failed)" if r.get("failed") else "")
     return (f"| {f'{rate / 1000:g}k/s' if rate else 'closed loop'} | {r['tool']} | {runs} | "
             f"{r['achieved']:,.0f}/s | {fmt(r['p50'])} | {spread(r, 'p99')} | {fmt(r['p999'])} | "
-            f"{spread(r, 'late_p99')} | {cpu_spread(r)} | {r['errors']:.0f} |")
+            f"{spread(r, 'late_p99')} | {cpu_spread(r)} | {cpu_spread(r, 'cpu_net_us')} | "
+            f"{r['errors']:.0f} |")
 
 
 HEADER = ("| offered | tool | runs | achieved | P50 ms | P99 ms (range) | P999 ms | "
-          "own lateness P99 ms (range) | CPU µs/req (range) | errors |\n"
-          "|---|---|---|---|---|---|---|---|---|---|")
+          "own lateness P99 ms (range) | CPU µs/req (range) | less start-up | errors |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|")
 
 
 def _normal_priority() -> None:
@@ -400,16 +418,25 @@ def main() -> int:
         print("wrk2: not found (no `wrk2` on PATH, $WRK2 unset): left out. Build it from "
               "https://github.com/giltene/wrk2 outside the repository and set WRK2.")
     tools: dict = {}
+    # each tool's run as it starts and ends with no load (its fixed start-up, measured apart)
+    startups: dict = {}
     if "fast" in want:
         tools["tailgate (fast)"] = lambda u, r, d, c, p: run_tailgate("fast", u, r, d, c, p)
+        startups["tailgate (fast)"] = (
+            lambda u, c, p: run_tailgate("fast", u, 100, 0, c, p, startup=True))
     if args.reference:
         ref = str(Path(args.reference).resolve())
         tools["tailgate (fast, reference)"] = (
             lambda u, r, d, c, p: run_tailgate("fast", u, r, d, c, p, src=ref))
+        startups["tailgate (fast, reference)"] = (
+            lambda u, c, p: run_tailgate("fast", u, 100, 0, c, p, src=ref, startup=True))
     if "python" in want:
         tools["tailgate (python)"] = lambda u, r, d, c, p: run_tailgate("python", u, r, d, c, p)
+        startups["tailgate (python)"] = (
+            lambda u, c, p: run_tailgate("python", u, 100, 0, c, p, startup=True))
     if "wrk2" in want and wrk2:
         tools["wrk2"] = lambda u, r, d, c, p: run_wrk2(wrk2, u, r, d, c, p)
+        startups["wrk2"] = lambda u, c, p: run_wrk2(wrk2, u, 1, 1, c, p, startup=True)
     if ac:
         tools["autocannon"] = lambda u, r, d, c, p: run_autocannon(ac, u, r, d, c, p)
     lines = [f"{args.duration:g} s measured per run, {args.repeat} runs of each tool at each "
@@ -422,11 +449,23 @@ def main() -> int:
             for pid in [ng.proc.pid, *ng.worker_pids()]:
                 os.sched_setaffinity(pid, {srv_cpu})
         url = ng.url("/")
+        fixed: dict[str, list[float]] = {name: [] for name in startups}
+        for _ in range(3):
+            for name, fn in startups.items():
+                r = fn(url, args.connections, gen_cpu)
+                if "error" not in r:
+                    fixed[name].append(r["cpu_s"])
+        startup = {n: statistics.median(v) for n, v in fixed.items() if v}
+        lines.insert(1, "start-up CPU (median of 3 runs of one request; wrk2: 1 s at 1/s), "
+                        "subtracted in 'less start-up': " + ", ".join(
+                            f"{n} {1e3 * s:.0f} ms" for n, s in startup.items()) + "\n")
+        print(lines[1], flush=True)
         for rate in rates:
             runs: dict[str, list[dict]] = {name: [] for name in tools}
             for _ in range(args.repeat):  # interleaved: noise lands on every tool alike
                 for name, fn in tools.items():
-                    runs[name].append(fn(url, rate, args.duration, args.connections, gen_cpu))
+                    runs[name].append(net_of(fn(url, rate, args.duration, args.connections,
+                                                gen_cpu), startup.get(name)))
             for name in tools:
                 lines.append(row(combine(runs[name]), rate))
                 print(lines[-1], flush=True)
