@@ -442,7 +442,7 @@ def main() -> int:
     lines = [f"{args.duration:g} s measured per run, {args.repeat} runs of each tool at each "
              f"rate (interleaved; medians, with the range of P99 and lateness), "
              f"{args.connections} connections, nginx (1 worker) on cpu {srv_cpu}, each "
-             f"generator on cpu {gen_cpu}\n", HEADER]
+             f"generator on cpu {gen_cpu}\n"]
     print("\n".join(lines), flush=True)
     with Nginx(workers=1) as ng:
         if srv_cpu is not None:
@@ -456,10 +456,11 @@ def main() -> int:
                 if "error" not in r:
                     fixed[name].append(r["cpu_s"])
         startup = {n: statistics.median(v) for n, v in fixed.items() if v}
-        lines.insert(1, "start-up CPU (median of 3 runs of one request; wrk2: 1 s at 1/s), "
-                        "subtracted in 'less start-up': " + ", ".join(
-                            f"{n} {1e3 * s:.0f} ms" for n, s in startup.items()) + "\n")
-        print(lines[1], flush=True)
+        lines.append("start-up CPU (median of 3 runs of one request; wrk2: 1 s at 1/s), "
+                     "subtracted in 'less start-up': " + ", ".join(
+                         f"{n} {1e3 * s:.0f} ms" for n, s in startup.items()) + "\n")
+        lines.append(HEADER)
+        print("\n".join(lines[-2:]), flush=True)
         for rate in rates:
             runs: dict[str, list[dict]] = {name: [] for name in tools}
             for _ in range(args.repeat):  # interleaved: noise lands on every tool alike
