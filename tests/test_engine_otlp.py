@@ -134,24 +134,30 @@ def test_a_real_vllm_runs_spans_are_read_with_every_phase():
         assert s.e2e_s * 1e9 <= s.end_unix_ns - s.start_unix_ns, s  # (ended once written)
 
 
-def test_a_real_vllm_runs_spans_join_its_log_as_they_did_live():
-    """The same spans joined to that run's own request log (requests.csv) give what
-    diagnose gave live (diagnose-engine.json): every request's record placed, the join's
-    error bound, the TTFT split and the slowest requests' phases, to the document's
-    rounding."""
+def _join_the_real_run(want: dict):
+    """diagnose's engine section and causes of the captured vLLM run, joined again from its
+    exports and its request log (the log's times are from the run's start; the phases are
+    durations, so any start on the timeline's clock gives them)."""
     from tailgate.diagnose.engine import from_log
     from tailgate.sources.otlp import Received
 
-    want = json.loads((REAL / "diagnose-engine.json").read_text())
     rx = Received()
     for body in _real_exports():
         rx.add(*parse_export(body), want["run"])
     crit = {"min_cover": 0.5, "min_lift": 1.5, "min_share": 0.1, "min_ms": 1.0}
     t0 = want["t0_monotonic_ns"]
-    # (the log's times are from the run's start; the phases are durations, so any start
-    # on the timeline's clock gives them)
-    section, _, _ = from_log((REAL / "requests.csv").read_text(), t0 / 1e9, t0, crit, rx,
-                             workers=want["workers"])  # (the load's two workers)
+    section, causes, _ = from_log((REAL / "requests.csv").read_text(), t0 / 1e9, t0, crit, rx,
+                                  workers=want["workers"])  # (the load's two workers)
+    return section, causes
+
+
+def test_a_real_vllm_runs_spans_join_its_log_as_they_did_live():
+    """The same spans joined to that run's own request log (requests.csv) give what
+    diagnose gave live (diagnose-engine.json): every request's record placed, the join's
+    error bound, the TTFT split and the slowest requests' phases, to the document's
+    rounding."""
+    want = json.loads((REAL / "diagnose-engine.json").read_text())
+    section, _ = _join_the_real_run(want)
     live = want["engine"]
     assert section["engine"] == live["engine"] == "vLLM (OTLP spans)"
     assert section["records"] == live["records"] == {"ok": 150, "malformed": 0, "none": 0}
@@ -170,17 +176,7 @@ def test_a_real_vllm_run_says_its_spans_carry_no_per_token_times():
     """vLLM's spans give no per-token times and asking vLLM cannot change that: the reason
     says so (per-token timings come only from llama-server) in the join, every slowest row
     and the ITL split, and nowhere tells the user to ask llama-server of a vLLM run."""
-    from tailgate.diagnose.engine import from_log
-    from tailgate.sources.otlp import Received
-
-    want = json.loads((REAL / "diagnose-engine.json").read_text())
-    rx = Received()
-    for body in _real_exports():
-        rx.add(*parse_export(body), want["run"])
-    crit = {"min_cover": 0.5, "min_lift": 1.5, "min_share": 0.1, "min_ms": 1.0}
-    t0 = want["t0_monotonic_ns"]
-    section, causes, _ = from_log((REAL / "requests.csv").read_text(), t0 / 1e9, t0, crit, rx,
-                                  workers=want["workers"])
+    section, causes = _join_the_real_run(json.loads((REAL / "diagnose-engine.json").read_text()))
     why = ("vLLM's request spans carry no per-token times (per-token timings come only from "
            "llama-server's `timings_per_token`, asked with --engine-timings per-token)")
     assert section["join"]["per_token"] == {"requests": 0, "malformed": 0, "unknown": why}
