@@ -214,8 +214,10 @@ def test_diagnose_ends_each_request_where_bench_does(tmp_path):
     log = tmp_path / "run.csv"
     log.write_text(LOG_HEADER + "0,0,0.010,0.0101,0.0102,0.0150,ok,200,10,0,0.0120\n"
                                 "0,1,0.020,0.0201,0.0202,0.0250,ok,200,10,0,\n")
-    starts, ends, sends = _requests({"clock": {"start_monotonic_s": 100.0}}, str(log))
+    starts, ends, sends, reads = _requests({"clock": {"start_monotonic_s": 100.0}}, str(log))
     base = 100_000_000_000
     assert (ends - base).tolist() == [12_000_000, 25_000_000]
+    # the generator's read, which finds the reply's connection among the probe's reads
+    assert (reads - base).tolist() == [15_000_000, 25_000_000]
     assert (starts - base).tolist() == [10_000_000, 20_000_000]
     assert (sends - base).tolist() == [10_100_000, 20_100_000]

@@ -82,6 +82,26 @@ def test_serving_thread_comes_from_the_reads_of_its_connection():
     assert bl.serve.placed == 3 and bl.serve.pool == (101, 102)
 
 
+def test_a_reply_read_after_its_arrival_still_finds_its_connection():
+    """A request ends at its reply's kernel receive stamp; the generator reads the reply up
+    to a send later (the compiled loop defers reads to its next send). Its connection is
+    found from that read, not from the reads before the stamp (another request's)."""
+    lines = names(101, 102)
+    starts, arrived, reads = [], [], []
+    for i, tid in enumerate((101, 102, 101)):
+        rl, a, b = request(i, 40000 + i, tid, 2)
+        lines += rl
+        starts.append(a)
+        arrived.append(b - MS)  # in the kernel 1 ms before the generator read it
+        reads.append(b)
+    ev = parse_events(["\n".join(lines)])
+    s, e = np.array(starts, np.int64), np.array(arrived, np.int64)
+    bl = Blame.of(ev, {101, 102}, PORT, s, e, reads=np.array(reads, np.int64))
+    assert bl.serve.threads == [(101,), (102,), (101,)] and bl.serve.placed == 3
+    # without the reads, the last read before each stamp is none of the request's own
+    assert Blame.of(ev, {101, 102}, PORT, s, e).serve.placed == 0
+
+
 def test_futex_wait_behind_a_preempted_lock_holder():
     ev, s, e, bl = run(*lock_preempted())
     (c,) = bl.per_request[0]

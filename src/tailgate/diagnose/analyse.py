@@ -19,10 +19,11 @@ from .window import Evidence
 
 
 def _requests(bench_doc: dict[str, Any], log_path: str):
-    """Intended start, end and dispatch of every request that ended (ns, CLOCK_MONOTONIC;
-    dispatch 0 where not known). A reply ends at the kernel's receive stamp where the log
-    has it (``arrive_s``, compiled engine), as bench's latency does: the generator's read
-    after it is no part of the latency explained."""
+    """Intended start, end, dispatch and the generator's read of the reply of every request
+    that ended (ns, CLOCK_MONOTONIC; dispatch 0 where not known). A reply ends at the
+    kernel's receive stamp where the log has it (``arrive_s``, compiled engine), as bench's
+    latency does: the generator's read after it is no part of the latency explained, but it
+    is what finds the reply's connection among the probe's reads (chain.serving)."""
     import numpy as np
 
     start = (bench_doc.get("clock") or {}).get("start_monotonic_s")
@@ -39,18 +40,20 @@ def _requests(bench_doc: dict[str, Any], log_path: str):
         b = cols["end_s"][keep]
         # dispatch, not send: a request waiting for a free connection waits for the service
         sent = np.nan_to_num(cols["dispatch_s"][keep], nan=-1.0)
+        read = b
         b = np.where(np.isnan(cols["arrive_s"][keep]), b, cols["arrive_s"][keep])
         scale = 1e9
     else:
         rows = [json.loads(x) for x in text.splitlines() if x.strip()]
         rows = [r for r in rows if r.get("end_ms") is not None]
         a = np.array([r["intended_ms"] for r in rows], dtype=np.float64)
-        b = np.array([r["end_ms"] for r in rows], dtype=np.float64)
+        b = read = np.array([r["end_ms"] for r in rows], dtype=np.float64)
         sent = np.array([-1.0 if r.get("sent_ms") is None else r["sent_ms"] for r in rows])
         scale = 1e6
     base = int(round(start * 1e9))
     sends = np.where(sent >= 0, base + (sent * scale).astype(np.int64), 0)
-    return base + (a * scale).astype(np.int64), base + (b * scale).astype(np.int64), sends
+    return (base + (a * scale).astype(np.int64), base + (b * scale).astype(np.int64), sends,
+            base + (read * scale).astype(np.int64))
 
 
 def analyse(spec: DiagnoseSpec, ev: Evidence) -> dict[str, Any]:
@@ -100,7 +103,7 @@ def analyse(spec: DiagnoseSpec, ev: Evidence) -> dict[str, Any]:
         "total_ms": round(float((preempted[:, 1] - preempted[:, 0]).sum()) / 1e6, 3)}
     starts = ends = np.zeros(0, np.int64)
     if bench_doc is not None:
-        starts, ends, sends = _requests(bench_doc, log_path)
+        starts, ends, sends, reads = _requests(bench_doc, log_path)
         doc["bench"] = {k: bench_doc.get(k) for k in ("requests", "rate", "latency_ms",
                                                       "ttft_ms", "e2e_ms", "warnings", "slo")
                         if k in bench_doc}
@@ -111,7 +114,7 @@ def analyse(spec: DiagnoseSpec, ev: Evidence) -> dict[str, Any]:
         # the chain of blame: who served each request, whom it waited for; a wait counts
         # only for the requests of the thread it belongs to (diagnose.chain)
         blame = Blame.of(events, _service_threads(events, maps), port, starts, ends, sends,
-                         spans["throttled"])
+                         spans["throttled"], reads)
         # an LLM server's HTTP thread waits for the engine's thread on a futex: that wait is
         # the engine's phase of the request (its own record), no lock's
         win = _engine_windows(spec.target, bench_doc, log_path, ev.spans)

@@ -612,13 +612,15 @@ class Blame:
     @classmethod
     def of(cls, ev: Events, service: set[int], port: int | None, starts: np.ndarray,
            ends: np.ndarray, sends: np.ndarray | None = None,
-           throttled: np.ndarray | None = None) -> Blame:
+           throttled: np.ndarray | None = None, reads: np.ndarray | None = None) -> Blame:
         """``starts``/``ends``: each request's intended start and end (ns; the end is its
         reply's arrival in the kernel where known); ``sends``: its dispatch;
-        ``throttled``: the service's cgroup's throttled periods."""
+        ``throttled``: the service's cgroup's throttled periods; ``reads``: when the
+        generator read each reply (None: at its end), which finds the reply's connection
+        among the probe's reads (the generator reads a reply after the kernel had it)."""
         d, e = windows(starts, ends, sends)
         tr = Tracks.of(ev, service, throttled)
-        serve = serving(ev.reads, port, service, d, ends)
+        serve = serving(ev.reads, port, service, d, ends if reads is None else reads)
         note = None
         if not serve.pool:
             # no read of the service's port seen (no TCP target, or passive): every thread of
