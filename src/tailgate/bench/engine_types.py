@@ -109,7 +109,8 @@ class WorkerResult:
     read_pauses: int = 0
     read_paused_s: float = 0.0
     # compiled engine: each reply's kernel receive stamp -> the loop's read of it (ns);
-    # None: no stamps (the python engine), so its latencies end at the read
+    # None: none (the python engine's latencies end at its read; streams are timed at
+    # each chunk's stamp)
     read_lag: Histogram | None = None
     # compiled: the most it polled before a due time instead of sleeping (learnt from how
     # late its timed wake-ups came; 0 on the Python engine)

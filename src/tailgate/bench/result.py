@@ -59,7 +59,8 @@ keep-alive connection (``--retry-stale``).
 one (a new one opening, or a busy one freeing up); ``lateness`` is how late the
 generator itself got to each request; ``generator.read_lag_ms`` how long after the
 kernel's receive stamp it read each reply (compiled engine; a latency ends at that stamp,
-so this delay is in none; null for the python engine, whose latencies end at its read).
+so this delay is in none; null for the python engine, whose latencies end at its read, and
+for streams, whose every chunk is timed at its own stamp).
 ``generator.cpu_us_per_request`` is the
 generator processes' CPU time per request handled.
 ``samples_above`` says how many samples lie above each tail percentile: a P999
@@ -316,8 +317,8 @@ def build_result(info: RunInfo, parts: Sequence[WorkerResult],
                       "read_pauses": sum(p.read_pauses for p in parts),
                       "read_paused_s": round(sum(p.read_paused_s for p in parts), 6),
                       # compiled: each reply's kernel receive stamp (where its latency
-                      # ends) to the loop's read of it; null: no stamps (python engine:
-                      # its latencies end at the read)
+                      # ends) to the loop's read of it; null: none (the python engine's
+                      # latencies end at its read; a stream's chunks are timed at theirs)
                       "read_lag_ms": _read_lag(parts, spec),
                       # compiled: the most a loop polled before a due time instead of
                       # sleeping, learnt from how late its timed wake-ups came
