@@ -47,6 +47,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -418,27 +419,20 @@ def main() -> int:
         print("wrk2: not found (no `wrk2` on PATH, $WRK2 unset): left out. Build it from "
               "https://github.com/giltene/wrk2 outside the repository and set WRK2.")
     tools: dict = {}
-    # each tool's run as it starts and ends with no load (its fixed start-up, measured apart)
-    startups: dict = {}
     if "fast" in want:
-        tools["tailgate (fast)"] = lambda u, r, d, c, p: run_tailgate("fast", u, r, d, c, p)
-        startups["tailgate (fast)"] = (
-            lambda u, c, p: run_tailgate("fast", u, 100, 0, c, p, startup=True))
+        tools["tailgate (fast)"] = partial(run_tailgate, "fast")
     if args.reference:
-        ref = str(Path(args.reference).resolve())
-        tools["tailgate (fast, reference)"] = (
-            lambda u, r, d, c, p: run_tailgate("fast", u, r, d, c, p, src=ref))
-        startups["tailgate (fast, reference)"] = (
-            lambda u, c, p: run_tailgate("fast", u, 100, 0, c, p, src=ref, startup=True))
+        tools["tailgate (fast, reference)"] = partial(
+            run_tailgate, "fast", src=str(Path(args.reference).resolve()))
     if "python" in want:
-        tools["tailgate (python)"] = lambda u, r, d, c, p: run_tailgate("python", u, r, d, c, p)
-        startups["tailgate (python)"] = (
-            lambda u, c, p: run_tailgate("python", u, 100, 0, c, p, startup=True))
+        tools["tailgate (python)"] = partial(run_tailgate, "python")
     if "wrk2" in want and wrk2:
-        tools["wrk2"] = lambda u, r, d, c, p: run_wrk2(wrk2, u, r, d, c, p)
-        startups["wrk2"] = lambda u, c, p: run_wrk2(wrk2, u, 1, 1, c, p, startup=True)
+        tools["wrk2"] = partial(run_wrk2, wrk2)
     if ac:
-        tools["autocannon"] = lambda u, r, d, c, p: run_autocannon(ac, u, r, d, c, p)
+        tools["autocannon"] = partial(run_autocannon, ac)
+    # each tool's run as it starts and ends with no load: its fixed start-up, measured apart
+    # (autocannon's, like its node start-up, stays in its figure)
+    startups = [name for name in tools if name != "autocannon"]
     lines = [f"{args.duration:g} s measured per run, {args.repeat} runs of each tool at each "
              f"rate (interleaved; medians, with the range of P99 and lateness), "
              f"{args.connections} connections, nginx (1 worker) on cpu {srv_cpu}, each "
@@ -451,8 +445,8 @@ def main() -> int:
         url = ng.url("/")
         fixed: dict[str, list[float]] = {name: [] for name in startups}
         for _ in range(3):
-            for name, fn in startups.items():
-                r = fn(url, args.connections, gen_cpu)
+            for name in startups:
+                r = tools[name](url, 100, 1, args.connections, gen_cpu, startup=True)
                 if "error" not in r:
                     fixed[name].append(r["cpu_s"])
         startup = {n: statistics.median(v) for n, v in fixed.items() if v}

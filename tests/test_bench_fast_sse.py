@@ -9,10 +9,13 @@ against the Python engine."""
 from __future__ import annotations
 
 import json
+import socket
+import time
 
 import numpy as np
 import pytest
 
+from support.threaded_server import ThreadedServer
 from tailgate.bench.framing import frame, frame_fast
 
 HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
@@ -292,26 +295,17 @@ def test_a_loop_that_stopped_reading_for_its_json_says_so():
     assert not [w for w in calm.json["warnings"] if "stopped reading" in w]
 
 
-class _SpacedChunks:
+class _SpacedChunks(ThreadedServer):
     """Each streamed response: a content chunk every ``gap_s`` (slept in the connection's
     own thread, precise to tens of µs), then [DONE]; keep-alive."""
 
     def __init__(self, chunks: int, gap_s: float) -> None:
-        from support.threaded_server import ThreadedServer
-
-        outer = self
-
-        class Server(ThreadedServer):
-            def _serve(self, conn) -> None:
-                outer.serve(conn)
-
+        super().__init__()
         self.chunks, self.gap_s = chunks, gap_s
-        self.server = Server()
 
-    def serve(self, conn) -> None:
-        import time
-
-        conn.setsockopt(6, 1, 1)  # TCP_NODELAY: one chunk, one segment, sent when written
+    def _serve(self, conn: socket.socket) -> None:
+        # one chunk, one segment, sent when written
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         buf = b""
         with conn:
             while True:
@@ -326,12 +320,11 @@ class _SpacedChunks:
                 while len(buf) < length:
                     buf += conn.recv(65536)
                 buf = buf[length:]
-                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                             b"Transfer-Encoding: chunked\r\n\r\n")
+                conn.sendall(HEAD)
                 for i in range(self.chunks):
                     conn.sendall(piece(tok("x", "length" if i == self.chunks - 1 else None)))
                     time.sleep(self.gap_s)
-                conn.sendall(piece(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+                conn.sendall(piece(DONE) + b"0\r\n\r\n")
 
 
 def test_a_streams_chunks_are_read_as_they_come_though_whole_replies_may_wait():
@@ -341,9 +334,8 @@ def test_a_streams_chunks_are_read_as_they_come_though_whole_replies_may_wait():
     1,000 requests/s (a send due every ms, always within DEFER_NS) keep their gaps."""
     from support.bench_cli import bench
 
-    srv = _SpacedChunks(chunks=8, gap_s=0.0004)
-    with srv.server:
-        run = bench(f"openai+http://127.0.0.1:{srv.server.port}/v1", "--engine", "fast",
+    with _SpacedChunks(chunks=8, gap_s=0.0004) as srv:
+        run = bench(f"openai+http://127.0.0.1:{srv.port}/v1", "--engine", "fast",
                     "--model", "m", "--workload", "random", "--input-len", "8",
                     "--output-len", "8", "--rate", "1000", "--requests", "600",
                     "--timeout", "3s", "--workers", "1")
