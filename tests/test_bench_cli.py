@@ -175,6 +175,22 @@ def test_errors_fail_an_error_rate_slo(nginx):
     assert "status_5xx 100" in r.stderr
 
 
+def test_coalesce_waits_are_lateness_asked_for_not_falling_behind(nginx):
+    """--coalesce 3ms at 200/s (5 ms apart): no other request is due within a request's
+    window, so each waits up to the whole of it (sooner only when the loop wakes anyway, for
+    its time-out sweep every 10 ms); that is its lateness, echoed in the config, and not the
+    "fell behind its schedule" warning that a lateness P99 past 1 ms otherwise gives."""
+    r = tailgate(nginx.url("/"), "--rate", "200", "--duration", "1s", "--workers", "1",
+                 "--coalesce", "3ms", "--json", "-")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["config"]["coalesce_s"] == 0.003
+    assert data["requests"]["ok"] == 200
+    late = data["lateness_ms"]
+    assert late["p50"] > 1.5 and late["p99"] > 2.9, late
+    assert "fell behind" not in r.stderr
+
+
 @pytest.mark.parametrize("args", [
     ["--rate", "100", "--duration", "1s", "--slo", "p999<5"],  # a time without a unit
     ["--rate", "100", "--duration", "1s", "--slo", "latency_p42<5ms"],  # unknown metric

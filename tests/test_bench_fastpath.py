@@ -267,6 +267,27 @@ def test_the_loop_practises_its_wake_ups_before_the_first_request(nginx):
     assert 16 <= st["practiced"] <= 64, st["practiced"]
 
 
+@pytest.mark.parametrize("coalesce_s", [0.0, 0.002])
+def test_coalesced_requests_share_a_wake_up_and_count_the_wait_as_lateness(nginx, coalesce_s):
+    """--coalesce: a due request waits up to the window, so one timed wake-up sends every
+    request due within it (about four a wake-up here: 2 ms over gaps of 500 µs), and the
+    wait is in its lateness. Without it, each request is woken for, on time."""
+    info, cfg, eng = engine_for(nginx.url("/"), rate=2000, duration=1.0,
+                                coalesce_s=coalesce_s)
+    part = eng.run(time.monotonic() + 0.05)
+    st = eng._c.state()
+    data = build_result(info, [part]).json
+    assert data["requests"]["ok"] == cfg.times.size == 2000
+    waits = st["waits"] / cfg.times.size
+    late50 = data["lateness_ms"]["p50"]
+    if coalesce_s:
+        assert waits < 0.5, st["waits"]
+        assert late50 > 0.5, late50
+    else:
+        assert waits > 0.9, st["waits"]
+        assert late50 < 0.5, late50
+
+
 @pytest.mark.parametrize("defer_ns", [0, 2_000_000])
 def test_replies_wait_for_the_next_send_when_deferred(nginx, monkeypatch, defer_ns):
     """With DEFER_NS past the gap between two requests the loop sleeps to each send without

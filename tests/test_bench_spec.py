@@ -49,6 +49,22 @@ def test_a_spec_is_checked_once_and_frozen():
                      method="POST")
 
 
+def test_coalesce_is_checked_and_echoed():
+    spec = BenchSpec.of("http://127.0.0.1:1/", rate=1000, duration=1, coalesce="50us",
+                        engine="fast")
+    assert spec.info.coalesce_s == pytest.approx(50e-6)
+    assert spec.info.config_json()["coalesce_s"] == pytest.approx(50e-6)
+    assert BenchSpec.of("http://127.0.0.1:1/", rate=1, duration=1).info.coalesce_s == 0.0
+    with pytest.raises(UsageError, match=r"^--coalesce is the compiled engine's, and this run "
+                       r"is the python engine's \(--engine python\)$"):
+        BenchSpec.of("http://127.0.0.1:1/", rate=1, duration=1, coalesce="1ms",
+                     engine="python")
+    with pytest.raises(UsageError, match=r"^--coalesce 2s: must be >= 0 and below --timeout$"):
+        BenchSpec.of("http://127.0.0.1:1/", rate=1, duration=1, coalesce="2s", timeout="2s")
+    with pytest.raises(UsageError, match=r"^--coalesce does not apply to udp:// targets"):
+        BenchSpec.of("udp://127.0.0.1:9/", rate=1, duration=1, coalesce="1ms")
+
+
 def test_the_registry_is_where_schemes_flags_and_kinds_come_from():
     reg = registry.registry()
     assert sorted(reg) == ["grpc", "grpcs", "http", "https", "openai+http", "openai+https",

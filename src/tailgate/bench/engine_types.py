@@ -59,6 +59,7 @@ class EngineConfig:
     spec: HistogramSpec = field(default_factory=HistogramSpec)
     limits: Limits = field(default_factory=Limits)
     retry_stale: bool = False  # resend a stale_connection request once (see module doc)
+    coalesce_s: float = 0.0  # a due request may wait this long for others due (fast engine)
     check_seq: bool = False  # test mode: stamp requests, check responses carry the stamp
     # openai+ targets: each request's own bytes (by request id) and the workload's input
     # length of each (tokens when the server sends no usage); see tailgate.llm.accounting.

@@ -231,6 +231,9 @@ typedef struct {
      * then (0: never). A reply's time is the kernel's receive stamp (arrive), which a later
      * read does not move, and a timed wake-up per request is saved (~8 us of CPU here). */
     int64_t defer_ns;
+    /* A due request may wait this long, so that one timed wake-up sends every request due
+     * within it (0: each is woken for). Its wait is its lateness, recorded as any other. */
+    int64_t coalesce_ns;
     /* the blocking waits of the run, those that returned with events (a reply, a connect),
      * and the practice wake-ups taken before the first request */
     int64_t waits, woken, practiced;
@@ -2659,23 +2662,25 @@ static PyObject *Loop_prepare(Loop *L, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* run(start_ns, poll_ns, slice_ns, wake_q, spin_div, defer_ns): the whole schedule,
- * without the GIL; returns when every request ended, or stop() was called. Call it from a
- * thread of its own; take() meanwhile. poll_ns: a due time this close is polled for, never
- * slept to; wake_q (0-63) and spin_div: the margin spin_for learns and its share of the
- * gap; defer_ns: see the field. */
+/* run(start_ns, poll_ns, slice_ns, wake_q, spin_div, defer_ns, coalesce_ns): the whole
+ * schedule, without the GIL; returns when every request ended, or stop() was called. Call
+ * it from a thread of its own; take() meanwhile. poll_ns: a due time this close is polled
+ * for, never slept to; wake_q (0-63) and spin_div: the margin spin_for learns and its share
+ * of the gap; defer_ns and coalesce_ns: see the fields. */
 static PyObject *Loop_run(Loop *L, PyObject *args) {
-    long long start_ns, poll_ns = 0, slice_ns = 0, defer_ns = 0;
+    long long start_ns, poll_ns = 0, slice_ns = 0, defer_ns = 0, coalesce_ns = 0;
     int wake_q = WAKE_Q, spin_div = 8;
-    if (!PyArg_ParseTuple(args, "L|LLiiL", &start_ns, &poll_ns, &slice_ns, &wake_q, &spin_div,
-                          &defer_ns))
+    if (!PyArg_ParseTuple(args, "L|LLiiLL", &start_ns, &poll_ns, &slice_ns, &wake_q,
+                          &spin_div, &defer_ns, &coalesce_ns))
         return NULL;
-    if (wake_q < 0 || wake_q >= WAKE_N || spin_div < 0 || poll_ns < 0 || defer_ns < 0) {
-        PyErr_SetString(PyExc_ValueError,
-                        "run: wake_q must be 0-63, spin_div, poll_ns and defer_ns >= 0");
+    if (wake_q < 0 || wake_q >= WAKE_N || spin_div < 0 || poll_ns < 0 || defer_ns < 0 ||
+        coalesce_ns < 0) {
+        PyErr_SetString(PyExc_ValueError, "run: wake_q must be 0-63, spin_div, poll_ns, "
+                        "defer_ns and coalesce_ns >= 0");
         return NULL;
     }
     L->defer_ns = defer_ns;
+    L->coalesce_ns = coalesce_ns;
     L->slice_ns = slice_ns;
     L->poll_ns = poll_ns;
     L->wake_q = wake_q;
@@ -2716,7 +2721,8 @@ static PyObject *Loop_run(Loop *L, PyObject *args) {
         if (L->finished || L->stopping) break;
         int64_t until = next_sweep;
         int have_due = !L->ended && L->next_i < L->n;
-        if (have_due && L->times[L->next_i] <= until) until = L->times[L->next_i];
+        if (have_due && L->times[L->next_i] + L->coalesce_ns <= until)
+            until = L->times[L->next_i] + L->coalesce_ns;
         else have_due = 0; /* the sweep comes first: sleep to it, no polling */
         if (!L->ended && L->next_i == 0 && L->n > 0 && L->wake_seen < WAKE_N &&
             L->times[0] - now > L->practice_ns + SPIN_MAX && now + L->practice_ns < until) {
@@ -2752,9 +2758,10 @@ static PyObject *Loop_run(Loop *L, PyObject *args) {
             do r = epoll_wait(L->ep, evs, 256, 0);
             while (r == 0 && now_rel(L) < until);
         } else if (have_due && L->defer_ns > 0 && !L->q_len && !L->n_connecting &&
-                   until - now_rel(L) <= L->defer_ns) {
-            /* (never while a request waits for a connection or one is being opened: a
-             * reply or a connect read late would hold it up) */
+                   until - L->coalesce_ns - now_rel(L) <= L->defer_ns) {
+            /* (due within defer_ns, the coalescing wait on top; never while a request
+             * waits for a connection or one is being opened: a reply or a connect read late
+             * would hold it up) */
             r = wait_events(L, L->ep_wake, evs, 256, until - spin); /* replies wait */
         } else r = wait_events(L, L->ep, evs, 256, until - spin);
         pthread_mutex_lock(&L->mu);

@@ -371,7 +371,8 @@ class FastEngine:
     def _loop(self, start_ns: int) -> None:
         try:
             self._c.run(start_ns, POLL_NS, SLICE_NS, WAKE_Q, SPIN_DIV,
-                        DEFER_NS if self._streams is None else 0)
+                        DEFER_NS if self._streams is None else 0,
+                        round(self.cfg.coalesce_s * 1e9))
         except BaseException as exc:  # re-raised in the calling thread
             self._error = exc
 

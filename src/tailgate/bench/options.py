@@ -24,6 +24,7 @@ class BenchOptions:
     arrival: str = "constant"
     burstiness: float | None = None
     warmup: str = "0s"
+    coalesce: str = "0s"
     connections: int = 16
     max_connections: int = 1024
     workers: int | None = None

@@ -42,6 +42,7 @@ MAX_TARGETS = 64
 KEYS: dict[str, type | tuple[type, ...]] = {
     "url": str, "name": str,
     "rate": (str, int, float), "duration": (str, int, float), "warmup": (str, int, float),
+    "coalesce": (str, int, float),
     "arrival": str, "burstiness": (int, float), "connections": int, "max_connections": int, "workers": int,
     "timeout": (str, int, float), "seed": int, "min_tail_samples": int,
     "slo": list, "method": str, "header": list, "body": str, "body_file": str,

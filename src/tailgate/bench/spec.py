@@ -45,7 +45,7 @@ class BenchSpec:
     def of(cls, target: str, **options: Any) -> BenchSpec:
         """Build from keyword options named as :class:`BenchOptions` (numbers accepted where
         the command line takes text: ``rate=1000``, ``duration=5`` seconds)."""
-        text = {"rate", "duration", "warmup", "timeout", "hdr_interval", "max_header_bytes",
+        text = {"rate", "duration", "warmup", "coalesce", "timeout", "hdr_interval", "max_header_bytes",
                 "max_body_bytes", "max_event_bytes"}
         kw = {k: (str(v) if k in text and isinstance(v, (int, float)) else v)
               for k, v in options.items()}
@@ -87,7 +87,7 @@ def build(opts: BenchOptions) -> BenchSpec:
     """Check ``opts`` and resolve them into a spec; a usage error names the option."""
     from ..slo import SloError
     from .confidence import parse_targets
-    from .fastpath import EngineUnavailable, choose, url_scheme
+    from .fastpath import EngineUnavailable, choose, fallback_note, url_scheme
     from .protocols import protocol_of, refuse_flags
     from .result import RunInfo
     from .schedule import Ramp, parse_ramp
@@ -120,6 +120,7 @@ def build(opts: BenchOptions) -> BenchSpec:
         rate = (pair[1] if pair else parse_rate(opts.rate)) if opts.rate is not None else None
         duration = parse_duration(opts.duration) if opts.duration is not None else None
         warmup = parse_duration(opts.warmup or "0s")
+        coalesce = parse_duration(opts.coalesce or "0s")
         timeout = parse_duration(opts.timeout or proto.default_timeout)
         limits = parse_limits(opts)
         max_event = parse_size(opts.max_event_bytes)
@@ -151,9 +152,16 @@ def build(opts: BenchOptions) -> BenchSpec:
         rate = ramp.mean_rate
     burstiness = _burstiness(opts)
     try:
-        choose(opts.engine, url_scheme(target))
+        engine = choose(opts.engine, url_scheme(target))
     except EngineUnavailable as exc:
         raise UsageError(str(exc)) from None
+    if not 0 <= coalesce < timeout:
+        raise UsageError(f"--coalesce {opts.coalesce}: must be >= 0 and below --timeout")
+    if coalesce and engine == "python":
+        # (the Python engine batches its own sends above 1/MIN_TICK_S requests/s)
+        why = fallback_note(opts.engine, url_scheme(target)) or "--engine python"
+        raise UsageError(f"--coalesce is the compiled engine's, and this run is the python "
+                         f"engine's ({why})")
     workers = opts.workers if opts.workers is not None else default_workers()
     if workers < 1 or opts.connections < 0 or opts.max_connections < 1:
         raise UsageError("--workers and --max-connections must be >= 1, --connections >= 0")
@@ -174,7 +182,7 @@ def build(opts: BenchOptions) -> BenchSpec:
                    hdr_interval_s=hdr_interval if opts.hdr else None, limits=limits,
                    retry_stale=opts.retry_stale, requests=opts.requests,
                    confidence=confidence, engine=opts.engine, burstiness=burstiness,
-                   ramp=ramp)
+                   ramp=ramp, coalesce_s=coalesce)
     schedule = None
     extra: dict[str, Any] = {}
     if llm:
@@ -261,7 +269,7 @@ def _udp_spec(opts: Any) -> BenchSpec:
     if udp.UNAVAILABLE is not None:
         raise UsageError(f"udp://: {udp.UNAVAILABLE}")
     for flag in ("burstiness", "arrival", "connections", "max_connections", "confidence",
-                 "retry_stale", "seed", "max_header_bytes", "max_body_bytes"):
+                 "retry_stale", "seed", "max_header_bytes", "max_body_bytes", "coalesce"):
         if getattr(opts, flag) != defaults[flag]:
             raise UsageError(f"--{flag.replace('_', '-')} does not apply to udp:// targets "
                              "(datagrams on one socket, a constant schedule or --rate max)")

@@ -108,7 +108,7 @@ def plan(info: RunInfo, target: Target, log_parts: list[str] | None = None,
             log_path=log_parts[k] if log_parts else None,
             hdr_interval_s=info.hdr_interval_s, progress_s=progress_s, worker=k,
             spec=info.spec, limits=info.limits, retry_stale=info.retry_stale,
-            engine=info.engine, **mine, **extra))
+            coalesce_s=info.coalesce_s, engine=info.engine, **mine, **extra))
     return cfgs
 
 

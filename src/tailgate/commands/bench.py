@@ -148,6 +148,11 @@ def add_load_options(p: argparse.ArgumentParser, hdr_log: bool = True) -> None:
                    "--burstiness): 1 is Poisson, below 1 burstier, above 1 more regular "
                    "(default 1)")
     g.add_argument("--warmup", default="0s", help="run this long first, not measured")
+    g.add_argument("--coalesce", default="0s", metavar="D",
+                   help="let a due request wait up to D (e.g. 50us) so that one timed wake-up "
+                   "sends every request due within it: less CPU a request at high rates, "
+                   "each wait counted in its lateness and latency (the compiled engine; "
+                   "default 0: every request is woken for)")
     g.add_argument("--connections", type=int, default=16,
                    help="connections opened before the run (default 16)")
     g.add_argument("--max-connections", type=int, default=1024,
