@@ -165,17 +165,20 @@ def to_ms(text: str) -> float:
 
 
 def run_tailgate(engine: str, url: str, rate: float, duration: float, conns: int,
-                 cpu: int | None, src: str | None = None, startup: bool = False) -> dict:
+                 cpu: int | None, src: str | None = None, startup: bool = False,
+                 coalesce: str | None = None) -> dict:
     """``src``: another checkout's ``src`` to run instead of this one (--reference);
-    ``startup``: one request only, no warm-up (what a run costs before its first request)."""
+    ``startup``: one request only, no warm-up (what a run costs before its first request);
+    ``coalesce``: tailgate's --coalesce window."""
     span = (["--requests", "1"] if startup else
             ["--duration", f"{duration:g}s", "--warmup", "1s"])
     cmd = [*pin(cpu), *(["env", f"PYTHONPATH={src}"] if src else []), *TAILGATE, url,
            "--engine", engine, "--rate", str(int(rate)), *span, "--workers", "1",
            "--connections", str(conns), "--max-connections", str(conns), "--json", "-",
-           "--quiet"]
+           "--quiet", *(["--coalesce", coalesce] if coalesce else [])]
     out, err, cpu_s = timed(cmd, duration + 60)
-    name = f"tailgate ({engine}{', reference' if src else ''})"
+    name = (f"tailgate ({engine}{', reference' if src else ''}"
+            f"{f', coalesce {coalesce}' if coalesce else ''})")
     try:
         d = json.loads(out)
     except json.JSONDecodeError:
@@ -402,6 +405,9 @@ def main() -> int:
                          "worktree of an older commit): its fast engine runs interleaved "
                          "with the others as 'tailgate (fast, reference)', so a change's "
                          "cost is read in one run")
+    ap.add_argument("--coalesce", metavar="D",
+                    help="also run the fast engine with --coalesce D (e.g. 50us), "
+                         "interleaved, as 'tailgate (fast, coalesce D)'")
     args = ap.parse_args()
     if args.quick:
         args.duration, args.repeat = 3.0, 1
@@ -421,6 +427,9 @@ def main() -> int:
     tools: dict = {}
     if "fast" in want:
         tools["tailgate (fast)"] = partial(run_tailgate, "fast")
+    if "fast" in want and args.coalesce:
+        tools[f"tailgate (fast, coalesce {args.coalesce})"] = partial(
+            run_tailgate, "fast", coalesce=args.coalesce)
     if args.reference:
         tools["tailgate (fast, reference)"] = partial(
             run_tailgate, "fast", src=str(Path(args.reference).resolve()))
