@@ -31,11 +31,10 @@ bytes that arrive with no request in flight are the connection's error
 Stale keep-alive: a request sent on a reused connection that closes before any
 byte of the response is ``stale_connection``; with ``retry_stale`` it goes back
 to the head of the queue instead (once) and waits for a connection opened for
-it: reused connections pass it by (the server may have closed them too), and
-one that only it could take is closed when the cap leaves no room for a new one.
-A retry that fails on its new connection is what it is (never stale). Its
-latency is still counted from its intended time, so the failed attempt and the
-reconnect stay in the figures; its service time is that of the retry.
+it: reused connections pass it by (the server may have closed them too). A retry
+that fails on its new connection is what it is (never stale). Its latency is
+still counted from its intended time, so the failed attempt and the reconnect
+stay in the figures; its service time is that of the retry.
 
 Accounting is kept by independent counters, so a bookkeeping bug shows in the
 result: ``sent`` (a counter bumped when a measured request gets its outcome),
@@ -326,18 +325,11 @@ class Engine:
             raise AssertionError(f"connection freed twice (idle {conn.idle}, request "
                                  f"{conn.rid} in flight)")
         if self.pending and not self.stopping:
+            # (-1: only retries wait, for a new connection: see on_stale)
             rid = self._take(not conn.served) if self._retries_queued else self.pending.popleft()
             if rid >= 0:
                 conn.send(rid, now)
                 self.inflight.append((rid, conn))
-                return
-            # only retries wait, for a new connection
-            if (conn.served and self._retries_queued > self.n_connecting
-                    and self.n_open + self.n_connecting >= self.cfg.max_connections
-                    and self.n_connecting < MAX_CONNECTING):
-                # ... and the cap leaves no room for one: this reused connection, which
-                # nothing queued may take, makes the room (on_closed opens the new one).
-                conn.abort()
                 return
         conn.idle = True
         self.idle.append(conn)
@@ -346,8 +338,8 @@ class Engine:
         """With stale retries queued: the oldest request a connection may carry. A retry
         goes only on a connection opened for it (``fresh``: none served yet), since a
         reused one may have been closed by the server as the first was; a fresh one takes
-        the oldest retry first (only it can), a reused one the oldest request that is not a
-        retry. -1: none."""
+        the first retry in the queue (only it can), else the oldest request; a reused one
+        the oldest request that is not a retry. -1: none."""
         pending, retried, done = self.pending, self.retried, self.done
         other = -1
         for k, rid in enumerate(pending):
@@ -373,7 +365,12 @@ class Engine:
         return rid
 
     def on_stale(self, conn: Connection, rid: int, reason: str) -> None:
-        """A reused connection died before any response byte: retry once, or record it."""
+        """A reused connection died before any response byte: retry once (on a new
+        connection: _take), or record it. The cap never holds the retry back, so no idle
+        connection is closed for it: this connection's close (on_closed) frees the slot and
+        opens one (more pending than connecting, unless one is opening already), and a new
+        connection takes a waiting retry before anything else; one that fails to open
+        records the queue's head, where the latest retry is."""
         if self.cfg.retry_stale and rid not in self.retried and not self.done[rid] \
                 and not self.stopping:
             self.retried.add(rid)

@@ -477,8 +477,9 @@ static int64_t q_pop_at(Loop *L, int64_t k) {
 }
 /* With stale retries queued: the oldest request a connection may carry. A retry goes
  * only on a connection opened for it (fresh: none served yet), since a reused one may
- * have been closed by the server as the first was; a fresh one takes the oldest retry
- * first (only it can), a reused one the oldest request that is not a retry. -1: none. */
+ * have been closed by the server as the first was; a fresh one takes the first retry in
+ * the queue (only it can), else the oldest request; a reused one the oldest request that
+ * is not a retry. -1: none. */
 static int64_t q_take(Loop *L, int fresh) {
     int64_t other = -1;
     for (int64_t k = 0; k < L->q_len; k++) {
@@ -950,16 +951,9 @@ static void ready(Loop *L, Conn *c, int64_t now) {
     }
     while (L->q_len && !L->stopping) {
         int64_t rid = L->q_retries ? q_take(L, c->served == 0) : q_pop_front(L);
-        if (rid < 0) break; /* only retries wait, for a new connection */
+        if (rid < 0) break; /* only retries wait, for a new connection (see on_stale) */
         if (L->done[rid]) continue;
         send_req(L, c, rid, now);
-        return;
-    }
-    if (c->served && L->q_retries > L->n_connecting && L->n_open + L->n_connecting >= L->cap &&
-        L->n_connecting < MAX_CONNECTING && !L->stopping) {
-        /* A retry waits for a new connection and the cap leaves no room for one: this
-         * reused connection, which nothing queued may take, makes the room. */
-        conn_close(L, c);
         return;
     }
     c->idle = 1;
@@ -967,7 +961,11 @@ static void ready(Loop *L, Conn *c, int64_t now) {
 }
 
 /* A reused connection died before any response byte: retry once (on a new connection:
- * q_take), or record it. */
+ * q_take), or record it. The cap never holds the retry back, so no idle connection is
+ * closed for it: the caller's conn_close of this connection frees the slot and opens one
+ * (q_len > n_connecting unless one is opening already), and a new connection takes a
+ * waiting retry before anything else; one that fails to open records the queue's head,
+ * where the latest retry is. */
 static void on_stale(Loop *L, Conn *c, int64_t rid, const char *reason) {
     if (L->retry_stale && !L->retried[rid] && !L->done[rid] && !L->stopping) {
         L->retried[rid] = 1;
