@@ -9,12 +9,16 @@ from dataclasses import replace
 
 import pytest
 
+from support.accounting import accounted
 from support.fault_server import HTTP_MODES, TCP_MODES, FaultServer
+from support.tls_certs import Pki
+from support.tls_server import OneAnswerTlsServer
 from tailgate.bench.conn import Connection
 from tailgate.bench.engine import Engine
 from tailgate.bench.http1 import Limits
 from tailgate.bench.result import RunInfo, build_result
 from tailgate.bench.target import parse_target
+from tailgate.bench.tls import TlsOptions
 from tailgate.bench.workers import plan, run_here
 
 pytestmark = pytest.mark.timeout(60)
@@ -90,7 +94,7 @@ def test_http_fault_modes(mode, engine):
                               "kept-alive connections the server had already closed "
                               "(stale_connection): the server closes connections it offered "
                               "to keep; --retry-stale sends each such request again on "
-                              "another connection"]
+                              "a new connection"]
     else:
         assert stale_hint == []
 
@@ -103,6 +107,32 @@ def test_stale_connections_retried_on_request(engine):
     assert srv.received == req["sent"] + req["retried"]  # each retry was a second request
     assert data["config"]["retry_stale"] is True
     assert not [w for w in data["warnings"] if "--retry-stale" in w]
+
+
+def test_a_stale_retry_goes_on_a_new_connection(engine, tmp_path):
+    """Every reused connection is stale (the server answers one request per connection,
+    then closes it 40 ms later), and a new connection takes 0.4 s (the TLS handshake
+    starts that long after the accept). Three requests 100 ms apart on two connections:
+    r2 goes on A once A answered r0 (t 250 ms); A closes at 290, so r2's retry waits for
+    a new connection C (ready near 690); B answers r1 at 350 and is free then, but it is
+    reused and closes too: the retry must wait for C. (Before the fix B took it, and r2
+    ended stale_connection.)"""
+    pki = Pki(tmp_path)
+    with OneAnswerTlsServer(pki.server_cert, pki.server_key, handshake_delay_s=0.4,
+                            answer_delay_s=0.25, close_after_s=0.04) as srv:
+        target = parse_target(srv.url(), tls=TlsOptions(cacert=pki.ca))
+        info = RunInfo(target=srv.url(), protocol="https", rate=10, duration_s=0.3,
+                       workers=1, connections=2, max_connections=2, timeout_s=3.0,
+                       retry_stale=True, engine=engine)
+        data = build_result(info, [run_here(c) for c in plan(info, target)]).json
+    assert data["generator"]["engine"] == engine
+    req = accounted(data)
+    assert (req["sent"], req["ok"], req["retried"]) == (3, 3, 1), req
+    # r2 twice (on A, then on C), each other request once; one answer per connection
+    assert (srv.received, srv.answered, data["connections"]["opened"]) == (4, 3, 3)
+    # r2's latency runs from its intended time (200 ms): through A's close and C's
+    # handshake to C's answer (t >= 290 + 400 + 250)
+    assert data["latency_ms"]["max"] >= 740
 
 
 @pytest.mark.parametrize("mode", sorted(TCP_MODES))

@@ -30,10 +30,11 @@ bytes that arrive with no request in flight are the connection's error
 
 Stale keep-alive: a request sent on a reused connection that closes before any
 byte of the response is ``stale_connection``; with ``retry_stale`` it goes back
-to the head of the queue instead (once) and takes the next free connection (a
-new one is opened for it), its latency still counted from its intended time, so
-the failed attempt and the reconnect stay in the figures; its service time is
-that of the retry.
+to the head of the queue instead (once) and waits for a connection opened for
+it: reused connections pass it by (the server may have closed them too). A retry
+that fails on its new connection is what it is (never stale). Its latency is
+still counted from its intended time, so the failed attempt and the reconnect
+stay in the figures; its service time is that of the retry.
 
 Accounting is kept by independent counters, so a bookkeeping bug shows in the
 result: ``sent`` (a counter bumped when a measured request gets its outcome),
@@ -114,6 +115,7 @@ class Engine:
         self.done = bytearray(self.n)
         self.idle: list[Connection] = []
         self.pending: deque[int] = deque()
+        self._retries_queued = 0  # stale retries in pending (see _take)
         self.inflight: deque[tuple[int, Connection]] = deque()
         self.n_open = 0
         self.n_connecting = 0
@@ -323,19 +325,57 @@ class Engine:
             raise AssertionError(f"connection freed twice (idle {conn.idle}, request "
                                  f"{conn.rid} in flight)")
         if self.pending and not self.stopping:
-            rid = self.pending.popleft()
-            conn.send(rid, now)
-            self.inflight.append((rid, conn))
+            # (-1: only retries wait, for a new connection: see on_stale)
+            rid = self._take(not conn.served) if self._retries_queued else self.pending.popleft()
+            if rid >= 0:
+                conn.send(rid, now)
+                self.inflight.append((rid, conn))
+                return
+        conn.idle = True
+        self.idle.append(conn)
+
+    def _take(self, fresh: bool) -> int:
+        """With stale retries queued: the oldest request a connection may carry. A retry
+        goes only on a connection opened for it (``fresh``: none served yet), since a
+        reused one may have been closed by the server as the first was; a fresh one takes
+        the first retry in the queue (only it can), else the oldest request; a reused one
+        the oldest request that is not a retry. -1: none."""
+        pending, retried, done = self.pending, self.retried, self.done
+        other = -1
+        for k, rid in enumerate(pending):
+            if (rid in retried) == fresh and not done[rid]:
+                break
+            if other < 0 and fresh and not done[rid]:
+                other = k
         else:
-            conn.idle = True
-            self.idle.append(conn)
+            if other < 0:
+                return -1
+            k = other
+        rid = pending[k]
+        del pending[k]
+        if rid in retried:
+            self._retries_queued -= 1
+        return rid
+
+    def _popleft(self) -> int:
+        """The queue's head leaves it (a retry is counted out)."""
+        rid = self.pending.popleft()
+        if rid in self.retried:
+            self._retries_queued -= 1
+        return rid
 
     def on_stale(self, conn: Connection, rid: int, reason: str) -> None:
-        """A reused connection died before any response byte: retry once, or record it."""
+        """A reused connection died before any response byte: retry once (on a new
+        connection: _take), or record it. The cap never holds the retry back, so no idle
+        connection is closed for it: this connection's close (on_closed) frees the slot and
+        opens one (more pending than connecting, unless one is opening already), and a new
+        connection takes a waiting retry before anything else; one that fails to open
+        records the queue's head, where the latest retry is."""
         if self.cfg.retry_stale and rid not in self.retried and not self.done[rid] \
                 and not self.stopping:
             self.retried.add(rid)
-            self.pending.appendleft(rid)
+            self.pending.appendleft(rid)  # (for a new connection: _take)
+            self._retries_queued += 1
             self._maybe_open()
             return
         self.on_response(conn, rid, STALE, 0, 0, reason)
@@ -403,7 +443,7 @@ class Engine:
             self.connect_errors[reason] = self.connect_errors.get(reason, 0) + 1
             if self.pending and not initial:
                 # The oldest waiting request could not get this connection.
-                rid = self.pending.popleft()
+                rid = self._popleft()
                 self._record_failure(rid, CODE[exc.kind], monotonic(), reason=reason)
                 if self.pending and not self.stopping:
                     self._maybe_open()
@@ -473,12 +513,12 @@ class Engine:
         while pending:
             rid = pending[0]
             if done[rid]:
-                pending.popleft()
+                self._popleft()
                 continue
             intended = start + float(times[rid])
             if intended > limit:
                 break
-            pending.popleft()
+            self._popleft()
             self._record_failure(rid, TIMEOUT, intended + timeout,
                                  reason=f"still waiting for a connection after {timeout:g} s")
         inflight = self.inflight

@@ -203,9 +203,10 @@ typedef struct {
     uint8_t *done, *retried;
     int64_t *disp; /* dispatch offset per request id */
     int64_t disp_taken;
-    /* queue: ring of request ids, FIFO (the stale retry goes to the head) */
+    /* queue: ring of request ids, FIFO (the stale retry goes to the head); q_retries of
+     * them are stale retries (retried[rid] set), each for a new connection only */
     int64_t *q;
-    int64_t q_cap, q_head, q_len;
+    int64_t q_cap, q_head, q_len, q_retries;
     /* pool */
     Conn *conns;
     int cap, n_open, n_connecting, *idle, n_idle, *free_slots, n_free;
@@ -449,20 +450,47 @@ static void ev_push(Loop *L, int64_t rid, int64_t t, int64_t nbytes, int type, c
 
 /* ---- the queue ---------------------------------------------------------------------- */
 
+/* A queued request whose retried flag is set is a stale retry (on_stale sets it before
+ * it queues the request, which then leaves the queue only once): q_retries counts them. */
 static void q_push_back(Loop *L, int64_t rid) {
     L->q[(L->q_head + L->q_len) % L->q_cap] = rid;
     L->q_len++;
+    L->q_retries += L->retried[rid];
 }
 static void q_push_front(Loop *L, int64_t rid) {
     L->q_head = (L->q_head + L->q_cap - 1) % L->q_cap;
     L->q[L->q_head] = rid;
     L->q_len++;
+    L->q_retries += L->retried[rid];
 }
 static int64_t q_pop_front(Loop *L) {
     int64_t rid = L->q[L->q_head];
     L->q_head = (L->q_head + 1) % L->q_cap;
     L->q_len--;
+    L->q_retries -= L->retried[rid];
     return rid;
+}
+/* The request k places behind the head leaves the queue (those before it move up). */
+static int64_t q_pop_at(Loop *L, int64_t k) {
+    int64_t rid = L->q[(L->q_head + k) % L->q_cap];
+    for (int64_t j = k; j > 0; j--)
+        L->q[(L->q_head + j) % L->q_cap] = L->q[(L->q_head + j - 1) % L->q_cap];
+    L->q[L->q_head] = rid;
+    return q_pop_front(L);
+}
+/* With stale retries queued: the oldest request a connection may carry. A retry goes
+ * only on a connection opened for it (fresh: none served yet), since a reused one may
+ * have been closed by the server as the first was; a fresh one takes the first retry in
+ * the queue (only it can), else the oldest request; a reused one the oldest request that
+ * is not a retry. -1: none. */
+static int64_t q_take(Loop *L, int fresh) {
+    int64_t other = -1;
+    for (int64_t k = 0; k < L->q_len; k++) {
+        int64_t rid = L->q[(L->q_head + k) % L->q_cap];
+        if (L->retried[rid] == fresh && !L->done[rid]) return q_pop_at(L, k);
+        if (other < 0 && fresh && !L->done[rid]) other = k;
+    }
+    return other >= 0 ? q_pop_at(L, other) : -1;
 }
 
 /* ---- recording ---------------------------------------------------------------------- */
@@ -925,7 +953,8 @@ static void ready(Loop *L, Conn *c, int64_t now) {
         return;
     }
     while (L->q_len && !L->stopping) {
-        int64_t rid = q_pop_front(L);
+        int64_t rid = L->q_retries ? q_take(L, c->served == 0) : q_pop_front(L);
+        if (rid < 0) break; /* only retries wait, for a new connection (see on_stale) */
         if (L->done[rid]) continue;
         send_req(L, c, rid, now);
         return;
@@ -934,7 +963,12 @@ static void ready(Loop *L, Conn *c, int64_t now) {
     L->idle[L->n_idle++] = (int)(c - L->conns);
 }
 
-/* A reused connection died before any response byte: retry once, or record it. */
+/* A reused connection died before any response byte: retry once (on a new connection:
+ * q_take), or record it. The cap never holds the retry back, so no idle connection is
+ * closed for it: the caller's conn_close of this connection frees the slot and opens one
+ * (q_len > n_connecting unless one is opening already), and a new connection takes a
+ * waiting retry before anything else; one that fails to open records the queue's head,
+ * where the latest retry is. */
 static void on_stale(Loop *L, Conn *c, int64_t rid, const char *reason) {
     if (L->retry_stale && !L->retried[rid] && !L->done[rid] && !L->stopping) {
         L->retried[rid] = 1;

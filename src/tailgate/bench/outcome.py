@@ -19,7 +19,7 @@ each kind means (also in the README):
 * ``upgrade``: a ``101 Switching Protocols`` nobody asked for.
 * ``stale_connection``: a reused keep-alive connection closed or reset before any byte of
   the response (the server had closed it); with ``--retry-stale`` the request is sent
-  again on another connection instead and only fails if that fails too.
+  again on a new connection instead, and fails only as that attempt does.
 * ``tls``: no connection could be made for it because the TLS handshake failed
   (certificate not trusted, name mismatch, client certificate refused, handshake
   time-out), or a TLS alert ended the connection after it (TLS 1.3 refuses a client

@@ -530,7 +530,7 @@ def warnings(data: dict[str, Any], info: RunInfo, parts: Sequence[WorkerResult],
         # waiting, races that close: 442 of 1,000 requests at 200 req/s on 64 slots)
         out.append(f"{stale} request(s) went out on kept-alive connections the server had "
                    "already closed (stale_connection): the server closes connections it "
-                   "offered to keep; --retry-stale sends each such request again on another "
+                   "offered to keep; --retry-stale sends each such request again on a new "
                    "connection")
     if not data["generator"]["precise_timer"]:
         out.append("no timerfd: wake-ups have millisecond resolution (see lateness)")
