@@ -130,11 +130,37 @@ def test_compare_reproduces_a_quota_fix_and_gates_the_regression(tmp_path):
         sent = json.loads(Path(runs[run]).read_text())["requests"]["sent"]
         assert p99[f"{run}_n"] == sent and abs(sent - rate * 4) < 0.1 * rate * 4
     assert "| end-to-end | latency.p99 |" in md.stdout
+    assert doc["measured_differently"] == []  # one engine, no window: alike
     # the same pair the other way round is a regression: exit 1, named
     back = tailgate("compare", runs["after"], runs["before"], "--max-regression", "p99=10%",
                     "--json", "-")
     assert back.returncode == 1
     assert {g["metric"] for g in json.loads(back.stdout)["regressions"]} >= {"latency.p99"}
+
+
+def test_runs_measured_differently_are_said_so(tmp_path):
+    """A --coalesce window is in every latency, and the python engine ends a latency at its
+    read, not at the kernel's stamp: compare says so above the table (nginx, 500/s, 1 s)."""
+    require(available())
+    paths = {}
+    with Nginx(workers=1) as ng:
+        for name, extra in (("plain", []), ("coalesced", ["--coalesce", "1ms"]),
+                            ("python", ["--engine", "python"])):
+            paths[name] = str(tmp_path / f"{name}.json")
+            out = tailgate("bench", ng.url("/"), "--rate", "500", "--duration", "1s",
+                           "--workers", "1", "--quiet", "--json", paths[name], *extra)
+            assert out.returncode == 0, out.stderr
+    moves = "(the figures move with it, not only with the system)"
+    r = tailgate("compare", paths["plain"], paths["coalesced"], "--json", "-", "--quiet")
+    assert json.loads(r.stdout)["measured_differently"] == [
+        f"measured differently: --coalesce 0 µs before, 1000 µs after {moves}"]
+    md = tailgate("compare", paths["plain"], paths["python"], "--markdown", "-", "--quiet")
+    assert md.returncode == 0, md.stderr
+    assert f"**measured differently: engine fast before, python after {moves}**" in md.stdout
+    assert ("**measured differently: latency ends at the reply's kernel receive stamp before, "
+            f"the generator's read after {moves}**") in md.stdout
+    same = tailgate("compare", paths["plain"], paths["plain"], "--json", "-", "--quiet")
+    assert json.loads(same.stdout)["measured_differently"] == []
 
 
 def test_inspect_reports_list_status_changes_first(tmp_path):

@@ -301,6 +301,45 @@ def _merge(docs: list[dict[str, Any]], extracted: list[Extracted]) -> list[Metri
     return list(out.values())
 
 
+# -- what the sides measured alike -----------------------------------------------------------
+
+def _how(doc: dict[str, Any]) -> dict[str, str]:
+    """How a bench result measured (what moves its figures besides the system): the engine,
+    where an HTTP/TCP latency ends, the --coalesce window. Only what the document says."""
+    gen, cfg = doc.get("generator"), doc.get("config")
+    if doc.get("tailgate_bench") != 1 or not isinstance(gen, dict):
+        return {}
+    out = {"engine": str(gen.get("engine"))}
+    if kind(doc) == "bench" and gen.get("engine") in ("fast", "python"):
+        # (the compiled engine's latencies end at the reply's kernel receive stamp since
+        # read_lag_ms exists; before it, and on the python engine, at the loop's read)
+        out["latency ends at"] = ("the reply's kernel receive stamp"
+                                  if gen.get("engine") == "fast" and "read_lag_ms" in gen
+                                  else "the generator's read")
+    if isinstance(cfg, dict):
+        out["--coalesce"] = f"{1e6 * float(cfg.get('coalesce_s') or 0.0):g} µs"
+    return out
+
+
+def measured_differently(before: Sequence[dict[str, Any]],
+                         after: Sequence[dict[str, Any]]) -> list[str]:
+    """One sentence for each way the two sides' runs were measured differently: a change in
+    their figures may be that, not the system (a --coalesce window is in every latency; a
+    latency at the kernel stamp ends ~10 µs before the read on loopback)."""
+    def values(docs: Sequence[dict[str, Any]], key: str) -> list[str]:
+        return sorted({h[key] for h in map(_how, docs) if key in h})
+
+    out = []
+    keys = dict.fromkeys(k for d in (*before, *after) for k in _how(d))
+    for key in keys:
+        b, a = values(before, key), values(after, key)
+        if b and a and b != a:
+            out.append(f"measured differently: {key} {' / '.join(b)} before, "
+                       f"{' / '.join(a)} after (the figures move with it, not only with the "
+                       f"system)")
+    return out
+
+
 # -- the table -------------------------------------------------------------------------------
 
 def compare(before: list[Metric], after: list[Metric]) -> list[Row]:
@@ -396,8 +435,10 @@ def fmt_change(r: Row) -> str:
 
 
 def document(kind_: str, rows: list[Row], changes: list[dict[str, str]],
-             failed: list[tuple[Gate, Row]], sources: dict[str, list[str]]) -> dict[str, Any]:
+             failed: list[tuple[Gate, Row]], sources: dict[str, list[str]],
+             differently: Sequence[str] = ()) -> dict[str, Any]:
     return {"tailgate_compare": 1, "kind": kind_, "sources": sources,
+            "measured_differently": list(differently),
             "status_changes": changes, "rows": [r.to_json() for r in rows],
             "regressions": [{"gate": f"{g.metric}={g.max_pct:g}%", "metric": r.name,
                              "change_pct": r.change_pct} for g, r in failed]}

@@ -43,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
         compare,
         document,
         load,
+        measured_differently,
         parse_gate,
         regressions,
         side,
@@ -64,10 +65,12 @@ def run(args: argparse.Namespace) -> int:
         rows = compare(mb, ma)
         changes = (status_changes(load(before[-1]), load(after[-1])) if kind_a == "inspect"
                    else [])
+        differently = measured_differently([load(p) for p in before], [load(p) for p in after])
     except CompareError as exc:
         raise UsageError(str(exc)) from exc
     failed = regressions(rows, gates)
-    doc = document(kind_a, rows, changes, failed, {"before": before, "after": after})
+    doc = document(kind_a, rows, changes, failed, {"before": before, "after": after},
+                   differently)
     if args.json:
         write_output(args.json, json.dumps(doc, indent=1) + "\n")
     from ..report import compare_render

@@ -28,6 +28,8 @@ def _sig(r: Row) -> str:
 
 def markdown(doc: dict[str, Any], rows: list[Row]) -> str:
     out = [f"# tailgate compare ({doc['kind']})", ""]
+    for n in doc.get("measured_differently", ()):
+        out += [f"**{n}**", ""]
     if doc["status_changes"]:
         out += ["Findings whose status changed:", "", "| layer | id | subject | before | after |",
                 "|---|---|---|---|---|"]
@@ -48,6 +50,8 @@ def markdown(doc: dict[str, Any], rows: list[Row]) -> str:
 def terminal(doc: dict[str, Any], rows: list[Row], console) -> None:
     from rich.table import Table
 
+    for n in doc.get("measured_differently", ()):
+        console.print(f"[yellow]{n}[/yellow]", markup=True, highlight=False)
     if doc["status_changes"]:
         t = Table(title="findings whose status changed")
         for col in ("layer", "id", "subject", "before", "after"):
@@ -80,6 +84,8 @@ def html_page(doc: dict[str, Any], rows: list[Row],
     parts = [f"<h1>tailgate compare: {e(doc['kind'])}</h1>",
              "<p>before: " + e(", ".join(doc["sources"]["before"])) + "<br>after: "
              + e(", ".join(doc["sources"]["after"])) + "</p>"]
+    parts += [f"<p class='differently'><b>{e(n)}</b></p>"
+              for n in doc.get("measured_differently", ())]
     if doc["regressions"]:
         parts.append("<p class='worse'><b>regressions:</b> " + e("; ".join(
             f"{g['metric']} {g['change_pct']:+.1f} % (gate {g['gate']})"
