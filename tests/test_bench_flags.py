@@ -48,6 +48,7 @@ TABLE: dict[str, tuple[list[str], tuple[str, ...]]] = {
     "--arrival": (["--arrival", "poisson"], STREAMS),
     "--burstiness": (["--arrival", "gamma", "--burstiness", "0.5"], STREAMS),
     "--warmup": (["--warmup", "0.5s"], ALL),
+    "--coalesce": (["--coalesce", "50us"], STREAMS),
     "--connections": (["--connections", "3"], STREAMS),
     "--max-connections": (["--max-connections", "7"], STREAMS),
     "--workers": (["--workers", "2"], STREAMS),
