@@ -89,6 +89,11 @@ def test_bad_values_name_the_key_line_on_the_command_line(tmp_path):
     r = tailgate("bench", "--scenario", str(f))
     assert r.returncode == 2
     assert f"{f}:7: target 'web', key slo:" in r.stderr, r.stderr
+    f.write_text("targets:\n  - name: web\n    url: http://127.0.0.1:9/\n    rate: 10\n"
+                 "    duration: 1s\n    coalesce: soon\n")
+    r = tailgate("bench", "--scenario", str(f))
+    assert r.returncode == 2
+    assert f"{f}:6: target 'web', key coalesce: not a duration" in r.stderr, r.stderr
     f.write_text("targets:\n  - url: http://127.0.0.1:9/\n    rate: 10\n")
     r = tailgate("bench", "--scenario", str(f))
     assert r.returncode == 2 and f"{f}:2: target 'http://127.0.0.1:9/':" in r.stderr

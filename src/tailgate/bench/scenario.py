@@ -216,7 +216,7 @@ def check_key(t: Any, path: str) -> None:
             parse_rate(text)
 
     checks = {"rate": rate_or_ramp, "duration": parse_duration, "warmup": parse_duration,
-              "timeout": parse_duration, "max_header_bytes": parse_size,
+              "coalesce": parse_duration, "timeout": parse_duration, "max_header_bytes": parse_size,
               "max_body_bytes": parse_size, "max_event_bytes": parse_size}
     llm = str(t.options.get("url", "")).startswith("openai+")
     for key, val in t.options.items():
