@@ -256,9 +256,32 @@ def _loglin_ci(rows: Extracted, doc: dict[str, Any]) -> None:
 
 # -- merging several runs per side ---------------------------------------------------------
 
-def side(paths: Sequence[str]) -> tuple[str, list[Metric]]:
-    """One side of the comparison: its kind and metrics, several runs merged."""
-    docs = [load(p) for p in paths]
+def spectra(before: Sequence[dict[str, Any]], after: Sequence[dict[str, Any]]
+            ) -> dict[str, list[tuple[str, Histogram]]]:
+    """The latency histograms of both sides (their documents), merged per side, for the
+    spectrum plots."""
+    out: dict[str, list[tuple[str, Histogram]]] = {}
+    for label, docs in (("before", before), ("after", after)):
+        merged: dict[str, Histogram] = {}
+        for d in docs:
+            for name, text in (d.get("histograms") or {}).items():
+                if name == "lateness":
+                    continue
+                h = decode(text)
+                if name in merged:
+                    merged[name].add(h)
+                else:
+                    merged[name] = h
+        for name, h in merged.items():
+            out.setdefault(name, []).append((label, h))
+    return out
+
+
+def side(paths: Sequence[str], docs: Sequence[dict[str, Any]] | None = None
+         ) -> tuple[str, list[Metric]]:
+    """One side of the comparison: its kind and metrics, several runs merged. ``docs``:
+    the files already loaded (else they are read)."""
+    docs = [load(p) for p in paths] if docs is None else list(docs)
     kinds, extracted = [], []
     for p, d in zip(paths, docs, strict=True):
         try:

@@ -47,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
         parse_gate,
         regressions,
         side,
+        spectra,
         status_changes,
     )
 
@@ -57,15 +58,15 @@ def run(args: argparse.Namespace) -> int:
     check_writable(args.json, args.markdown, args.html)
     before = [p for p in args.before.split(",") if p]
     after = [p for p in args.after.split(",") if p]
-    try:
-        kind_b, mb = side(before)
-        kind_a, ma = side(after)
+    try:  # (each file read once)
+        docs_b, docs_a = [load(p) for p in before], [load(p) for p in after]
+        kind_b, mb = side(before, docs_b)
+        kind_a, ma = side(after, docs_a)
         if kind_a != kind_b:
             raise CompareError(f"cannot compare a {kind_b} result with a {kind_a} result")
         rows = compare(mb, ma)
-        changes = (status_changes(load(before[-1]), load(after[-1])) if kind_a == "inspect"
-                   else [])
-        differently = measured_differently([load(p) for p in before], [load(p) for p in after])
+        changes = (status_changes(docs_b[-1], docs_a[-1]) if kind_a == "inspect" else [])
+        differently = measured_differently(docs_b, docs_a)
     except CompareError as exc:
         raise UsageError(str(exc)) from exc
     failed = regressions(rows, gates)
@@ -78,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     if args.markdown:
         write_output(args.markdown, compare_render.markdown(doc, rows))
     if args.html:
-        write_output(args.html, compare_render.html_page(doc, rows, _spectra(before, after)))
+        write_output(args.html, compare_render.html_page(doc, rows, spectra(docs_b, docs_a)))
     if not args.quiet and "-" not in (args.json, args.markdown):
         from rich.console import Console
 
@@ -91,25 +92,3 @@ def run(args: argparse.Namespace) -> int:
             print(f"tailgate compare: regression: {r.name} {change} (gate {g.metric}="
                   f"{g.max_pct:g}%, significant: {r.significant})", file=sys.stderr)
     return 1 if failed else 0
-
-
-def _spectra(before: list[str], after: list[str]):
-    """The latency histograms of both sides, merged per side, for the spectrum plots."""
-    from ..compare import load
-    from ..hist import decode
-
-    out: dict[str, list] = {}
-    for label, paths in (("before", before), ("after", after)):
-        merged: dict[str, object] = {}
-        for p in paths:
-            for name, text in (load(p).get("histograms") or {}).items():
-                if name == "lateness":
-                    continue
-                h = decode(text)
-                if name in merged:
-                    merged[name].add(h)
-                else:
-                    merged[name] = h
-        for name, h in merged.items():
-            out.setdefault(name, []).append((label, h))
-    return out
