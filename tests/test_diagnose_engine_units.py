@@ -456,7 +456,7 @@ def _received(body: bytes):
     from tailgate.sources.otlp import Received, parse_export
 
     got = Received()
-    got.add(*parse_export(body), RUN)
+    got.add(parse_export(body), RUN)
     return got
 
 
@@ -546,8 +546,9 @@ def test_spans_that_do_not_fit_are_unknown_never_a_phase():
                                 "not_measured": 0, "malformed": 0}
     doc, causes, bands = analyse(none, 0)
     assert causes == [] and bands == []
-    assert doc["unknown"].startswith("no `llm_request` span of any of the 40 requests came "
-                                     "to the OTLP receiver")
+    assert doc["unknown"].startswith("no request span (vLLM's `llm_request`, SGLang's request "
+                                     "root) of any of the 40 requests came to the OTLP "
+                                     "receiver")
 
 
 def test_a_span_is_joined_to_its_request_across_workers(tmp_path):

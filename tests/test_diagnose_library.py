@@ -182,3 +182,18 @@ def test_the_docs_python_example_runs_as_written():
     assert stopped["events"] >= 3 and stopped["total_ms"] >= 3 * 40, stopped
     assert out.getvalue() == f"{doc['verdict']['claimed']} {stopped['events']}\n"
     assert json.loads(json.dumps(doc)) == doc  # the document --json writes
+
+
+@pytest.mark.parametrize("name", ["X-Request-Id", "traceparent", "TraceParent"])
+def test_otlp_listen_refuses_a_header_it_sends_itself(name):
+    """--otlp-listen names each request by its own X-Request-Id and traceparent: a user's
+    header of either name would be sent beside it, so it is refused, named as given."""
+    from tailgate.diagnose import DiagnoseSpec
+    from tailgate.errors import UsageError
+
+    with pytest.raises(UsageError) as exc:
+        DiagnoseSpec.of("openai+http://127.0.0.1:9/v1", pid=os.getpid(), duration=1,
+                        rate=1, model="m", otlp_listen="127.0.0.1:0",
+                        header=[f"{name}: 00-1"])
+    assert str(exc.value) == (f"--otlp-listen sends each request's own X-Request-Id and "
+                              f"traceparent: not with --header {name}")

@@ -11,6 +11,7 @@ the HTTP export and receipt, the protobuf decoding, the join by request id and t
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -31,6 +32,17 @@ def _needs_root():
         pytest.fail("diagnose needs root (bpftrace); CI runs as root")
 
 
+def _diagnose(front: VllmFront, pid: int, port: int, *extra: str):
+    """diagnose from the CLI through ``front`` (a one-slot llama-server behind it): 60
+    requests, 16 words in and 8 tokens out, 20 a second, the receiver at ``port``."""
+    return subprocess.run(
+        [sys.executable, "-m", "tailgate", "diagnose", "openai+" + front.base,
+         "--pid", str(pid), "--model", MODEL_NAME, "--api", "chat",
+         "--rate", "20", "--duration", "3s", "--input-len", "16", "--output-len", "8",
+         "--otlp-listen", f"127.0.0.1:{port}", "--otlp-wait", "2s", "--json", "-", *extra],
+        capture_output=True, text=True, timeout=240, check=False)
+
+
 def test_vllm_spans_received_during_the_run_are_joined_to_its_requests(tmp_path):
     """60 requests (16 words in, 8 tokens out, 20 a second) through the front to a
     one-slot llama-server, the receiver on loopback: every request the front gave a span is
@@ -41,13 +53,7 @@ def test_vllm_spans_received_during_the_run_are_joined_to_its_requests(tmp_path)
     endpoint = f"http://127.0.0.1:{port}/v1/traces"
     with native_llama_server(tmp_path, slots=1) as (upstream, proc), \
             VllmFront(upstream, endpoint) as front:
-        out = subprocess.run(
-            [sys.executable, "-m", "tailgate", "diagnose", "openai+" + front.base,
-             "--pid", str(proc.pid), "--model", MODEL_NAME, "--api", "chat",
-             "--rate", "20", "--duration", "3s", "--input-len", "16", "--output-len", "8",
-             "--otlp-listen", f"127.0.0.1:{port}", "--otlp-wait", "2s", "--json", "-",
-             "--log", str(tmp_path / "requests.csv")],
-            capture_output=True, text=True, timeout=240, check=False)
+        out = _diagnose(front, proc.pid, port, "--log", str(tmp_path / "requests.csv"))
     doc = json.loads(out.stdout)
     assert out.returncode == diagnose_code(doc), out.stderr[-3000:]
     req = doc["bench"]["requests"]
@@ -106,3 +112,61 @@ def test_vllm_spans_received_during_the_run_are_joined_to_its_requests(tmp_path)
     bands = [b for b in doc["timeline"]["bands"] if b["source"] == "engine"]
     assert {b["kind"] for b in bands} >= {"prefill", "decode"}
     assert {b["request"] for b in bands} == set(front.spans)
+
+
+def test_sglang_spans_are_joined_by_the_trace_tailgate_sent_with_their_queue_span(tmp_path):
+    """The same run through an SGLang-shaped front (tests/support/otlp_front.SglangFront:
+    SGLang's span shapes, from its source): its root spans name the request by SGLang's own
+    id, so each is joined by the trace of the traceparent tailgate sent; its queue is the
+    scheduler's ``prefill_waiting`` span of that trace, its prefill SGLang's less that
+    queue. The one in ten without a root span is missing, the one in ten whose trace
+    brought no waiting span is a record not used (queue and prefill cannot be told apart),
+    and both are said."""
+    from support.otlp_front import SglangFront
+
+    port = free_port()
+    endpoint = f"http://127.0.0.1:{port}/v1/traces"
+    with native_llama_server(tmp_path, slots=1) as (upstream, proc), \
+            SglangFront(upstream, endpoint) as front:
+        out = _diagnose(front, proc.pid, port)
+    doc = json.loads(out.stdout)
+    assert out.returncode == diagnose_code(doc), out.stderr[-3000:]
+    assert doc["bench"]["requests"]["ok"] == 60
+    eng = doc["engine"]
+    assert eng["engine"] == "SGLang (OTLP spans)", eng
+    roots, skipped, no_wait = len(front.spans), len(front.skipped), len(front.no_wait)
+    assert (roots, skipped, no_wait) == (54, 6, 6)
+    otlp = eng["otlp"]
+    assert otlp["join"] == {"matched": 48, "missing": 6, "unknown_ids": 3,
+                            "not_measured": 0, "malformed": 6}, otlp
+    got = otlp["received"]
+    assert (got["spans"], got["unknown_ids"], got["malformed"], got["queue_spans"],
+            got["without_queue_span"], got["dropped"]) == (54, 3, 0, 48, 6, 0), got
+    assert eng["records"] == {"ok": 48, "malformed": 6, "none": 6}
+    join = eng["join"]
+    assert join["placed"] == 48 and join["refused"] == 0, join
+    rows = eng["slowest"]
+    assert rows
+    for row in rows:
+        n = row["request"]
+        assert n not in front.skipped and n not in front.no_wait, row
+        span, wait = front.spans[n], front.waits[n]
+        bound_ms = row["join_error_ms"] + 2e-3
+        assert row["queue_ms"] == pytest.approx(wait * 1e3, abs=bound_ms), row
+        prefill = span["gen_ai.latency.time_in_model_prefill"] - wait
+        assert row["prefill_ms"] == pytest.approx(prefill * 1e3, abs=bound_ms), row
+        assert row["decode_ms"] == pytest.approx(
+            span["gen_ai.latency.time_in_model_decode"] * 1e3, abs=2e-3), row
+        assert row["prompt_tokens"] == span["gen_ai.usage.prompt_tokens"], row
+    bands = [b for b in doc["timeline"]["bands"] if b["source"] == "engine"]
+    assert {b["request"] for b in bands} == set(front.waits)
+    # the terminal says which records were not used, and why
+    from rich.console import Console
+
+    from tailgate.report.diagnose_render import engine as render
+
+    con = Console(file=io.StringIO(), width=300)
+    render(eng, con)
+    assert (f"spans at {endpoint}: 48 joined, 6 requests without one, 3 of ids this run "
+            "never sent (ignored), 6 malformed, 0 bodies refused, 0 dropped, 6 SGLang spans "
+            "without their prefill_waiting span (not used)") in con.file.getvalue()

@@ -21,6 +21,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import uuid
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -146,6 +147,13 @@ class VllmFront:
             with self._lock:
                 self.skipped.add(number)
             return
+        end_unix = arrival_unix + int((t_end - t_arrival) * 1e9)
+        self._keep(number, rid, h.headers.get("traceparent", ""), t_arrival, first, t_end,
+                   timings, arrival_unix, end_unix)
+
+    def _keep(self, number: int, rid: str, parent: str, t_arrival: float, first: float,
+              t_end: float, timings: dict[str, Any], arrival_unix: int, end_unix: int) -> None:
+        """The span of one request, posted with the next batch."""
         prefill, decode = timings["prompt_ms"] / 1e3, timings["predicted_ms"] / 1e3
         queue = max(first - prefill - t_arrival, 0.0)
         attrs = {"gen_ai.request.id": "chatcmpl-" + rid,
@@ -157,7 +165,6 @@ class VllmFront:
                  "gen_ai.latency.time_in_model_inference": prefill + decode,
                  "gen_ai.usage.prompt_tokens": timings["prompt_n"] + timings["cache_n"],
                  "gen_ai.usage.completion_tokens": timings["predicted_n"]}
-        end_unix = arrival_unix + int((t_end - t_arrival) * 1e9)
         with self._lock:
             self.spans[number] = attrs
             self._pending.append((attrs, arrival_unix, end_unix))
@@ -198,6 +205,10 @@ class VllmFront:
             sp.span_id = (k + 1).to_bytes(8, "big")
             sp.start_time_unix_nano, sp.end_time_unix_nano = start, max(end, start)
             sp.attributes.extend(_kv(key, v) for key, v in attrs.items())
+        return self._send(req)
+
+    def _send(self, req: ExportTraceServiceRequest) -> bool:
+        """POST one export as the exporters do; True where the receiver took it."""
         post = urllib.request.Request(self.endpoint, data=req.SerializeToString(),
                                       headers={"Content-Type": "application/x-protobuf"})
         try:
@@ -207,3 +218,100 @@ class VllmFront:
             return False
         self.posted += ok
         return ok
+
+
+class SglangFront(VllmFront):
+    """The same front, exporting as SGLang does with ``--enable-trace`` (and
+    ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf``): per request, a root span (named
+    ``" Req <rid[:8]>"``, ``rid`` and ``module`` ``sglang::…`` attributes, then the
+    ``gen_ai.*`` ones of its tokenizer manager) continuing the trace of the ``traceparent``
+    the client sent, its ``gen_ai.request.id`` SGLang's own (``chatcmpl-`` and a random
+    hex, not the client's), no queue attribute and a prefill counted from the tokenizer's
+    dispatch (the queue included); and, from the scheduler's process in exports of its
+    own, a ``prefill_waiting`` span in the same trace: the queue.
+
+    Not SGLang (it needs AVX-512 on a CPU, this VM has AVX2): the shape is read from SGLang's
+    source (python/sglang/srt/observability/trace.py, req_time_stats.py and the tokenizer
+    manager's span attributes). The request numbered ``n`` gets no root span where ``n %
+    skip_every == skip_at``, and no ``prefill_waiting`` span where ``n % skip_every ==
+    no_wait_at``; ``waits``: request number -> the queue span's length (s)."""
+
+    def __init__(self, upstream: str, endpoint: str, no_wait_at: int = 3, **kw: Any) -> None:
+        super().__init__(upstream, endpoint, **kw)
+        self.no_wait_at = no_wait_at
+        self.waits: dict[int, float] = {}
+        self.no_wait: set[int] = set()
+
+    def _keep(self, number: int, rid: str, parent: str, t_arrival: float, first: float,
+              t_end: float, timings: dict[str, Any], arrival_unix: int, end_unix: int) -> None:
+        _, trace, parent_span, _ = parent.split("-")
+        prefill, decode = timings["prompt_ms"] / 1e3, timings["predicted_ms"] / 1e3
+        queue = max(first - prefill - t_arrival, 0.0)
+        own = "chatcmpl-" + uuid.uuid4().hex
+        attrs = {"rid": own, "module": "sglang::request",
+                 "gen_ai.usage.completion_tokens": timings["predicted_n"],
+                 "gen_ai.usage.prompt_tokens": timings["prompt_n"] + timings["cache_n"],
+                 "gen_ai.usage.cached_tokens": timings["cache_n"],
+                 "gen_ai.request.id": own, "gen_ai.request.max_tokens": 8,
+                 "gen_ai.response.model": "tiny", "gen_ai.response.finish_reasons":
+                 '["length"]',
+                 "gen_ai.latency.time_to_first_token": first - t_arrival,
+                 "gen_ai.latency.e2e": t_end - t_arrival,
+                 "gen_ai.latency.time_in_model_decode": decode,
+                 "gen_ai.latency.time_in_model_inference": t_end - t_arrival,
+                 "gen_ai.latency.time_in_model_prefill": first - t_arrival}
+        wait = None if number % self.skip_every == self.no_wait_at else queue
+        with self._lock:
+            self.spans[number] = attrs
+            if wait is None:
+                self.no_wait.add(number)
+            else:
+                self.waits[number] = wait
+            self._pending.append((attrs, arrival_unix, end_unix, bytes.fromhex(trace),
+                                  bytes.fromhex(parent_span), wait))
+
+    def _post(self, spans: list[tuple]) -> bool:
+        tokenizer, scheduler = ExportTraceServiceRequest(), ExportTraceServiceRequest()
+        roots = _scope(tokenizer, "sglang")
+        slices = _scope(scheduler, "sglang")
+        for k, item in enumerate(spans):
+            attrs, start, end = item[:3]
+            trace, parent, wait = (item[3:] if len(item) > 3 else
+                                   (uuid.uuid4().bytes, b"", None))
+            if len(item) == 3:  # (a stranger: another client's request, SGLang's shape)
+                attrs = {"module": "sglang::request", **{
+                    key: v for key, v in attrs.items() if "time_in_queue" not in key}}
+            root = roots.spans.add()
+            root.name = f" Req {attrs['gen_ai.request.id'][9:17]}"
+            root.trace_id, root.span_id, root.parent_span_id = trace, _sid(k, 1), parent
+            root.start_time_unix_nano, root.end_time_unix_nano = start, max(end, start)
+            root.attributes.extend(_kv(key, v) for key, v in attrs.items())
+            thread = roots.spans.add()  # (the tokenizer's thread span: no request attributes)
+            thread.name = "Tokenizer (host:0a1b2c3d | pid:4242)"
+            thread.trace_id, thread.span_id, thread.parent_span_id = trace, _sid(k, 2), \
+                root.span_id
+            thread.start_time_unix_nano, thread.end_time_unix_nano = start, max(end, start)
+            thread.attributes.extend([_kv("thread_label", "Tokenizer"), _kv("pid", 4242)])
+            if wait is None:
+                continue
+            for name, a, b in (("request_process", start, start + 50_000),
+                               ("prefill_waiting", start + 50_000,
+                                start + 50_000 + int(wait * 1e9))):
+                sp = slices.spans.add()
+                sp.name, sp.trace_id, sp.span_id = name, trace, _sid(k, 3 if a == start else 4)
+                sp.start_time_unix_nano, sp.end_time_unix_nano = a, b
+        ok = all(self._send(req) for req in (scheduler, tokenizer) if
+                 any(s.spans for rs in req.resource_spans for s in rs.scope_spans))
+        return ok
+
+
+def _scope(req: ExportTraceServiceRequest, service: str):
+    rs = req.resource_spans.add()
+    rs.resource.attributes.append(_kv("service.name", service))
+    ss = rs.scope_spans.add()
+    ss.scope.name = "sglang server"
+    return ss
+
+
+def _sid(k: int, part: int) -> bytes:
+    return (k * 8 + part).to_bytes(8, "big")

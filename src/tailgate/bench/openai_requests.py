@@ -94,16 +94,21 @@ def add_llm_arguments(p: argparse.ArgumentParser) -> None:
     add("--log", metavar="FILE", help="write one JSON record per request (JSON lines)")
 
 
-def with_request_ids(requests: Sequence[bytes], ids: Sequence[str]) -> list[bytes]:
+def with_request_ids(requests: Sequence[bytes], ids: Sequence[str],
+                     traces: Sequence[str] | None = None) -> list[bytes]:
     """Each request's bytes with an ``X-Request-Id`` header (after the request line): the id
     an engine names the request by in its own records (vLLM's spans' ``gen_ai.request.id``),
-    ``ids[i]`` for request ``i``."""
-    if len(ids) != len(requests):
+    ``ids[i]`` for request ``i``; and, where ``traces`` is given, a ``traceparent`` header,
+    ``traces[i]``, whose trace the engine's spans of the request continue."""
+    if len(ids) != len(requests) or (traces is not None and len(traces) != len(requests)):
         raise ValueError(f"{len(ids)} ids for {len(requests)} requests")
     out = []
-    for req, rid in zip(requests, ids, strict=True):
+    for i, (req, rid) in enumerate(zip(requests, ids, strict=True)):
         line, rest = req.split(b"\r\n", 1)
-        out.append(line + b"\r\nX-Request-Id: " + rid.encode("ascii") + b"\r\n" + rest)
+        head = line + b"\r\nX-Request-Id: " + rid.encode("ascii")
+        if traces is not None:
+            head += b"\r\ntraceparent: " + traces[i].encode("ascii")
+        out.append(head + b"\r\n" + rest)
     return out
 
 

@@ -49,10 +49,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="on-CPU samples per second and CPU (default 997; with --profile)")
     e = p.add_argument_group("the engine's own records (openai+http:// targets)")
     e.add_argument("--otlp-listen", metavar="HOST:PORT",
-                   help="receive the engine's request spans over OTLP/HTTP (vLLM "
+                   help="receive the engine's request spans over OTLP/HTTP (vLLM's, SGLang's: "
                    "--otlp-traces-endpoint http://HOST:PORT/v1/traces) for the run, and join "
-                   "them to the requests by the X-Request-Id each is sent with (HOST "
-                   "defaults to 127.0.0.1; port 0: any free one)")
+                   "them to the requests by the X-Request-Id and traceparent each is sent "
+                   "with (HOST defaults to 127.0.0.1; port 0: any free one)")
     e.add_argument("--otlp-wait", default="6s", metavar="DURATION",
                    help="after the load, wait up to this for the last spans (an exporter "
                    "sends in batches: vLLM's every 5 s; default 6s)")

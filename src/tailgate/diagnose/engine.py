@@ -4,11 +4,11 @@
 The engine's record of a request gives durations on its own clock: the prefill
 (``prompt_ms``, over ``prompt_n`` computed and ``cache_n`` cached prompt tokens), the decode
 after the first token (``predicted_ms``) and, where the engine says it, its queue
-(``queue_ms``). Two engines' records take this one path: llama-server's ``timings``
-(:mod:`tailgate.llm.engine_records`, in the load's per-request log) and vLLM's request spans
-(:mod:`tailgate.sources.otlp`, received during the run and joined by the request id
-tailgate sent: :func:`join_spans`; a span's whole prompt is ``prompt_n``, with ``cache_n``
-not said). They are placed on tailgate's clock by the instant ``E`` at which
+(``queue_ms``). Three engines' records take this one path: llama-server's ``timings``
+(:mod:`tailgate.llm.engine_records`, in the load's per-request log) and vLLM's and SGLang's
+request spans (:mod:`tailgate.sources.otlp`, received during the run and joined by the
+trace or request id tailgate sent: :func:`join_spans`; a span's whole prompt is
+``prompt_n``, with ``cache_n`` not said). They are placed on tailgate's clock by the instant ``E`` at which
 the engine finished the prefill and sampled the first token, which both sides bound:
 
 * the first token cannot be read before it was made: ``E <= first_token`` (a1), and the
@@ -97,6 +97,8 @@ LABEL = {QUEUE.key: "queue wait", PREFILL.key: "prefill compute",
 
 LLAMA = "llama.cpp"  # Requests.engine: llama-server's `timings`
 VLLM = "vLLM (OTLP spans)"
+SGLANG = "SGLang (OTLP spans)"
+SPANS = {"vLLM": VLLM, "SGLang": SGLANG}  # sources.otlp's RequestSpan.engine -> this
 
 
 @dataclass(frozen=True)
@@ -119,7 +121,7 @@ class Requests:
     predicted_n: np.ndarray
     predicted_ms: np.ndarray
     queue_ms: np.ndarray | None = None  # the engine's own queue time (NaN/None: not said)
-    engine: str = LLAMA  # whose records: llama.cpp's timings, or VLLM's spans
+    engine: str = LLAMA  # whose records: llama.cpp's timings, or an engine's spans (SPANS)
     # llama-server's per-token times (llm.engine_tokens; None for all: none): their state
     # ("ok", "" none, or "bad: " and the reason), the latest the engine can have started
     # the request (ns, 0: not known) and its time between the longest gap's tokens (ms)
@@ -178,8 +180,8 @@ class SpanJoin:
 
 def join_spans(r: Requests, spans: Mapping[int, RequestSpan], sent_ids: np.ndarray,
                unknown_ids: int = 0) -> tuple[Requests, SpanJoin]:
-    """The requests with vLLM's spans as the engine's records (keyed by the request number
-    in the id tailgate sent: :func:`tailgate.sources.otlp.request_number`): queue, prefill
+    """The requests with the engine's spans as its records (keyed by the request number
+    in the trace or id tailgate sent: :meth:`tailgate.sources.otlp.Received.add`): queue, prefill
     and decode from the span, its prompt tokens whole (``cache_n`` not said); a request
     without a span has none (its phases unknown). ``sent_ids``: every request number of
     the run's log (warm-up and failed ones too); a span of a number not among them counts
@@ -214,7 +216,9 @@ def join_spans(r: Requests, spans: Mapping[int, RequestSpan], sent_ids: np.ndarr
             cols["prompt_n"][i] = sp.prompt_tokens
         if sp.completion_tokens is not None:
             cols["predicted_n"][i] = sp.completion_tokens
-    joined = replace(r, state=state, engine=VLLM, **cols)
+    engines = {sp.engine for sp in spans.values()}
+    engine = SPANS.get(engines.pop(), VLLM) if len(engines) == 1 else VLLM
+    joined = replace(r, state=state, engine=engine, **cols)
     return joined, SpanJoin(matched, n - matched - malformed, unknown_ids, not_measured,
                             malformed)
 
@@ -349,7 +353,7 @@ def records(cols: dict[str, np.ndarray], start_monotonic_s: float,
     cols = {**cols, "id": cols["id"].astype(np.int64) * workers + cols["worker"].astype(
         np.int64)}
     r = Requests.from_log(cols, int(round(start_monotonic_s * 1e9)))
-    return join_spans(r, spans.spans, cols["id"], spans.unknown_ids)
+    return join_spans(r, spans.request_spans(), cols["id"], spans.unknown_ids)
 
 
 def windows(log_text: str, start_monotonic_s: float, max_skew_ns: int = MAX_SKEW_NS,
@@ -451,9 +455,10 @@ def analyse(r: Requests, t0_ns: int, min_cover: float = 0.5, min_lift: float = 1
                                        "none": states[""]}}
     if states["ok"] == 0:
         none = ("the engine sent no per-request record in any of the "
-                f"{n} responses (llama-server's `timings`)" if r.engine != VLLM else
-                f"no `llm_request` span of any of the {n} requests came to the OTLP receiver "
-                "(is the engine started with --otlp-traces-endpoint at it?)")
+                f"{n} responses (llama-server's `timings`)" if r.engine == LLAMA else
+                f"no request span (vLLM's `llm_request`, SGLang's request root) of any of the "
+                f"{n} requests came to the OTLP receiver (is the engine started with "
+                "--otlp-traces-endpoint at it?)")
         out["unknown"] = (f"{none}: its phases are unknown; the /metrics timeline stands"
                           if not states["bad"] else
                           f"every record the engine sent was malformed ({states['bad']})")
@@ -534,7 +539,7 @@ def analyse(r: Requests, t0_ns: int, min_cover: float = 0.5, min_lift: float = 1
 
 NO_TOKENS = ("the engine sent no per-token timings (llama-server sends them when asked: "
              "--engine-timings per-token)")
-NO_TOKENS_SPANS = ("vLLM's request spans carry no per-token times (per-token timings come "
+NO_TOKENS_SPANS = ("{}'s request spans carry no per-token times (per-token timings come "
                    "only from llama-server's `timings_per_token`, asked with --engine-timings "
                    "per-token)")
 
@@ -544,8 +549,9 @@ def no_tokens(engine: str) -> str:
     llama-server can be asked for them."""
     if engine == LLAMA:
         return NO_TOKENS
-    if engine == VLLM:
-        return NO_TOKENS_SPANS
+    for name, label in SPANS.items():
+        if engine == label:
+            return NO_TOKENS_SPANS.format(name)
     return (f"the engine's records ({engine}) carry no per-token times (per-token timings "
             "come only from llama-server's `timings_per_token`, asked with --engine-timings "
             "per-token)")

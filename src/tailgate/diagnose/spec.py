@@ -165,9 +165,11 @@ def _otlp(opts: DiagnoseOptions, load: BenchOptions) -> OtlpListen | None:
     if not (load.target and load.target.startswith("openai+")):
         raise UsageError("--otlp-listen needs an openai+http:// TARGET: the spans are joined "
                          "to the requests the load sends")
-    if any(h.split(":", 1)[0].strip().lower() == "x-request-id" for h in load.header):
-        raise UsageError("--otlp-listen sends each request's own X-Request-Id: not with "
-                         "--header X-Request-Id")
+    for h in load.header:
+        name = h.split(":", 1)[0].strip()
+        if name.lower() in ("x-request-id", "traceparent"):
+            raise UsageError(f"--otlp-listen sends each request's own X-Request-Id and "
+                             f"traceparent: not with --header {name}")
     host, sep, port_text = opts.otlp_listen.rpartition(":")
     host = host.strip("[]") if sep else ""
     if not sep:
@@ -189,16 +191,18 @@ def _otlp(opts: DiagnoseOptions, load: BenchOptions) -> OtlpListen | None:
 
 def with_request_ids(bench: BenchSpec, run: int) -> BenchSpec:
     """The load sending request ``i`` of the run tagged ``run`` with ``X-Request-Id``
-    :func:`tailgate.sources.otlp.request_uuid` (``run``, ``i``)."""
+    :func:`tailgate.sources.otlp.request_uuid` (``run``, ``i``) and the ``traceparent`` of
+    that id (:func:`tailgate.sources.otlp.traceparent`: SGLang's spans are found by it)."""
     from types import MappingProxyType
 
     from ..bench.openai_requests import with_request_ids as stamped
-    from ..sources.otlp import request_uuid
+    from ..sources.otlp import request_uuid, traceparent
 
     reqs = bench.engine_fields["requests"]
     ids = [request_uuid(run, i) for i in range(len(reqs))]
     return replace(bench, engine_fields=MappingProxyType(
-        {**bench.engine_fields, "requests": stamped(reqs, ids)}))
+        {**bench.engine_fields,
+         "requests": stamped(reqs, ids, [traceparent(rid) for rid in ids])}))
 
 
 def with_log(bench: BenchSpec, path: str) -> BenchSpec:

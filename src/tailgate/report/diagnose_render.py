@@ -112,7 +112,10 @@ def engine(eng: dict[str, Any] | None, console) -> None:
         console.print(f"spans at {otlp.get('endpoint', '?')}: {j['matched']} joined, "
                       f"{j['missing']} requests without one, {j['unknown_ids']} of ids this "
                       f"run never sent (ignored), {j['malformed']} malformed, "
-                      f"{got['refused_bodies']} bodies refused, {got['dropped']} dropped",
+                      f"{got['refused_bodies']} bodies refused, {got['dropped']} dropped"
+                      + (f", {got['without_queue_span']} SGLang spans without their "
+                         "prefill_waiting span (not used)" if got.get("without_queue_span")
+                         else ""),
                       highlight=False, markup=False)
     t = eng.get("ttft")
     if not t:
