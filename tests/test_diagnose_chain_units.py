@@ -9,6 +9,8 @@ import subprocess
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tailgate.diagnose.attribution import Owned, attribute
 from tailgate.diagnose.causes import CAUSES
@@ -540,3 +542,20 @@ def test_the_accounting_names_a_wait_for_the_engine_as_such_not_as_a_futex():
                                                    "parts_ms": {"engine_wait": 8.8}}]})
     assert "<td>waits on the engine (futex)</td>" in html and "<td>futex</td>" in html
     assert "waits on the engine (futex) 8.800" in html
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 3_000)), max_size=60),
+       st.integers(-100, 14_000), st.integers(0, 4_000))
+def test_a_tasks_waits_overlapping_a_window_are_found_by_bisection_as_by_a_scan(rows, a, span):
+    """Tracks.overlapping bisects both ends of a task's waits (a busy thread has ~10^5, and
+    every link of every chain asks): it finds exactly the waits a scan of all of them finds,
+    in the same order, overlapping or nested waits included."""
+    from tailgate.diagnose.chain import Tracks
+    from tailgate.diagnose.evidence import Events
+
+    ev = Events(offcpu=[(7, s, s + d, 202) for s, d in rows])
+    tr = Tracks.of(ev, {7})
+    b = a + span
+    scan = [w for w in tr.waits.get(7, []) if w.a <= b and w.b > a]
+    assert tr.overlapping(7, a, b) == scan

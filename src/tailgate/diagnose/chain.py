@@ -157,6 +157,9 @@ class Tracks:
 
     waits: dict[int, list[Wait]] = field(default_factory=dict)  # tid -> sorted by start
     starts: dict[int, np.ndarray] = field(default_factory=dict)
+    # the latest end of a task's waits up to each one (sorted by start, so nondecreasing):
+    # the waits before the first that reaches past ``a`` all ended by ``a``
+    reach: dict[int, np.ndarray] = field(default_factory=dict)
     wakes: dict[int, list[Wake]] = field(default_factory=dict)  # wakee -> sorted by time
     wake_t: dict[int, np.ndarray] = field(default_factory=dict)
     tasks: dict[int, Task] = field(default_factory=dict)
@@ -188,6 +191,7 @@ class Tracks:
             ws.sort(key=lambda w: w.a)
             tr.waits[tid] = ws
             tr.starts[tid] = np.array([w.a for w in ws], dtype=np.int64)
+            tr.reach[tid] = np.maximum.accumulate(np.array([w.b for w in ws], dtype=np.int64))
         for wk in ev.wakes:
             tr.wakes.setdefault(wk.wakee, []).append(wk)
         for tid, ws in tr.wakes.items():
@@ -200,8 +204,11 @@ class Tracks:
         ws = self.waits.get(tid)
         if not ws:
             return []
+        # both ends bisected, not scanned: a busy thread has ~10^5 waits, and each link of
+        # each chain asks (scanning from the first wait was 77 % of a 5-minute diagnose)
         hi = int(np.searchsorted(self.starts[tid], b, side="right"))
-        return [w for w in ws[:hi] if w.b > a]
+        lo = int(np.searchsorted(self.reach[tid], a, side="right"))
+        return [w for w in ws[lo:hi] if w.b > a]
 
     def waker(self, w: Wait) -> Wake | None:
         """The wake-up that ended ``w`` (the last one inside it)."""
