@@ -158,6 +158,9 @@ def test_sglang_spans_are_joined_by_the_trace_tailgate_sent_with_their_queue_spa
         assert row["decode_ms"] == pytest.approx(
             span["gen_ai.latency.time_in_model_decode"] * 1e3, abs=2e-3), row
         assert row["prompt_tokens"] == span["gen_ai.usage.prompt_tokens"], row
+        # SGLang says how many prompt tokens its prefix cache held: computed apart
+        assert row["prompt_cached"] == span["gen_ai.usage.cached_tokens"], row
+        assert row["prompt_computed"] == row["prompt_tokens"] - row["prompt_cached"], row
     bands = [b for b in doc["timeline"]["bands"] if b["source"] == "engine"]
     assert {b["request"] for b in bands} == set(front.waits)
     # the terminal says which records were not used, and why

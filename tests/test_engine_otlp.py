@@ -131,13 +131,13 @@ def test_traceparent_carries_the_request_in_its_trace_id():
 # req_time_stats.py, the tokenizer manager's span attributes): no SGLang runs here (its CPU
 # build needs AVX-512; this VM has AVX2), so no capture of its exports exists to keep.
 def _sglang_root(n: int | None, ttft: float = 0.030, prefill: float = 0.028,
-                 own_id: bool = True) -> dict:
+                 own_id: bool = True, cached: int = 0) -> dict:
     trace = (bytes.fromhex(traceparent(request_uuid(RUN, n)).split("-")[1]) if n is not None
              else (0xF00D).to_bytes(16, "big"))
     attrs = {"_name": " Req 3f9c0a1b", "_trace": trace, "rid": "3f9c0a1b2c",
              "module": "sglang::request",
              "gen_ai.usage.completion_tokens": 16, "gen_ai.usage.prompt_tokens": 120,
-             "gen_ai.usage.cached_tokens": 0, "gen_ai.response.model": "tiny",
+             "gen_ai.usage.cached_tokens": cached, "gen_ai.response.model": "tiny",
              "gen_ai.latency.time_to_first_token": ttft, "gen_ai.latency.e2e": ttft + 0.02,
              "gen_ai.latency.time_in_model_decode": 0.02,
              "gen_ai.latency.time_in_model_inference": prefill + 0.02,
@@ -181,7 +181,7 @@ def test_sglang_spans_are_found_by_their_trace_and_their_queue_is_its_own_span()
                                 {**_sglang_wait(0, 0.2), "_trace": (9).to_bytes(16, "big")}])
         assert _post(rx.endpoint, sched.SerializeToString()) == 200
         assert _post(rx.endpoint, sched.SerializeToString()) == 200  # (sent again)
-        roots = _sglang_export([_sglang_root(0), _sglang_root(1, own_id=False),
+        roots = _sglang_export([_sglang_root(0, cached=40), _sglang_root(1, own_id=False),
                                 _sglang_root(2), _sglang_root(4), _sglang_root(None),
                                 {"_name": " Req 00000000", "_trace": bytes(16),
                                  "module": "sglang::request"},
@@ -198,6 +198,7 @@ def test_sglang_spans_are_found_by_their_trace_and_their_queue_is_its_own_span()
     assert sp[0].queue_s == pytest.approx(0.012) and sp[0].prefill_s == pytest.approx(0.016)
     assert sp[1].queue_s == pytest.approx(0.005) and sp[1].prefill_s == pytest.approx(0.023)
     assert (sp[0].ttft_s, sp[0].decode_s, sp[0].prompt_tokens) == (0.030, 0.02, 120)
+    assert (sp[0].cached_tokens, sp[1].cached_tokens) == (40, 0)
     assert sp[2].queue_s is None and sp[2].prefill_s is None  # (no waiting span)
     assert sp[4].queue_s == pytest.approx(0.050) and sp[4].prefill_s is None  # (> prefill)
     assert got.spans[0].prefill_s == 0.028  # (the record as received is kept as it came)

@@ -182,7 +182,8 @@ def join_spans(r: Requests, spans: Mapping[int, RequestSpan], sent_ids: np.ndarr
                unknown_ids: int = 0) -> tuple[Requests, SpanJoin]:
     """The requests with the engine's spans as its records (keyed by the request number
     in the trace or id tailgate sent: :meth:`tailgate.sources.otlp.Received.add`): queue, prefill
-    and decode from the span, its prompt tokens whole (``cache_n`` not said); a request
+    and decode from the span, its prompt tokens whole (``cache_n`` not said, but where
+    SGLang's span gives its cached tokens: computed and cached apart); a request
     without a span has none (its phases unknown). ``sent_ids``: every request number of
     the run's log (warm-up and failed ones too); a span of a number not among them counts
     to ``unknown_ids``, with the receiver's own count of ids of other runs."""
@@ -214,6 +215,10 @@ def join_spans(r: Requests, spans: Mapping[int, RequestSpan], sent_ids: np.ndarr
             cols["queue_ms"][i] = sp.queue_s * 1e3
         if sp.prompt_tokens is not None:
             cols["prompt_n"][i] = sp.prompt_tokens
+            if sp.cached_tokens is not None and sp.cached_tokens <= sp.prompt_tokens:
+                # (SGLang's span says how many its prefix cache held: computed apart)
+                cols["prompt_n"][i] = sp.prompt_tokens - sp.cached_tokens
+                cols["cache_n"][i] = sp.cached_tokens
         if sp.completion_tokens is not None:
             cols["predicted_n"][i] = sp.completion_tokens
     engines = {sp.engine for sp in spans.values()}

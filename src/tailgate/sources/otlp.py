@@ -54,6 +54,7 @@ ATTR = {
 }
 PROMPT, COMPLETION, REQUEST_ID = ("gen_ai.usage.prompt_tokens",
                                   "gen_ai.usage.completion_tokens", "gen_ai.request.id")
+CACHED = "gen_ai.usage.cached_tokens"  # SGLang's: the prompt tokens its prefix cache held
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,7 @@ class RequestSpan:
     completion_tokens: int | None
     trace_id: bytes = b""
     engine: str = VLLM
+    cached_tokens: int | None = None  # of prompt_tokens (SGLang says it; vLLM does not)
 
 
 @dataclass(frozen=True)
@@ -151,7 +153,7 @@ def _span(sp: Any, attrs: dict[str, Any], engine: str) -> RequestSpan:
         else:
             times[key] = float(v)
     counts: dict[str, int | None] = {}
-    for key in (PROMPT, COMPLETION):
+    for key in (PROMPT, COMPLETION, CACHED):
         v = attrs.get(key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
             raise ParseError(f"span of {who}: {key} = {v!r} is not a token count")
@@ -161,7 +163,7 @@ def _span(sp: Any, attrs: dict[str, Any], engine: str) -> RequestSpan:
     return RequestSpan(rid, sp.start_time_unix_nano, sp.end_time_unix_nano, times["queue_s"],
                        times["ttft_s"], times["e2e_s"], times["prefill_s"],
                        times["decode_s"], times["inference_s"], counts[PROMPT],
-                       counts[COMPLETION], bytes(sp.trace_id), engine)
+                       counts[COMPLETION], bytes(sp.trace_id), engine, counts[CACHED])
 
 
 # The id tailgate sends (X-Request-Id): a UUID, because some servers (llama-cpp-python)
