@@ -176,18 +176,20 @@ def test_errors_fail_an_error_rate_slo(nginx):
 
 
 def test_coalesce_waits_are_lateness_asked_for_not_falling_behind(nginx):
-    """--coalesce 3ms at 200/s (5 ms apart): no other request is due within a request's
-    window, so each waits up to the whole of it (sooner only when the loop wakes anyway, for
-    its time-out sweep every 10 ms); that is its lateness, echoed in the config, and not the
-    "fell behind its schedule" warning that a lateness P99 past 1 ms otherwise gives."""
+    """--coalesce 20ms at 200/s (5 ms apart): a due request waits for the loop's next
+    wake-up, its time-out sweep every 10 ms coming before the window's end, so its lateness
+    is up to 10 ms (measured P50 4.9, P99 9.8-9.9 ms); that is lateness asked for, echoed in
+    the config, and not the "fell behind its schedule" warning that a lateness P99 past 1 ms
+    otherwise gives. (The window is wider than the waits, so the VM's own hiccups stay
+    inside it: with a 3 ms window a 1.9 ms stall of 2 of 200 requests gave the warning.)"""
     r = tailgate(nginx.url("/"), "--rate", "200", "--duration", "1s", "--workers", "1",
-                 "--coalesce", "3ms", "--json", "-")
+                 "--coalesce", "20ms", "--json", "-")
     assert r.returncode == 0, r.stderr
     data = json.loads(r.stdout)
-    assert data["config"]["coalesce_s"] == 0.003
+    assert data["config"]["coalesce_s"] == 0.02
     assert data["requests"]["ok"] == 200
     late = data["lateness_ms"]
-    assert late["p50"] > 1.5 and late["p99"] > 2.9, late
+    assert late["p50"] > 2.5 and late["p99"] > 5, late
     assert "fell behind" not in r.stderr
 
 
