@@ -7,9 +7,10 @@ after the first token (``predicted_ms``) and, where the engine says it, its queu
 (``queue_ms``). Three engines' records take this one path: llama-server's ``timings``
 (:mod:`tailgate.llm.engine_records`, in the load's per-request log) and vLLM's and SGLang's
 request spans (:mod:`tailgate.sources.otlp`, received during the run and joined by the
-trace or request id tailgate sent: :func:`join_spans`; a span's whole prompt is
-``prompt_n``, with ``cache_n`` not said). They are placed on tailgate's clock by the instant ``E`` at which
-the engine finished the prefill and sampled the first token, which both sides bound:
+trace or request id tailgate sent: :func:`join_spans`; a vLLM span's whole prompt is
+``prompt_n``, with ``cache_n`` not said; SGLang's says its cached tokens). They are placed
+on tailgate's clock by the instant ``E`` at which the engine finished the prefill and
+sampled the first token, which both sides bound:
 
 * the first token cannot be read before it was made: ``E <= first_token`` (a1), and the
   last token neither: ``E + predicted_ms <= last_token``, so ``E <= last_token -
@@ -180,10 +181,10 @@ class SpanJoin:
 
 def join_spans(r: Requests, spans: Mapping[int, RequestSpan], sent_ids: np.ndarray,
                unknown_ids: int = 0) -> tuple[Requests, SpanJoin]:
-    """The requests with the engine's spans as its records (keyed by the request number
-    in the trace or id tailgate sent: :meth:`tailgate.sources.otlp.Received.add`): queue, prefill
-    and decode from the span, its prompt tokens whole (``cache_n`` not said, but where
-    SGLang's span gives its cached tokens: computed and cached apart); a request
+    """The requests with the engine's spans as its records (keyed by the request number in
+    the trace or id tailgate sent: :meth:`tailgate.sources.otlp.Received.add`): queue,
+    prefill and decode from the span, its prompt tokens whole (``cache_n`` not said, but
+    where SGLang's span gives its cached tokens: computed and cached apart); a request
     without a span has none (its phases unknown). ``sent_ids``: every request number of
     the run's log (warm-up and failed ones too); a span of a number not among them counts
     to ``unknown_ids``, with the receiver's own count of ids of other runs."""

@@ -269,9 +269,10 @@ class Received:
         return out
 
     def without_queue(self) -> int:
-        """SGLang spans whose trace brought no ``prefill_waiting`` span."""
-        return sum(sp.engine == SGLANG and sp.queue_s is None and not self.waits.get(n)
-                   for n, sp in self.spans.items())
+        """SGLang spans whose trace brought no ``prefill_waiting`` span (those
+        :meth:`request_spans` leaves without a queue)."""
+        return sum(sp.engine == SGLANG and sp.queue_s is None
+                   for sp in self.request_spans().values())
 
     def to_json(self) -> dict[str, Any]:
         out = {"spans": len(self.spans), "unknown_ids": self.unknown_ids,
