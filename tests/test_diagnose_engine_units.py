@@ -165,16 +165,17 @@ MS = 1_000_000
 def _one_slot(n: int = 400, every: int = 20, long_out: int = 400, short_out: int = 8,
               gap_ms: float = 20.0, prompt: int = 16, cached: int = 0,
               long_prompt_every: int = 0, long_prompt: int = 0,
-              slots: int = 1) -> Requests:
+              slots: int = 1, burst: int = 0) -> Requests:
     """A FIFO engine with ``slots`` slots: prefill 0.01 ms a computed token, decode 0.2 ms a
-    token; requests ``gap_ms`` apart, every ``every``-th generating ``long_out`` tokens
-    (every ``long_prompt_every``-th with a prompt of ``long_prompt`` tokens)."""
+    token; requests ``gap_ms`` apart (the first ``burst`` at once), every ``every``-th
+    generating ``long_out`` tokens (every ``long_prompt_every``-th with a prompt of
+    ``long_prompt`` tokens)."""
     free = [0] * slots
     cols: dict[str, list] = {k: [] for k in ("intended", "sent", "first", "last", "end",
                                              "gap_from", "gap_to", "pn", "cn", "pms", "dn",
                                              "dms")}
     for i in range(n):
-        t = 1_000 * MS + int(i * gap_ms * MS)
+        t = 1_000 * MS + int(max(i - burst, 0) * gap_ms * MS)
         sent = t + 50_000
         out = long_out if i % every == every - 1 else short_out
         pn = long_prompt if long_prompt_every and i % long_prompt_every == 3 else prompt
@@ -242,6 +243,27 @@ def test_one_slot_short_requests_behind_long_generations_name_queue_wait_first()
     kinds = {b["kind"] for b in bands}
     assert kinds == {"queue", "prefill", "decode"}
     assert all(b["source"] == "engine" and b["end_ms"] > b["start_ms"] for b in bands)
+
+
+def test_a_queue_every_request_waited_in_is_claimed_as_the_engine_over_capacity():
+    """A backlog of 100 requests at the start that the engine, serving each in 1.56 ms with
+    one every 1.6 ms, barely drains: every later request waits about as long (the slowest
+    1.2x the mean), nearly all its TTFT. The lift rule alone claims nothing; the queue, a
+    saturating cause, is named with what it means. A prefill that long in every request
+    (its compute, which every request needs) is still not claimed."""
+    r = _one_slot(every=10_000, gap_ms=1.6, burst=100)
+    _, causes, _ = analyse(r, 1_000 * MS)
+    first = causes[0]
+    assert first.claimed and first.cause.key == "engine_queue", [c.sentence for c in causes]
+    assert first.lift < 1.5 and first.time_share > 0.9, first.sentence
+    assert "; a queue every request waited in: more was offered than the engine serves;" in (
+        first.sentence)
+    assert [c.cause.key for c in causes if c.claimed] == ["engine_queue"]
+    # every request's prefill 40 ms, slots enough that none queues: no claim
+    _, causes, _ = analyse(_one_slot(every=10_000, prompt=4000, slots=8), 1_000 * MS)
+    (p,) = [c for c in causes if c.cause.key == "engine_prefill"]
+    assert p.time_share > 0.9 and p.lift < 1.5 and not p.claimed, p.sentence
+    assert not any(c.claimed for c in causes), [c.sentence for c in causes]
 
 
 def test_prefix_misses_are_named_with_token_counts_and_a_cached_prefix_is_not():

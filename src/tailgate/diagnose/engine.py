@@ -42,9 +42,10 @@ lateness, queue, held, prefill and delivery, and a part is claimed when it makes
 of the slow requests' TTFT (``min_share``, at least ``min_ms`` each), covers most of them
 (``min_cover``: half their TTFT or more in that part; and no fewer of them than of all
 requests) and lasted markedly longer in them
-than in the requests at large (``min_lift``, on its mean time: with no "pervasive"
-alternative, since a phase every request has alike — the prefill of a healthy run —
-explains no tail). ITL
+than in the requests at large (``min_lift``, on its mean time: a phase every request has
+alike — the prefill of a healthy run — explains no tail; but the queue, which no request
+needs, is claimed also as a saturating cause where it lasted half the slow requests' time:
+a queue every request waited in is the engine offered more than it serves). ITL
 spikes (each request's longest gap between chunks, the longest tenth) are set against other
 requests' prefills on the same clock: a spike another request's prefill overlapped is that
 prefill's interference.
@@ -67,7 +68,7 @@ from ..llm.engine_phases import (
     queue_and_held,
 )
 from ..spans import merge_spans, overlap_ns
-from .attribution import MIN_TAIL, Attribution, Cause
+from .attribution import MIN_TAIL, PERVASIVE_SHARE, Attribution, Cause
 
 if TYPE_CHECKING:
     from ..sources.otlp import Received, RequestSpan
@@ -77,7 +78,9 @@ SLOWEST = 20  # rows of the per-request table
 QUEUE = Cause("engine_queue", "L4", "waited in the engine's queue for a slot (sent -> "
               "the engine starting its prefill)",
               "Add slots or replicas (llama-server --parallel), cap long generations "
-              "(max_tokens) or route long prompts apart: short requests queue behind them.")
+              "(max_tokens) or route long prompts apart: short requests queue behind them; "
+              "a queue every request waits in is a rate above what the engine serves "
+              "(bench --sweep finds its capacity).")
 PREFILL = Cause("engine_prefill", "L4", "the engine computed their prompts (prefill)",
                 "Shorten prompts or keep their prefixes cached (a larger prefix cache, "
                 "cache-aware routing, llama-server --cache-reuse / slot prompt similarity).")
@@ -391,8 +394,12 @@ def _pct(v: np.ndarray, q: float) -> float:
 
 
 def _score(cause: Cause, part: np.ndarray, whole: np.ndarray, tail: np.ndarray,
-           crit: dict[str, float], level: str, cut_ns: float, what: str) -> Attribution:
-    """The per-request rule: ``part`` of each request's ``whole`` (ns)."""
+           crit: dict[str, float], level: str, cut_ns: float, what: str,
+           saturating: bool = False) -> Attribution:
+    """The per-request rule: ``part`` of each request's ``whole`` (ns). A ``saturating``
+    part (the queue: no request needs it, so one every request has is the engine over
+    capacity) is claimed also without its lift, where it lasted half of the slow requests'
+    time, as a saturating kernel cause is (:mod:`.attribution`)."""
     whole = np.maximum(whole, 1)
     frac = np.clip(part / whole, 0.0, 1.0)
     n_tail = int(tail.sum())
@@ -409,16 +416,19 @@ def _score(cause: Cause, part: np.ndarray, whole: np.ndarray, tail: np.ndarray,
     # ... and it made most of the slow requests' time no less often than of all requests': a
     # part that is most of every request's time but of fewer of the slow ones (the server's
     # own handling of a clean run's small requests) is not what made them slow
+    everywhere = saturating and lift < crit["min_lift"] and share >= PERVASIVE_SHARE
     claimed = (n_tail >= MIN_TAIL and tail_cover >= crit["min_cover"]
                and share >= crit["min_share"] and mean_ms >= crit["min_ms"]
-               and lift >= crit["min_lift"] and tail_cover >= all_cover)
+               and (lift >= crit["min_lift"] or everywhere) and tail_cover >= all_cover)
     a = Attribution(cause, tail_cover, share, None, all_cover, lift, n_tail,
                     float(part[tail].sum()) / 1e6, claimed)
     a.extra["tail"] = level
     a.sentence = (f"{what} {level}: {100 * share:.0f} % of the {n_tail} slow requests' time "
                   f"(>= {cut_ns / 1e6:.2f} ms) was {LABEL[cause.key]}"
                   f" ({mean_ms:.2f} ms each, {lift:.1f}x its mean over all {len(part)}; it was "
-                  f"most of {100 * tail_cover:.0f} % of them, vs {100 * all_cover:.0f} % of all)")
+                  f"most of {100 * tail_cover:.0f} % of them, vs {100 * all_cover:.0f} % of all)"
+                  + ("; a queue every request waited in: more was offered than the engine "
+                     "serves" if claimed and everywhere else ""))
     return a
 
 
@@ -497,7 +507,7 @@ def analyse(r: Requests, t0_ns: int, min_cover: float = 0.5, min_lift: float = 1
         tail = ttft >= p99
     level = "P99" if _pct(ttft, 99) == p99 else "P90"
     causes = []
-    qa_ = _score(QUEUE, parts["queue"], ttft, tail, crit, level, p99, "TTFT")
+    qa_ = _score(QUEUE, parts["queue"], ttft, tail, crit, level, p99, "TTFT", saturating=True)
     behind = _behind(idx[tail], q_a, q_b, p_a, p_b, d_b, ok, r)
     qa_.extra.update(behind)
     qa_.sentence += (f"; each waited behind {behind['prefills']:g} prefills of "
