@@ -53,6 +53,7 @@ def _diagnose(base: str, pid: int, trace: Path, *extra: str) -> dict:
          "--connections", "0", "--json", "-", *extra],
         capture_output=True, text=True, timeout=300, check=False)
     doc = json.loads(out.stdout)
+    trace.with_name("diagnose.json").write_text(out.stdout)  # (kept for a failure's reader)
     assert out.returncode == diagnose_code(doc), out.stderr[-3000:]
     return doc
 

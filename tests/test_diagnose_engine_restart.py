@@ -111,8 +111,10 @@ def test_an_engine_restarted_mid_run_is_unknown_after_the_restart_never_a_wrong_
     assert r["requests_before"] == BEFORE and r["requests_after"] == AFTER + 1, r
     (reset,) = r["counter_resets"]
     assert "engine.prompt_tokens_total" in reset["series"], reset
+    # bounded by two polls 100 ms apart; the poller runs at idle priority, so a busy machine
+    # stretches its gaps (255 ms once in make test, beside this nice -20 load and server)
     lo, hi = r["between_ms"]
-    assert hi - lo <= 250 and reset["between_ms"][1] >= lo, r
+    assert hi - lo <= 500 and reset["between_ms"][1] >= lo, r
     assert f"the target process {first.pid} exited between" in r["note"], r
     assert "their host causes are unknown" in r["note"], r
     v = doc["verdict"]
