@@ -332,14 +332,17 @@ def test_a_wakers_open_wait_is_no_thread_of_the_service():
     assert sorted(threads) == [101] and threads[101]["read"].tolist() == [[T0 + MS, T0 + 10 * MS]]
 
 
-def engine_server(n: int = 200, slow_every: int = 10, stated: bool = True):
+def engine_server(n: int = 200, slow_every: int = 10, stated: bool = True,
+                  herd: tuple[int, ...] = ()):
     """An LLM server: HTTP thread 101 reads every request and waits on a condition variable
     (a futex) for the engine's thread 110, which reads nothing; every ``slow_every``-th
     request waits 6 ms before the engine's prefill, prefilled for 2.5, decoded for 1, its
     HTTP thread waiting from 0.2 ms to 9 ms (woken by 110 for its first token). With
     ``stated`` the engine states that wait as its queue (vLLM's spans); else the engine had
     no other request meanwhile: held. Request 5's wait is ended by 102, another HTTP
-    thread (reading the port too): a lock, no engine's."""
+    thread (reading the port too): a lock, no engine's. The slow requests in ``herd`` wait
+    twice: until 3 ms, ended by 102 (another request's result woke every HTTP thread), then
+    from 3.1 ms to 9 ms, ended by 110."""
     from tailgate.diagnose.engine import Windows
 
     lines = names(101, 102, 110) + [f"C 102 {T0 - 500 * MS} {PORT} 39999"]
@@ -352,7 +355,13 @@ def engine_server(n: int = 200, slow_every: int = 10, stated: bool = True):
         for k, v in enumerate((a, a + 6 * MS if slow else a, a + 8 * MS + MS // 2 if slow
                                else a + MS // 4, b - MS // 2)):
             win[k][i] = v
-        if slow or i == 5:
+        if i in herd:
+            lines += [f"O 101 {a + MS // 5} {a + 3 * MS} 202", f"F 101 {a + MS // 5} {a + 3 * MS}",
+                      f"W 101 {a + 3 * MS - 10_000} 102 {SVC} 1 0 srv",
+                      f"O 101 {a + 31 * MS // 10} {a + 9 * MS} 202",
+                      f"F 101 {a + 31 * MS // 10} {a + 9 * MS}",
+                      f"W 101 {a + 9 * MS - 10_000} 110 {SVC} 1 0 srv"]
+        elif slow or i == 5:
             waker = 110 if slow else 102
             lines += [f"O 101 {a + MS // 5} {a + 9 * MS} 202", f"F 101 {a + MS // 5} {a + 9 * MS}",
                       f"W 101 {a + 9 * MS - 10_000} {waker} {SVC} 1 0 srv"]
@@ -393,6 +402,38 @@ def test_a_wait_for_the_engine_is_the_engines_phase_not_a_lock():
     assert out["verdict"]["links"] == ["futex", "engine_queue"]
     (sig,) = [x for x in out["signatures"] if x["links"] == ["futex", "engine_queue"]]
     assert sig["layer"] == "L4" and sig["claimed"]
+
+
+def test_a_wake_up_by_another_serving_thread_while_queued_is_the_engines_not_a_lock():
+    """llama-server's HTTP threads share one condition for every result, so each result
+    wakes them all: request 20's thread, its request queued, is woken at 3 ms by 102 and
+    waits again until the engine's 110 wakes it for its first token. Both waits are the
+    engine's queue, neither futex evidence; request 5's, ended by 102 while its tokens were
+    decoded, stays a lock's; and with no wait the engine's thread ended, the peer's wake-up
+    has no engine to name and stays futex."""
+    from tailgate.diagnose.chain import describe, link_json, owned_causes, through_engine
+
+    lines, starts, ends, win = engine_server(herd=(20,))
+    ev, s, e, bl = run(lines, starts, ends, service=(101, 102, 110))
+    a = int(s[20])
+    resolved = through_engine(bl, win)
+    assert (101, a + MS // 5, a + 3 * MS) in resolved and len(resolved) == 21
+    early, late = bl.per_request[20][:2]
+    assert early.signature == late.signature == ("futex", "engine_queue")
+    assert (early.links[1].tid, early.links[1].via) == (110, 102)
+    assert link_json(early.links[1], {})["woken_by"] == 102
+    assert late.links[1].via == 0 and "woken_by" not in link_json(late.links[1], {})
+    assert ("its engine `srv` (tid 110) holding it in the engine's queue (no free slot) for "
+            "2.8 ms (the wait was ended by tid 102, another serving thread") in describe(
+                early, {}, {SVC}), describe(early, {}, {SVC})
+    assert bl.per_request[5][0].signature == ("futex", "on_cpu")
+    futex = owned_causes(bl, ev, s, e, np.zeros((0, 2), np.int64), resolved)["futex"]
+    assert futex.hit.tolist() == [i == 5 for i in range(len(s))]
+    # the engine's thread ended no wait: whose phase it was is not known
+    alone = [ln for ln in lines if not (ln.startswith("W ") and ln.split()[3] == "110")]
+    _, _, _, bl = run(alone, starts, ends, service=(101, 102, 110))
+    assert through_engine(bl, win) == []
+    assert bl.per_request[20][0].signature[0] == "futex"
 
 
 def test_a_wait_for_the_engine_without_its_record_is_the_engines_unknown_phase():

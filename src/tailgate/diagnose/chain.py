@@ -134,6 +134,7 @@ class Link:
     cpu: int | None = None  # where an interrupt ran
     wa: int = 0  # the window the task was looked at in: from the wait before it began (or
     wb: int = 0  # the request was sent) to the wake-up that ended that wait
+    via: int = 0  # an engine phase's link: the serving thread that woke the wait, not the engine
 
     @property
     def ms(self) -> float:
@@ -538,6 +539,8 @@ def link_json(lk: Link, cgroups: dict[int, str]) -> dict[str, Any]:
         out["convoy"] = lk.convoy
     if lk.cpu is not None:
         out["cpu"] = lk.cpu
+    if lk.via:
+        out["woken_by"] = lk.via
     return out
 
 
@@ -569,6 +572,10 @@ def describe(c: Chain, cgroups: dict[int, str], service_pids: set[int],
             s = f"woken from {WHAT[lk.kind]} on CPU {lk.cpu} (it ran on top of `{lk.comm}`)"
         elif lk.kind == "unknown":
             s = f"woken by {_task(lk, cgroups, service_pids)}, not tracked before (cut)"
+        elif lk.via:
+            s = (f"its engine {_task(lk, cgroups, service_pids)} {WHAT[lk.kind]} for "
+                 f"{lk.ms:.1f} ms (the wait was ended by tid {lk.via}, another serving thread: "
+                 "a wake-up for another request's result)")
         else:
             # a futex's waker: the lock's holder, or the thread that signals a condition
             s = f"its waker {_task(lk, cgroups, service_pids)} {WHAT[lk.kind]}{syscall} for {lk.ms:.1f} ms"
@@ -652,22 +659,48 @@ def through_engine(blame: Blame, win: Windows) -> list[tuple[int, int, int]]:
     phase (the engine's own record on tailgate's clock: ``win``), not a lock. The chain's
     second link becomes the phase that overlapped the wait most, on the engine's thread (its
     own host evidence still counts for the request inside that window: the scope's clip);
-    the chain stops there. Returns the waits resolved, ``(tid, a, b)``: no futex evidence."""
+    the chain stops there.
+
+    A wait another serving thread ended is the engine's too where it lay wholly before its
+    request's first token, in its queue or prefill: no result of its own could come then, so
+    the thread was waiting for the engine and woke for another request's (llama-server's
+    HTTP threads share one condition for every result, and each result wakes them all, a
+    herd whose mutex hand-offs are peer wake-ups; seen in a one-slot run as futex claimed
+    first, 12 % of the slow requests' latency beside 94 % queue wait). Its link is the
+    engine's phase on the thread that woke the others in that process (``via``: the peer).
+
+    Returns the waits resolved, ``(tid, a, b)``: no futex evidence."""
     pool = set(blame.serve.pool)
     resolved: list[tuple[int, int, int]] = []
+    peers: list[tuple[int, int, Chain]] = []
+    engine: dict[int, Link] = {}  # a process's engine thread: the waker of its resolved waits
     for i, cs in enumerate(blame.per_request):
         for k, c in enumerate(cs):
             if len(c.links) < 2 or c.links[0].kind != "futex":
                 continue
             first, waker = c.links[0], c.links[1]
-            if (waker.kind in ("timer", "softirq", "irq") or waker.tid in pool
-                    or waker.tid not in blame.service or waker.tgid != first.tgid):
+            if (waker.kind in ("timer", "softirq", "irq") or waker.tid not in blame.service
+                    or waker.tgid != first.tgid):
+                continue
+            if waker.tid in pool:
+                peers.append((i, k, c))
                 continue
             phase, a, b = win.phase(i, first.a, first.b)
             kind = f"engine_{phase}" if phase else "engine"
             cs[k] = Chain(c.request, (first, Link(2, kind, waker.tid, waker.tgid, waker.comm,
                                                   a, b, wa=waker.wa, wb=waker.wb)))
+            engine.setdefault(waker.tgid, waker)
             resolved.append((first.tid, first.a, first.b))
+    for i, k, c in peers:
+        first, peer = c.links[0], c.links[1]
+        eng = engine.get(first.tgid)
+        phase, a, b = win.phase(i, first.a, first.b)
+        if (eng is None or phase not in ("queue", "prefill")
+                or not win.sent[i] <= first.a < first.b <= win.anchor[i]):
+            continue  # a lock's hand-off, or a wake-up once its own tokens could come
+        blame.per_request[i][k] = Chain(c.request, (first, Link(
+            2, f"engine_{phase}", eng.tid, eng.tgid, eng.comm, a, b, via=peer.tid)))
+        resolved.append((first.tid, first.a, first.b))
     blame.scope = scopes(blame.serve, blame.per_request, blame.service)
     return resolved
 
