@@ -422,6 +422,8 @@ def test_a_wake_up_by_another_serving_thread_while_queued_is_the_engines_not_a_l
     assert early.signature == late.signature == ("futex", "engine_queue")
     assert (early.links[1].tid, early.links[1].via) == (110, 102)
     assert link_json(early.links[1], {})["woken_by"] == 102
+    # the engine's own host evidence counts for the request inside that wait, as where it woke
+    assert (110, a + MS // 5, a + 3 * MS) in bl.scope[20].clips
     assert late.links[1].via == 0 and "woken_by" not in link_json(late.links[1], {})
     assert ("its engine `srv` (tid 110) holding it in the engine's queue (no free slot) for "
             "2.8 ms (the wait was ended by tid 102, another serving thread") in describe(

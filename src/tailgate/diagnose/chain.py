@@ -699,7 +699,7 @@ def through_engine(blame: Blame, win: Windows) -> list[tuple[int, int, int]]:
                 or not win.sent[i] <= first.a < first.b <= win.anchor[i]):
             continue  # a lock's hand-off, or a wake-up once its own tokens could come
         blame.per_request[i][k] = Chain(c.request, (first, Link(
-            2, f"engine_{phase}", eng.tid, eng.tgid, eng.comm, a, b, via=peer.tid)))
+            2, f"engine_{phase}", eng.tid, eng.tgid, eng.comm, a, b, wa=a, wb=b, via=peer.tid)))
         resolved.append((first.tid, first.a, first.b))
     blame.scope = scopes(blame.serve, blame.per_request, blame.service)
     return resolved
